@@ -1,0 +1,5 @@
+import sys
+
+from warptd.cli import main
+
+sys.exit(main())

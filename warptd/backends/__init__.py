@@ -1,0 +1,1 @@
+"""Accelerator backends, one module per vendor, loaded together by :mod:`warptd.backends.registry`."""

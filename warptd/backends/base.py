@@ -1,0 +1,145 @@
+"""The AcceleratorBackend ABC: what every GPU/NPU/CPU backend implements, in base units."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+from warptd.backends.guard import GuardedSDK
+from warptd.errors import ErrorKind
+from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+T = TypeVar("T")
+
+
+class AcceleratorBackend(GuardedSDK, ABC):
+    """One vendor's devices.
+
+    The constructor initialises the SDK and raises ``BackendUnavailableError`` (or any exception)
+    when it is absent. Getters never raise: an unsupported or failing value is ``None`` (or an empty
+    dict), read through :meth:`call` so that errors are counted once, in one place.
+    Powers are watts, energies joules, clocks hertz, memory bytes, ratios 0..1, temperatures °C.
+    """
+
+    name: ClassVar[str]
+    #: True for real accelerators; the stress API prefers these over the host CPU.
+    is_accelerator: ClassVar[bool] = True
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self._lost_now: set[int] = set()
+
+    # -- discovery and identity -------------------------------------------------------------
+    @abstractmethod
+    def is_available(self) -> bool:
+        """True when at least one device is accessible."""
+
+    @abstractmethod
+    def get_device_count(self) -> int:
+        """Number of devices this backend serves."""
+
+    @abstractmethod
+    def list_devices(self) -> list[GPUInfo]:
+        """Identity of every device; read once at start, not per sample."""
+
+    @abstractmethod
+    def get_driver_version(self) -> str | None:
+        """Vendor driver (or kernel) version."""
+
+    @abstractmethod
+    def get_pytorch_device_string(self, device_id: int) -> str:
+        """The torch device that runs stress workloads on this device, e.g. ``cuda:0``."""
+
+    # -- telemetry --------------------------------------------------------------------------
+    @abstractmethod
+    def get_memory_usage(self, index: int) -> MemoryUsage | None:
+        """Total/used/free device memory in bytes."""
+
+    @abstractmethod
+    def get_utilization(self, index: int) -> Utilization | None:
+        """Compute and memory-controller busy ratios (0..1)."""
+
+    @abstractmethod
+    def get_temperatures(self, index: int) -> dict[str, float]:
+        """Temperatures in °C by sensor name (``gpu``, ``memory``, ``package-0`` …)."""
+
+    @abstractmethod
+    def get_power_usage(self, index: int) -> float | None:
+        """Point-in-time power draw in watts."""
+
+    def get_temperature(self, index: int) -> float | None:
+        """The primary sensor's temperature in °C (the first that :meth:`get_temperatures` lists)."""
+        return next(iter(self.get_temperatures(index).values()), None)
+
+    def get_power_limit(self, index: int) -> float | None:
+        """Enforced power limit in watts."""
+        return None
+
+    def get_energy_counter(self, index: int) -> float | None:
+        """Hardware energy counter in joules, as read (it may reset); None where the device has none."""
+        return None
+
+    def get_clocks(self, index: int) -> dict[str, float]:
+        """Current clocks in hertz by domain (``sm``, ``memory`` …)."""
+        return {}
+
+    def get_supported_throttle_reasons(self, index: int) -> list[str]:
+        """Every throttle reason the device can report; each becomes a 0/1 series."""
+        return []
+
+    def get_throttle_reasons(self, index: int) -> list[str] | None:
+        """Throttle reasons active now; None when unknown (then no throttle series are exported)."""
+        return None
+
+    def get_throttle_counters(self, index: int) -> dict[str, float]:
+        """Cumulative hardware violation time in seconds by reason, where the SDK keeps one."""
+        return {}
+
+    def shutdown(self) -> None:
+        """Release the SDK."""
+
+    # -- shared machinery -------------------------------------------------------------------
+    def call(self, index: int, what: str, fn: Callable[..., T], *args: object) -> T | None:
+        """Guarded SDK call for device ``index``; once the device is lost this sample, skip the rest."""
+        if index in self._lost_now:
+            return None
+        return self.guarded((what, index), fn, *args)
+
+    def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
+        if kind is ErrorKind.DEVICE_LOST and isinstance(key, tuple):
+            self._lost_now.add(key[1])
+        super().on_error(key, kind, exc)
+
+    def read_power(self, index: int) -> tuple[float | None, float | None] | None:
+        """Power (W) and energy counter (J) of one device; None when the device reported itself lost."""
+        self._lost_now.discard(index)
+        power, energy = self.get_power_usage(index), self.get_energy_counter(index)
+        return None if index in self._lost_now else (power, energy)
+
+    def read_device(self, index: int) -> DeviceReading:
+        """Read every value of one device. A device that reported itself lost comes back ``up=False``."""
+        self._lost_now.discard(index)
+        supported = self.get_supported_throttle_reasons(index)
+        active_now = self.get_throttle_reasons(index)
+        active = set(active_now or ())
+        throttle = {} if active_now is None else {r: r in active for r in supported or sorted(active)}
+        reading = DeviceReading(
+            index=index,
+            memory=self.get_memory_usage(index),
+            utilization=self.get_utilization(index),
+            power_watts=self.get_power_usage(index),
+            power_limit_watts=self.get_power_limit(index),
+            energy_counter_joules=self.get_energy_counter(index),
+            temperatures_celsius=self.get_temperatures(index),
+            clocks_hertz=self.get_clocks(index),
+            throttle_active=throttle,
+            throttle_counter_seconds=self.get_throttle_counters(index),
+        )
+        if index in self._lost_now:
+            return DeviceReading(index=index, up=False)
+        return reading

@@ -1,0 +1,115 @@
+"""The host CPU through psutil and hwmon: works on every Linux box, accelerator or not."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import psutil
+
+from warptd.backends.base import AcceleratorBackend
+from warptd.errors import ErrorKind
+from warptd.models import GPUInfo, MemoryUsage, Utilization
+from warptd.sysfs import hwmon_chips, read_int
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+# hwmon drivers that report the CPU package temperature.
+_CPU_HWMON = frozenset({"coretemp", "k10temp", "zenpower", "cpu_thermal", "soc_thermal"})
+
+
+class CpuBackend(AcceleratorBackend):
+    """One device, the host CPU: utilization, host memory, package temperature, clock."""
+
+    name: ClassVar[str] = "cpu"
+    is_accelerator: ClassVar[bool] = False
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._temperature_files = self._find_temperature_files(settings.sysfs)
+        psutil.cpu_percent(interval=None)  # prime: the first non-blocking call has no baseline
+
+    @staticmethod
+    def _find_temperature_files(sysfs: Path) -> dict[str, Path]:
+        files: dict[str, Path] = {}
+        for chip in hwmon_chips(sysfs, _CPU_HWMON):
+            for label, path in chip.temperature_inputs().items():
+                # coretemp lists one sensor per core; the package sensors are what dashboards want.
+                if chip.name == "coretemp" and not label.startswith("package"):
+                    continue
+                files.setdefault("cpu" if label.startswith("temp") else label, path)
+        return files
+
+    def classify_error(self, exc: BaseException) -> ErrorKind:
+        if isinstance(exc, psutil.AccessDenied):
+            return ErrorKind.PERMISSION
+        if isinstance(exc, psutil.Error):
+            return ErrorKind.SDK_ERROR
+        return super().classify_error(exc)
+
+    def is_available(self) -> bool:
+        return True
+
+    def get_device_count(self) -> int:
+        return 1
+
+    def get_driver_version(self) -> str | None:
+        return platform.release() or None
+
+    def list_devices(self) -> list[GPUInfo]:
+        memory = self.get_memory_usage(0)
+        return [
+            GPUInfo(
+                index=0,
+                model=_cpu_model(),
+                memory_total_bytes=memory.total if memory else None,
+                memory_gb=round(memory.total / 2**30, 1) if memory else None,
+                driver_version=self.get_driver_version(),
+                extra_metrics={
+                    "logical_cpus": psutil.cpu_count(logical=True),
+                    "physical_cores": psutil.cpu_count(logical=False),
+                    "architecture": platform.machine(),
+                },
+            )
+        ]
+
+    def get_pytorch_device_string(self, device_id: int) -> str:
+        return "cpu"
+
+    def get_memory_usage(self, index: int) -> MemoryUsage | None:
+        vm = self.call(index, "memory", psutil.virtual_memory)
+        if vm is None:
+            return None
+        # "free" is what a new allocation can get (MemAvailable), not the kernel's idle pages.
+        return MemoryUsage(total=vm.total, used=vm.total - vm.available, free=vm.available)
+
+    def get_utilization(self, index: int) -> Utilization | None:
+        percent = self.call(index, "utilization", psutil.cpu_percent, None)
+        return Utilization(compute=percent / 100) if percent is not None else None
+
+    def get_temperatures(self, index: int) -> dict[str, float]:
+        temperatures = {}
+        for sensor, path in self._temperature_files.items():
+            millidegrees = self.call(index, f"temp_{sensor}", read_int, path)
+            if millidegrees is not None:
+                temperatures[sensor] = millidegrees / 1000
+        return temperatures
+
+    def get_power_usage(self, index: int) -> float | None:
+        return None  # package power comes from the rapl power backend
+
+    def get_clocks(self, index: int) -> dict[str, float]:
+        freq = self.call(index, "clock", psutil.cpu_freq)
+        return {"cpu": freq.current * 1e6} if freq is not None and freq.current else {}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "Hardware", "Model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"

@@ -1,0 +1,160 @@
+"""NVIDIA GPUs through NVML (nvidia-ml-py). NVML reports mW, mJ, MHz and percent; we convert."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from warptd.backends import nvml_session
+from warptd.backends.base import AcceleratorBackend
+from warptd.errors import ErrorKind
+from warptd.models import GPUInfo, MemoryUsage, Utilization
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+# NVML clock-event (throttle) bits, by the reason names warptd exports for every vendor.
+_THROTTLE_BITS: dict[str, str] = {
+    "gpu_idle": "nvmlClocksEventReasonGpuIdle",
+    "applications_clocks_setting": "nvmlClocksEventReasonApplicationsClocksSetting",
+    "sw_power_cap": "nvmlClocksEventReasonSwPowerCap",
+    "hw_slowdown": "nvmlClocksEventReasonHwSlowdown",
+    "sync_boost": "nvmlClocksEventReasonSyncBoost",
+    "sw_thermal_slowdown": "nvmlClocksEventReasonSwThermalSlowdown",
+    "hw_thermal_slowdown": "nvmlClocksEventReasonHwThermalSlowdown",
+    "hw_power_brake_slowdown": "nvmlClocksEventReasonHwPowerBrakeSlowdown",
+    "display_clock_setting": "nvmlClocksEventReasonDisplayClockSetting",
+}
+# NVML violation counters (ns below application clocks) that back the same reasons.
+_VIOLATION_POLICIES: dict[str, str] = {
+    "sw_power_cap": "NVML_PERF_POLICY_POWER",
+    "sw_thermal_slowdown": "NVML_PERF_POLICY_THERMAL",
+    "sync_boost": "NVML_PERF_POLICY_SYNC_BOOST",
+}
+_CLOCKS: dict[str, str] = {
+    "graphics": "NVML_CLOCK_GRAPHICS",
+    "sm": "NVML_CLOCK_SM",
+    "memory": "NVML_CLOCK_MEM",
+    "video": "NVML_CLOCK_VIDEO",
+}
+
+
+class NvidiaBackend(AcceleratorBackend):
+    """NVIDIA GPUs; handles come from the shared :mod:`nvml_session`, cached once."""
+
+    name: ClassVar[str] = "nvidia"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._session = nvml_session.acquire()
+        self._nvml = nvml = self._session.nvml
+        self._handles = self._session.handles
+        self._throttle_bits = {reason: getattr(nvml, const) for reason, const in _THROTTLE_BITS.items()}
+        self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
+        self._clocks = {clock: getattr(nvml, const) for clock, const in _CLOCKS.items()}
+        self._supported_masks: dict[int, int] = {}
+
+    def classify_error(self, exc: BaseException) -> ErrorKind:
+        return self._session.classify(exc)
+
+    # -- discovery and identity -------------------------------------------------------------
+    def is_available(self) -> bool:
+        return self.get_device_count() > 0
+
+    def get_device_count(self) -> int:
+        return len(self._handles)
+
+    def get_driver_version(self) -> str | None:
+        version = self.guarded("driver", self._nvml.nvmlSystemGetDriverVersion)
+        return nvml_session.text(version) if version is not None else None
+
+    def list_devices(self) -> list[GPUInfo]:
+        nvml, driver = self._nvml, self.get_driver_version()
+        devices = []
+        for index, handle in enumerate(self._handles):
+            name = self.call(index, "name", nvml.nvmlDeviceGetName, handle)
+            uuid = self.call(index, "uuid", nvml.nvmlDeviceGetUUID, handle)
+            cc = self.call(index, "cc", nvml.nvmlDeviceGetCudaComputeCapability, handle)
+            pci = self.call(index, "pci", nvml.nvmlDeviceGetPciInfo, handle)
+            memory = self.get_memory_usage(index)
+            devices.append(
+                GPUInfo(
+                    index=index,
+                    model=nvml_session.text(name) if name is not None else "NVIDIA GPU",
+                    memory_total_bytes=memory.total if memory else None,
+                    memory_gb=round(memory.total / 2**30, 1) if memory else None,
+                    uuid=nvml_session.text(uuid) if uuid is not None else None,
+                    compute_capability=f"{cc[0]}.{cc[1]}" if cc is not None else None,
+                    pcie_gen=self.call(index, "pcie_gen", nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+                    pci_bus_id=nvml_session.text(pci.busId) if pci is not None else None,
+                    driver_version=driver,
+                )
+            )
+        return devices
+
+    def get_pytorch_device_string(self, device_id: int) -> str:
+        return f"cuda:{device_id}"
+
+    # -- telemetry --------------------------------------------------------------------------
+    def _get(self, index: int, what: str, fn_name: str, *args: object) -> Any:
+        return self.call(index, what, getattr(self._nvml, fn_name), self._handles[index], *args)
+
+    def get_memory_usage(self, index: int) -> MemoryUsage | None:
+        info = self._get(index, "memory", "nvmlDeviceGetMemoryInfo")
+        return MemoryUsage(total=info.total, used=info.used, free=info.free) if info is not None else None
+
+    def get_utilization(self, index: int) -> Utilization | None:
+        rates = self._get(index, "utilization", "nvmlDeviceGetUtilizationRates")
+        return Utilization(compute=rates.gpu / 100, memory=rates.memory / 100) if rates is not None else None
+
+    def get_temperatures(self, index: int) -> dict[str, float]:
+        gpu = self._get(index, "temperature", "nvmlDeviceGetTemperature", self._nvml.NVML_TEMPERATURE_GPU)
+        return {"gpu": float(gpu)} if gpu is not None else {}
+
+    def get_power_usage(self, index: int) -> float | None:
+        milliwatts = self._get(index, "power", "nvmlDeviceGetPowerUsage")
+        return milliwatts / 1000 if milliwatts is not None else None
+
+    def get_power_limit(self, index: int) -> float | None:
+        milliwatts = self._get(index, "power_limit", "nvmlDeviceGetEnforcedPowerLimit")
+        return milliwatts / 1000 if milliwatts is not None else None
+
+    def get_energy_counter(self, index: int) -> float | None:
+        millijoules = self._get(index, "energy", "nvmlDeviceGetTotalEnergyConsumption")
+        return millijoules / 1000 if millijoules is not None else None
+
+    def get_clocks(self, index: int) -> dict[str, float]:
+        clocks = {}
+        for clock, kind in self._clocks.items():
+            mhz = self._get(index, f"clock_{clock}", "nvmlDeviceGetClockInfo", kind)
+            if mhz is not None:
+                clocks[clock] = mhz * 1e6
+        return clocks
+
+    def _supported_mask(self, index: int) -> int:
+        if index not in self._supported_masks:
+            mask = self._get(index, "throttle_supported", "nvmlDeviceGetSupportedClocksEventReasons")
+            if mask is None:
+                return 0  # lost or failing now: ask again next sample
+            self._supported_masks[index] = mask
+        return self._supported_masks[index]
+
+    def get_supported_throttle_reasons(self, index: int) -> list[str]:
+        mask = self._supported_mask(index)
+        return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
+
+    def get_throttle_reasons(self, index: int) -> list[str] | None:
+        mask = self._get(index, "throttle", "nvmlDeviceGetCurrentClocksEventReasons")
+        if mask is None:
+            return None
+        return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
+
+    def get_throttle_counters(self, index: int) -> dict[str, float]:
+        counters = {}
+        for reason, policy in self._policies.items():
+            status = self._get(index, f"violation_{reason}", "nvmlDeviceGetViolationStatus", policy)
+            if status is not None:
+                counters[reason] = status.violationTime / 1e9
+        return counters
+
+    def shutdown(self) -> None:
+        nvml_session.release()

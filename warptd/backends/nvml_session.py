@@ -1,0 +1,90 @@
+"""One NVML initialisation per process, shared by the ``nvidia`` and ``nvml`` backends.
+
+Device handles are looked up once here and cached; per-sample code never calls
+``nvmlDeviceGetHandleByIndex``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from types import ModuleType
+from typing import Any
+
+from warptd.errors import BackendUnavailableError, ErrorKind
+
+_lock = threading.Lock()
+_session: NvmlSession | None = None
+_refs = 0
+
+
+class NvmlSession:
+    """An initialised NVML with its cached device handles."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                "nvidia-ml-py is not installed: pip install 'warptd[nvidia]'"
+            ) from exc
+        self.nvml: ModuleType = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError_LibraryNotFound as exc:
+            raise BackendUnavailableError(
+                "libnvidia-ml.so.1 not found: no NVIDIA driver on this host"
+            ) from exc
+        except pynvml.NVMLError as exc:
+            raise BackendUnavailableError(f"nvmlInit failed: {exc}") from exc
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            self.handles: list[Any] = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except pynvml.NVMLError as exc:
+            pynvml.nvmlShutdown()
+            raise BackendUnavailableError(f"NVML device enumeration failed: {exc}") from exc
+
+    def classify(self, exc: BaseException) -> ErrorKind:
+        """Map an NVML exception onto an error kind."""
+        nvml = self.nvml
+        if not isinstance(exc, nvml.NVMLError):
+            return ErrorKind.UNEXPECTED
+        value = exc.value
+        if value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            return ErrorKind.NOT_SUPPORTED
+        if value in (nvml.NVML_ERROR_GPU_IS_LOST, nvml.NVML_ERROR_RESET_REQUIRED):
+            return ErrorKind.DEVICE_LOST
+        if value == nvml.NVML_ERROR_NO_PERMISSION:
+            return ErrorKind.PERMISSION
+        if value == nvml.NVML_ERROR_TIMEOUT:
+            return ErrorKind.TIMEOUT
+        return ErrorKind.SDK_ERROR
+
+    def close(self) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlShutdown()
+
+
+def acquire() -> NvmlSession:
+    """Return the process-wide session, initialising NVML on first use."""
+    global _session, _refs
+    with _lock:
+        if _session is None:
+            _session = NvmlSession()
+        _refs += 1
+        return _session
+
+
+def release() -> None:
+    """Drop one reference; NVML is shut down when the last user releases it."""
+    global _session, _refs
+    with _lock:
+        _refs = max(0, _refs - 1)
+        if _refs == 0 and _session is not None:
+            _session.close()
+            _session = None
+
+
+def text(value: str | bytes) -> str:
+    """NVML strings are bytes in older nvidia-ml-py releases and str in newer ones."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value

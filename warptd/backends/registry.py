@@ -1,0 +1,125 @@
+"""Finds every backend (built-in and entry-point plugins) and loads all that are available.
+
+Not first-wins: a node with NVIDIA GPUs and a CPU gets both. Vendor SDKs are imported only
+when their backend is constructed, so a missing SDK is one log line, never an ImportError.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Literal
+
+import structlog
+
+from warptd.backends.base import AcceleratorBackend
+from warptd.config import SettingsError
+from warptd.power.base import PowerBackend
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+log = structlog.get_logger("warptd.registry")
+
+Kind = Literal["accelerator", "power"]
+GROUPS: dict[Kind, str] = {"accelerator": "warptd.backends", "power": "warptd.power_backends"}
+BUILTIN: dict[Kind, dict[str, str]] = {
+    "accelerator": {
+        "nvidia": "warptd.backends.nvidia:NvidiaBackend",
+        "cpu": "warptd.backends.cpu:CpuBackend",
+    },
+    "power": {
+        "nvml": "warptd.power.nvml:NvmlPowerBackend",
+        "rapl": "warptd.power.rapl:RaplPowerBackend",
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A backend that could be loaded: its name, kind and ``module:Class`` target."""
+
+    name: str
+    kind: Kind
+    target: str
+    origin: str = "builtin"
+
+
+@dataclass(slots=True)
+class Loaded:
+    """The backends that came up, and why the others did not."""
+
+    accelerators: list[AcceleratorBackend] = field(default_factory=list)
+    power: list[PowerBackend] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    def shutdown(self) -> None:
+        for backend in [*self.accelerators, *self.power]:
+            backend.shutdown()
+
+
+def discover() -> list[Candidate]:
+    """Built-ins first, then plugins from the ``warptd.backends`` / ``warptd.power_backends`` groups."""
+    found: dict[str, Candidate] = {}
+    for kind, builtins in BUILTIN.items():
+        for name, target in builtins.items():
+            found[name] = Candidate(name, kind, target)
+    for kind, group in GROUPS.items():
+        for ep in entry_points(group=group):
+            name = ep.name.lower()
+            if name in found:
+                if found[name].target != ep.value:
+                    log.warning("backend_name_taken", backend=name, ignored=ep.value, kept=found[name].target)
+                continue
+            found[name] = Candidate(name, kind, ep.value, origin=ep.dist.name if ep.dist else "unknown")
+    return list(found.values())
+
+
+def check_selection(candidates: list[Candidate], names: list[str] | None) -> None:
+    """Unknown names in a ``--backend`` selection are a start-up error, not a silent no-op."""
+    known = {c.name for c in candidates}
+    unknown = sorted(set(names or ()) - known)
+    if unknown:
+        names_text, known_text = ", ".join(unknown), ", ".join(sorted(known))
+        raise SettingsError(f"invalid setting backends: unknown backend(s) {names_text}; known: {known_text}")
+
+
+def _wanted(candidate: Candidate, cls: type, names: list[str] | None) -> bool:
+    """Selected by name, or a power backend whose companion accelerator backend is selected."""
+    return not names or candidate.name in names or getattr(cls, "companion", None) in names
+
+
+def _resolve(target: str) -> type:
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def load_backends(settings: Settings) -> Loaded:
+    """Construct every selected backend; each failure is logged with its reason and skipped."""
+    loaded = Loaded()
+    candidates = discover()
+    check_selection(candidates, settings.backends)
+    for candidate in candidates:
+        if settings.backends and candidate.kind == "accelerator" and candidate.name not in settings.backends:
+            continue  # not selected; skip before importing anything
+        base: type = AcceleratorBackend if candidate.kind == "accelerator" else PowerBackend
+        try:
+            cls = _resolve(candidate.target)
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                raise TypeError(f"{candidate.target} is not a {base.__name__}")
+            if not _wanted(candidate, cls, settings.backends):
+                continue
+            backend = cls(settings)
+            if not backend.is_available():
+                backend.shutdown()
+                raise LookupError("no devices found")
+        except Exception as exc:
+            reason = str(exc) or type(exc).__name__
+            loaded.unavailable[candidate.name] = reason
+            log.info("backend_unavailable", backend=candidate.name, kind=candidate.kind, reason=reason)
+            continue
+        backend.name = candidate.name
+        (loaded.accelerators if candidate.kind == "accelerator" else loaded.power).append(backend)
+        log.info("backend_loaded", backend=candidate.name, kind=candidate.kind, origin=candidate.origin)
+    return loaded

@@ -1,0 +1,130 @@
+"""The ``warptd`` command: serve (default), list, sample."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from warptd import __version__
+from warptd.backends.registry import Loaded, load_backends
+from warptd.config import Settings, SettingsError, load_settings
+from warptd.logs import configure_logging
+
+log = structlog.get_logger("warptd")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, help="TOML config file (env WARPTD_CONFIG)")
+    common.add_argument(
+        "--backend",
+        dest="backends",
+        action="append",
+        metavar="NAME",
+        help="load only this backend (repeatable; env WARPTD_BACKENDS=nvidia,cpu); default all",
+    )
+    common.add_argument("--sysfs", type=Path, help="sysfs root (default /sys)")
+    common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    common.add_argument("--log-format", choices=["auto", "json", "console"])
+    common.add_argument("--interval", type=float, help="seconds between samples (default 1)")
+    common.add_argument(
+        "--sample-timeout", type=float, help="seconds before a sample is given up (default 2)"
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="warptd", description="Accelerator telemetry daemon for Prometheus.", parents=[common]
+    )
+    parser.add_argument("--version", action="version", version=f"warptd {__version__}")
+    parser.add_argument("--listen", help="HOST:PORT to serve on (default :9465)")
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", parents=[common], help="run the daemon (default)")
+    serve.add_argument("--listen", help="HOST:PORT to serve on (default :9465)")
+    for name, text in (("list", "list the devices of every backend"), ("sample", "print one snapshot")):
+        command = sub.add_parser(name, parents=[common], help=text)
+        command.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    fields = (
+        "config",
+        "backends",
+        "sysfs",
+        "log_level",
+        "log_format",
+        "interval",
+        "sample_timeout",
+        "listen",
+    )
+    return load_settings(**{name: getattr(args, name, None) for name in fields})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = _settings(args)
+        configure_logging(settings.log_level, settings.log_format)
+        loaded = load_backends(settings)
+    except SettingsError as exc:
+        print(f"warptd: {exc}", file=sys.stderr)
+        return 2
+    command = args.command or "serve"
+    if command == "list":
+        return _list(loaded, args.json)
+    if command == "sample":
+        return _sample(settings, loaded, args.json)
+    from warptd.daemon import Daemon
+
+    try:
+        daemon = Daemon(settings, loaded)
+    except OSError as exc:
+        print(f"warptd: cannot listen on {settings.listen}: {exc.strerror or exc}", file=sys.stderr)
+        loaded.shutdown()
+        return 1
+    return daemon.run()
+
+
+def _list(loaded: Loaded, as_json: bool) -> int:
+    rows = [(b.name, info) for b in loaded.accelerators for info in b.list_devices()]
+    loaded.shutdown()
+    if as_json:
+        print(
+            json.dumps([{"backend": name, **info.model_dump(mode="json")} for name, info in rows], indent=2)
+        )
+        return 0
+    print(f"{'DEVICE':<10} {'MODEL':<44} {'MEMORY':>10}  UUID")
+    for name, info in rows:
+        memory = f"{info.memory_total_bytes / 2**30:.1f} GiB" if info.memory_total_bytes else "-"
+        print(f"{name}:{info.index:<{9 - len(name)}} {info.model[:44]:<44} {memory:>10}  {info.uuid or '-'}")
+    return 0
+
+
+def _sample(settings: Settings, loaded: Loaded, as_json: bool) -> int:
+    from warptd.exporter.exposition import Exposition
+    from warptd.sampling.sampler import Sampler
+    from warptd.sampling.snapshot import Snapshot
+
+    snapshot = Snapshot(stale_after=float("inf"))
+    sampler = Sampler(settings, snapshot, loaded.accelerators, loaded.power)
+    # Two passes: rates (utilization, power derived from energy counters) need a baseline.
+    sampler.sample_all()
+    time.sleep(min(settings.interval, 1.0))
+    sampler.sample_all()
+    if as_json:
+        from warptd.sampling.export import snapshot_json
+
+        print(json.dumps(snapshot_json(snapshot), indent=2))
+    else:
+        sys.stdout.write(Exposition(snapshot, node=settings.node).render(None, None)[0].decode())
+    sampler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""One settings model fed by CLI flags, ``WARPTD_*`` environment variables and an optional TOML file."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+#: Not taken by node_exporter (9100), dcgm-exporter (9400) or nvidia_gpu_exporter (9835).
+DEFAULT_PORT = 9465
+
+
+class SettingsError(ValueError):
+    """A setting failed validation; ``str()`` is one line naming the setting."""
+
+
+class Settings(BaseSettings):
+    """Every knob of the daemon. Precedence: flags > environment > config file > defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="WARPTD_", extra="forbid", validate_default=True)
+
+    config: Path | None = Field(None, description="TOML file with any of these settings")
+    listen: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve HTTP on; empty host = all")
+    interval: float = Field(1.0, gt=0, le=3600, description="Seconds between two samples of a backend")
+    sample_timeout: float = Field(
+        2.0, gt=0, le=600, description="Seconds a backend's sample may take before it is marked stale"
+    )
+    backends: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="Backends to load (comma-separated in the environment); default all available"
+    )
+    node: str = Field(
+        default_factory=socket.gethostname,
+        description="Node name for warptd_device_info{node}; the Helm chart sets it from spec.nodeName",
+    )
+    sysfs: Path = Field(Path("/sys"), description="Root of sysfs, as node_exporter's --path.sysfs")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = Field(
+        "auto", description="auto = console on a TTY, JSON otherwise"
+    )
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _split_backends(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part for part in value.split(",")]
+        if isinstance(value, list):
+            names = [str(v).strip().lower() for v in value if str(v).strip()]
+            return names or None
+        return value
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("expected HOST:PORT, e.g. ':9465' or '127.0.0.1:9465'")
+        if host.startswith("[") != host.endswith("]"):
+            raise ValueError("an IPv6 host must be bracketed, e.g. '[::1]:9465'")
+        return value
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """``listen`` split into (host, port); an empty host means every interface."""
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = _config_file(init_settings)
+        if config_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+        return tuple(sources)
+
+
+def _config_file(init_settings: PydanticBaseSettingsSource) -> Path | None:
+    given = init_settings.init_kwargs.get("config") if isinstance(init_settings, InitSettingsSource) else None
+    given = given or os.environ.get("WARPTD_CONFIG")
+    return Path(given) if given else None
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build the settings, raising :class:`SettingsError` with a one-line message on any bad value."""
+    values = {k: v for k, v in overrides.items() if v is not None}
+    config_file = values.get("config") or os.environ.get("WARPTD_CONFIG")
+    if config_file and not Path(str(config_file)).is_file():
+        raise SettingsError(f"invalid setting config: no such file {config_file}")
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from None
+    except ValueError as exc:  # e.g. a TOML syntax error
+        raise SettingsError(f"invalid config file {config_file}: {exc}") from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"]) or "settings"
+        value = err.get("input")
+        shown = f"={value!r}" if not isinstance(value, dict) else ""
+        parts.append(f"{name}{shown}: {err['msg']}")
+    return "invalid setting " + "; ".join(parts)

@@ -1,0 +1,79 @@
+"""Wires backends, sampler, exposition and HTTP server together, and runs until signalled."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import structlog
+
+from warptd import __version__
+from warptd.backends.registry import Loaded, load_backends
+from warptd.config import Settings
+from warptd.exporter.exposition import Exposition
+from warptd.http.app import Router
+from warptd.http.routes import add_core_routes
+from warptd.http.server import WarptdHTTPServer
+from warptd.sampling.sampler import Sampler
+from warptd.sampling.snapshot import Snapshot
+
+log = structlog.get_logger("warptd")
+
+
+class Daemon:
+    """The running service. ``start()`` returns once the HTTP server listens; ``stop()`` is idempotent."""
+
+    def __init__(self, settings: Settings, loaded: Loaded | None = None) -> None:
+        self.settings = settings
+        self.loaded = loaded if loaded is not None else load_backends(settings)
+        stale_after = max(3 * settings.interval, settings.interval + settings.sample_timeout)
+        self.snapshot = Snapshot(stale_after=stale_after)
+        self.sampler = Sampler(settings, self.snapshot, self.loaded.accelerators, self.loaded.power)
+        self.exposition = Exposition(self.snapshot, node=settings.node)
+        self.router = Router()
+        add_core_routes(self.router, self.snapshot, self.exposition)
+        host, port = settings.listen_address
+        self.server = WarptdHTTPServer(host, port, self.router)
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self) -> None:
+        self.sampler.start()
+        self.server.start()
+        log.info(
+            "warptd_started",
+            version=__version__,
+            listen=f"{self.settings.listen_address[0] or '*'}:{self.port}",
+            backends=sorted(self.sampler.backends),
+            unavailable=self.loaded.unavailable,
+            interval_s=self.settings.interval,
+        )
+
+    def stop(self) -> None:
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            self.server.shutdown()
+            self.server.server_close()
+            self.sampler.stop()
+            self._stopped.set()
+        log.info("warptd_stopped")
+
+    def run(self) -> int:
+        """Serve until SIGTERM or SIGINT."""
+
+        def on_signal(signum: int, _: FrameType | None) -> None:
+            log.info("signal_received", signal=signal.Signals(signum).name)
+            threading.Thread(target=self.stop, name="warptd-stop").start()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        while not self._stopped.wait(timeout=1.0):
+            pass
+        return 0

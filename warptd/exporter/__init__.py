@@ -1,0 +1,1 @@
+"""Prometheus exposition of the snapshot."""

@@ -1,0 +1,151 @@
+"""Every metric warptd exports: one table that both the collector and docs/metrics.md are built from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DEVICE_LABELS = ("backend", "device", "uuid")
+DOMAIN_LABELS = ("source", "domain")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """Name as exposed (counters end in ``_total``), type, help text and label names."""
+
+    name: str
+    type: Literal["gauge", "counter"]
+    help: str
+    labels: tuple[str, ...]
+
+    @property
+    def family(self) -> str:
+        """The name prometheus_client wants: counters without their ``_total`` suffix."""
+        return self.name.removesuffix("_total") if self.type == "counter" else self.name
+
+
+def _device(name: str, type_: Literal["gauge", "counter"], help_: str, *extra: str) -> MetricSpec:
+    return MetricSpec(name, type_, help_, (*DEVICE_LABELS, *extra))
+
+
+DEVICE_INFO = _device(
+    "warptd_device_info",
+    "gauge",
+    "Device identity; always 1.",
+    "model",
+    "driver_version",
+    "compute_capability",
+    "pci_bus_id",
+    "node",
+)
+DEVICE_UP = _device("warptd_device_up", "gauge", "1 if the device answered its last sample, 0 if it is lost.")
+MEMORY_TOTAL = _device("warptd_device_memory_total_bytes", "gauge", "Device memory capacity.")
+MEMORY_USED = _device("warptd_device_memory_used_bytes", "gauge", "Device memory in use.")
+MEMORY_FREE = _device("warptd_device_memory_free_bytes", "gauge", "Device memory available for allocation.")
+UTILIZATION = _device(
+    "warptd_device_utilization_ratio",
+    "gauge",
+    "Fraction of the last sample period the compute cores were busy (0-1).",
+)
+MEMORY_UTILIZATION = _device(
+    "warptd_device_memory_utilization_ratio",
+    "gauge",
+    "Fraction of the last sample period the memory controller was busy (0-1).",
+)
+POWER = _device("warptd_device_power_watts", "gauge", "Power draw of the device.")
+POWER_LIMIT = _device("warptd_device_power_limit_watts", "gauge", "Enforced power limit of the device.")
+ENERGY = _device(
+    "warptd_device_energy_joules_total",
+    "counter",
+    "Energy used by the device: its hardware counter made monotonic across wraps and resets, "
+    "else integrated power.",
+)
+TEMPERATURE = _device("warptd_device_temperature_celsius", "gauge", "Device temperature by sensor.", "sensor")
+CLOCK = _device("warptd_device_clock_hertz", "gauge", "Current clock frequency by clock domain.", "clock")
+THROTTLE_ACTIVE = _device(
+    "warptd_device_throttle_active",
+    "gauge",
+    "1 while a clock throttle reason is active, 0 otherwise; one series per reason the device supports.",
+    "reason",
+)
+THROTTLE_SECONDS = _device(
+    "warptd_device_throttle_seconds_total",
+    "counter",
+    "Time spent throttled by reason: the hardware violation counter where one exists, else sampled time.",
+    "reason",
+)
+DOMAIN_POWER = MetricSpec(
+    "warptd_power_watts",
+    "gauge",
+    "Power of a power domain (RAPL package/core/uncore/dram/psys, GPU boards). Domains nest: "
+    "psys > package > core/uncore.",
+    DOMAIN_LABELS,
+)
+DOMAIN_ENERGY = MetricSpec(
+    "warptd_energy_joules_total",
+    "counter",
+    "Energy of a power domain, monotonic across counter wraps and resets.",
+    DOMAIN_LABELS,
+)
+DOMAIN_UP = MetricSpec(
+    "warptd_power_domain_up",
+    "gauge",
+    "1 if the domain's counter was readable at the last sample, 0 if not (e.g. RAPL energy_uj is root-only).",
+    DOMAIN_LABELS,
+)
+BACKEND_UP = MetricSpec(
+    "warptd_backend_up",
+    "gauge",
+    "1 if the backend's last sample completed within the timeout and is recent; 0 means stale, "
+    "and its series are dropped.",
+    ("backend", "kind"),
+)
+SAMPLE_DURATION = MetricSpec(
+    "warptd_sample_duration_seconds",
+    "gauge",
+    "Duration of the backend's last completed sample.",
+    ("backend",),
+)
+SAMPLES = MetricSpec("warptd_samples_total", "counter", "Completed samples of the backend.", ("backend",))
+SAMPLE_ERRORS = MetricSpec(
+    "warptd_sample_errors_total",
+    "counter",
+    "Failed reads by kind: device_lost, permission, sdk_error, timeout (sample over --sample-timeout), "
+    "hung (a previous read has not returned), unexpected.",
+    ("backend", "kind"),
+)
+LAST_SAMPLE = MetricSpec(
+    "warptd_last_sample_timestamp_seconds",
+    "gauge",
+    "Unix time of the backend's last completed sample.",
+    ("backend",),
+)
+BUILD_INFO = MetricSpec(
+    "warptd_build_info", "gauge", "warptd build information; always 1.", ("version", "python_version")
+)
+
+ALL: tuple[MetricSpec, ...] = (
+    DEVICE_INFO,
+    DEVICE_UP,
+    MEMORY_TOTAL,
+    MEMORY_USED,
+    MEMORY_FREE,
+    UTILIZATION,
+    MEMORY_UTILIZATION,
+    POWER,
+    POWER_LIMIT,
+    ENERGY,
+    TEMPERATURE,
+    CLOCK,
+    THROTTLE_ACTIVE,
+    THROTTLE_SECONDS,
+    DOMAIN_POWER,
+    DOMAIN_ENERGY,
+    DOMAIN_UP,
+    BACKEND_UP,
+    SAMPLE_DURATION,
+    SAMPLES,
+    SAMPLE_ERRORS,
+    LAST_SAMPLE,
+    BUILD_INFO,
+)

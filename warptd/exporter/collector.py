@@ -1,0 +1,114 @@
+"""A prometheus_client collector that renders the latest snapshot. It never calls a backend."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from warptd import __version__
+from warptd.errors import ErrorKind
+from warptd.exporter import catalog as m
+from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
+
+# Every kind but not_supported is pre-set to 0, so rate() and alerts work before the first error.
+_COUNTED_KINDS = tuple(k for k in ErrorKind if k is not ErrorKind.NOT_SUPPORTED)
+
+
+class _Families:
+    """One metric family per catalog entry, filled in while walking the snapshot."""
+
+    def __init__(self) -> None:
+        self.by_spec: dict[m.MetricSpec, GaugeMetricFamily | CounterMetricFamily] = {}
+        for spec in m.ALL:
+            cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
+            self.by_spec[spec] = cls(spec.family, spec.help, labels=spec.labels)
+
+    def add(self, spec: m.MetricSpec, labels: list[str], value: float | None) -> None:
+        if value is not None:
+            self.by_spec[spec].add_metric(labels, value)
+
+
+class SnapshotCollector(Collector):
+    """Renders :class:`Snapshot` into the metric contract of :mod:`warptd.exporter.catalog`."""
+
+    def __init__(self, snapshot: Snapshot, node: str = "") -> None:
+        self.snapshot = snapshot
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        families = _Families()
+        now = time.time()
+        families.add(m.BUILD_INFO, [__version__, platform.python_version()], 1)
+        for state in self.snapshot.states():
+            fresh = self.snapshot.is_fresh(state, now)
+            self._self_metrics(families, state, fresh)
+            if not fresh:
+                continue  # stale: drop its series rather than serve frozen values
+            if state.kind == "accelerator":
+                self._devices(families, state)
+            else:
+                self._domains(families, state)
+        yield from (family for family in families.by_spec.values() if family.samples)
+
+    @staticmethod
+    def _self_metrics(families: _Families, state: BackendState, fresh: bool) -> None:
+        name = state.name
+        families.add(m.BACKEND_UP, [name, state.kind], 1 if fresh else 0)
+        families.add(m.SAMPLE_DURATION, [name], state.last_duration)
+        families.add(m.SAMPLES, [name], state.samples)
+        families.add(m.LAST_SAMPLE, [name], state.last_success)
+        for kind in _COUNTED_KINDS:
+            families.add(m.SAMPLE_ERRORS, [name, str(kind)], state.errors.get(kind, 0))
+
+    def _devices(self, families: _Families, state: BackendState) -> None:
+        infos = {info.index: info for info in state.devices_info}
+        for sample in state.devices:
+            reading = sample.reading
+            ids = [state.name, str(reading.index), reading.uuid]
+            info = infos.get(reading.index)
+            if info is not None:
+                identity = [
+                    info.model,
+                    info.driver_version,
+                    info.compute_capability,
+                    info.pci_bus_id,
+                    self.node,
+                ]
+                families.add(m.DEVICE_INFO, ids + [v or "" for v in identity], 1)
+            families.add(m.DEVICE_UP, ids, 1 if reading.up else 0)
+            if reading.up:
+                self._device_values(families, ids, sample)
+
+    @staticmethod
+    def _device_values(families: _Families, ids: list[str], sample: DeviceSample) -> None:
+        reading = sample.reading
+        if reading.memory is not None:
+            families.add(m.MEMORY_TOTAL, ids, reading.memory.total)
+            families.add(m.MEMORY_USED, ids, reading.memory.used)
+            families.add(m.MEMORY_FREE, ids, reading.memory.free)
+        if reading.utilization is not None:
+            families.add(m.UTILIZATION, ids, reading.utilization.compute)
+            families.add(m.MEMORY_UTILIZATION, ids, reading.utilization.memory)
+        families.add(m.POWER, ids, reading.power_watts)
+        families.add(m.POWER_LIMIT, ids, reading.power_limit_watts)
+        families.add(m.ENERGY, ids, sample.energy_joules)
+        for sensor, celsius in reading.temperatures_celsius.items():
+            families.add(m.TEMPERATURE, [*ids, sensor], celsius)
+        for clock, hertz in reading.clocks_hertz.items():
+            families.add(m.CLOCK, [*ids, clock], hertz)
+        for reason, active in reading.throttle_active.items():
+            families.add(m.THROTTLE_ACTIVE, [*ids, reason], 1 if active else 0)
+        for reason, seconds in sample.throttle_seconds.items():
+            families.add(m.THROTTLE_SECONDS, [*ids, reason], seconds)
+
+    @staticmethod
+    def _domains(families: _Families, state: BackendState) -> None:
+        for domain in state.domains:
+            labels = [str(domain.source), domain.domain]
+            families.add(m.DOMAIN_UP, labels, 1 if domain.readable else 0)
+            families.add(m.DOMAIN_POWER, labels, domain.power_watts)
+            families.add(m.DOMAIN_ENERGY, labels, domain.energy_joules)

@@ -1,0 +1,1 @@
+"""The HTTP API: a tiny router on the standard library's threading HTTP server."""

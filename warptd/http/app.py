@@ -1,0 +1,95 @@
+"""Request/response types and a router with JSON errors (404, 405 with Allow, 413, 4xx from handlers)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+
+@dataclass(slots=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+    client: str
+    params: dict[str, str] = field(default_factory=dict)
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name.lower(), default)
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class HttpError(Exception):
+    """Raised by a handler to answer ``status`` with ``{"error": message, ...detail}``."""
+
+    def __init__(
+        self, status: int, message: str, headers: dict[str, str] | None = None, **detail: Any
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers, self.detail = status, message, headers or {}, detail
+
+    def response(self) -> Response:
+        return json_response(self.status, {"error": self.message, **self.detail}, headers=self.headers)
+
+
+def json_response(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
+    if isinstance(payload, BaseModel):
+        body = payload.model_dump_json().encode()
+    else:
+        body = json.dumps(payload, default=_default, separators=(",", ":")).encode()
+    return Response(status, body, "application/json", headers or {})
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+Handler = Callable[[Request], Response]
+
+
+class Router:
+    """Routes ``(method, path pattern)`` to handlers; ``{name}`` in a pattern captures one segment."""
+
+    def __init__(self) -> None:
+        self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = []
+
+    def add(self, method: str, pattern: str, handler: Handler) -> None:
+        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+        for existing, methods in self._routes:
+            if existing.pattern == regex.pattern:
+                methods[method] = handler
+                return
+        self._routes.append((regex, {method: handler}))
+
+    def dispatch(self, request: Request) -> Response:
+        for regex, methods in self._routes:
+            match = regex.match(request.path)
+            if match is None:
+                continue
+            handler = methods.get(request.method) or (
+                methods.get("GET") if request.method == "HEAD" else None
+            )
+            if handler is None:
+                allow = ", ".join(sorted({*methods, "HEAD"} if "GET" in methods else methods))
+                raise HttpError(
+                    405, f"method {request.method} not allowed on {request.path}", {"Allow": allow}
+                )
+            request.params = match.groupdict()
+            return handler(request)
+        raise HttpError(404, f"no such endpoint: {request.path}")

@@ -1,0 +1,63 @@
+"""Device identity and per-sample reading models shared by every backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class GPUInfo(BaseModel):
+    """Identity of one accelerator, as returned by ``AcceleratorBackend.list_devices()``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    model: str
+    memory_gb: float | None = None
+    memory_total_bytes: int | None = None
+    uuid: str | None = None
+    compute_capability: str | None = None
+    pcie_gen: int | None = None
+    pci_bus_id: str | None = None
+    driver_version: str | None = None
+    extra_metrics: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class MemoryUsage:
+    """Device memory in bytes."""
+
+    total: int
+    used: int
+    free: int
+
+
+@dataclass(slots=True)
+class Utilization:
+    """Busy fractions in 0..1: ``compute`` for the cores, ``memory`` for the memory controller."""
+
+    compute: float | None = None
+    memory: float | None = None
+
+
+@dataclass(slots=True)
+class DeviceReading:
+    """Raw point-in-time values of one device, in base units; ``None`` or missing keys mean unsupported."""
+
+    index: int
+    uuid: str = ""
+    up: bool = True
+    memory: MemoryUsage | None = None
+    utilization: Utilization | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    # Hardware energy counter in joules, as read: it may reset (driver reload) or wrap.
+    energy_counter_joules: float | None = None
+    temperatures_celsius: dict[str, float] = field(default_factory=dict)
+    clocks_hertz: dict[str, float] = field(default_factory=dict)
+    # Every reason the device can report, mapped to whether it is active now.
+    throttle_active: dict[str, bool] = field(default_factory=dict)
+    # Hardware violation counters in seconds, as read (cumulative, may reset).
+    throttle_counter_seconds: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Power backends: continuous power by domain and energy counters."""

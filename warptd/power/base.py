@@ -1,0 +1,112 @@
+"""The PowerBackend ABC and the power data contracts of the design document."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from warptd.backends.guard import GuardedSDK
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+
+class PowerSource(StrEnum):
+    """Where a power or energy figure comes from; the ``source`` label of domain series."""
+
+    NVML = "nvml"
+    RAPL = "rapl"
+    HWMON = "hwmon"
+    AMDSMI = "amdsmi"
+    HLML = "hlml"
+    ESTIMATED = "estimated"
+
+
+@dataclass(slots=True)
+class DomainReading:
+    """Raw reading of one power domain, as the hardware gives it (converted to W and J)."""
+
+    domain: str
+    power_watts: float | None = None
+    #: Cumulative energy counter in J as read: it wraps at ``energy_range_joules`` or resets.
+    energy_counter_joules: float | None = None
+    energy_range_joules: float | None = None
+    readable: bool = True
+
+
+@dataclass(slots=True)
+class DomainPower:
+    """One domain after sampling: power (measured or derived from energy) and monotonic energy."""
+
+    domain: str
+    source: PowerSource
+    power_watts: float | None
+    energy_joules: float | None
+    readable: bool = True
+
+
+@dataclass(slots=True)
+class GPUPowerInfo:
+    """Per-device power reading of a power backend."""
+
+    index: int
+    name: str
+    power_watts: float
+    power_limit_watts: float | None
+    utilization_percent: float
+    memory_utilization_percent: float
+    temperature_celsius: float | None
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ProcessPower:
+    """Power attributed to one process (filled by later attribution work)."""
+
+    pid: int
+    name: str
+    power_watts: float
+
+
+@dataclass(slots=True)
+class PowerSnapshot:
+    """Everything one power backend reported at one instant."""
+
+    timestamp: float
+    total_power_watts: float | None
+    domains: list[DomainPower]
+    gpus: list[GPUPowerInfo]
+    processes: list[ProcessPower]
+    platform: str
+    available_sources: list[PowerSource]
+
+
+class PowerBackend(GuardedSDK, ABC):
+    """A source of continuous power by domain. Constructors raise when the source is absent."""
+
+    name: ClassVar[str]
+    source: ClassVar[PowerSource]
+    #: The accelerator backend this source measures: ``--backend nvidia`` also loads ``nvml``.
+    companion: ClassVar[str | None] = None
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    @abstractmethod
+    def is_available(self) -> bool:
+        """True when at least one domain exists."""
+
+    @abstractmethod
+    def read_domains(self) -> list[DomainReading]:
+        """Read every domain now. Never raises; an unreadable domain has ``readable=False``."""
+
+    def get_gpu_power(self) -> list[GPUPowerInfo]:
+        """Per-device readings where this source covers accelerators."""
+        return []
+
+    def shutdown(self) -> None:
+        """Release the source."""

@@ -1,0 +1,123 @@
+"""CPU package/core/uncore/DRAM/psys energy from Linux powercap (RAPL), in µJ, wrapping."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import structlog
+
+from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.power.base import DomainReading, PowerBackend, PowerSource
+from warptd.sysfs import read_int, read_text
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+log = structlog.get_logger("warptd.rapl")
+# intel-rapl:0 is a package (or psys), intel-rapl:0:1 a subzone of it. intel-rapl-mmio mirrors
+# the package counter on recent Intel parts and is skipped, so a package is never counted twice.
+_ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
+_UJ = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class RaplZone:
+    domain: str
+    path: Path
+    range_joules: float | None
+
+
+class RaplPowerBackend(PowerBackend):
+    """Domains ``package-0``, ``core-0``, ``uncore-0``, ``dram-0``, ``psys`` from ``--sysfs``."""
+
+    name: ClassVar[str] = "rapl"
+    companion: ClassVar[str | None] = "cpu"
+    source: ClassVar[PowerSource] = PowerSource.RAPL
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        root = settings.sysfs / "class" / "powercap"
+        self.zones = _discover(root)
+        if not self.zones:
+            raise BackendUnavailableError(f"no RAPL zones under {root}")
+        self._reported_unreadable: set[str] = set()
+
+    def classify_error(self, exc: BaseException) -> ErrorKind:
+        if isinstance(exc, ValueError):
+            return ErrorKind.SDK_ERROR  # a garbled attribute
+        return super().classify_error(exc)
+
+    def is_available(self) -> bool:
+        return bool(self.zones)
+
+    def read_domains(self) -> list[DomainReading]:
+        readings = []
+        for zone in self.zones:
+            try:
+                microjoules = read_int(zone.path / "energy_uj")
+            except Exception as exc:
+                self._unreadable(zone, exc)
+                readings.append(DomainReading(domain=zone.domain, readable=False))
+                continue
+            readings.append(
+                DomainReading(
+                    domain=zone.domain,
+                    energy_counter_joules=microjoules * _UJ,
+                    energy_range_joules=zone.range_joules,
+                )
+            )
+        return readings
+
+    def _unreadable(self, zone: RaplZone, exc: Exception) -> None:
+        kind = self.classify_error(exc)
+        self.count_error(kind)
+        if zone.domain in self._reported_unreadable:
+            return
+        self._reported_unreadable.add(zone.domain)
+        reason = (
+            "energy_uj is readable by root only (Linux >= 5.10): run warptd as root, or grant read "
+            "access with a udev rule / systemd-tmpfiles (see README)"
+            if kind is ErrorKind.PERMISSION
+            else repr(exc)
+        )
+        log.warning("rapl_domain_unreadable", domain=zone.domain, path=str(zone.path), reason=reason)
+
+
+def _discover(root: Path) -> list[RaplZone]:
+    zones = []
+    entries = [(m, p) for p in root.glob("intel-rapl:*") if (m := _ZONE.match(p.name))]
+    packages = {m.group(1): p for m, p in entries if m.group(2) is None}
+    for match, path in sorted(entries, key=lambda e: (int(e[0].group(1)), int(e[0].group(2) or -1))):
+        try:
+            name = read_text(path / "name")
+        except OSError:
+            continue
+        parent = packages.get(match.group(1)) if match.group(2) is not None else None
+        zones.append(RaplZone(domain=_domain_name(name, parent), path=path, range_joules=_range(path)))
+    return zones
+
+
+def _domain_name(name: str, parent: Path | None) -> str:
+    """``package-0`` and ``psys`` stay; a subzone takes its package's number: ``core-0``, ``dram-1``."""
+    if parent is None:
+        return name
+    try:
+        parent_name = read_text(parent / "name")
+    except OSError:
+        parent_name = ""
+    suffix = (
+        parent_name.rpartition("-")[2]
+        if parent_name.startswith("package-")
+        else parent.name.partition(":")[2]
+    )
+    return f"{name}-{suffix}"
+
+
+def _range(path: Path) -> float | None:
+    try:
+        return read_int(path / "max_energy_range_uj") * _UJ
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,1 @@
+"""Sampling: scheduled reads of every backend into an in-memory snapshot."""

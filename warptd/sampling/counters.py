@@ -1,0 +1,104 @@
+"""Turn raw hardware counters, which wrap and reset, into monotonic totals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class MonotonicCounter:
+    """A cumulative hardware counter made monotonic.
+
+    A decrease is a wrap when the counter has a known range (RAPL's ``max_energy_range_uj``)
+    and the wrapped delta is plausible (under half the range); otherwise it is a reset (driver
+    reload), after which the new raw value is the amount counted since the reset.
+    The total starts at the first raw value, so a daemon restart is invisible while the
+    hardware counter itself does not reset.
+    """
+
+    wrap_range: float | None = None
+    total: float | None = None
+    previous: float | None = None
+    wraps: int = 0
+    resets: int = 0
+
+    def update(self, raw: float) -> float:
+        """Feed one raw reading; return the delta it adds (0 on the first reading)."""
+        if self.previous is None or self.total is None:
+            self.previous, self.total = raw, raw
+            return 0.0
+        delta = raw - self.previous
+        if delta < 0:
+            wrapped = (self.wrap_range - self.previous) + raw if self.wrap_range else None
+            if wrapped is not None and 0 <= wrapped <= self.wrap_range / 2:  # type: ignore[operator]
+                delta = wrapped
+                self.wraps += 1
+            else:
+                delta = raw
+                self.resets += 1
+        self.previous = raw
+        self.total += delta
+        return delta
+
+
+@dataclass(slots=True)
+class EnergyTracker:
+    """Energy of one device or domain: from its counter where it has one, else integrated power.
+
+    Power is derived from the counter delta when the hardware reports energy only (RAPL, i915).
+    A gap in readings is never integrated across: the next reading starts a new interval.
+    """
+
+    counter: MonotonicCounter | None = None
+    integrated: float | None = None
+    last_power: float | None = None
+    last_time: float | None = None
+
+    def update(
+        self, now: float, power: float | None, energy: float | None, wrap_range: float | None = None
+    ) -> tuple[float | None, float | None]:
+        """Return (power in W, monotonic energy in J) for this reading."""
+        dt = now - self.last_time if self.last_time is not None else None
+        if energy is not None:
+            if self.counter is None:
+                self.counter = MonotonicCounter(wrap_range=wrap_range)
+            first = self.counter.previous is None
+            delta = self.counter.update(energy)
+            if power is None and not first and dt:
+                power = delta / dt
+            self.last_time = now
+            return power, self.counter.total
+        if self.counter is not None:
+            # The counter exists but is unreadable now: keep its total, resume on the next reading.
+            return power, self.counter.total
+        if power is None:
+            self.last_power, self.last_time = None, None
+            return None, self.integrated
+        if self.integrated is None:
+            self.integrated = 0.0
+        elif self.last_power is not None and dt:
+            self.integrated += (self.last_power + power) / 2 * dt
+        self.last_power, self.last_time = power, now
+        return power, self.integrated
+
+
+@dataclass(slots=True)
+class ThrottleTracker:
+    """Seconds spent in one throttle reason: the hardware violation counter, else sampled time."""
+
+    counter: MonotonicCounter | None = None
+    accumulated: float = 0.0
+    last_time: float | None = None
+
+    def update(self, now: float, active: bool, counter_seconds: float | None) -> float:
+        """Return the monotonic seconds total for this reading."""
+        dt = now - self.last_time if self.last_time is not None else 0.0
+        self.last_time = now
+        if counter_seconds is not None:
+            if self.counter is None:
+                self.counter = MonotonicCounter()
+            self.counter.update(counter_seconds)
+            return self.counter.total or 0.0
+        if active:
+            self.accumulated += dt
+        return self.accumulated

@@ -1,0 +1,214 @@
+"""APScheduler jobs, one per backend, each reading its backend on a worker thread with a timeout.
+
+A hung SDK call blocks only that backend's worker: its job gives up after ``sample_timeout``,
+marks the backend stale (its series are dropped) and counts a ``timeout``; later ticks count
+``hung`` until the call returns. Other backends keep their own workers and schedule.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from warptd.errors import ErrorKind
+from warptd.power.base import DomainPower, DomainReading, PowerBackend
+from warptd.sampling.counters import EnergyTracker, ThrottleTracker
+from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
+
+if TYPE_CHECKING:
+    from warptd.backends.base import AcceleratorBackend
+    from warptd.config import Settings
+    from warptd.models import DeviceReading
+
+log = structlog.get_logger("warptd.sampler")
+
+
+@dataclass(slots=True)
+class _Raw:
+    """What one worker read returns: when (monotonic), the readings and the errors counted."""
+
+    at: float
+    readings: list[Any]
+    errors: Counter[ErrorKind]
+
+
+class Sampler:
+    """Owns the schedule, the per-backend workers and the cross-sample trackers (energy, throttle)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        snapshot: Snapshot,
+        accelerators: list[AcceleratorBackend],
+        power: list[PowerBackend],
+        on_sample: Callable[[str], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.snapshot = snapshot
+        self.backends: dict[str, AcceleratorBackend | PowerBackend] = {}
+        self._on_sample = on_sample
+        self._energy: dict[tuple[str, object], EnergyTracker] = {}
+        self._throttle: dict[tuple[str, int, str], ThrottleTracker] = {}
+        self._inflight: dict[str, Future[_Raw]] = {}
+        self._workers: dict[str, ThreadPoolExecutor] = {}
+        for backend in accelerators:
+            self._add(backend, BackendState(backend.name, "accelerator", devices_info=backend.list_devices()))
+        for backend in power:
+            self._add(backend, BackendState(backend.name, "power", source=backend.source))
+        self.scheduler = BackgroundScheduler(
+            executors={"default": JobExecutor(max_workers=max(2, len(self.backends) + 1))},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone=UTC,
+        )
+
+    def _add(self, backend: AcceleratorBackend | PowerBackend, state: BackendState) -> None:
+        self.backends[backend.name] = backend
+        self.snapshot.add(state)
+        self._workers[backend.name] = ThreadPoolExecutor(1, thread_name_prefix=f"warptd-{backend.name}")
+        # Errors counted while listing devices at start belong to the backend too.
+        self.snapshot.count_errors(backend.name, backend.take_errors())
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        for name in self.backends:
+            self.scheduler.add_job(
+                self.tick,
+                "interval",
+                args=[name],
+                seconds=self.settings.interval,
+                next_run_time=datetime.now(UTC),
+                id=f"sample-{name}",
+            )
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        """Stop scheduling, abandon hung reads, shut the SDKs down."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+        for name, worker in self._workers.items():
+            worker.shutdown(wait=False, cancel_futures=True)
+            inflight = self._inflight.get(name)
+            if inflight is None or inflight.done():
+                self.backends[name].shutdown()
+
+    def sample_all(self) -> None:
+        """Sample every backend once, now, on the calling thread's schedule (for ``warptd sample``)."""
+        for name in self.backends:
+            self.tick(name)
+
+    # -- one tick ---------------------------------------------------------------------------
+    def tick(self, name: str) -> None:
+        """Read backend ``name`` once, within the timeout, and publish the result."""
+        previous = self._inflight.get(name)
+        if previous is not None and not previous.done():
+            self._fail(name, ErrorKind.HUNG, "hung")
+            return
+        started = time.monotonic()
+        future = self._workers[name].submit(self._read, name)
+        self._inflight[name] = future
+        try:
+            raw = future.result(timeout=self.settings.sample_timeout)
+        except FutureTimeout:
+            log.warning("sample_timeout", backend=name, timeout_s=self.settings.sample_timeout)
+            self._fail(name, ErrorKind.TIMEOUT, "timeout")
+            return
+        except Exception as exc:  # a backend bug outside its guarded SDK calls
+            log.error("sample_failed", backend=name, error=repr(exc))
+            self._fail(name, ErrorKind.UNEXPECTED, "error")
+            return
+        self.snapshot.count_errors(name, raw.errors)
+        changes: dict[str, object]
+        if isinstance(self.backends[name], PowerBackend):
+            changes = {"domains": self._domains(name, raw)}
+        else:
+            changes = {"devices": self._devices(name, raw)}
+        state = self.snapshot.get(name)
+        self.snapshot.update(
+            name,
+            **changes,
+            healthy=True,
+            stale_reason=None,
+            last_success=time.time(),
+            last_attempt_done=time.time(),
+            last_duration=time.monotonic() - started,
+            samples=(state.samples + 1) if state else 1,
+        )
+        if self._on_sample is not None:
+            self._on_sample(name)
+
+    def _read(self, name: str) -> _Raw:
+        backend = self.backends[name]
+        if isinstance(backend, PowerBackend):
+            readings: list[Any] = backend.read_domains()
+        else:
+            readings = [backend.read_device(i) for i in range(backend.get_device_count())]
+        return _Raw(at=time.monotonic(), readings=readings, errors=backend.take_errors())
+
+    def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
+        self.snapshot.count_errors(name, Counter({kind: 1}))
+        self.snapshot.update(name, healthy=False, stale_reason=reason, last_attempt_done=time.time())
+
+    # -- turning readings into samples ------------------------------------------------------
+    def _tracker(self, key: tuple[str, object]) -> EnergyTracker:
+        tracker = self._energy.get(key)
+        if tracker is None:
+            tracker = self._energy[key] = EnergyTracker()
+        return tracker
+
+    def _devices(self, name: str, raw: _Raw) -> list[DeviceSample]:
+        state = self.snapshot.get(name)
+        uuids = {info.index: info.uuid or "" for info in (state.devices_info if state else [])}
+        samples = []
+        reading: DeviceReading
+        for reading in raw.readings:
+            reading.uuid = uuids.get(reading.index, "")
+            if not reading.up:
+                samples.append(DeviceSample(reading=reading))
+                continue
+            tracker = self._tracker((name, (reading.index, reading.uuid)))
+            _, energy = tracker.update(raw.at, reading.power_watts, reading.energy_counter_joules)
+            samples.append(
+                DeviceSample(
+                    reading=reading,
+                    energy_joules=energy,
+                    throttle_seconds=self._throttle_seconds(name, raw.at, reading),
+                )
+            )
+        return samples
+
+    def _throttle_seconds(self, name: str, at: float, reading: DeviceReading) -> dict[str, float]:
+        seconds = {}
+        for reason in reading.throttle_active.keys() | reading.throttle_counter_seconds.keys():
+            key = (name, reading.index, reason)
+            tracker = self._throttle.get(key)
+            if tracker is None:
+                tracker = self._throttle[key] = ThrottleTracker()
+            seconds[reason] = tracker.update(
+                at, reading.throttle_active.get(reason, False), reading.throttle_counter_seconds.get(reason)
+            )
+        return seconds
+
+    def _domains(self, name: str, raw: _Raw) -> list[DomainPower]:
+        source = self.backends[name].source  # type: ignore[union-attr]
+        domains = []
+        reading: DomainReading
+        for reading in raw.readings:
+            tracker = self._tracker((name, reading.domain))
+            if reading.readable:
+                power, energy = tracker.update(
+                    raw.at, reading.power_watts, reading.energy_counter_joules, reading.energy_range_joules
+                )
+            else:
+                power, energy = None, None
+            domains.append(DomainPower(reading.domain, source, power, energy, reading.readable))
+        return domains

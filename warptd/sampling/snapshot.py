@@ -1,0 +1,93 @@
+"""The in-memory snapshot that scrapes read: the latest sample of every backend, never an SDK call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal
+
+from warptd.errors import ErrorKind
+from warptd.models import DeviceReading, GPUInfo
+from warptd.power.base import DomainPower, PowerSource
+
+
+@dataclass(slots=True)
+class DeviceSample:
+    """A device reading plus the totals the sampler keeps across readings."""
+
+    reading: DeviceReading
+    energy_joules: float | None = None
+    throttle_seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class BackendState:
+    """What one backend last told us, and how healthy its sampling is."""
+
+    name: str
+    kind: Literal["accelerator", "power"]
+    devices_info: list[GPUInfo] = field(default_factory=list)
+    source: PowerSource | None = None
+    devices: list[DeviceSample] = field(default_factory=list)
+    domains: list[DomainPower] = field(default_factory=list)
+    last_success: float | None = None  # wall clock of the last completed sample
+    last_attempt_done: float | None = None
+    last_duration: float | None = None
+    healthy: bool = False  # the last attempt completed in time
+    stale_reason: str | None = "not_sampled_yet"
+    errors: Counter[ErrorKind] = field(default_factory=Counter)
+    samples: int = 0
+
+
+class Snapshot:
+    """Thread-safe store of every :class:`BackendState`; ``generation`` changes on every update."""
+
+    def __init__(self, stale_after: float) -> None:
+        self.stale_after = stale_after
+        self._lock = threading.Lock()
+        self._states: dict[str, BackendState] = {}
+        self.generation = 0
+        self.started = time.time()
+
+    def add(self, state: BackendState) -> None:
+        with self._lock:
+            self._states[state.name] = state
+            self.generation += 1
+
+    def update(self, name: str, **changes: object) -> None:
+        """Replace fields of one backend's state atomically with respect to readers."""
+        with self._lock:
+            state = self._states[name]
+            for key, value in changes.items():
+                setattr(state, key, value)
+            self.generation += 1
+
+    def count_errors(self, name: str, errors: Counter[ErrorKind]) -> None:
+        if not errors:
+            return
+        with self._lock:
+            self._states[name].errors.update(errors)
+            self.generation += 1
+
+    def states(self) -> list[BackendState]:
+        with self._lock:
+            return list(self._states.values())
+
+    def get(self, name: str) -> BackendState | None:
+        with self._lock:
+            return self._states.get(name)
+
+    def is_fresh(self, state: BackendState, now: float | None = None) -> bool:
+        """Fresh: the last attempt succeeded in time, and not too long ago."""
+        now = time.time() if now is None else now
+        return bool(state.healthy and state.last_success and now - state.last_success <= self.stale_after)
+
+    def freshness(self, now: float | None = None) -> tuple[bool, ...]:
+        now = time.time() if now is None else now
+        return tuple(self.is_fresh(s, now) for s in self.states())
+
+    def ready(self) -> bool:
+        """Every backend finished (or gave up on) its first sample."""
+        return all(s.last_attempt_done is not None for s in self.states())
