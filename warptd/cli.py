@@ -19,8 +19,10 @@ from warptd.logs import configure_logging
 log = structlog.get_logger("warptd")
 
 
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def _common(for_subcommand: bool) -> argparse.ArgumentParser:
+    """Options valid before and after the subcommand; after it they must not reset what came before."""
+    default = argparse.SUPPRESS if for_subcommand else None
+    common = argparse.ArgumentParser(add_help=False, argument_default=default)
     common.add_argument("--config", type=Path, help="TOML config file (env WARPTD_CONFIG)")
     common.add_argument(
         "--backend",
@@ -33,18 +35,21 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     common.add_argument("--log-format", choices=["auto", "json", "console"])
     common.add_argument("--interval", type=float, help="seconds between samples (default 1)")
-    common.add_argument(
-        "--sample-timeout", type=float, help="seconds before a sample is given up (default 2)"
-    )
+    common.add_argument("--sample-timeout", type=float, help="seconds a sample may take (default 2)")
+    common.add_argument("--listen", help="HOST:PORT to serve on (default :9465)")
+    return common
 
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="warptd", description="Accelerator telemetry daemon for Prometheus.", parents=[common]
+        prog="warptd",
+        description="Accelerator telemetry daemon for Prometheus.",
+        parents=[_common(for_subcommand=False)],
     )
     parser.add_argument("--version", action="version", version=f"warptd {__version__}")
-    parser.add_argument("--listen", help="HOST:PORT to serve on (default :9465)")
     sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", parents=[common], help="run the daemon (default)")
-    serve.add_argument("--listen", help="HOST:PORT to serve on (default :9465)")
+    common = _common(for_subcommand=True)
+    sub.add_parser("serve", parents=[common], help="run the daemon (default)")
     for name, text in (("list", "list the devices of every backend"), ("sample", "print one snapshot")):
         command = sub.add_parser(name, parents=[common], help=text)
         command.add_argument("--json", action="store_true", help="print JSON")

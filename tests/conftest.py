@@ -1,0 +1,53 @@
+"""Shared fixtures: settings on loopback, the NVML double, fixture sysfs trees."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.doubles.nvml import FakeNvml
+from tests.sysfs_tree import SysfsTree
+from warptd.config import Settings, load_settings
+
+
+def require_tool(name: str) -> str:
+    """Path of an external tool; CI (WARPTD_REQUIRE_TOOLS=1) fails instead of skipping without it."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} not installed (apt-get install prometheus prometheus-node-exporter)"
+        if os.environ.get("WARPTD_REQUIRE_TOOLS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> SysfsTree:
+    return SysfsTree(tmp_path / "sys")
+
+
+@pytest.fixture
+def settings(sysfs: SysfsTree) -> Settings:
+    return load_settings(
+        listen="127.0.0.1:0", sysfs=sysfs.root, interval=0.2, sample_timeout=0.5, node="node-a"
+    )
+
+
+@pytest.fixture
+def fake_nvml() -> Iterator[FakeNvml]:
+    fake = FakeNvml(gpus=2)
+    with fake.installed():
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging():
+    """CLI tests configure structlog onto a captured stream; put the default back afterwards."""
+    import structlog
+
+    yield
+    structlog.reset_defaults()

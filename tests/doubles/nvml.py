@@ -1,0 +1,247 @@
+"""A faithful NVML double, at the SDK boundary of the ``nvidia`` and ``nvml`` backends.
+
+Each pynvml function that warptd may call is replaced by ``create_autospec`` of the *real*
+pynvml function (a wrong arity or misspelt keyword fails), answering from :class:`FakeGpu`
+state with the real ctypes result structures, constants and ``NVMLError`` subclasses. Every
+other ``nvml*`` function raises ``AssertionError`` so an unexpected call is loud.
+No NVIDIA hardware or driver is involved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from unittest import mock
+
+import pynvml
+
+GIB = 2**30
+ALL_REASONS = (
+    pynvml.nvmlClocksEventReasonGpuIdle
+    | pynvml.nvmlClocksEventReasonApplicationsClocksSetting
+    | pynvml.nvmlClocksEventReasonSwPowerCap
+    | pynvml.nvmlClocksEventReasonHwSlowdown
+    | pynvml.nvmlClocksEventReasonSyncBoost
+    | pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    | pynvml.nvmlClocksEventReasonDisplayClockSetting
+)
+
+
+def nvml_error(code: int) -> pynvml.NVMLError:
+    """The exception pynvml itself raises for a return code (e.g. NVMLError_NotSupported)."""
+    return pynvml.NVMLError(code)
+
+
+@dataclass
+class FakeGpu:
+    """State of one simulated GPU, in NVML's own units (bytes, %, °C, mW, mJ, MHz, ns)."""
+
+    index: int = 0
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = ""
+    memory_total: int = 80 * GIB
+    memory_used: int = 1 * GIB
+    util_gpu: int = 35
+    util_memory: int = 12
+    temperature: int = 41
+    power_mw: int = 120_000
+    power_limit_mw: int = 700_000
+    energy_mj: int | None = 5_000_000
+    clocks_mhz: dict[int, int] = field(
+        default_factory=lambda: {
+            pynvml.NVML_CLOCK_GRAPHICS: 1980,
+            pynvml.NVML_CLOCK_SM: 1980,
+            pynvml.NVML_CLOCK_MEM: 2619,
+            pynvml.NVML_CLOCK_VIDEO: 1755,
+        }
+    )
+    supported_reasons: int = ALL_REASONS
+    current_reasons: int = pynvml.nvmlClocksEventReasonGpuIdle
+    violation_ns: dict[int, int] = field(
+        default_factory=lambda: {pynvml.NVML_PERF_POLICY_POWER: 0, pynvml.NVML_PERF_POLICY_THERMAL: 0}
+    )
+    compute_capability: tuple[int, int] = (9, 0)
+    pcie_gen: int = 5
+    #: Function names answering NVML_ERROR_NOT_SUPPORTED on this GPU.
+    unsupported: set[str] = field(default_factory=set)
+    #: Function name -> exception to raise.
+    raises: dict[str, BaseException] = field(default_factory=dict)
+    lost: bool = False
+    #: While set, every call on this GPU blocks until ``release`` is set (a hung driver).
+    hang: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    #: When True, the energy counter advances with wall time at the current power (for live daemons).
+    live: bool = False
+    _t0: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.uuid = self.uuid or f"GPU-{self.index:08x}-1111-2222-3333-{self.index:012x}"
+
+    def energy_now(self) -> int | None:
+        if self.energy_mj is None:
+            return None
+        if self.live:
+            return self.energy_mj + int((time.monotonic() - self._t0) * self.power_mw)
+        return self.energy_mj
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    index: int
+
+
+class FakeNvml:
+    """The simulated driver: a list of GPUs plus init state and call counts."""
+
+    def __init__(self, gpus: list[FakeGpu] | int = 2, driver_version: str = "570.86.15") -> None:
+        if isinstance(gpus, int):
+            gpus = [FakeGpu(index=i) for i in range(gpus)]
+        self.gpus = gpus
+        self.driver_version = driver_version
+        self.initialised = 0
+        self.library_missing = False
+        self.mocks: dict[str, mock.Mock] = {}
+
+    # -- the implementations --------------------------------------------------------------
+    def _gpu(self, handle: FakeHandle, fn: str) -> FakeGpu:
+        if not self.initialised:
+            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+        gpu = self.gpus[handle.index]
+        if gpu.hang.is_set():
+            gpu.release.wait(timeout=30)
+        if gpu.lost:
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if fn in gpu.raises:
+            raise gpu.raises[fn]
+        if fn in gpu.unsupported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return gpu
+
+    def _impls(self) -> dict[str, Callable[..., Any]]:
+        def device(fn: str, answer: Callable[[FakeGpu], Any]) -> Callable[..., Any]:
+            def impl(handle: FakeHandle, *args: Any) -> Any:
+                return answer(self._gpu(handle, fn), *args)
+
+            return impl
+
+        def init() -> None:
+            if self.library_missing:
+                raise nvml_error(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+            self.initialised += 1
+
+        def shutdown() -> None:
+            if not self.initialised:
+                raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+            self.initialised -= 1
+
+        def count() -> int:
+            if not self.initialised:
+                raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+            return len(self.gpus)
+
+        def handle_by_index(index: int) -> FakeHandle:
+            if not 0 <= index < count():
+                raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            return FakeHandle(index)
+
+        def driver_version() -> str:
+            count()
+            return self.driver_version
+
+        def pci(g: FakeGpu) -> Any:
+            info = pynvml.nvmlPciInfo_t()
+            info.busId = f"00000000:{0x18 + g.index:02X}:00.0".encode()
+            return info
+
+        def memory(g: FakeGpu, version: Any = None) -> Any:
+            return pynvml.c_nvmlMemory_t(
+                total=g.memory_total, free=g.memory_total - g.memory_used, used=g.memory_used
+            )
+
+        def energy(g: FakeGpu) -> int:
+            value = g.energy_now()
+            if value is None:
+                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return value
+
+        def clock(g: FakeGpu, kind: int) -> int:
+            if kind not in g.clocks_mhz:
+                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return g.clocks_mhz[kind]
+
+        def violation(g: FakeGpu, policy: int) -> Any:
+            if policy not in g.violation_ns:
+                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return pynvml.c_nvmlViolationTime_t(
+                referenceTime=time.monotonic_ns(), violationTime=g.violation_ns[policy]
+            )
+
+        return {
+            "nvmlInit": init,
+            "nvmlShutdown": shutdown,
+            "nvmlDeviceGetCount": count,
+            "nvmlDeviceGetHandleByIndex": handle_by_index,
+            "nvmlSystemGetDriverVersion": driver_version,
+            "nvmlDeviceGetName": device("nvmlDeviceGetName", lambda g: g.name),
+            "nvmlDeviceGetUUID": device("nvmlDeviceGetUUID", lambda g: g.uuid),
+            "nvmlDeviceGetCudaComputeCapability": device(
+                "nvmlDeviceGetCudaComputeCapability", lambda g: g.compute_capability
+            ),
+            "nvmlDeviceGetPciInfo": device("nvmlDeviceGetPciInfo", pci),
+            "nvmlDeviceGetMaxPcieLinkGeneration": device(
+                "nvmlDeviceGetMaxPcieLinkGeneration", lambda g: g.pcie_gen
+            ),
+            "nvmlDeviceGetMemoryInfo": device("nvmlDeviceGetMemoryInfo", memory),
+            "nvmlDeviceGetUtilizationRates": device(
+                "nvmlDeviceGetUtilizationRates",
+                lambda g: pynvml.c_nvmlUtilization_t(gpu=g.util_gpu, memory=g.util_memory),
+            ),
+            "nvmlDeviceGetTemperature": device("nvmlDeviceGetTemperature", lambda g, sensor: g.temperature),
+            "nvmlDeviceGetPowerUsage": device("nvmlDeviceGetPowerUsage", lambda g: g.power_mw),
+            "nvmlDeviceGetEnforcedPowerLimit": device(
+                "nvmlDeviceGetEnforcedPowerLimit", lambda g: g.power_limit_mw
+            ),
+            "nvmlDeviceGetTotalEnergyConsumption": device("nvmlDeviceGetTotalEnergyConsumption", energy),
+            "nvmlDeviceGetClockInfo": device("nvmlDeviceGetClockInfo", clock),
+            "nvmlDeviceGetSupportedClocksEventReasons": device(
+                "nvmlDeviceGetSupportedClocksEventReasons", lambda g: g.supported_reasons
+            ),
+            "nvmlDeviceGetCurrentClocksEventReasons": device(
+                "nvmlDeviceGetCurrentClocksEventReasons", lambda g: g.current_reasons
+            ),
+            "nvmlDeviceGetViolationStatus": device("nvmlDeviceGetViolationStatus", violation),
+        }
+
+    # -- installing -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[FakeNvml]:
+        """Patch the real pynvml module for the duration of the block."""
+        impls = self._impls()
+        with contextlib.ExitStack() as stack:
+            for name in dir(pynvml):
+                real = getattr(pynvml, name)
+                if not (name.startswith("nvml") and callable(real) and not isinstance(real, type)):
+                    continue
+                if name in impls:
+                    replacement = mock.create_autospec(real, side_effect=impls[name])
+                    self.mocks[name] = replacement
+                else:
+                    replacement = _unexpected(name)
+                stack.enter_context(mock.patch.object(pynvml, name, replacement))
+            yield self
+
+    def calls(self, name: str) -> int:
+        return self.mocks[name].call_count
+
+
+def _unexpected(name: str) -> Callable[..., Any]:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"warptd called {name}, which the NVML double does not implement")
+
+    return fail

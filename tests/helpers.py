@@ -1,0 +1,87 @@
+"""Parsing expositions in tests, and building a sampler without its schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from warptd.backends.registry import load_backends
+from warptd.config import Settings
+from warptd.exporter.exposition import Exposition
+from warptd.sampling.sampler import Sampler
+from warptd.sampling.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse(text: str) -> list[Sample]:
+    return [
+        Sample(s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def select(samples: list[Sample], name: str, **labels: str) -> list[Sample]:
+    return [s for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def value(samples: list[Sample], name: str, **labels: str) -> float:
+    found = select(samples, name, **labels)
+    assert len(found) == 1, f"expected one {name}{labels}, found {found}"
+    return found[0].value
+
+
+class Rig:
+    """Backends + sampler + exposition, ticked by hand (no scheduler, no HTTP)."""
+
+    def __init__(self, settings: Settings, stale_after: float = 60.0) -> None:
+        self.settings = settings
+        self.loaded = load_backends(settings)
+        self.snapshot = Snapshot(stale_after=stale_after)
+        self.sampler = Sampler(settings, self.snapshot, self.loaded.accelerators, self.loaded.power)
+        self.exposition = Exposition(self.snapshot, node=settings.node)
+
+    def tick(self, *names: str) -> list[Sample]:
+        for name in names or list(self.sampler.backends):
+            self.sampler.tick(name)
+        return self.scrape()
+
+    def scrape(self) -> list[Sample]:
+        return parse(self.exposition.render(None, None)[0].decode())
+
+    def close(self) -> None:
+        self.sampler.stop()
+
+
+def http(
+    port: int, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """One request to 127.0.0.1:port (loopback only), bounded by a 10 s timeout."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is truthy or ``timeout`` seconds pass (bounded loop)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())

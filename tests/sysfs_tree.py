@@ -1,0 +1,56 @@
+"""Builds fixture sysfs trees (powercap RAPL zones, hwmon chips) under a temporary root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from unittest import mock
+
+
+class SysfsTree:
+    """A fake ``/sys`` with helpers that write the files the kernel would expose."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def write(self, relative: str, value: object) -> Path:
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{value}\n")
+        return path
+
+    def rapl_zone(self, zone: str, name: str, energy_uj: int, max_range_uj: int = 262_143_328_850) -> Path:
+        base = f"class/powercap/{zone}"
+        self.write(f"{base}/name", name)
+        self.write(f"{base}/max_energy_range_uj", max_range_uj)
+        return self.write(f"{base}/energy_uj", energy_uj)
+
+    def set_energy(self, zone: str, energy_uj: int) -> None:
+        self.write(f"class/powercap/{zone}/energy_uj", energy_uj)
+
+    def hwmon(self, index: int, name: str, temps: dict[str, int | None]) -> Path:
+        """A hwmon chip; ``temps`` maps labels (or None for unlabeled) to millidegrees."""
+        base = f"class/hwmon/hwmon{index}"
+        self.write(f"{base}/name", name)
+        for n, (label, millideg) in enumerate(temps.items(), start=1):
+            self.write(f"{base}/temp{n}_input", millideg)
+            if label and not label.startswith("temp"):
+                self.write(f"{base}/temp{n}_label", label)
+        return self.root / base
+
+
+def unreadable(path: Path) -> mock._patch | None:
+    """Make ``path`` unreadable like a root-only sysfs file: chmod 000, or as root (who bypasses
+    file modes) a patched read raising the same ``PermissionError`` the kernel would give."""
+    path.chmod(0)
+    if os.geteuid() != 0:
+        return None
+    real_read_text = Path.read_text
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read_text(self, *args, **kwargs)
+
+    return mock.patch.object(Path, "read_text", read_text)

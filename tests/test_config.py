@@ -1,0 +1,88 @@
+"""Flags, WARPTD_* environment and the TOML file map onto one settings model; bad values fail clearly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from warptd.cli import main
+from warptd.config import SettingsError, load_settings
+
+
+def test_defaults():
+    s = load_settings()
+    assert s.listen_address == ("", 9465)
+    assert s.interval == 1.0
+    assert s.backends is None
+    assert s.sysfs == Path("/sys")
+
+
+def test_env_comma_list_and_precedence(monkeypatch, tmp_path):
+    config = tmp_path / "warptd.toml"
+    config.write_text('interval = 5.0\nlisten = "127.0.0.1:9999"\nbackends = ["cpu"]\n')
+    monkeypatch.setenv("WARPTD_BACKENDS", "nvidia, CPU")
+    monkeypatch.setenv("WARPTD_INTERVAL", "2")
+    s = load_settings(config=config)
+    assert s.backends == ["nvidia", "cpu"]  # env over file
+    assert s.interval == 2.0  # env over file
+    assert s.listen == "127.0.0.1:9999"  # file over default
+    s = load_settings(config=config, interval=0.5)
+    assert s.interval == 0.5  # flag over env
+
+
+def test_config_from_env_var(monkeypatch, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("sample_timeout = 7\n")
+    monkeypatch.setenv("WARPTD_CONFIG", str(config))
+    assert load_settings().sample_timeout == 7
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"interval": -1}, "invalid setting interval=-1"),
+        ({"listen": "9465"}, "invalid setting listen='9465'"),
+        ({"listen": "host:99999"}, "invalid setting listen"),
+        ({"log_level": "loud"}, "invalid setting log_level='loud'"),
+        ({"config": Path("/nonexistent/warptd.toml")}, "invalid setting config: no such file"),
+    ],
+)
+def test_invalid_values_fail_with_one_line(kwargs, message):
+    with pytest.raises(SettingsError) as info:
+        load_settings(**kwargs)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_key_in_file(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("intervall = 3\n")
+    with pytest.raises(SettingsError, match="intervall"):
+        load_settings(config=config)
+
+
+def test_cli_exits_2_with_one_line(capsys):
+    assert main(["--interval", "0", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("warptd: invalid setting interval=0.0") and err.count("\n") == 1
+
+
+def test_cli_unknown_backend(capsys, monkeypatch):
+    monkeypatch.setenv("WARPTD_BACKENDS", "tpu9000")
+    assert main(["list"]) == 2
+    assert "unknown backend(s) tpu9000" in capsys.readouterr().err
+
+
+def test_cli_list_json(capsys):
+    assert main(["--backend", "cpu", "--log-level", "error", "list", "--json"]) == 0
+    import json
+
+    devices = json.loads(capsys.readouterr().out)
+    assert devices[0]["backend"] == "cpu" and devices[0]["index"] == 0
+
+
+def test_cli_sample_prints_exposition(capsys):
+    assert main(["--backend", "cpu", "--log-level", "error", "--interval", "0.1", "sample"]) == 0
+    out = capsys.readouterr().out
+    assert 'warptd_device_up{backend="cpu",device="0",uuid=""} 1.0' in out

@@ -1,0 +1,73 @@
+"""Monotonic energy and throttle totals across wraps, resets and gaps."""
+
+from __future__ import annotations
+
+import pytest
+
+from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleTracker
+
+
+def test_counter_starts_at_first_raw_value_and_adds_deltas():
+    c = MonotonicCounter()
+    assert c.update(100.0) == 0
+    assert c.update(130.0) == 30
+    assert c.total == 130
+
+
+def test_counter_wrap_uses_range():
+    c = MonotonicCounter(wrap_range=1000.0)
+    c.update(900.0)
+    assert c.update(50.0) == pytest.approx(150.0)  # (1000 - 900) + 50
+    assert c.wraps == 1 and c.resets == 0
+    assert c.total == pytest.approx(1050.0)
+
+
+def test_counter_implausible_wrap_is_a_reset():
+    c = MonotonicCounter(wrap_range=1000.0)
+    c.update(400.0)
+    assert c.update(10.0) == 10.0  # a 610 J "wrap" is over half the range: counter reset
+    assert c.resets == 1
+
+
+def test_counter_without_range_resets():
+    c = MonotonicCounter()
+    c.update(5000.0)
+    assert c.update(20.0) == 20.0
+    assert c.total == 5020.0
+    assert c.resets == 1
+
+
+def test_energy_tracker_derives_power_from_counter():
+    t = EnergyTracker()
+    assert t.update(0.0, None, 10.0) == (None, 10.0)
+    assert t.update(2.0, None, 30.0) == (10.0, 30.0)  # 20 J over 2 s
+
+
+def test_energy_tracker_keeps_total_while_counter_unreadable():
+    t = EnergyTracker()
+    t.update(0.0, 5.0, 100.0)
+    assert t.update(1.0, 5.0, None) == (5.0, 100.0)
+    assert t.update(2.0, None, 110.0) == (5.0, 110.0)  # 10 J over the 2 s since the last reading
+
+
+def test_energy_tracker_integrates_power_trapezoid_and_skips_gaps():
+    t = EnergyTracker()
+    assert t.update(0.0, 100.0, None) == (100.0, 0.0)
+    assert t.update(1.0, 200.0, None) == (200.0, 150.0)
+    assert t.update(2.0, None, None) == (None, 150.0)  # gap: nothing integrated
+    assert t.update(10.0, 100.0, None) == (100.0, 150.0)  # new interval starts here
+    assert t.update(11.0, 100.0, None) == (100.0, 250.0)
+
+
+def test_energy_tracker_without_any_source_is_none():
+    assert EnergyTracker().update(0.0, None, None) == (None, None)
+
+
+def test_throttle_tracker_counter_and_sampled():
+    counted = ThrottleTracker()
+    assert counted.update(0.0, False, 3.0) == 3.0
+    assert counted.update(1.0, False, 1.0) == 4.0  # reset: +1
+    sampled = ThrottleTracker()
+    assert sampled.update(0.0, True, None) == 0.0
+    assert sampled.update(1.5, True, None) == 1.5
+    assert sampled.update(2.5, False, None) == 1.5

@@ -1,0 +1,96 @@
+"""The real ``warptd`` process, as a user starts it: CPU backend, loopback port, promtool, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_tool
+from tests.helpers import http, parse, select, value, wait_until
+
+ROOT = Path(__file__).parents[1]
+
+
+def start_daemon(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
+    """Start ``python -m warptd`` on an ephemeral loopback port; return the process and its port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warptd", "--listen", "127.0.0.1:0", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        event = json.loads(line)
+        if event["event"] == "warptd_started":
+            return proc, int(event["listen"].rpartition(":")[2])
+    proc.kill()
+    raise AssertionError(f"warptd did not start: {proc.stderr.read()}")
+
+
+@pytest.fixture
+def cpu_daemon(tmp_path):
+    proc, port = start_daemon("--backend", "cpu", "--interval", "0.2", "--sysfs", str(tmp_path))
+    yield proc, port
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_cpu_daemon_serves_metrics_promtool_clean(cpu_daemon):
+    _, port = cpu_daemon
+    assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
+    body = http(port, "GET", "/metrics")[2]
+    samples = parse(body.decode())
+    assert value(samples, "warptd_device_up", backend="cpu", device="0") == 1
+    assert 0 <= value(samples, "warptd_device_utilization_ratio", backend="cpu") <= 1
+    assert value(samples, "warptd_device_memory_total_bytes", backend="cpu") > 0
+    assert not select(samples, "warptd_device_up", backend="nvidia")
+    promtool = require_tool("promtool")
+    result = subprocess.run(
+        [promtool, "check", "metrics"], check=False, input=body, capture_output=True, timeout=30
+    )
+    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
+
+
+def test_sigterm_stops_within_5_seconds(cpu_daemon):
+    proc, port = cpu_daemon
+    assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=5) == 0
+    assert time.monotonic() - started < 5
+    last = [json.loads(line) for line in proc.stderr.read().splitlines() if line.strip()][-1]
+    assert last["event"] == "warptd_stopped"
+
+
+def test_daemon_process_never_imports_torch(cpu_daemon):
+    proc, port = cpu_daemon
+    assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
+    maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    assert "torch" not in maps
+
+
+def test_port_in_use_is_a_clear_error(cpu_daemon):
+    _, port = cpu_daemon
+    result = subprocess.run(
+        [sys.executable, "-m", "warptd", "--backend", "cpu", "--listen", f"127.0.0.1:{port}"],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr

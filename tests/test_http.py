@@ -1,0 +1,134 @@
+"""The real HTTP server on loopback: /metrics negotiation and gzip, health, devices, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import require_tool
+from tests.helpers import http, parse, select, value, wait_until
+from warptd.daemon import Daemon
+
+
+@pytest.fixture
+def daemon(settings, fake_nvml, sysfs):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 1_000_000)
+    sysfs.rapl_zone("intel-rapl:0:0", "core", 500_000)
+    sysfs.hwmon(0, "coretemp", {"Package id 0": 48000})
+    d = Daemon(settings)
+    d.start()
+    assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
+    assert wait_until(lambda: all(s.samples >= 2 for s in d.snapshot.states()))
+    yield d
+    d.stop()
+
+
+def test_metrics_text_exposition(daemon):
+    status, headers, body = http(daemon.port, "GET", "/metrics")
+    assert status == 200
+    assert headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = parse(body.decode())
+    assert value(samples, "warptd_device_up", backend="nvidia", device="1") == 1
+    assert value(samples, "warptd_device_up", backend="cpu", device="0") == 1
+    assert value(samples, "warptd_backend_up", backend="rapl") == 1
+    assert select(samples, "warptd_energy_joules_total", source="nvml", domain="gpu0")
+    assert select(samples, "process_resident_memory_bytes")
+    assert value(samples, "warptd_build_info", version=__import__("warptd").__version__) == 1
+
+
+def test_metrics_openmetrics_and_gzip(daemon):
+    status, headers, body = http(
+        daemon.port,
+        "GET",
+        "/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "gzip"},
+    )
+    assert status == 200
+    assert headers["content-type"].startswith("application/openmetrics-text")
+    assert headers["content-encoding"] == "gzip"
+    text = gzip.decompress(body).decode()
+    assert text.endswith("# EOF\n")
+    assert "warptd_device_energy_joules_total{" in text
+
+
+def test_promtool_finds_nothing(daemon):
+    promtool = require_tool("promtool")
+    body = http(daemon.port, "GET", "/metrics")[2]
+    result = subprocess.run(
+        [promtool, "check", "metrics"], check=False, input=body, capture_output=True, timeout=30
+    )
+    assert result.returncode == 0 and result.stdout == b"" and result.stderr == b"", result.stderr.decode()
+
+
+def test_health_devices_landing(daemon, fake_nvml):
+    assert http(daemon.port, "GET", "/healthz")[0] == 200
+    status, _, body = http(daemon.port, "GET", "/devices")
+    assert status == 200
+    backends = {b["backend"]: b for b in json.loads(body)["backends"]}
+    gpus = backends["nvidia"]["devices"]
+    assert [g["uuid"] for g in gpus] == [g.uuid for g in fake_nvml.gpus]
+    assert gpus[0]["up"] is True and gpus[0]["memory_total_bytes"] == fake_nvml.gpus[0].memory_total
+    assert backends["rapl"]["domains"] == ["package-0", "core-0"]
+    status, headers, body = http(daemon.port, "GET", "/")
+    assert status == 200 and headers["content-type"].startswith("text/html") and b"/metrics" in body
+
+
+def test_scrapes_never_call_the_sdk(daemon, fake_nvml):
+    daemon.sampler.scheduler.pause()
+    before = sum(m.call_count for m in fake_nvml.mocks.values())
+    for _ in range(20):
+        assert http(daemon.port, "GET", "/metrics")[0] == 200
+        assert http(daemon.port, "GET", "/devices")[0] == 200
+    assert sum(m.call_count for m in fake_nvml.mocks.values()) == before
+
+
+def test_errors_are_json(daemon):
+    status, headers, body = http(daemon.port, "GET", "/nope")
+    assert status == 404 and json.loads(body)["error"].startswith("no such endpoint")
+    status, headers, body = http(daemon.port, "DELETE", "/metrics")
+    assert status == 405 and "GET" in headers["allow"] and "error" in json.loads(body)
+    status, _, body = http(daemon.port, "POST", "/metrics", body=b"x" * (64 * 1024 + 1))
+    assert status == 413 and json.loads(body)["limit_bytes"] == 65536
+    status, headers, body = http(daemon.port, "HEAD", "/metrics")
+    assert status == 200 and body == b"" and int(headers["content-length"]) > 0
+
+
+def test_readyz_waits_for_first_sample(settings):
+    settings.backends = ["cpu"]
+    d = Daemon(settings)
+    d.server.start()  # HTTP up, sampler not yet started
+    try:
+        status, _, body = http(d.port, "GET", "/readyz")
+        assert status == 503 and json.loads(body)["pending"] == ["cpu"]
+        d.sampler.start()
+        assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
+    finally:
+        d.stop()
+
+
+def test_stale_backend_series_dropped_at_scrape(settings, fake_nvml):
+    settings.backends = ["nvidia", "cpu"]
+    settings.sample_timeout = 0.2
+    d = Daemon(settings)
+    d.start()
+    try:
+        assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
+        fake_nvml.gpus[0].hang.set()
+        assert wait_until(
+            lambda: (
+                value(
+                    parse(http(d.port, "GET", "/metrics")[2].decode()), "warptd_backend_up", backend="nvidia"
+                )
+                == 0
+            )
+        )
+        samples = parse(http(d.port, "GET", "/metrics")[2].decode())
+        assert not select(samples, "warptd_device_up", backend="nvidia")
+        assert value(samples, "warptd_backend_up", backend="cpu") == 1
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="timeout") >= 1
+    finally:
+        fake_nvml.gpus[0].release.set()
+        d.stop()

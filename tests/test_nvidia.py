@@ -1,0 +1,223 @@
+"""The nvidia and nvml backends against the NVML double (tests/doubles/nvml.py); no GPU needed."""
+
+from __future__ import annotations
+
+import time
+
+import pynvml
+import pytest
+
+from tests.doubles.nvml import FakeGpu, FakeNvml, nvml_error
+from tests.helpers import Rig, select, value
+from warptd.backends.nvidia import NvidiaBackend
+
+DEV0 = {"backend": "nvidia", "device": "0"}
+DEV1 = {"backend": "nvidia", "device": "1"}
+
+
+@pytest.fixture
+def rig(settings, fake_nvml):
+    settings.backends = ["nvidia"]
+    rig = Rig(settings)
+    yield rig
+    rig.close()
+
+
+def test_values_in_base_units(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    samples = rig.tick()
+    assert value(samples, "warptd_device_up", **DEV0) == 1
+    assert value(samples, "warptd_device_memory_total_bytes", **DEV0) == gpu.memory_total
+    assert value(samples, "warptd_device_memory_used_bytes", **DEV0) == gpu.memory_used
+    assert value(samples, "warptd_device_memory_free_bytes", **DEV0) == gpu.memory_total - gpu.memory_used
+    assert value(samples, "warptd_device_utilization_ratio", **DEV0) == pytest.approx(0.35)
+    assert value(samples, "warptd_device_memory_utilization_ratio", **DEV0) == pytest.approx(0.12)
+    assert value(samples, "warptd_device_power_watts", **DEV0) == pytest.approx(120.0)  # from 120000 mW
+    assert value(samples, "warptd_device_power_limit_watts", **DEV0) == pytest.approx(700.0)
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == pytest.approx(5000.0)  # 5e6 mJ
+    assert value(samples, "warptd_device_temperature_celsius", sensor="gpu", **DEV0) == 41
+    assert value(samples, "warptd_device_clock_hertz", clock="sm", **DEV0) == 1980e6
+    assert value(samples, "warptd_device_clock_hertz", clock="memory", **DEV0) == 2619e6
+    assert value(samples, "warptd_device_throttle_active", reason="gpu_idle", **DEV0) == 1
+    assert value(samples, "warptd_device_throttle_active", reason="hw_thermal_slowdown", **DEV0) == 0
+    info = select(samples, "warptd_device_info", **DEV0)[0].labels
+    assert info["uuid"] == gpu.uuid
+    assert info["model"] == "NVIDIA H100 80GB HBM3"
+    assert info["driver_version"] == "570.86.15"
+    assert info["compute_capability"] == "9.0"
+    assert info["pci_bus_id"] == "00000000:18:00.0"
+    assert info["node"] == "node-a"
+    # every device series carries the uuid label
+    assert all(s.labels["uuid"] == gpu.uuid for s in samples if s.labels.get("device") == "0")
+
+
+def test_several_gpus_each_reported(settings):
+    fake = FakeNvml([FakeGpu(index=i, power_mw=100_000 + 1000 * i) for i in range(4)])
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        samples = rig.tick()
+        for i in range(4):
+            assert value(samples, "warptd_device_power_watts", backend="nvidia", device=str(i)) == 100 + i
+        rig.close()
+
+
+def test_handles_are_cached_not_looked_up_per_sample(rig, fake_nvml):
+    for _ in range(5):
+        rig.tick()
+    assert fake_nvml.calls("nvmlDeviceGetHandleByIndex") == len(fake_nvml.gpus)
+    assert fake_nvml.calls("nvmlInit") == 1  # nvidia and nvml power share one session
+    assert fake_nvml.calls("nvmlDeviceGetPowerUsage") >= 5
+
+
+def test_not_supported_fields_are_absent_not_zero(rig, fake_nvml):
+    gpu = fake_nvml.gpus[1]
+    gpu.unsupported = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature"}
+    gpu.energy_mj = None
+    gpu.supported_reasons = 0
+    gpu.current_reasons = 0
+    samples = rig.tick()
+    for name in (
+        "warptd_device_power_watts",
+        "warptd_device_utilization_ratio",
+        "warptd_device_temperature_celsius",
+        "warptd_device_energy_joules_total",
+        "warptd_device_throttle_active",
+    ):
+        assert not select(samples, name, **DEV1), name
+        assert select(samples, name, **DEV0), name
+    assert value(samples, "warptd_device_up", **DEV1) == 1
+    # NOT_SUPPORTED is not an error, and is asked once, not every sample
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+    before = fake_nvml.calls("nvmlDeviceGetPowerUsage")
+    rig.tick("nvidia")
+    assert fake_nvml.calls("nvmlDeviceGetPowerUsage") == before + 1  # GPU 0 only
+
+
+def test_gpu_lost_mid_run_drops_its_series_others_keep_updating(rig, fake_nvml):
+    rig.tick()
+    fake_nvml.gpus[0].lost = True
+    fake_nvml.gpus[1].power_mw = 250_000
+    samples = rig.tick()
+    assert value(samples, "warptd_device_up", **DEV0) == 0
+    assert not select(samples, "warptd_device_power_watts", **DEV0)
+    assert not select(samples, "warptd_device_memory_used_bytes", **DEV0)
+    assert not select(samples, "warptd_device_energy_joules_total", **DEV0)
+    assert value(samples, "warptd_device_power_watts", **DEV1) == 250
+    assert value(samples, "warptd_device_up", **DEV1) == 1
+    assert value(samples, "warptd_backend_up", backend="nvidia") == 1
+    # one lost error per sample, not one per skipped call
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="device_lost") == 1
+    fake_nvml.gpus[0].lost = False
+    samples = rig.tick()
+    assert value(samples, "warptd_device_up", **DEV0) == 1
+
+
+def test_hung_call_marks_backend_stale_without_blocking_others(settings, fake_nvml, sysfs):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 1_000_000)
+    settings.backends = ["nvidia", "rapl"]
+    settings.sample_timeout = 0.3
+    rig = Rig(settings)
+    rig.tick()
+    gpu = fake_nvml.gpus[1]
+    gpu.hang.set()
+    try:
+        started = time.monotonic()
+        rig.sampler.tick("nvidia")
+        assert time.monotonic() - started < 1.0  # gave up at the timeout
+        started = time.monotonic()
+        rig.sampler.tick("rapl")
+        assert time.monotonic() - started < 0.2  # other backends are not delayed
+        rig.sampler.tick("nvidia")  # the read is still hung
+        samples = rig.scrape()
+        assert value(samples, "warptd_backend_up", backend="nvidia") == 0
+        assert value(samples, "warptd_backend_up", backend="rapl") == 1
+        assert not select(samples, "warptd_device_up", backend="nvidia")  # stale: series dropped
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="timeout") == 1
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="hung") == 1
+        assert select(samples, "warptd_energy_joules_total", source="rapl", domain="package-0")
+    finally:
+        gpu.hang.clear()
+        gpu.release.set()
+    deadline = time.monotonic() + 5
+    while rig.sampler._inflight["nvidia"].running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    samples = rig.tick("nvidia")
+    assert value(samples, "warptd_backend_up", backend="nvidia") == 1
+    rig.close()
+
+
+def test_energy_counter_reset_stays_monotonic(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 5000
+    gpu.energy_mj += 2_000_000
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7000
+    gpu.energy_mj = 300_000  # driver reload: the counter restarts from 0
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7300
+    gpu.energy_mj = 400_000
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7400
+
+
+def test_energy_integrated_from_power_without_a_counter(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.energy_mj = None
+    gpu.power_mw = 200_000
+    rig.tick()
+    time.sleep(0.25)
+    samples = rig.tick()
+    joules = value(samples, "warptd_device_energy_joules_total", **DEV0)
+    assert 200 * 0.2 < joules < 200 * 0.6
+
+
+def test_throttle_seconds_from_violation_counters_and_samples(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.violation_ns[pynvml.NVML_PERF_POLICY_POWER] = 1_500_000_000
+    gpu.current_reasons = pynvml.nvmlClocksEventReasonHwSlowdown
+    rig.tick()
+    time.sleep(0.1)
+    gpu.violation_ns[pynvml.NVML_PERF_POLICY_POWER] = 4_000_000_000
+    samples = rig.tick()
+    assert value(samples, "warptd_device_throttle_seconds_total", reason="sw_power_cap", **DEV0) == 4.0
+    sampled = value(samples, "warptd_device_throttle_seconds_total", reason="hw_slowdown", **DEV0)
+    assert 0.05 < sampled < 1.0
+    assert value(samples, "warptd_device_throttle_active", reason="hw_slowdown", **DEV0) == 1
+
+
+def test_nvml_power_backend_domains(settings, fake_nvml):
+    settings.backends = ["nvml"]
+    rig = Rig(settings)
+    assert list(rig.sampler.backends) == ["nvml"]
+    samples = rig.tick()
+    assert value(samples, "warptd_power_watts", source="nvml", domain="gpu0") == 120
+    assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu1") == 5000
+    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0") == 1
+    gpus = rig.loaded.power[0].get_gpu_power()
+    assert [g.power_watts for g in gpus] == [120.0, 120.0]
+    rig.close()
+
+
+def test_pytorch_device_string_and_errors_never_escape(settings, fake_nvml):
+    backend = NvidiaBackend(settings)
+    assert backend.get_pytorch_device_string(1) == "cuda:1"
+    fake_nvml.gpus[0].raises["nvmlDeviceGetMemoryInfo"] = nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+    fake_nvml.gpus[0].raises["nvmlDeviceGetPowerUsage"] = RuntimeError("boom")
+    assert backend.get_memory_usage(0) is None
+    assert backend.get_power_usage(0) is None
+    errors = backend.take_errors()
+    assert errors["sdk_error"] == 1 and errors["unexpected"] == 1
+    backend.shutdown()
+
+
+def test_missing_driver_is_a_log_line_not_an_error(settings):
+    fake = FakeNvml(gpus=1)
+    fake.library_missing = True
+    settings.backends = ["nvidia", "cpu"]
+    with fake.installed():
+        rig = Rig(settings)
+        assert [b.name for b in rig.loaded.accelerators] == ["cpu"]
+        assert "libnvidia-ml.so.1 not found" in rig.loaded.unavailable["nvidia"]
+        rig.close()

@@ -1,0 +1,96 @@
+"""RAPL powercap through fixture sysfs trees: domains, wrap-around, unreadable energy_uj."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+from structlog.testing import capture_logs
+
+from tests.helpers import Rig, select, value
+from tests.sysfs_tree import unreadable
+from warptd.errors import BackendUnavailableError
+from warptd.power.rapl import RaplPowerBackend
+
+RANGE_UJ = 65_532_610_987  # AMD EPYC's max_energy_range_uj
+
+
+@pytest.fixture
+def two_sockets(sysfs):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 10_000_000, RANGE_UJ)
+    sysfs.rapl_zone("intel-rapl:0:0", "core", 4_000_000, RANGE_UJ)
+    sysfs.rapl_zone("intel-rapl:0:1", "dram", 1_000_000, RANGE_UJ)
+    sysfs.rapl_zone("intel-rapl:1", "package-1", 20_000_000, RANGE_UJ)
+    sysfs.rapl_zone("intel-rapl:1:0", "uncore", 3_000_000, RANGE_UJ)
+    sysfs.rapl_zone("intel-rapl:2", "psys", 50_000_000, RANGE_UJ)
+    sysfs.rapl_zone("intel-rapl-mmio:0", "package-0", 10_000_000, RANGE_UJ)  # mirror: must be skipped
+    return sysfs
+
+
+@pytest.fixture
+def rig(settings, two_sockets):
+    settings.backends = ["rapl"]
+    rig = Rig(settings)
+    yield rig
+    rig.close()
+
+
+def test_domains_named_by_package(settings, two_sockets):
+    backend = RaplPowerBackend(settings)
+    assert [z.domain for z in backend.zones] == [
+        "package-0",
+        "core-0",
+        "dram-0",
+        "package-1",
+        "uncore-1",
+        "psys",
+    ]
+
+
+def test_energy_in_joules_and_power_from_deltas(rig, two_sockets):
+    samples = rig.tick()
+    assert value(samples, "warptd_energy_joules_total", source="rapl", domain="package-0") == pytest.approx(
+        10.0
+    )
+    assert not select(samples, "warptd_power_watts", domain="package-0")  # no rate from one reading
+    two_sockets.set_energy("intel-rapl:0", 10_000_000 + 50_000_000)  # +50 J
+    time.sleep(0.5)
+    samples = rig.tick()
+    assert value(samples, "warptd_energy_joules_total", source="rapl", domain="package-0") == pytest.approx(
+        60.0
+    )
+    watts = value(samples, "warptd_power_watts", source="rapl", domain="package-0")
+    assert 50 / 1.0 < watts < 50 / 0.5 + 1
+
+
+def test_wrap_around_stays_monotonic(rig, two_sockets):
+    two_sockets.set_energy("intel-rapl:1", RANGE_UJ - 1_000_000)  # 1 J below the wrap
+    samples = rig.tick()
+    before = value(samples, "warptd_energy_joules_total", domain="package-1")
+    two_sockets.set_energy("intel-rapl:1", 2_000_000)  # wrapped, +3 J in all
+    samples = rig.tick()
+    after = value(samples, "warptd_energy_joules_total", domain="package-1")
+    assert after - before == pytest.approx(3.0)
+    assert after > before
+
+
+def test_unreadable_energy_is_reported_not_zero(settings, two_sockets):
+    patch = unreadable(two_sockets.root / "class/powercap/intel-rapl:0/energy_uj")
+    settings.backends = ["rapl"]
+    rig = Rig(settings)
+    with patch if patch is not None else contextlib.nullcontext(), capture_logs() as logs:
+        samples = rig.tick()
+    assert value(samples, "warptd_power_domain_up", source="rapl", domain="package-0") == 0
+    assert not select(samples, "warptd_energy_joules_total", domain="package-0")
+    assert not select(samples, "warptd_power_watts", domain="package-0")
+    assert value(samples, "warptd_power_domain_up", source="rapl", domain="package-1") == 1
+    assert value(samples, "warptd_sample_errors_total", backend="rapl", kind="permission") == 1
+    warning = next(e for e in logs if e["event"] == "rapl_domain_unreadable")
+    assert warning["domain"] == "package-0" and "readable by root only" in warning["reason"]
+    rig.close()
+
+
+def test_no_zones_means_unavailable(settings):
+    with pytest.raises(BackendUnavailableError, match="no RAPL zones"):
+        RaplPowerBackend(settings)

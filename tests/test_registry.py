@@ -1,0 +1,105 @@
+"""Loading every backend at once, explicit selection, and third-party entry-point plugins."""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint
+from typing import ClassVar
+
+import pytest
+
+from warptd.backends import registry
+from warptd.backends.cpu import CpuBackend
+from warptd.config import SettingsError
+from warptd.models import GPUInfo, MemoryUsage, Utilization
+
+
+class PluginBackend(CpuBackend):
+    """A third-party backend, as a vendor package would ship it."""
+
+    name: ClassVar[str] = "acme"
+
+    def list_devices(self) -> list[GPUInfo]:
+        return [GPUInfo(index=0, model="ACME NPU", uuid="acme-0")]
+
+    def get_memory_usage(self, index: int) -> MemoryUsage | None:
+        return MemoryUsage(total=16, used=4, free=12)
+
+    def get_utilization(self, index: int) -> Utilization | None:
+        return Utilization(compute=0.5)
+
+
+class BrokenBackend(CpuBackend):
+    def __init__(self, settings):
+        raise ImportError("No module named 'acme_sdk'")
+
+
+def _entry_points(monkeypatch, *eps: EntryPoint) -> None:
+    def fake(group: str):
+        return [ep for ep in eps if ep.group == group]
+
+    monkeypatch.setattr(registry, "entry_points", fake)
+
+
+def test_all_available_backends_load_together(settings, fake_nvml, sysfs):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 1)
+    loaded = registry.load_backends(settings)
+    assert [b.name for b in loaded.accelerators] == ["nvidia", "cpu"]
+    assert [b.name for b in loaded.power] == ["nvml", "rapl"]
+    loaded.shutdown()
+
+
+def test_selection_loads_named_backends_and_their_power_companions(settings, fake_nvml, sysfs):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 1)
+    settings.backends = ["nvidia"]
+    loaded = registry.load_backends(settings)
+    assert [b.name for b in loaded.accelerators] == ["nvidia"]
+    assert [b.name for b in loaded.power] == ["nvml"]
+    loaded.shutdown()
+    settings.backends = ["rapl"]
+    loaded = registry.load_backends(settings)
+    assert [b.name for b in [*loaded.accelerators, *loaded.power]] == ["rapl"]
+
+
+def test_unknown_backend_is_a_startup_error(settings):
+    settings.backends = ["nvidai"]
+    with pytest.raises(SettingsError, match=r"unknown backend.*nvidai.*known: cpu, nvidia, nvml, rapl"):
+        registry.load_backends(settings)
+
+
+def test_entry_point_plugin_is_loaded(settings, monkeypatch):
+    _entry_points(
+        monkeypatch,
+        EntryPoint("acme", "tests.test_registry:PluginBackend", "warptd.backends"),
+        EntryPoint("broken", "tests.test_registry:BrokenBackend", "warptd.backends"),
+        EntryPoint("missing", "acme_not_installed.mod:Backend", "warptd.power_backends"),
+    )
+    loaded = registry.load_backends(settings)
+    names = [b.name for b in loaded.accelerators]
+    assert "acme" in names and "cpu" in names
+    assert "acme_sdk" in loaded.unavailable["broken"]
+    assert "acme_not_installed" in loaded.unavailable["missing"]
+
+
+def test_plugin_cannot_hijack_a_builtin_name(settings, monkeypatch):
+    _entry_points(monkeypatch, EntryPoint("cpu", "tests.test_registry:PluginBackend", "warptd.backends"))
+    settings.backends = ["cpu"]
+    loaded = registry.load_backends(settings)
+    assert type(loaded.accelerators[0]) is CpuBackend
+
+
+def test_a_non_backend_class_is_refused(settings, monkeypatch):
+    _entry_points(monkeypatch, EntryPoint("weird", "warptd.models:GPUInfo", "warptd.backends"))
+    loaded = registry.load_backends(settings)
+    assert "not a AcceleratorBackend" in loaded.unavailable["weird"]
+
+
+def test_builtins_are_declared_as_entry_points_too():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    declared = {
+        **project["entry-points"]["warptd.backends"],
+        **project["entry-points"]["warptd.power_backends"],
+    }
+    assert declared == {**registry.BUILTIN["accelerator"], **registry.BUILTIN["power"]}
