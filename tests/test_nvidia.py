@@ -221,3 +221,18 @@ def test_missing_driver_is_a_log_line_not_an_error(settings):
         assert [b.name for b in rig.loaded.accelerators] == ["cpu"]
         assert "libnvidia-ml.so.1 not found" in rig.loaded.unavailable["nvidia"]
         rig.close()
+
+
+def test_double_rejects_a_wrong_call_in_both_modes(settings):
+    for record in (True, False):
+        fake = FakeNvml(gpus=1, record_calls=record)
+        with fake.installed():
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            with pytest.raises(TypeError):
+                pynvml.nvmlDeviceGetPowerUsage(handle, 1)  # one argument too many
+            with pytest.raises(AssertionError, match="does not implement"):
+                pynvml.nvmlDeviceGetFanSpeed(handle)
+            assert pynvml.nvmlDeviceGetPowerUsage(handle) == 120_000
+            assert fake.calls("nvmlDeviceGetPowerUsage") == 1  # the rejected call never reached the driver
+            pynvml.nvmlShutdown()

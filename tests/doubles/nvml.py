@@ -10,8 +10,11 @@ No NVIDIA hardware or driver is involved.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,14 +102,21 @@ class FakeHandle:
 class FakeNvml:
     """The simulated driver: a list of GPUs plus init state and call counts."""
 
-    def __init__(self, gpus: list[FakeGpu] | int = 2, driver_version: str = "570.86.15") -> None:
+    def __init__(
+        self, gpus: list[FakeGpu] | int = 2, driver_version: str = "570.86.15", record_calls: bool = True
+    ) -> None:
         if isinstance(gpus, int):
             gpus = [FakeGpu(index=i) for i in range(gpus)]
         self.gpus = gpus
         self.driver_version = driver_version
         self.initialised = 0
         self.library_missing = False
+        #: True: ``create_autospec`` mocks that record every call (tests). False: the same signature
+        #: check through ``inspect.signature(real).bind`` with only a call count, so a long benchmark
+        #: or soak neither pays mock's bookkeeping nor grows its call list without bound.
+        self.record_calls = record_calls
         self.mocks: dict[str, mock.Mock] = {}
+        self.counts: Counter[str] = Counter()
 
     # -- the implementations --------------------------------------------------------------
     def _gpu(self, handle: FakeHandle, fn: str) -> FakeGpu:
@@ -228,16 +238,31 @@ class FakeNvml:
                 real = getattr(pynvml, name)
                 if not (name.startswith("nvml") and callable(real) and not isinstance(real, type)):
                     continue
-                if name in impls:
-                    replacement = mock.create_autospec(real, side_effect=impls[name])
-                    self.mocks[name] = replacement
+                if name in impls and self.record_calls:
+                    replacement = self.mocks[name] = mock.create_autospec(real, side_effect=impls[name])
+                elif name in impls:
+                    replacement = _signature_checked(name, real, impls[name], self.counts)
                 else:
                     replacement = _unexpected(name)
                 stack.enter_context(mock.patch.object(pynvml, name, replacement))
             yield self
 
     def calls(self, name: str) -> int:
-        return self.mocks[name].call_count
+        return self.mocks[name].call_count if self.record_calls else self.counts[name]
+
+
+def _signature_checked(
+    name: str, real: Callable[..., Any], impl: Callable[..., Any], counts: Counter[str]
+) -> Callable[..., Any]:
+    signature = inspect.signature(real)
+
+    @functools.wraps(real)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        signature.bind(*args, **kwargs)  # TypeError on a wrong call, as autospec raises
+        counts[name] += 1
+        return impl(*args, **kwargs)
+
+    return call
 
 
 def _unexpected(name: str) -> Callable[..., Any]:

@@ -34,7 +34,6 @@ _CLOCKS: dict[str, str] = {
     "graphics": "NVML_CLOCK_GRAPHICS",
     "sm": "NVML_CLOCK_SM",
     "memory": "NVML_CLOCK_MEM",
-    "video": "NVML_CLOCK_VIDEO",
 }
 
 

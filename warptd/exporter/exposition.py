@@ -7,17 +7,21 @@ import threading
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
 
 from warptd.exporter.collector import SnapshotCollector
+from warptd.exporter.text import render_openmetrics, render_text
 from warptd.sampling.snapshot import Snapshot
 
+#: The format render_text writes; prometheus_client >= 0.24 would announce version=1.0.0 instead.
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class Rendered:
     key: tuple[object, ...]
     body: bytes
-    gzipped: bytes
+    gzipped: bytes | None = None  # compressed on the first scrape that asks for gzip
 
 
 class Exposition:
@@ -37,12 +41,16 @@ class Exposition:
 
     def render(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, str, bool]:
         """Return (body, content type, gzipped) for a scrape with these request headers."""
-        encoder, content_type = choose_encoder(accept or "")
+        openmetrics = "application/openmetrics-text" in (accept or "")
+        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
         key = (self.snapshot.generation, self.snapshot.freshness())
+        use_gzip = "gzip" in (accept_encoding or "")
         with self._lock:
             cached = self._cache.get(content_type)
             if cached is None or cached.key != key:
-                body = encoder(self.registry)
-                cached = self._cache[content_type] = Rendered(key, body, gzip.compress(body, compresslevel=5))
-        use_gzip = "gzip" in (accept_encoding or "")
-        return (cached.gzipped if use_gzip else cached.body), content_type, use_gzip
+                metrics = self.registry.collect()
+                body = render_openmetrics(metrics) if openmetrics else render_text(metrics)
+                cached = self._cache[content_type] = Rendered(key, body)
+            if use_gzip and cached.gzipped is None:
+                cached.gzipped = gzip.compress(cached.body, compresslevel=5)
+            return (cached.gzipped if use_gzip else cached.body), content_type, use_gzip
