@@ -86,3 +86,32 @@ def test_cli_sample_prints_exposition(capsys):
     assert main(["--backend", "cpu", "--log-level", "error", "--interval", "0.1", "sample"]) == 0
     out = capsys.readouterr().out
     assert 'warptd_device_up{backend="cpu",device="0",uuid=""} 1.0' in out
+
+
+def test_cli_sample_json(capsys):
+    import json
+
+    assert main(["--backend", "cpu", "--log-level", "error", "--interval", "0.1", "sample", "--json"]) == 0
+    snapshot = json.loads(capsys.readouterr().out)
+    device = snapshot["cpu"]["devices"][0]
+    assert snapshot["cpu"]["fresh"] is True and device["up"] is True and device["memory"]["total"] > 0
+
+
+def test_logs_are_json_lines_off_a_tty(capsys):
+    import io
+    import json
+
+    import structlog
+
+    from warptd.logs import configure_logging
+
+    stream = io.StringIO()
+    configure_logging("info", "auto", stream)
+    structlog.get_logger("t").info("hello", backend="cpu")
+    structlog.get_logger("t").debug("hidden")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["event"] == "hello"
+    stream = io.StringIO()
+    configure_logging("debug", "console", stream)
+    structlog.get_logger("t").debug("shown")
+    assert "shown" in stream.getvalue() and not stream.getvalue().startswith("{")

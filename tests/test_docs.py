@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from warptd.exporter.catalog import ALL
+from warptd.exporter.catalog import ALL, STRESS
 from warptd.exporter.docs import render_markdown
 
 DOC = Path(__file__).parents[1] / "docs" / "metrics.md"
@@ -13,8 +13,20 @@ def test_metrics_doc_is_current():
 
 
 def test_catalog_follows_prometheus_naming():
-    units = ("_bytes", "_ratio", "_watts", "_celsius", "_hertz", "_seconds", "_info", "_up", "_active")
-    for spec in ALL:
+    units = (
+        "_bytes",
+        "_ratio",
+        "_watts",
+        "_joules",
+        "_celsius",
+        "_hertz",
+        "_seconds",
+        "_info",
+        "_up",
+        "_active",
+    )
+    units += ("_running", "_per_second")
+    for spec in (*ALL, *STRESS):
         assert spec.name.startswith("warptd_"), spec.name
         if spec.type == "counter":
             assert spec.name.endswith("_total"), spec.name

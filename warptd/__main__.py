@@ -2,4 +2,5 @@ import sys
 
 from warptd.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a spawned stress worker imports the main module; it must not rerun the CLI
+    sys.exit(main())

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -44,6 +44,13 @@ class Settings(BaseSettings):
         description="Node name for warptd_device_info{node}; the Helm chart sets it from spec.nodeName",
     )
     sysfs: Path = Field(Path("/sys"), description="Root of sysfs, as node_exporter's --path.sysfs")
+    stress: bool = Field(True, description="Serve the /stress endpoints (--no-stress turns them off)")
+    stress_token: SecretStr | None = Field(
+        None, description="Bearer token for POST/DELETE /stress; without one only loopback clients may"
+    )
+    stress_token_file: Path | None = Field(None, description="File holding the stress token")
+    stress_max_duration: float = Field(3600.0, ge=1, le=7 * 86400, description="Longest stress run, seconds")
+    stress_history: int = Field(50, ge=1, le=10_000, description="Finished stress jobs kept for GET /stress")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto = console on a TTY, JSON otherwise"
@@ -68,6 +75,17 @@ class Settings(BaseSettings):
         if host.startswith("[") != host.endswith("]"):
             raise ValueError("an IPv6 host must be bracketed, e.g. '[::1]:9465'")
         return value
+
+    def stress_token_value(self) -> str | None:
+        """The configured token, from ``stress_token`` or the first line of ``stress_token_file``."""
+        if self.stress_token is not None:
+            return self.stress_token.get_secret_value() or None
+        if self.stress_token_file is not None:
+            try:
+                return self.stress_token_file.read_text().strip() or None
+            except OSError as exc:
+                raise SettingsError(f"invalid setting stress_token_file: {exc.strerror or exc}") from None
+        return None
 
     @property
     def listen_address(self) -> tuple[str, int]:

@@ -15,8 +15,11 @@ from warptd.exporter.exposition import Exposition
 from warptd.http.app import Router
 from warptd.http.routes import add_core_routes
 from warptd.http.server import WarptdHTTPServer
+from warptd.http.stress_routes import add_stress_routes
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
+from warptd.stress.base import DeviceRef
+from warptd.stress.jobs import JobManager
 
 log = structlog.get_logger("warptd")
 
@@ -31,8 +34,15 @@ class Daemon:
         self.snapshot = Snapshot(stale_after=stale_after)
         self.sampler = Sampler(settings, self.snapshot, self.loaded.accelerators, self.loaded.power)
         self.exposition = Exposition(self.snapshot, node=settings.node)
+        self.stress = make_job_manager(settings, self.loaded, self.snapshot) if settings.stress else None
+        if self.stress is not None:
+            from warptd.exporter.stress import StressCollector
+
+            self.exposition.registry.register(StressCollector(self.stress))
+            self.sampler.listeners.append(self.stress.on_sample)
         self.router = Router()
         add_core_routes(self.router, self.snapshot, self.exposition)
+        add_stress_routes(self.router, self.stress, settings.stress_token_value())
         host, port = settings.listen_address
         self.server = WarptdHTTPServer(host, port, self.router)
         self._stopped = threading.Event()
@@ -58,6 +68,8 @@ class Daemon:
         with self._stop_lock:
             if self._stopped.is_set():
                 return
+            if self.stress is not None:
+                self.stress.shutdown()
             self.server.shutdown()
             self.server.server_close()
             self.sampler.stop()
@@ -77,3 +89,29 @@ class Daemon:
         while not self._stopped.wait(timeout=1.0):
             pass
         return 0
+
+
+def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> JobManager:
+    """A stress job manager over every device of every loaded accelerator backend."""
+    devices = [
+        DeviceRef(
+            backend=backend.name,
+            index=index,
+            torch_device=backend.get_pytorch_device_string(index),
+            is_accelerator=backend.is_accelerator,
+            backend_target=f"{type(backend).__module__}:{type(backend).__qualname__}",
+        )
+        for backend in loaded.accelerators
+        for index in range(backend.get_device_count())
+    ]
+    companions: dict[str, list[str]] = {}
+    for power in loaded.power:
+        if power.companion:
+            companions.setdefault(power.companion, []).append(power.name)
+    return JobManager(
+        devices,
+        companions,
+        max_duration_s=settings.stress_max_duration,
+        history=settings.stress_history,
+        on_change=snapshot.touch,
+    )

@@ -120,6 +120,40 @@ LAST_SAMPLE = MetricSpec(
     "Unix time of the backend's last completed sample.",
     ("backend",),
 )
+STRESS_LABELS = ("backend", "device", "test")
+STRESS_RUNNING = MetricSpec(
+    "warptd_stress_running", "gauge", "1 while a stress job runs on the device, else 0.", STRESS_LABELS
+)
+STRESS_RUNS = MetricSpec(
+    "warptd_stress_runs_total",
+    "counter",
+    "Finished stress jobs by test and final status.",
+    ("test", "status"),
+)
+STRESS_LAST_FLOPS = MetricSpec(
+    "warptd_stress_last_flop_per_second",
+    "gauge",
+    "Throughput of the last successful compute stress run.",
+    STRESS_LABELS,
+)
+STRESS_LAST_BYTES = MetricSpec(
+    "warptd_stress_last_bytes_per_second",
+    "gauge",
+    "Throughput of the last successful memory stress run.",
+    STRESS_LABELS,
+)
+STRESS_LAST_ENERGY = MetricSpec(
+    "warptd_stress_last_energy_joules",
+    "gauge",
+    "Energy the device used during the last successful stress run.",
+    STRESS_LABELS,
+)
+STRESS_LAST_END = MetricSpec(
+    "warptd_stress_last_end_timestamp_seconds",
+    "gauge",
+    "Unix time the last successful stress run ended.",
+    STRESS_LABELS,
+)
 BUILD_INFO = MetricSpec(
     "warptd_build_info", "gauge", "warptd build information; always 1.", ("version", "python_version")
 )
@@ -148,4 +182,12 @@ ALL: tuple[MetricSpec, ...] = (
     SAMPLE_ERRORS,
     LAST_SAMPLE,
     BUILD_INFO,
+)
+STRESS: tuple[MetricSpec, ...] = (
+    STRESS_RUNNING,
+    STRESS_RUNS,
+    STRESS_LAST_FLOPS,
+    STRESS_LAST_BYTES,
+    STRESS_LAST_ENERGY,
+    STRESS_LAST_END,
 )

@@ -18,18 +18,21 @@ from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
 _COUNTED_KINDS = tuple(k for k in ErrorKind if k is not ErrorKind.NOT_SUPPORTED)
 
 
-class _Families:
-    """One metric family per catalog entry, filled in while walking the snapshot."""
+class Families:
+    """One metric family per catalog entry, filled in while walking the state to export."""
 
-    def __init__(self) -> None:
+    def __init__(self, specs: tuple[m.MetricSpec, ...] = m.ALL) -> None:
         self.by_spec: dict[m.MetricSpec, GaugeMetricFamily | CounterMetricFamily] = {}
-        for spec in m.ALL:
+        for spec in specs:
             cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
             self.by_spec[spec] = cls(spec.family, spec.help, labels=spec.labels)
 
     def add(self, spec: m.MetricSpec, labels: list[str], value: float | None) -> None:
         if value is not None:
             self.by_spec[spec].add_metric(labels, value)
+
+    def nonempty(self) -> Iterator[Metric]:
+        return (family for family in self.by_spec.values() if family.samples)
 
 
 class SnapshotCollector(Collector):
@@ -40,7 +43,7 @@ class SnapshotCollector(Collector):
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
-        families = _Families()
+        families = Families()
         now = time.time()
         families.add(m.BUILD_INFO, [__version__, platform.python_version()], 1)
         for state in self.snapshot.states():
@@ -52,10 +55,10 @@ class SnapshotCollector(Collector):
                 self._devices(families, state)
             else:
                 self._domains(families, state)
-        yield from (family for family in families.by_spec.values() if family.samples)
+        yield from families.nonempty()
 
     @staticmethod
-    def _self_metrics(families: _Families, state: BackendState, fresh: bool) -> None:
+    def _self_metrics(families: Families, state: BackendState, fresh: bool) -> None:
         name = state.name
         families.add(m.BACKEND_UP, [name, state.kind], 1 if fresh else 0)
         families.add(m.SAMPLE_DURATION, [name], state.last_duration)
@@ -64,7 +67,7 @@ class SnapshotCollector(Collector):
         for kind in _COUNTED_KINDS:
             families.add(m.SAMPLE_ERRORS, [name, str(kind)], state.errors.get(kind, 0))
 
-    def _devices(self, families: _Families, state: BackendState) -> None:
+    def _devices(self, families: Families, state: BackendState) -> None:
         infos = {info.index: info for info in state.devices_info}
         for sample in state.devices:
             reading = sample.reading
@@ -84,7 +87,7 @@ class SnapshotCollector(Collector):
                 self._device_values(families, ids, sample)
 
     @staticmethod
-    def _device_values(families: _Families, ids: list[str], sample: DeviceSample) -> None:
+    def _device_values(families: Families, ids: list[str], sample: DeviceSample) -> None:
         reading = sample.reading
         if reading.memory is not None:
             families.add(m.MEMORY_TOTAL, ids, reading.memory.total)
@@ -106,7 +109,7 @@ class SnapshotCollector(Collector):
             families.add(m.THROTTLE_SECONDS, [*ids, reason], seconds)
 
     @staticmethod
-    def _domains(families: _Families, state: BackendState) -> None:
+    def _domains(families: Families, state: BackendState) -> None:
         for domain in state.domains:
             labels = [str(domain.source), domain.domain]
             families.add(m.DOMAIN_UP, labels, 1 if domain.readable else 0)

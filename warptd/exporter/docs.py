@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warptd.exporter.catalog import ALL
+from warptd.exporter.catalog import ALL, STRESS
 
 _HEADER = """# warptd metrics
 
@@ -23,7 +23,7 @@ come from prometheus_client.
 def render_markdown() -> str:
     rows = [
         f"| `{spec.name}` | {spec.type} | {', '.join(f'`{label}`' for label in spec.labels)} | {spec.help} |"
-        for spec in ALL
+        for spec in (*ALL, *STRESS)
     ]
     return _HEADER + "\n".join(rows) + "\n"
 

@@ -51,12 +51,12 @@ class Sampler:
         snapshot: Snapshot,
         accelerators: list[AcceleratorBackend],
         power: list[PowerBackend],
-        on_sample: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
         self.snapshot = snapshot
         self.backends: dict[str, AcceleratorBackend | PowerBackend] = {}
-        self._on_sample = on_sample
+        #: Called after every completed sample with (backend, device samples or None, domains or None).
+        self.listeners: list[Callable[[str, list[DeviceSample] | None, list[DomainPower] | None], None]] = []
         self._energy: dict[tuple[str, object], EnergyTracker] = {}
         self._throttle: dict[tuple[str, int, str], ThrottleTracker] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
@@ -143,8 +143,8 @@ class Sampler:
             last_duration=time.monotonic() - started,
             samples=(state.samples + 1) if state else 1,
         )
-        if self._on_sample is not None:
-            self._on_sample(name)
+        for listener in self.listeners:
+            listener(name, changes.get("devices"), changes.get("domains"))  # type: ignore[arg-type]
 
     def _read(self, name: str) -> _Raw:
         backend = self.backends[name]

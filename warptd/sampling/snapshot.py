@@ -64,6 +64,11 @@ class Snapshot:
                 setattr(state, key, value)
             self.generation += 1
 
+    def touch(self) -> None:
+        """Mark the snapshot changed (e.g. a stress job started) so the next scrape re-renders."""
+        with self._lock:
+            self.generation += 1
+
     def count_errors(self, name: str, errors: Counter[ErrorKind]) -> None:
         if not errors:
             return

@@ -1,0 +1,41 @@
+"""Stress job metrics: what runs now, how runs ended, and the last result per device and test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from warptd.exporter import catalog as m
+from warptd.exporter.collector import Families
+from warptd.stress.jobs import JobManager, JobStatus
+
+_FINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+_THROUGHPUT = {"FLOP/s": m.STRESS_LAST_FLOPS, "B/s": m.STRESS_LAST_BYTES}
+
+
+class StressCollector(Collector):
+    def __init__(self, manager: JobManager) -> None:
+        self.manager = manager
+
+    def collect(self) -> Iterator[Metric]:
+        families = Families(m.STRESS)
+        running = {(j.device.backend, str(j.device.index), j.params.test) for j in self.manager.running()}
+        for device in self.manager.devices.values():
+            for test in self.manager.tests:
+                labels = (device.backend, str(device.index), test)
+                families.add(m.STRESS_RUNNING, list(labels), 1 if labels in running else 0)
+        for test in self.manager.tests:
+            for status in _FINAL:
+                families.add(
+                    m.STRESS_RUNS, [test, str(status)], self.manager.runs.get((test, str(status)), 0)
+                )
+        for labels, job in self.manager.last.items():
+            if job.workload is not None and job.workload.unit in _THROUGHPUT:
+                families.add(_THROUGHPUT[job.workload.unit], list(labels), job.workload.throughput)
+            if job.telemetry is not None:
+                families.add(m.STRESS_LAST_ENERGY, list(labels), job.telemetry.energy_joules)
+            if job.ended_at is not None:
+                families.add(m.STRESS_LAST_END, list(labels), job.ended_at.timestamp())
+        yield from families.nonempty()

@@ -1,0 +1,183 @@
+"""The StressTest ABC: the lifecycle of one workload on one device, and what it returns."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class TestCategory(StrEnum):
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    CUSTOM = "custom"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """The backend as a stress test sees it across the process boundary: picklable, no SDK handles.
+
+    ``backend_target`` (``module:Class``) lets a Path-B test open the vendor SDK in the worker.
+    """
+
+    backend: str
+    index: int
+    torch_device: str
+    is_accelerator: bool
+    backend_target: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.backend}:{self.index}"
+
+    def get_pytorch_device_string(self, device_id: int | None = None) -> str:
+        return self.torch_device
+
+
+@dataclass(slots=True)
+class WorkloadResult:
+    """Throughput of a finished workload; ``work`` is the exact FLOP or byte count done."""
+
+    throughput: float
+    unit: str
+    work: float
+    work_unit: str
+    iterations: int
+    elapsed_s: float
+    dtype: str | None = None
+    size: int | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Progress:
+    iterations: int
+    elapsed_s: float
+    throughput: float
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+class StressTest(ABC):
+    """One workload. Subclasses in ``warptd/stress/*.py`` (or the ``warptd.stress_tests`` entry
+    points) are discovered automatically; the backend comes in through the constructor."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    category: ClassVar[TestCategory]
+    #: Accepted dtype names; empty when the workload has no dtype.
+    dtypes: ClassVar[tuple[str, ...]] = ()
+    size_range: ClassVar[tuple[int, int]] = (1, 2**31)
+    size_help: ClassVar[str] = "workload size"
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        backend: DeviceRef,
+        dtype: str | None = None,
+        size: int | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.backend = backend
+        self.dtype = dtype
+        self.size = size
+        self.progress = progress
+        #: Called once when the timed part begins; the telemetry window of the run starts there.
+        self.on_start: Callable[[], None] | None = None
+
+    # -- identity (the design document's accessors) ------------------------------------------
+    def get_pretty_name(self) -> str:
+        return self.name
+
+    def get_description(self) -> str:
+        return self.description
+
+    def get_category(self) -> TestCategory:
+        return self.category
+
+    @classmethod
+    def check_parameters(cls, torch_device: str, dtype: str | None, size: int | None) -> None:
+        """Reject impossible parameters before anything starts; pure Python, runs in the daemon."""
+        if dtype is not None and dtype not in cls.dtypes:
+            allowed = ", ".join(cls.dtypes) or "none"
+            raise ValueError(f"dtype {dtype!r} is not valid for {cls.name} (allowed: {allowed})")
+        low, high = cls.size_range
+        if size is not None and not low <= size <= high:
+            raise ValueError(f"size {size} is out of range for {cls.name}: {low}..{high} ({cls.size_help})")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @abstractmethod
+    def is_available(self) -> bool:
+        """True when the device can run this workload (checked in the worker)."""
+
+    @abstractmethod
+    def validate_configuration(self) -> None:
+        """Resolve defaults and raise ``ValueError`` on a configuration the device cannot run."""
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Allocate buffers (random data, not zeros)."""
+
+    def warmup(self) -> None:  # noqa: B027 - optional hook
+        """Run untimed iterations so clocks, caches and kernels settle."""
+
+    @abstractmethod
+    def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
+        """Run for ``duration`` seconds (at least ``iterations`` iterations) and measure."""
+
+    @abstractmethod
+    def teardown(self) -> None:
+        """Free what setup allocated."""
+
+    def run(self, duration: float, iterations: int = 1) -> WorkloadResult:
+        if not self.is_available():
+            raise RuntimeError(f"{self.name} cannot run on {self.backend.torch_device}")
+        self.validate_configuration()
+        self.setup()
+        try:
+            self.warmup()
+            return self.execute_test(duration, iterations)
+        finally:
+            self.teardown()
+
+
+def timed_loop(
+    step: Callable[[], None],
+    synchronize: Callable[[], None],
+    *,
+    duration: float,
+    min_iterations: int,
+    work_per_iteration: float,
+    progress: ProgressCallback | None,
+    on_start: Callable[[], None] | None = None,
+) -> tuple[int, float]:
+    """Run ``step`` in batches until ``duration`` passes; return (iterations, seconds).
+
+    Each batch is synchronised with the device before the clock is read, so the time covers
+    finished work only. Batches grow to about 0.2 s, keeping clock reads off the hot path.
+    """
+    if on_start is not None:
+        on_start()
+    synchronize()
+    started = time.perf_counter()
+    iterations, batch = 0, 1
+    while True:
+        batch_start = time.perf_counter()
+        for _ in range(batch):
+            step()
+        synchronize()
+        now = time.perf_counter()
+        iterations += batch
+        elapsed = now - started
+        if progress is not None:
+            progress(Progress(iterations, elapsed, iterations * work_per_iteration / elapsed))
+        if elapsed >= duration and iterations >= min_iterations:
+            return iterations, elapsed
+        per_step = (now - batch_start) / batch
+        remaining = max(duration - elapsed, per_step)
+        batch = max(1, min(int(0.2 / per_step) if per_step > 0 else batch * 2, int(remaining / per_step) + 1))

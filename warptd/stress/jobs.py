@@ -1,0 +1,320 @@
+"""Stress jobs: one spawned worker process per job, one job per device, bounded history.
+
+The daemon never imports torch: the worker does. A worker that raises, runs out of memory,
+crashes or hangs ends its job as ``failed`` and the daemon keeps serving; a cancel terminates
+the worker (SIGTERM, then SIGKILL after 1 s).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import signal
+import threading
+import time
+import uuid
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from multiprocessing.connection import Connection
+from typing import Any
+
+import structlog
+from pydantic import BaseModel
+
+from warptd.stress.base import DeviceRef
+from warptd.stress.registry import discover_tests, resolve_test
+from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder
+from warptd.stress.worker import WorkerJob, run_job
+
+log = structlog.get_logger("warptd.stress")
+_SPAWN = multiprocessing.get_context("spawn")
+#: Time a worker may take beyond its duration (torch import, allocation, warm-up) before it is killed.
+STARTUP_GRACE_S = 120.0
+
+
+class JobStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StressError(Exception):
+    """Refused before anything started; ``status`` is the HTTP code that fits."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class StressParameters(BaseModel):
+    test: str
+    device: str
+    duration_s: float
+    dtype: str | None = None
+    size: int | None = None
+
+
+class Workload(BaseModel):
+    throughput: float
+    unit: str
+    work: float
+    work_unit: str
+    iterations: int
+    elapsed_s: float
+    dtype: str | None = None
+    size: int | None = None
+
+
+class Efficiency(BaseModel):
+    value: float
+    unit: str
+
+
+class JobView(BaseModel):
+    """A job as the API returns it."""
+
+    id: str
+    status: JobStatus
+    params: StressParameters
+    created_at: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: str | None = None
+    progress: dict[str, float] | None = None
+    workload: Workload | None = None
+    telemetry: RunTelemetry | None = None
+    efficiency: Efficiency | None = None
+
+
+@dataclass
+class Job:
+    id: str
+    params: StressParameters
+    device: DeviceRef
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    status: JobStatus = JobStatus.RUNNING
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: str | None = None
+    progress: dict[str, float] | None = None
+    workload: Workload | None = None
+    telemetry: RunTelemetry | None = None
+    recorder: TelemetryRecorder = field(default_factory=TelemetryRecorder)
+    process: Any = None
+    cancel_requested: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def view(self) -> JobView:
+        telemetry = self.telemetry or (self.recorder.summary() if self.status is JobStatus.RUNNING else None)
+        return JobView(
+            id=self.id,
+            status=self.status,
+            params=self.params,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            error=self.error,
+            progress=self.progress,
+            workload=self.workload,
+            telemetry=telemetry,
+            efficiency=self.efficiency(),
+        )
+
+    def efficiency(self) -> Efficiency | None:
+        energy = self.telemetry.energy_joules if self.telemetry else None
+        if self.workload is None or not energy or energy <= 0:
+            return None
+        return Efficiency(value=self.workload.work / energy, unit=f"{self.workload.work_unit}/J")
+
+
+def torch_installed() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+class JobManager:
+    """Starts, tracks and cancels stress jobs; feeds them the samples the daemon records."""
+
+    def __init__(
+        self,
+        devices: list[DeviceRef],
+        companions: dict[str, list[str]],
+        max_duration_s: float = 3600.0,
+        history: int = 50,
+        on_change: Any = None,
+    ) -> None:
+        self.devices = {d.key: d for d in devices}
+        self.companions = companions  # accelerator backend -> power backends that measure it
+        self.max_duration_s = max_duration_s
+        self.tests = discover_tests()
+        self.history = history
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._busy: dict[str, str] = {}  # device key -> job id
+        self._lock = threading.Lock()
+        self._on_change = on_change or (lambda: None)
+        self.runs: Counter[tuple[str, str]] = Counter()
+        self.last: dict[tuple[str, str, str], Job] = {}  # (backend, device, test) -> last finished job
+
+    # -- starting -----------------------------------------------------------------------------
+    def default_device(self) -> str:
+        accelerators = [key for key, ref in self.devices.items() if ref.is_accelerator]
+        return accelerators[0] if accelerators else next(iter(self.devices), "cpu:0")
+
+    def start(self, params: StressParameters) -> Job:
+        """Validate, then spawn; raises :class:`StressError` and starts nothing on bad input."""
+        if not torch_installed():
+            raise StressError(
+                503, "torch is not installed; install the stress extra: pip install 'warptd[stress]'"
+            )
+        target = self.tests.get(params.test)
+        if target is None:
+            raise StressError(
+                422, f"unknown test {params.test!r}; available: {', '.join(sorted(self.tests))}"
+            )
+        device = self.devices.get(params.device)
+        if device is None:
+            raise StressError(422, f"unknown device {params.device!r}; available: {', '.join(self.devices)}")
+        if not 1 <= params.duration_s <= self.max_duration_s:
+            raise StressError(422, f"duration_s must be between 1 and {self.max_duration_s:g}")
+        try:
+            resolve_test(target).check_parameters(device.torch_device, params.dtype, params.size)
+        except ValueError as exc:
+            raise StressError(422, str(exc)) from None
+        with self._lock:
+            if device.key in self._busy:
+                raise StressError(
+                    409, f"device {device.key} is busy with stress job {self._busy[device.key]}"
+                )
+            job = Job(id=uuid.uuid4().hex[:12], params=params, device=device)
+            self._busy[device.key] = job.id
+            self._jobs[job.id] = job
+            self._trim()
+        parent, child = _SPAWN.Pipe(duplex=False)
+        job.process = _SPAWN.Process(
+            target=run_job,
+            args=(child, WorkerJob(target, device, params.duration_s, params.dtype, params.size)),
+            name=f"warptd-stress-{job.id}",
+            daemon=True,
+        )
+        job.process.start()
+        child.close()
+        threading.Thread(
+            target=self._monitor, args=(job, parent), name=f"stress-{job.id}", daemon=True
+        ).start()
+        log.info(
+            "stress_started", job=job.id, test=params.test, device=device.key, duration_s=params.duration_s
+        )
+        self._on_change()
+        return job
+
+    def _trim(self) -> None:
+        finished = [jid for jid, j in self._jobs.items() if j.status is not JobStatus.RUNNING]
+        for jid in finished[: max(0, len(self._jobs) - self.history)]:
+            del self._jobs[jid]
+
+    # -- watching -----------------------------------------------------------------------------
+    def _monitor(self, job: Job, conn: Connection) -> None:
+        deadline = time.monotonic() + job.params.duration_s + STARTUP_GRACE_S
+        result: dict[str, Any] | None = None
+        error: str | None = None
+        while True:
+            try:
+                if conn.poll(0.1):
+                    kind, payload = conn.recv()
+                    if kind == "started":
+                        job.started_at = datetime.fromtimestamp(payload["at"], UTC)
+                        job.recorder.recording = True
+                    elif kind == "progress":
+                        job.progress = payload
+                    elif kind == "result":
+                        result = payload
+                    elif kind == "error":
+                        error = f"{payload['type']}: {payload['message']}"
+                    continue
+            except (EOFError, OSError):
+                pass  # the worker is gone; its exit code says how
+            if not job.process.is_alive() or job.cancel_requested:
+                break
+            if time.monotonic() > deadline:
+                error = f"worker did not finish within {job.params.duration_s + STARTUP_GRACE_S:g} s; killed"
+                break
+        _stop_process(job.process)
+        conn.close()
+        self._finish(job, result, error)
+
+    def _finish(self, job: Job, result: dict[str, Any] | None, error: str | None) -> None:
+        job.recorder.recording = False
+        job.telemetry = job.recorder.summary()
+        job.ended_at = datetime.now(UTC)
+        if job.cancel_requested:
+            job.status = JobStatus.CANCELLED
+        elif result is not None:
+            job.status, job.workload = JobStatus.SUCCEEDED, Workload(**result)
+        else:
+            job.status = JobStatus.FAILED
+            job.error = error or _exit_reason(job.process.exitcode)
+        with self._lock:
+            self._busy.pop(job.device.key, None)
+            self.runs[(job.params.test, str(job.status))] += 1
+            if job.status is JobStatus.SUCCEEDED:
+                self.last[(job.device.backend, str(job.device.index), job.params.test)] = job
+        log.info("stress_finished", job=job.id, status=str(job.status), error=job.error)
+        job.done.set()
+        self._on_change()
+
+    # -- telemetry from the sampler -------------------------------------------------------------
+    def on_sample(self, backend: str, devices: list[Any] | None, domains: list[Any] | None) -> None:
+        """Sampler listener: hand each running job the samples of its device."""
+        for job in self.running():
+            if devices is not None and backend == job.device.backend:
+                for sample in devices:
+                    if sample.reading.index == job.device.index:
+                        job.recorder.add_device(sample)
+            elif domains is not None and backend in self.companions.get(job.device.backend, ()):
+                job.recorder.add_domains(domains)
+
+    # -- queries and cancel -------------------------------------------------------------------
+    def running(self) -> list[Job]:
+        with self._lock:
+            return [j for j in self._jobs.values() if j.status is JobStatus.RUNNING]
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def list(self) -> list[Job]:
+        with self._lock:
+            return list(reversed(self._jobs.values()))
+
+    def cancel(self, job_id: str, timeout: float = 2.0) -> Job | None:
+        job = self.get(job_id)
+        if job is None:
+            return None
+        if job.status is JobStatus.RUNNING:
+            job.cancel_requested = True
+            _stop_process(job.process)
+            job.done.wait(timeout)
+        return job
+
+    def shutdown(self) -> None:
+        """Cancel every running job (daemon stop)."""
+        for job in self.running():
+            self.cancel(job.id)
+
+
+def _stop_process(process: Any) -> None:
+    if process is None or not process.is_alive():
+        return
+    process.terminate()
+    process.join(1.0)
+    if process.is_alive():
+        process.kill()
+        process.join(1.0)
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"worker died from signal {signal.Signals(-code).name} (crash, OOM kill or external kill)"
+    return f"worker exited with code {code} without a result"

@@ -1,0 +1,65 @@
+"""Device memory bandwidth: copies between two large random buffers; bytes read plus written."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from warptd.stress import torch_device
+from warptd.stress.base import StressTest, TestCategory, WorkloadResult, timed_loop
+
+MIB = 2**20
+
+
+class MemoryBandwidthTest(StressTest):
+    name: ClassVar[str] = "memory"
+    description: ClassVar[str] = (
+        "Device memory bandwidth with large buffer copies; reports bytes/s (read + write)"
+    )
+    category: ClassVar[TestCategory] = TestCategory.MEMORY
+    size_range: ClassVar[tuple[int, int]] = (1, 65536)
+    size_help: ClassVar[str] = "MiB per buffer"
+
+    def is_available(self) -> bool:
+        return torch_device.available(self.backend.torch_device)
+
+    def validate_configuration(self) -> None:
+        self.size = self.size or (256 if self.backend.torch_device == "cpu" else 2048)
+        self.check_parameters(self.backend.torch_device, self.dtype, self.size)
+
+    def setup(self) -> None:
+        torch = torch_device.torch()
+        device = self.backend.torch_device
+        elements = (self.size or 0) * MIB // 4
+        generator = torch.Generator(device=device).manual_seed(0)
+        self._src = torch.randn(elements, device=device, dtype=torch.float32, generator=generator)
+        self._dst = torch.empty_like(self._src)
+        self._sync = torch_device.synchronizer(device)
+
+    def _step(self) -> None:
+        self._dst.copy_(self._src)
+
+    def warmup(self) -> None:
+        for _ in range(2):
+            self._step()
+        self._sync()
+
+    def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
+        moved = 2 * self._src.numel() * self._src.element_size()  # each copy reads and writes the buffer
+        done, elapsed = timed_loop(
+            self._step, self._sync, duration, iterations, moved, self.progress, self.on_start
+        )
+        return WorkloadResult(
+            throughput=done * moved / elapsed,
+            unit="B/s",
+            work=float(done * moved),
+            work_unit="B",
+            iterations=done,
+            elapsed_s=elapsed,
+            dtype="float32",
+            size=self.size,
+        )
+
+    def teardown(self) -> None:
+        self._src = self._dst = None
+        if self.backend.torch_device.startswith("cuda"):
+            torch_device.torch().cuda.empty_cache()

@@ -1,0 +1,54 @@
+"""torch helpers for workloads, shared by every test; torch is imported only when these run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+DTYPES = ("float32", "tf32", "bfloat16", "float16")
+
+
+def torch() -> Any:
+    import torch as module
+
+    return module
+
+
+def resolve(device: str) -> Any:
+    return torch().device(device)
+
+
+def available(device: str) -> bool:
+    """Whether torch can use this device string (``cpu``, ``cuda:1``, ``xpu:0`` …)."""
+    t, dev = torch(), resolve(device)
+    if dev.type == "cpu":
+        return True
+    module = getattr(t, dev.type, None)
+    if module is None or not module.is_available():
+        return False
+    count = getattr(module, "device_count", lambda: 1)()
+    return (dev.index or 0) < count
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    """A function that waits until queued work on ``device`` has finished (a no-op on CPU)."""
+    t, dev = torch(), resolve(device)
+    sync = getattr(getattr(t, dev.type, None), "synchronize", None) if dev.type != "cpu" else None
+    if sync is None:
+        return lambda: None
+    return lambda: sync(dev)
+
+
+def fastest_dtype(device: str) -> str:
+    """bfloat16 on GPUs that have it, else float16 on GPUs; float32 on the CPU."""
+    t, dev = torch(), resolve(device)
+    if dev.type == "cuda":
+        return "bfloat16" if t.cuda.is_bf16_supported() else "float16"
+    if dev.type == "cpu":
+        return "float32"
+    return "bfloat16"
+
+
+def torch_dtype(name: str) -> Any:
+    """The tensor dtype for a workload dtype name; ``tf32`` is float32 tensors on TF32 cores."""
+    return getattr(torch(), "float32" if name == "tf32" else name)
