@@ -53,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (("list", "list the devices of every backend"), ("sample", "print one snapshot")):
         command = sub.add_parser(name, parents=[common], help=text)
         command.add_argument("--json", action="store_true", help="print JSON")
+    stress = sub.add_parser("stress", parents=[common], help="run a stress test here and print its result")
+    stress.add_argument("--test", default="matmul", help="matmul or memory (default matmul)")
+    stress.add_argument("--device", help="BACKEND:INDEX (default: first accelerator, else cpu:0)")
+    stress.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
+    stress.add_argument("--dtype", choices=["float32", "tf32", "bfloat16", "float16"])
+    stress.add_argument("--size", type=int, help="matmul: matrix side; memory: MiB per buffer")
+    stress.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser
 
 
@@ -84,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _list(loaded, args.json)
     if command == "sample":
         return _sample(settings, loaded, args.json)
+    if command == "stress":
+        from warptd.stress.cli import run_stress
+
+        return run_stress(settings, loaded, args)
     from warptd.daemon import Daemon
 
     try:

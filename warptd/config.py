@@ -28,7 +28,9 @@ class SettingsError(ValueError):
 class Settings(BaseSettings):
     """Every knob of the daemon. Precedence: flags > environment > config file > defaults."""
 
-    model_config = SettingsConfigDict(env_prefix="WARPTD_", extra="forbid", validate_default=True)
+    model_config = SettingsConfigDict(
+        env_prefix="WARPTD_", extra="forbid", validate_default=True, validate_assignment=True
+    )
 
     config: Path | None = Field(None, description="TOML file with any of these settings")
     listen: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve HTTP on; empty host = all")

@@ -46,7 +46,13 @@ class MemoryBandwidthTest(StressTest):
     def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
         moved = 2 * self._src.numel() * self._src.element_size()  # each copy reads and writes the buffer
         done, elapsed = timed_loop(
-            self._step, self._sync, duration, iterations, moved, self.progress, self.on_start
+            self._step,
+            self._sync,
+            duration=duration,
+            min_iterations=iterations,
+            work_per_iteration=moved,
+            progress=self.progress,
+            on_start=self.on_start,
         )
         return WorkloadResult(
             throughput=done * moved / elapsed,

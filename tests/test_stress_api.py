@@ -1,0 +1,218 @@
+"""POST/GET/DELETE /stress against the real daemon on loopback, with real torch on the CPU.
+
+Each job is a real spawned worker process; the samplers record the CPU while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.helpers import http, parse, value, wait_until
+from warptd.daemon import Daemon
+from warptd.stress import jobs
+
+pytest.importorskip("torch")
+
+FAULTS = {
+    "raise": "tests.stress_faults:RaisingTest",
+    "selfkill": "tests.stress_faults:SelfKillTest",
+    "hang": "tests.stress_faults:HangTest",
+}
+
+
+def post(port: int, payload: object, headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    status, head, raw = http(
+        port, "POST", "/stress", body, {"Content-Type": "application/json", **(headers or {})}
+    )
+    return status, head, json.loads(raw)
+
+
+def job(port: int, job_id: str) -> dict:
+    return json.loads(http(port, "GET", f"/stress/{job_id}")[2])
+
+
+def wait_done(port: int, job_id: str, timeout: float = 90) -> dict:
+    assert wait_until(lambda: job(port, job_id)["status"] != "running", timeout=timeout, interval=0.2)
+    return job(port, job_id)
+
+
+@pytest.fixture
+def daemon(settings):
+    settings.backends = ["cpu"]
+    d = Daemon(settings)
+    d.stress.tests.update(FAULTS)
+    d.start()
+    assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
+    yield d
+    d.stop()
+
+
+def test_matmul_through_the_api_records_cpu_load(daemon):
+    port = daemon.port
+    idle = value(
+        parse(http(port, "GET", "/metrics")[2].decode()), "warptd_device_utilization_ratio", backend="cpu"
+    )
+    status, headers, body = post(port, {"test": "matmul", "device": "cpu:0", "duration_s": 2, "size": 512})
+    assert status == 202 and body["status"] == "running"
+    assert headers["location"] == f"/stress/{body['id']}"
+    result = wait_done(port, body["id"])
+    assert result["status"] == "succeeded", result["error"]
+    workload = result["workload"]
+    assert workload["unit"] == "FLOP/s" and workload["work_unit"] == "FLOP"
+    assert workload["work"] == workload["iterations"] * 512 * 512 * (2 * 512 - 1)  # exact count
+    assert workload["throughput"] == pytest.approx(workload["work"] / workload["elapsed_s"])
+    assert workload["elapsed_s"] >= 2 and workload["dtype"] == "float32"
+    telemetry = result["telemetry"]
+    assert telemetry["samples"] >= 3
+    assert telemetry["utilization_mean_ratio"] > min(idle + 0.25, 0.9)
+    assert telemetry["power_mean_watts"] is None  # no RAPL here: absent, not 0
+    assert result["efficiency"] is None
+    assert result["started_at"] and result["ended_at"] > result["started_at"]
+    samples = parse(http(port, "GET", "/metrics")[2].decode())
+    labels = {"backend": "cpu", "device": "0", "test": "matmul"}
+    assert value(samples, "warptd_stress_last_flop_per_second", **labels) == pytest.approx(
+        workload["throughput"]
+    )
+    assert value(samples, "warptd_stress_running", **labels) == 0
+    assert value(samples, "warptd_stress_runs_total", test="matmul", status="succeeded") == 1
+
+
+def test_memory_bandwidth(daemon):
+    status, _, body = post(daemon.port, {"test": "memory", "duration_s": 1, "size": 32})
+    assert status == 202 and body["params"]["device"] == "cpu:0"  # no accelerator: the CPU
+    result = wait_done(daemon.port, body["id"])
+    assert result["status"] == "succeeded", result["error"]
+    workload = result["workload"]
+    assert workload["unit"] == "B/s" and workload["work"] == workload["iterations"] * 2 * 32 * 2**20
+    assert workload["throughput"] > 1e8
+
+
+def test_busy_device_409_and_cancel_within_2s(daemon):
+    status, _, first = post(daemon.port, {"test": "matmul", "duration_s": 60, "size": 256})
+    assert status == 202
+    status, _, second = post(daemon.port, {"test": "memory", "duration_s": 5})
+    assert status == 409 and "busy" in second["error"]
+    assert wait_until(lambda: job(daemon.port, first["id"])["started_at"] is not None, timeout=60)
+    started = time.monotonic()
+    status, _, raw = http(daemon.port, "DELETE", f"/stress/{first['id']}")
+    assert time.monotonic() - started < 2.0
+    assert status == 200 and json.loads(raw)["status"] == "cancelled"
+    assert http(daemon.port, "DELETE", f"/stress/{first['id']}")[0] == 409  # already ended
+    status, _, third = post(daemon.port, {"test": "raise", "duration_s": 1})
+    assert status == 202  # the device is free again
+
+
+@pytest.mark.parametrize(
+    ("payload", "code", "message"),
+    [
+        (b"{not json", 400, "malformed JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        ({"test": "fft"}, 422, "unknown test 'fft'"),
+        ({"device": "tpu:7"}, 422, "unknown device 'tpu:7'"),
+        ({"device": "cpu"}, 422, "device"),
+        ({"duration_s": "30"}, 422, "duration_s"),
+        ({"duration_s": 0.5}, 422, "duration_s"),
+        ({"duration_s": 3601}, 422, "duration_s must be between 1 and 3600"),
+        ({"dtype": "int8"}, 422, "dtype"),
+        ({"dtype": "tf32", "device": "cpu:0"}, 422, "tf32"),
+        ({"size": 8}, 422, "size 8 is out of range"),
+        ({"sizes": 8}, 422, "sizes"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_starts_nothing(daemon, payload, code, message):
+    status, headers, body = post(daemon.port, payload)
+    assert status == code and message in body["error"], body
+    assert headers["content-type"] == "application/json"
+    assert json.loads(http(daemon.port, "GET", "/stress")[2])["jobs"] == []
+
+
+def test_body_over_64k_is_413(daemon):
+    status, _, body = post(daemon.port, b'{"test": "' + b"x" * 70_000 + b'"}')
+    assert status == 413 and json.loads(http(daemon.port, "GET", "/stress")[2])["jobs"] == []
+
+
+def test_token_required_when_configured(settings):
+    settings.backends = ["cpu"]
+    settings.stress_token = "s3cret-token"
+    d = Daemon(settings)
+    d.stress.tests.update(FAULTS)
+    d.start()
+    try:
+        status, headers, body = post(d.port, {"test": "raise", "duration_s": 1})
+        assert status == 401 and headers["www-authenticate"].startswith("Bearer")
+        status, _, body = post(d.port, {"test": "raise", "duration_s": 1}, {"Authorization": "Bearer wrong"})
+        assert status == 401 and "token" in body["error"]
+        assert "s3cret" not in json.dumps(body)
+        status, _, body = post(
+            d.port, {"test": "raise", "duration_s": 1}, {"Authorization": "Bearer s3cret-token"}
+        )
+        assert status == 202
+        assert http(d.port, "DELETE", f"/stress/{body['id']}")[0] == 401
+    finally:
+        d.stop()
+
+
+def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
+    monkeypatch.setattr(jobs, "STARTUP_GRACE_S", 3.0)
+    outcomes = {}
+    for test in ("raise", "selfkill", "hang"):
+        status, _, body = post(daemon.port, {"test": test, "duration_s": 1})
+        assert status == 202
+        outcomes[test] = wait_done(daemon.port, body["id"], timeout=60)
+    assert outcomes["raise"]["status"] == "failed"
+    assert "illegal memory access" in outcomes["raise"]["error"]
+    assert outcomes["selfkill"]["status"] == "failed" and "SIGKILL" in outcomes["selfkill"]["error"]
+    assert outcomes["hang"]["status"] == "failed" and "did not finish" in outcomes["hang"]["error"]
+    assert http(daemon.port, "GET", "/healthz")[0] == 200
+    samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+    assert value(samples, "warptd_backend_up", backend="cpu") == 1
+    assert value(samples, "warptd_stress_runs_total", test="raise", status="failed") == 1
+    assert value(samples, "warptd_stress_runs_total", test="selfkill", status="failed") == 1
+
+
+def test_history_is_bounded(settings):
+    settings.backends = ["cpu"]
+    settings.stress_history = 2
+    d = Daemon(settings)
+    d.stress.tests.update(FAULTS)
+    d.start()
+    try:
+        for _ in range(3):
+            status, _, body = post(d.port, {"test": "raise", "duration_s": 1})
+            assert status == 202
+            wait_done(d.port, body["id"])
+        listed = json.loads(http(d.port, "GET", "/stress")[2])["jobs"]
+        assert len(listed) <= 3 and len(d.stress.list()) <= 3
+        post(d.port, {"test": "raise", "duration_s": 1})
+        assert len(d.stress.list()) <= 3  # 2 finished kept + the one running
+    finally:
+        d.stop()
+
+
+def test_no_torch_is_503_with_install_hint(daemon, monkeypatch):
+    monkeypatch.setattr(jobs, "torch_installed", lambda: False)
+    status, _, body = post(daemon.port, {"test": "matmul"})
+    assert status == 503 and "pip install 'warptd[stress]'" in body["error"]
+
+
+def test_no_stress_turns_the_endpoints_off(settings):
+    settings.backends = ["cpu"]
+    settings.stress = False
+    d = Daemon(settings)
+    d.start()
+    try:
+        for method in ("GET", "POST"):
+            status, _, raw = http(d.port, method, "/stress")
+            assert status == 404 and "--no-stress" in json.loads(raw)["error"]
+        assert b"warptd_stress" not in http(d.port, "GET", "/metrics")[2]
+    finally:
+        d.stop()
+
+
+def test_unknown_job_is_404(daemon):
+    assert http(daemon.port, "GET", "/stress/nope")[0] == 404
+    assert http(daemon.port, "DELETE", "/stress/nope")[0] == 404
