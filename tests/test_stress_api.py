@@ -102,7 +102,7 @@ def test_busy_device_409_and_cancel_within_2s(daemon):
     assert time.monotonic() - started < 2.0
     assert status == 200 and json.loads(raw)["status"] == "cancelled"
     assert http(daemon.port, "DELETE", f"/stress/{first['id']}")[0] == 409  # already ended
-    status, _, third = post(daemon.port, {"test": "raise", "duration_s": 1})
+    status, _, _ = post(daemon.port, {"test": "raise", "duration_s": 1})
     assert status == 202  # the device is free again
 
 
@@ -132,7 +132,8 @@ def test_bad_input_is_a_clear_error_and_starts_nothing(daemon, payload, code, me
 
 def test_body_over_64k_is_413(daemon):
     status, _, body = post(daemon.port, b'{"test": "' + b"x" * 70_000 + b'"}')
-    assert status == 413 and json.loads(http(daemon.port, "GET", "/stress")[2])["jobs"] == []
+    assert status == 413 and body["limit_bytes"] == 65536
+    assert json.loads(http(daemon.port, "GET", "/stress")[2])["jobs"] == []
 
 
 def test_token_required_when_configured(settings):

@@ -1,0 +1,139 @@
+"""Stress pieces without a worker: discovery, parameter checks, telemetry summaries, GPU plumbing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import http, wait_until
+from warptd.daemon import Daemon
+from warptd.http.app import HttpError, Request, Router
+from warptd.http.stress_routes import add_stress_routes, is_loopback
+from warptd.models import DeviceReading, Utilization
+from warptd.power.base import DomainPower, PowerSource
+from warptd.sampling.snapshot import DeviceSample
+from warptd.stress.jobs import JobManager
+from warptd.stress.matmul import MatmulTest
+from warptd.stress.registry import discover_tests
+from warptd.stress.telemetry import TelemetryRecorder
+
+
+def test_discovery_finds_the_workloads_without_importing_torch():
+    code = (
+        "import sys; from warptd.stress.registry import discover_tests; t = discover_tests();"
+        "assert {'matmul', 'memory'} <= set(t), t; assert 'torch' not in sys.modules; print('ok')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.stdout.strip() == "ok", result.stderr
+    assert discover_tests()["matmul"] == "warptd.stress.matmul:MatmulTest"
+
+
+def test_matmul_flop_count_is_exact():
+    assert MatmulTest.flop_per_product(2) == 12  # 4 outputs x (2 mul + 1 add)
+    assert MatmulTest.flop_per_product(8192) == 8192**2 * (2 * 8192 - 1)
+
+
+def _sample(
+    t_power: float | None,
+    energy: float | None,
+    counter: float | None,
+    util: float,
+    temp: float,
+    throttle: dict[str, float] | None = None,
+    active: dict[str, bool] | None = None,
+) -> DeviceSample:
+    reading = DeviceReading(
+        index=0,
+        power_watts=t_power,
+        energy_counter_joules=counter,
+        utilization=Utilization(compute=util),
+        temperatures_celsius={"gpu": temp},
+        throttle_active=active or {},
+    )
+    return DeviceSample(reading=reading, energy_joules=energy, throttle_seconds=throttle or {})
+
+
+def test_summary_from_device_counter():
+    rec = TelemetryRecorder(recording=True)
+    rec.add_device(_sample(300, 1000.0, 1000.0, 0.9, 60, {"sw_power_cap": 1.0}))
+    rec.add_device(_sample(500, 1400.0, 1400.0, 1.0, 71, {"sw_power_cap": 2.5}, {"sw_power_cap": True}))
+    s = rec.summary()
+    assert s.samples == 2 and s.power_mean_watts == 400 and s.power_peak_watts == 500
+    assert s.energy_joules == 400 and s.energy_source == "counter"
+    assert s.temperature_peak_celsius == 71 and s.utilization_mean_ratio == pytest.approx(0.95)
+    assert s.throttle_seconds == {"sw_power_cap": 1.5}
+
+
+def test_summary_from_rapl_packages_for_the_cpu():
+    rec = TelemetryRecorder(recording=True)
+    rec.add_device(_sample(None, None, None, 0.9, 50))
+    for energy, power in ((100.0, 50.0), (160.0, 60.0)):
+        rec.add_domains(
+            [
+                DomainPower("package-0", PowerSource.RAPL, power, energy),
+                DomainPower(
+                    "core-0", PowerSource.RAPL, power / 2, energy / 2
+                ),  # inside the package: not added
+                DomainPower("psys", PowerSource.RAPL, power * 2, energy * 2),  # contains it: not added
+            ]
+        )
+    s = rec.summary()
+    assert s.energy_joules == 60 and s.energy_source == "rapl"
+    assert s.power_mean_watts == 55 and s.power_peak_watts == 60
+
+
+def test_recorder_ignores_samples_outside_the_run():
+    rec = TelemetryRecorder()
+    rec.add_device(_sample(100, 1.0, 1.0, 0.1, 40))
+    assert rec.summary().samples == 0 and rec.summary().energy_joules is None
+
+
+def test_remote_clients_need_a_token():
+    router = Router()
+    add_stress_routes(router, JobManager([], {}), token=None)
+    request = Request("POST", "/stress", {}, {}, b"{}", client="10.1.2.3")
+    with pytest.raises(HttpError) as info:
+        router.dispatch(request)
+    assert info.value.status == 403 and "loopback" in info.value.message
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("::ffff:127.0.0.1")
+    assert not is_loopback("10.1.2.3") and not is_loopback("::ffff:10.0.0.1")
+
+
+def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
+    settings.backends = ["nvidia", "cpu"]
+    d = Daemon(settings)
+    d.start()
+    try:
+        assert [(r.key, r.torch_device) for r in d.stress.devices.values()] == [
+            ("nvidia:0", "cuda:0"),
+            ("nvidia:1", "cuda:1"),
+            ("cpu:0", "cpu"),
+        ]
+        assert d.stress.default_device() == "nvidia:0"
+        status, _, raw = http(
+            d.port, "POST", "/stress", json.dumps({"dtype": "tf32", "duration_s": 1}).encode()
+        )
+        body = json.loads(raw)
+        assert status == 202 and body["params"]["device"] == "nvidia:0"  # tf32 is valid on cuda
+        assert wait_until(lambda: d.stress.get(body["id"]).done.is_set(), timeout=60)
+        finished = d.stress.get(body["id"]).view()
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            assert finished.status == "failed" and "cuda:0" in (finished.error or "")
+    finally:
+        d.stop()
+
+
+def test_real_gpu_matmul_when_cuda_exists():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine")
+    from warptd.stress.base import DeviceRef
+
+    result = MatmulTest(DeviceRef("nvidia", 0, "cuda:0", True), dtype="bfloat16", size=4096).run(1.0)
+    assert result.unit == "FLOP/s" and result.throughput > 1e12
