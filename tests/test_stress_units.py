@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import http, wait_until
+from tests.helpers import http
 from warptd.daemon import Daemon
 from warptd.http.app import HttpError, Request, Router
 from warptd.http.stress_routes import add_stress_routes, is_loopback
@@ -38,7 +38,7 @@ def test_matmul_flop_count_is_exact():
     assert MatmulTest.flop_per_product(8192) == 8192**2 * (2 * 8192 - 1)
 
 
-def _sample(
+def _sample(  # noqa: PLR0917 - a compact fixture builder
     t_power: float | None,
     energy: float | None,
     counter: float | None,
@@ -120,7 +120,7 @@ def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
         )
         body = json.loads(raw)
         assert status == 202 and body["params"]["device"] == "nvidia:0"  # tf32 is valid on cuda
-        assert wait_until(lambda: d.stress.get(body["id"]).done.is_set(), timeout=60)
+        assert d.stress.get(body["id"]).done.wait(timeout=60)
         finished = d.stress.get(body["id"]).view()
         torch = pytest.importorskip("torch")
         if not torch.cuda.is_available():
