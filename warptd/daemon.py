@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import FrameType
 
 import structlog
@@ -20,6 +21,7 @@ from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.base import DeviceRef
 from warptd.stress.jobs import JobManager
+from warptd.systemd import Notifier
 
 log = structlog.get_logger("warptd")
 
@@ -45,6 +47,8 @@ class Daemon:
         add_stress_routes(self.router, self.stress, settings.stress_token_value())
         host, port = settings.listen_address
         self.server = WarptdHTTPServer(host, port, self.router)
+        self.notifier = Notifier()
+        self._http_thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
@@ -54,7 +58,9 @@ class Daemon:
 
     def start(self) -> None:
         self.sampler.start()
-        self.server.start()
+        self._http_thread = self.server.start()
+        threading.Thread(target=self._announce_ready, name="warptd-ready", daemon=True).start()
+        self.notifier.start_watchdog(self.healthy)
         log.info(
             "warptd_started",
             version=__version__,
@@ -64,10 +70,24 @@ class Daemon:
             interval_s=self.settings.interval,
         )
 
+    def healthy(self) -> bool:
+        """Alive for the watchdog: the HTTP thread serves and the scheduler runs."""
+        http_alive = self._http_thread is not None and self._http_thread.is_alive()
+        return http_alive and self.sampler.scheduler.running and not self._stopped.is_set()
+
+    def _announce_ready(self) -> None:
+        """READY=1 once every backend finished its first sample (bounded by one timeout)."""
+        deadline = time.monotonic() + self.settings.interval + self.settings.sample_timeout + 5
+        while not self.snapshot.ready() and time.monotonic() < deadline and not self._stopped.is_set():
+            time.sleep(0.05)
+        if not self._stopped.is_set():
+            self.notifier.ready(f"serving {len(self.sampler.backends)} backends on port {self.port}")
+
     def stop(self) -> None:
         with self._stop_lock:
             if self._stopped.is_set():
                 return
+            self.notifier.stopping()
             if self.stress is not None:
                 self.stress.shutdown()
             self.server.shutdown()
