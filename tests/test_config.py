@@ -115,3 +115,15 @@ def test_logs_are_json_lines_off_a_tty(capsys):
     configure_logging("debug", "console", stream)
     structlog.get_logger("t").debug("shown")
     assert "shown" in stream.getvalue() and not stream.getvalue().startswith("{")
+
+
+def test_stress_flags(tmp_path):
+    from warptd.cli import _parser, _settings
+
+    token = tmp_path / "token"
+    token.write_text("from-file\n")
+    s = _settings(_parser().parse_args(["--no-stress", "--stress-token-file", str(token), "serve"]))
+    assert s.stress is False and s.stress_token_value() == "from-file"
+    s = _settings(_parser().parse_args(["serve", "--stress-token", "abc"]))
+    assert s.stress is True and s.stress_token_value() == "abc"
+    assert "abc" not in repr(s)  # a SecretStr: never in logs or reprs

@@ -37,6 +37,13 @@ def _common(for_subcommand: bool) -> argparse.ArgumentParser:
     common.add_argument("--interval", type=float, help="seconds between samples (default 1)")
     common.add_argument("--sample-timeout", type=float, help="seconds a sample may take (default 2)")
     common.add_argument("--listen", help="HOST:PORT to serve on (default :9465)")
+    common.add_argument(
+        "--no-stress", dest="stress", action="store_const", const=False, help="turn the /stress endpoints off"
+    )
+    common.add_argument(
+        "--stress-token", help="bearer token for POST/DELETE /stress (visible in ps: prefer the file or env)"
+    )
+    common.add_argument("--stress-token-file", type=Path, help="file holding the stress token")
     return common
 
 
@@ -73,6 +80,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         "interval",
         "sample_timeout",
         "listen",
+        "stress",
+        "stress_token",
+        "stress_token_file",
     )
     return load_settings(**{name: getattr(args, name, None) for name in fields})
 
@@ -95,10 +105,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from warptd.stress.cli import run_stress
 
         return run_stress(settings, loaded, args)
+    return _serve(settings, loaded)
+
+
+def _serve(settings: Settings, loaded: Loaded) -> int:
     from warptd.daemon import Daemon
 
     try:
         daemon = Daemon(settings, loaded)
+    except SettingsError as exc:
+        print(f"warptd: {exc}", file=sys.stderr)
+        loaded.shutdown()
+        return 2
     except OSError as exc:
         print(f"warptd: cannot listen on {settings.listen}: {exc.strerror or exc}", file=sys.stderr)
         loaded.shutdown()
