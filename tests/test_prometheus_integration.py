@@ -1,0 +1,208 @@
+"""A real Prometheus (Debian package, loopback) scrapes the daemon every second and answers every
+PromQL expression of the shipped dashboard and alert rules. A renamed metric breaks this test.
+
+Run once with the NVML double (plus CPU, NVML power, RAPL fixture and a finished stress job), where
+every query must return data, and once with the CPU backend alone, where every query must run and
+return data whenever all the metrics it names are in that daemon's exposition.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import require_tool
+from tests.helpers import http, wait_until
+from warptd.daemon import Daemon
+
+ROOT = Path(__file__).parents[1]
+DASHBOARD = ROOT / "deploy" / "grafana" / "warptd.json"
+ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+VARIABLES = {"$__rate_interval": "30s", "$__range": "5m", "$__interval": "5s"}
+NAME = re.compile(r"\b(warptd_[a-z_]+|up)\b(?!\s*\()")
+
+
+def substitute(expr: str) -> str:
+    for var, value in VARIABLES.items():
+        expr = expr.replace(var, value)
+    return re.sub(r"\$\w+", ".*", expr)
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    dash = json.loads(DASHBOARD.read_text())
+    queries = [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])]
+    queries += [(f"annotation {a['name']}", a["expr"]) for a in dash["annotations"]["list"]]
+    for var in dash["templating"]["list"]:
+        if var["type"] == "query":
+            selector = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
+            assert selector, var["query"]
+            queries.append((f"variable {var['name']}", selector.group(1)))
+    return [(title, substitute(expr)) for title, expr in queries]
+
+
+def rule_queries() -> list[tuple[str, str]]:
+    groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    return [(rule["alert"], rule["expr"]) for group in groups for rule in group["rules"]]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    def __init__(self, tmp: Path, target_port: int) -> None:
+        binary = require_tool("prometheus")
+        self.port = free_port()
+        config = tmp / "prometheus.yml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(ALERTS)],
+                    "scrape_configs": [
+                        {"job_name": "warptd", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}
+                    ],
+                }
+            )
+        )
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        assert wait_until(self._ready, timeout=30, interval=0.2), "prometheus did not become ready"
+
+    def _ready(self) -> bool:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2).status == 200
+        except OSError:
+            return False
+
+    def api(self, path: str, **params: str) -> dict:
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:  # 400 on a parse error: keep Prometheus' message
+            return json.loads(exc.read())
+
+    def query(self, expr: str) -> dict:
+        return self.api("query", query=expr)
+
+    def has(self, expr: str) -> bool:
+        reply = self.query(expr)
+        return reply["status"] == "success" and bool(reply["data"]["result"])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+def _wait_for_data(prom: Prometheus) -> None:
+    # rate()/increase() need a few scrapes; bounded wait (first data ~6 s after start).
+    assert wait_until(
+        lambda: prom.has("count_over_time(warptd_device_up[1m]) >= 5"), timeout=60, interval=0.5
+    )
+    assert wait_until(lambda: prom.has('up{job="warptd"} == 1'), timeout=10, interval=0.5)
+
+
+def _check_rules_healthy(prom: Prometheus) -> None:
+    assert wait_until(
+        lambda: all(r.get("health") == "ok" for g in prom.api("rules")["data"]["groups"] for r in g["rules"]),
+        timeout=20,
+        interval=0.5,
+    ), prom.api("rules")
+
+
+@pytest.fixture
+def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
+    pytest.importorskip("torch")
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 10_000_000)
+    sysfs.rapl_zone("intel-rapl:0:1", "dram", 2_000_000)
+    sysfs.hwmon(0, "coretemp", {"Package id 0": 47000})
+    settings.interval = 0.5
+    daemon = Daemon(settings)
+    daemon.start()
+    prom = Prometheus(tmp_path, daemon.port)
+    yield daemon, prom
+    prom.stop()
+    daemon.stop()
+
+
+def test_every_dashboard_and_alert_query_with_the_nvml_double(nvml_stack):
+    daemon, prom = nvml_stack
+    for test, size in (("memory", 8), ("matmul", 64)):  # one after the other: one job per device
+        payload = {"test": test, "device": "cpu:0", "duration_s": 1, "size": size}
+        status, _, body = http(daemon.port, "POST", "/stress", json.dumps(payload).encode())
+        assert status == 202
+        assert daemon.stress.get(json.loads(body)["id"]).done.wait(90)
+    _wait_for_data(prom)
+    assert wait_until(lambda: prom.has("warptd_stress_last_end_timestamp_seconds"), timeout=20, interval=0.5)
+    missing = []
+    for title, expr in dashboard_queries():
+        reply = prom.query(expr)
+        assert reply["status"] == "success", (title, expr, reply.get("error"))
+        if not reply["data"]["result"]:
+            missing.append((title, expr))
+    assert not missing, f"dashboard queries without data: {missing}"
+    for alert, expr in rule_queries():
+        reply = prom.query(expr)
+        assert reply["status"] == "success", (alert, reply.get("error"))
+        for name in set(NAME.findall(expr)):
+            selector = 'up{job="warptd"}' if name == "up" else name
+            assert prom.has(selector), f"{alert} uses {name}, which warptd does not export"
+    _check_rules_healthy(prom)
+
+
+def test_every_query_runs_with_the_cpu_backend(settings, tmp_path):
+    settings.backends = ["cpu"]
+    settings.interval = 0.5
+    daemon = Daemon(settings)
+    daemon.start()
+    prom = Prometheus(tmp_path, daemon.port)
+    try:
+        _wait_for_data(prom)
+        exported = set(NAME.findall(http(daemon.port, "GET", "/metrics")[2].decode())) | {"up"}
+        expected_data = 0
+        for title, expr in [*dashboard_queries(), *rule_queries()]:
+            reply = prom.query(expr)
+            assert reply["status"] == "success", (title, expr, reply.get("error"))
+            names = set(NAME.findall(expr))
+            if names <= exported and title in dict(dashboard_queries()):
+                expected_data += 1
+                assert reply["data"]["result"], f"{title}: no data for {expr}"
+        assert expected_data >= 10  # utilization, memory, temperature-less CPU panels, health
+        _check_rules_healthy(prom)
+    finally:
+        prom.stop()
+        daemon.stop()
+
+
+def test_alerts_fire_in_the_real_prometheus_when_a_gpu_is_lost(nvml_stack, fake_nvml):
+    """WarptdDeviceDown goes pending in the live server once the double loses a GPU."""
+    _, prom = nvml_stack
+    _wait_for_data(prom)
+    fake_nvml.gpus[1].lost = True
+
+    def pending() -> bool:
+        alerts = prom.api("alerts")["data"]["alerts"]
+        return any(
+            a["labels"]["alertname"] == "WarptdDeviceDown" and a["labels"]["device"] == "1" for a in alerts
+        )
+
+    assert wait_until(pending, timeout=30, interval=0.5)
