@@ -50,3 +50,19 @@ class HangTest(_Fault):
             self.on_start()
         time.sleep(3600)
         raise AssertionError("unreachable")
+
+
+class LingerTest(_Fault):
+    """Succeeds at once, then takes 2 s to exit (as torch/CUDA teardown can) after closing the pipe."""
+
+    name: ClassVar[str] = "linger"
+
+    def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
+        import atexit
+
+        if self.on_start:
+            self.on_start()
+        atexit.register(time.sleep, 2.0)
+        return WorkloadResult(
+            throughput=1.0, unit="B/s", work=1.0, work_unit="B", iterations=1, elapsed_s=1.0
+        )

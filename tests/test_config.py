@@ -127,3 +127,23 @@ def test_stress_flags(tmp_path):
     s = _settings(_parser().parse_args(["serve", "--stress-token", "abc"]))
     assert s.stress is True and s.stress_token_value() == "abc"
     assert "abc" not in repr(s)  # a SecretStr: never in logs or reprs
+
+
+def test_empty_tokens_are_errors_not_open_access(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with pytest.raises(SettingsError, match="empty"):
+        load_settings(stress_token_file=empty).stress_token_value()
+    with pytest.raises(SettingsError, match="stress_token: empty"):
+        load_settings(stress_token="  ").stress_token_value()
+    two = tmp_path / "two"
+    two.write_text("first\nsecond\n")
+    assert load_settings(stress_token_file=two).stress_token_value() == "first"
+
+
+def test_secret_values_never_in_errors(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('stress-token = "s3cr3t-value"\n')
+    with pytest.raises(SettingsError) as info:
+        load_settings(config=config)
+    assert "s3cr3t" not in str(info.value) and "stress-token" in str(info.value)

@@ -71,3 +71,35 @@ def test_throttle_tracker_counter_and_sampled():
     assert sampled.update(0.0, True, None) == 0.0
     assert sampled.update(1.5, True, None) == 1.5
     assert sampled.update(2.5, False, None) == 1.5
+
+
+def test_throttle_counter_holds_its_total_when_one_read_fails():
+    t = ThrottleTracker()
+    t.update(0.0, False, 4.0)
+    assert t.update(1.0, True, None) == 4.0  # not the sampled total, which would go backwards
+    assert t.update(2.0, False, 5.0) == 5.0
+
+
+def test_energy_gap_is_not_integrated():
+    t = EnergyTracker()
+    t.update(0.0, 100.0, None)
+    t.gap()  # e.g. the device was lost, or the sample timed out
+    assert t.update(1000.0, 100.0, None) == (100.0, 0.0)  # not +100 kJ
+
+
+def test_late_counter_continues_from_the_integrated_total():
+    t = EnergyTracker()
+    t.update(0.0, 100.0, None)
+    t.update(1.0, 100.0, None)  # 100 J integrated
+    assert t.update(2.0, 100.0, 5_000_000.0)[1] == 100.0  # no jump to the raw counter
+    assert t.update(3.0, 100.0, 5_000_150.0)[1] == 250.0
+
+
+def test_wrap_plausibility_by_implied_power():
+    c = MonotonicCounter(wrap_range=65_532.0)
+    c.update(60_000.0)
+    # 100 s at ~400 W wraps by 40 kJ: over half the range, but 400 W is plausible
+    assert c.update(34_468.0, dt=100.0) == pytest.approx(40_000.0)
+    assert c.wraps == 1
+    c.update(30_000.0, dt=1.0)  # a 64.5 kJ "wrap" in 1 s is no wrap: a reset
+    assert c.resets == 1

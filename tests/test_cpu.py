@@ -17,6 +17,7 @@ def test_cpu_series(settings, sysfs):
     sysfs.hwmon(2, "coretemp", {"Package id 1": 55500})
     settings.backends = ["cpu"]
     rig = Rig(settings)
+    assert not select(rig.tick(), "warptd_device_utilization_ratio")  # no baseline yet: absent
     samples = rig.tick()
     assert value(samples, "warptd_device_up", **CPU) == 1
     assert value(samples, "warptd_device_temperature_celsius", sensor="package_id_0", **CPU) == 52.0
@@ -30,6 +31,18 @@ def test_cpu_series(settings, sysfs):
     info = select(samples, "warptd_device_info", **CPU)[0].labels
     assert info["model"]
     rig.close()
+
+
+def test_first_utilization_is_absent_not_zero(settings):
+    backend = CpuBackend(settings)
+    assert backend.get_utilization(0) is None
+    assert 0 <= backend.get_utilization(0).compute <= 1
+
+
+def test_two_socket_k10temp_keeps_both(settings, sysfs):
+    sysfs.hwmon(0, "k10temp", {"Tctl": 50000})
+    sysfs.hwmon(1, "k10temp", {"Tctl": 60000})
+    assert CpuBackend(settings).get_temperatures(0) == {"tctl": 50.0, "tctl_1": 60.0}
 
 
 def test_k10temp_labels_and_unlabeled_sensor(settings, sysfs):

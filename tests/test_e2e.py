@@ -50,7 +50,7 @@ def cpu_daemon(tmp_path):
 
 def test_cpu_daemon_serves_metrics_promtool_clean(cpu_daemon):
     _, port = cpu_daemon
-    assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
+    assert wait_until(lambda: b"warptd_device_utilization_ratio{" in http(port, "GET", "/metrics")[2])
     body = http(port, "GET", "/metrics")[2]
     samples = parse(body.decode())
     assert value(samples, "warptd_device_up", backend="cpu", device="0") == 1

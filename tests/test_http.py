@@ -132,3 +132,61 @@ def test_stale_backend_series_dropped_at_scrape(settings, fake_nvml):
     finally:
         fake_nvml.gpus[0].release.set()
         d.stop()
+
+
+def test_connection_cap_answers_503_without_a_thread(settings):
+    import socket as sockets
+
+    from warptd.http.app import Router
+    from warptd.http.server import WarptdHTTPServer
+
+    server = WarptdHTTPServer("127.0.0.1", 0, Router(), max_connections=2)
+    server.start()
+    idle = [sockets.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
+    try:
+        assert wait_until(lambda: server._slots._value == 0, timeout=5)
+        status, headers, body = http(server.port, "GET", "/metrics")
+        assert (
+            status == 503
+            and headers["retry-after"] == "1"
+            and json.loads(body)["error"].startswith("too many")
+        )
+    finally:
+        for conn in idle:
+            conn.close()
+        server.shutdown()
+        server.server_close()
+    assert wait_until(lambda: server._slots._value == 2, timeout=5)  # slots come back
+
+
+def test_bad_content_length_is_400(daemon):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=5)
+    conn.putrequest("POST", "/stress")
+    conn.putheader("Content-Length", "²")
+    conn.endheaders()
+    assert conn.getresponse().status == 400
+    conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=5)
+    conn.putrequest("POST", "/stress")
+    conn.putheader("Content-Length", "2")
+    conn.putheader("Content-Length", "3")
+    conn.endheaders()
+    conn.send(b"{}")
+    assert conn.getresponse().status == 400
+    conn.close()
+
+
+def test_ipv4_fallback_when_ipv6_is_missing(monkeypatch):
+    import socket as sockets
+
+    from warptd.http.app import Router
+    from warptd.http.server import WarptdHTTPServer
+
+    monkeypatch.setattr(sockets, "has_ipv6", False)
+    server = WarptdHTTPServer("", 0, Router())
+    try:
+        assert server.address_family == sockets.AF_INET and server.server_address[0] == "0.0.0.0"
+    finally:
+        server.server_close()

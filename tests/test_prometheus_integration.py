@@ -148,7 +148,9 @@ def test_every_dashboard_and_alert_query_with_the_nvml_double(nvml_stack):
     daemon, prom = nvml_stack
     for test, size in (("memory", 8), ("matmul", 64)):  # one after the other: one job per device
         payload = {"test": test, "device": "cpu:0", "duration_s": 1, "size": size}
-        status, _, body = http(daemon.port, "POST", "/stress", json.dumps(payload).encode())
+        status, _, body = http(
+            daemon.port, "POST", "/stress", json.dumps(payload).encode(), {"Content-Type": "application/json"}
+        )
         assert status == 202
         assert daemon.stress.get(json.loads(body)["id"]).done.wait(90)
     _wait_for_data(prom)

@@ -20,6 +20,7 @@ FAULTS = {
     "raise": "tests.stress_faults:RaisingTest",
     "selfkill": "tests.stress_faults:SelfKillTest",
     "hang": "tests.stress_faults:HangTest",
+    "linger": "tests.stress_faults:LingerTest",
 }
 
 
@@ -53,6 +54,7 @@ def daemon(settings):
 
 def test_matmul_through_the_api_records_cpu_load(daemon):
     port = daemon.port
+    assert wait_until(lambda: b"warptd_device_utilization_ratio{" in http(port, "GET", "/metrics")[2])
     idle = value(
         parse(http(port, "GET", "/metrics")[2].decode()), "warptd_device_utilization_ratio", backend="cpu"
     )
@@ -187,9 +189,9 @@ def test_history_is_bounded(settings):
             assert status == 202
             wait_done(d.port, body["id"])
         listed = json.loads(http(d.port, "GET", "/stress")[2])["jobs"]
-        assert len(listed) <= 3 and len(d.stress.list()) <= 3
+        assert len(listed) == 3  # trimmed when the next job starts, not before
         post(d.port, {"test": "raise", "duration_s": 1})
-        assert len(d.stress.list()) <= 3  # 2 finished kept + the one running
+        assert len(d.stress.list()) == 3  # 2 finished kept + the one running
     finally:
         d.stop()
 
@@ -217,3 +219,46 @@ def test_no_stress_turns_the_endpoints_off(settings):
 def test_unknown_job_is_404(daemon):
     assert http(daemon.port, "GET", "/stress/nope")[0] == 404
     assert http(daemon.port, "DELETE", "/stress/nope")[0] == 404
+
+
+def test_a_worker_that_lingers_after_its_result_costs_the_daemon_no_cpu(daemon):
+    cpu_before = time.process_time()
+    status, _, body = post(daemon.port, {"test": "linger", "duration_s": 1})
+    assert status == 202
+    result = wait_done(daemon.port, body["id"])
+    assert result["status"] == "succeeded"
+    assert time.process_time() - cpu_before < 1.0  # the monitor waits, it does not spin on a closed pipe
+
+
+def test_a_failed_spawn_leaves_the_device_free(daemon, monkeypatch):
+    def refuse(self):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(jobs._SPAWN.Process, "start", refuse)
+    status, _, body = post(daemon.port, {"test": "raise", "duration_s": 1})
+    assert status == 503 and "could not start" in body["error"]
+    assert daemon.stress.list() == [] and daemon.stress.running() == []
+    monkeypatch.undo()
+    status, _, body = post(daemon.port, {"test": "raise", "duration_s": 1})
+    assert status == 202  # not 409: nothing stayed busy
+
+
+def test_history_keeps_exactly_the_configured_number(settings):
+    settings.backends = ["cpu"]
+    settings.stress_history = 2
+    d = Daemon(settings)
+    d.stress.tests.update(FAULTS)
+    d.start()
+    try:
+        ids = []
+        for _ in range(4):
+            status, _, body = post(d.port, {"test": "raise", "duration_s": 1})
+            assert status == 202
+            ids.append(body["id"])
+            wait_done(d.port, body["id"])
+        status, _, body = post(d.port, {"test": "raise", "duration_s": 1})
+        kept = [job.id for job in d.stress.list()]
+        assert kept[0] == body["id"] and kept[1:] == [ids[3], ids[2]]  # newest first, 2 finished kept
+        assert all(j.recorder is None for j in d.stress.list()[1:])  # finished jobs keep only a summary
+    finally:
+        d.stop()

@@ -93,6 +93,31 @@ def test_recorder_ignores_samples_outside_the_run():
     assert rec.summary().samples == 0 and rec.summary().energy_joules is None
 
 
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "message"),
+    [
+        ({"origin": "http://evil.example", "host": "127.0.0.1:9465"}, b"{}", 403, "cross-origin"),
+        ({"host": "rebind.evil.example:9465", "content-type": "application/json"}, b"{}", 403, "Host"),
+        ({"host": "localhost:9465", "content-type": "text/plain"}, b"{}", 415, "application/json"),
+    ],
+)
+def test_browser_and_dns_rebinding_requests_are_refused(headers, body, status, message):
+    router = Router()
+    add_stress_routes(router, JobManager([], {}), token=None)
+    with pytest.raises(HttpError) as info:
+        router.dispatch(Request("POST", "/stress", {}, headers, body, client="127.0.0.1"))
+    assert info.value.status == status and message in info.value.message
+
+
+def test_loopback_host_names():
+    from warptd.http.stress_routes import is_loopback_host
+
+    for host in ("localhost:9465", "127.0.0.1", "127.0.0.1:9465", "[::1]:9465", "::1", "LOCALHOST"):
+        assert is_loopback_host(host), host
+    for host in ("evil.example", "10.0.0.1:9465", "[fe80::1]:9465", "localhost.evil.example"):
+        assert not is_loopback_host(host), host
+
+
 def test_remote_clients_need_a_token():
     router = Router()
     add_stress_routes(router, JobManager([], {}), token=None)
@@ -109,15 +134,21 @@ def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
     d = Daemon(settings)
     d.start()
     try:
-        assert [(r.key, r.torch_device) for r in d.stress.devices.values()] == [
+        refs = list(d.stress.devices.values())
+        assert [(r.key, r.torch_device) for r in refs] == [
             ("nvidia:0", "cuda:0"),
-            ("nvidia:1", "cuda:1"),
+            ("nvidia:1", "cuda:0"),
             ("cpu:0", "cpu"),
         ]
+        # each worker sees only its own GPU, by UUID, whatever CUDA's device order would be
+        assert refs[1].environment == {
+            "CUDA_VISIBLE_DEVICES": fake_nvml.gpus[1].uuid,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
+        assert refs[2].environment == {}
         assert d.stress.default_device() == "nvidia:0"
-        status, _, raw = http(
-            d.port, "POST", "/stress", json.dumps({"dtype": "tf32", "duration_s": 1}).encode()
-        )
+        payload = json.dumps({"dtype": "tf32", "duration_s": 1}).encode()
+        status, _, raw = http(d.port, "POST", "/stress", payload, {"Content-Type": "application/json"})
         body = json.loads(raw)
         assert status == 202 and body["params"]["device"] == "nvidia:0"  # tf32 is valid on cuda
         assert d.stress.get(body["id"]).done.wait(timeout=60)

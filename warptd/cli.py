@@ -15,6 +15,7 @@ from warptd import __version__
 from warptd.backends.registry import Loaded, load_backends
 from warptd.config import Settings, SettingsError, load_settings
 from warptd.logs import configure_logging
+from warptd.stress.torch_device import DTYPES
 
 log = structlog.get_logger("warptd")
 
@@ -64,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     stress.add_argument("--test", default="matmul", help="matmul or memory (default matmul)")
     stress.add_argument("--device", help="BACKEND:INDEX (default: first accelerator, else cpu:0)")
     stress.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
-    stress.add_argument("--dtype", choices=["float32", "tf32", "bfloat16", "float16"])
+    stress.add_argument("--dtype", choices=DTYPES)
     stress.add_argument("--size", type=int, help="matmul: matrix side; memory: MiB per buffer")
     stress.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser

@@ -79,15 +79,30 @@ class Settings(BaseSettings):
         return value
 
     def stress_token_value(self) -> str | None:
-        """The configured token, from ``stress_token`` or the first line of ``stress_token_file``."""
+        """The configured token, from ``stress_token`` or the first line of ``stress_token_file``.
+
+        An empty token is an error, never "no token": that would silently fall back to open loopback.
+        """
         if self.stress_token is not None:
-            return self.stress_token.get_secret_value() or None
+            token = self.stress_token.get_secret_value().strip()
+            if not token:
+                raise SettingsError("invalid setting stress_token: empty")
+            return token
         if self.stress_token_file is not None:
             try:
-                return self.stress_token_file.read_text().strip() or None
+                lines = self.stress_token_file.read_text().splitlines()
             except OSError as exc:
                 raise SettingsError(f"invalid setting stress_token_file: {exc.strerror or exc}") from None
+            token = lines[0].strip() if lines else ""
+            if not token:
+                raise SettingsError(f"invalid setting stress_token_file: {self.stress_token_file} is empty")
+            return token
         return None
+
+    @property
+    def stale_after(self) -> float:
+        """Seconds after its last good sample that a backend counts as stale and loses its series."""
+        return max(3 * self.interval, self.interval + self.sample_timeout)
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -136,6 +151,7 @@ def _one_line(exc: ValidationError) -> str:
     for err in exc.errors():
         name = ".".join(str(p) for p in err["loc"]) or "settings"
         value = err.get("input")
-        shown = f"={value!r}" if not isinstance(value, dict) else ""
+        secret = any("token" in str(part).lower() or "secret" in str(part).lower() for part in err["loc"])
+        shown = f"={value!r}" if not isinstance(value, dict) and not secret else ""
         parts.append(f"{name}{shown}: {err['msg']}")
     return "invalid setting " + "; ".join(parts)

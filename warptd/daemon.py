@@ -32,8 +32,7 @@ class Daemon:
     def __init__(self, settings: Settings, loaded: Loaded | None = None) -> None:
         self.settings = settings
         self.loaded = loaded if loaded is not None else load_backends(settings)
-        stale_after = max(3 * settings.interval, settings.interval + settings.sample_timeout)
-        self.snapshot = Snapshot(stale_after=stale_after)
+        self.snapshot = Snapshot(stale_after=settings.stale_after)
         self.sampler = Sampler(settings, self.snapshot, self.loaded.accelerators, self.loaded.power)
         self.exposition = Exposition(self.snapshot, node=settings.node)
         self.stress = make_job_manager(settings, self.loaded, self.snapshot) if settings.stress else None
@@ -88,10 +87,10 @@ class Daemon:
             if self._stopped.is_set():
                 return
             self.notifier.stopping()
+            self.server.shutdown()  # first: no request can start a job from here on
+            self.server.server_close()
             if self.stress is not None:
                 self.stress.shutdown()
-            self.server.shutdown()
-            self.server.server_close()
             self.sampler.stop()
             self._stopped.set()
         log.info("warptd_stopped")
@@ -113,25 +112,38 @@ class Daemon:
 
 def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> JobManager:
     """A stress job manager over every device of every loaded accelerator backend."""
-    devices = [
-        DeviceRef(
-            backend=backend.name,
-            index=index,
-            torch_device=backend.get_pytorch_device_string(index),
-            is_accelerator=backend.is_accelerator,
-            backend_target=f"{type(backend).__module__}:{type(backend).__qualname__}",
-        )
-        for backend in loaded.accelerators
-        for index in range(backend.get_device_count())
-    ]
+    devices = []
+    for backend in loaded.accelerators:
+        state = snapshot.get(backend.name)
+        for info in state.devices_info if state else []:
+            torch_device, environment = backend.worker_device(info)
+            devices.append(
+                DeviceRef(
+                    backend=backend.name,
+                    index=info.index,
+                    torch_device=torch_device,
+                    is_accelerator=backend.is_accelerator,
+                    backend_target=f"{type(backend).__module__}:{type(backend).__qualname__}",
+                    environment=environment,
+                )
+            )
     companions: dict[str, list[str]] = {}
     for power in loaded.power:
         if power.companion:
             companions.setdefault(power.companion, []).append(power.name)
+
+    def free_memory(device: DeviceRef) -> int | None:
+        state = snapshot.get(device.backend)
+        for sample in state.devices if state else []:
+            if sample.reading.index == device.index and sample.reading.memory is not None:
+                return sample.reading.memory.free
+        return None
+
     return JobManager(
         devices,
         companions,
         max_duration_s=settings.stress_max_duration,
         history=settings.stress_history,
         on_change=snapshot.touch,
+        free_memory=free_memory,
     )

@@ -24,6 +24,13 @@ class GPUInfo(BaseModel):
     driver_version: str | None = None
     extra_metrics: dict[str, Any] | None = None
 
+    @staticmethod
+    def memory_fields(total_bytes: int | None) -> dict[str, Any]:
+        """``memory_total_bytes`` and the design's ``memory_gb`` from one byte count."""
+        if total_bytes is None:
+            return {"memory_total_bytes": None, "memory_gb": None}
+        return {"memory_total_bytes": total_bytes, "memory_gb": round(total_bytes / 2**30, 1)}
+
 
 @dataclass(slots=True)
 class MemoryUsage:

@@ -100,6 +100,10 @@ class AcceleratorBackend(GuardedSDK, ABC):
         """Cumulative hardware violation time in seconds by reason, where the SDK keeps one."""
         return {}
 
+    def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
+        """The torch device a stress worker uses for this device, and environment to set first."""
+        return self.get_pytorch_device_string(info.index), {}
+
     def shutdown(self) -> None:
         """Release the SDK."""
 

@@ -29,17 +29,20 @@ class CpuBackend(AcceleratorBackend):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._temperature_files = self._find_temperature_files(settings.sysfs)
-        psutil.cpu_percent(interval=None)  # prime: the first non-blocking call has no baseline
+        self._utilization_primed = False
 
     @staticmethod
     def _find_temperature_files(sysfs: Path) -> dict[str, Path]:
         files: dict[str, Path] = {}
-        for chip in hwmon_chips(sysfs, _CPU_HWMON):
+        for chip_number, chip in enumerate(hwmon_chips(sysfs, _CPU_HWMON)):
             for label, path in chip.temperature_inputs().items():
                 # coretemp lists one sensor per core; the package sensors are what dashboards want.
                 if chip.name == "coretemp" and not label.startswith("package"):
                     continue
-                files.setdefault("cpu" if label.startswith("temp") else label, path)
+                sensor = "cpu" if label.startswith("temp") else label
+                if sensor in files:  # a second socket's k10temp repeats tctl/tccd*: keep both
+                    sensor = f"{sensor}_{chip_number}"
+                files.setdefault(sensor, path)
         return files
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
@@ -64,8 +67,7 @@ class CpuBackend(AcceleratorBackend):
             GPUInfo(
                 index=0,
                 model=_cpu_model(),
-                memory_total_bytes=memory.total if memory else None,
-                memory_gb=round(memory.total / 2**30, 1) if memory else None,
+                **GPUInfo.memory_fields(memory.total if memory else None),
                 driver_version=self.get_driver_version(),
                 extra_metrics={
                     "logical_cpus": psutil.cpu_count(logical=True),
@@ -87,6 +89,11 @@ class CpuBackend(AcceleratorBackend):
 
     def get_utilization(self, index: int) -> Utilization | None:
         percent = self.call(index, "utilization", psutil.cpu_percent, None)
+        if not self._utilization_primed:
+            # The first non-blocking call (psutil keeps its baseline per thread) has no interval
+            # behind it and answers 0.0: absent, not a fake idle.
+            self._utilization_primed = percent is not None
+            return None
         return Utilization(compute=percent / 100) if percent is not None else None
 
     def get_temperatures(self, index: int) -> dict[str, float]:

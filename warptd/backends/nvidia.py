@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from warptd.backends import nvml_session
 from warptd.backends.base import AcceleratorBackend
-from warptd.errors import ErrorKind
+from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.models import GPUInfo, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -45,11 +45,16 @@ class NvidiaBackend(AcceleratorBackend):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._session = nvml_session.acquire()
-        self._nvml = nvml = self._session.nvml
-        self._handles = self._session.handles
-        self._throttle_bits = {reason: getattr(nvml, const) for reason, const in _THROTTLE_BITS.items()}
-        self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
-        self._clocks = {clock: getattr(nvml, const) for clock, const in _CLOCKS.items()}
+        self._closed = False
+        try:
+            self._nvml = nvml = self._session.nvml
+            self._handles = self._session.handles
+            self._throttle_bits = {reason: getattr(nvml, const) for reason, const in _THROTTLE_BITS.items()}
+            self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
+            self._clocks = {clock: getattr(nvml, const) for clock, const in _CLOCKS.items()}
+        except AttributeError as exc:  # an nvidia-ml-py too old for these constants
+            nvml_session.release()
+            raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
@@ -79,8 +84,7 @@ class NvidiaBackend(AcceleratorBackend):
                 GPUInfo(
                     index=index,
                     model=nvml_session.text(name) if name is not None else "NVIDIA GPU",
-                    memory_total_bytes=memory.total if memory else None,
-                    memory_gb=round(memory.total / 2**30, 1) if memory else None,
+                    **GPUInfo.memory_fields(memory.total if memory else None),
                     uuid=nvml_session.text(uuid) if uuid is not None else None,
                     compute_capability=f"{cc[0]}.{cc[1]}" if cc is not None else None,
                     pcie_gen=self.call(index, "pcie_gen", nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
@@ -92,6 +96,13 @@ class NvidiaBackend(AcceleratorBackend):
 
     def get_pytorch_device_string(self, device_id: int) -> str:
         return f"cuda:{device_id}"
+
+    def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
+        """CUDA orders GPUs fastest-first and honours CUDA_VISIBLE_DEVICES, NVML does neither:
+        pin the worker to this GPU by UUID so the GPU that runs is the one measured."""
+        if not info.uuid:
+            return self.get_pytorch_device_string(info.index), {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return "cuda:0", {"CUDA_VISIBLE_DEVICES": info.uuid, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
     # -- telemetry --------------------------------------------------------------------------
     def _get(self, index: int, what: str, fn_name: str, *args: object) -> Any:
@@ -156,4 +167,6 @@ class NvidiaBackend(AcceleratorBackend):
         return counters
 
     def shutdown(self) -> None:
-        nvml_session.release()
+        if not self._closed:  # idempotent: a second release would shut NVML down under the others
+            self._closed = True
+            nvml_session.release()

@@ -6,7 +6,6 @@ when their backend is constructed, so a missing SDK is one log line, never an Im
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Literal
@@ -16,6 +15,7 @@ import structlog
 from warptd.backends.base import AcceleratorBackend
 from warptd.config import SettingsError
 from warptd.power.base import PowerBackend
+from warptd.targets import resolve_target
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -90,11 +90,6 @@ def _wanted(candidate: Candidate, cls: type, names: list[str] | None) -> bool:
     return not names or candidate.name in names or getattr(cls, "companion", None) in names
 
 
-def _resolve(target: str) -> type:
-    module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
 def load_backends(settings: Settings) -> Loaded:
     """Construct every selected backend; each failure is logged with its reason and skipped."""
     loaded = Loaded()
@@ -105,7 +100,7 @@ def load_backends(settings: Settings) -> Loaded:
             continue  # not selected; skip before importing anything
         base: type = AcceleratorBackend if candidate.kind == "accelerator" else PowerBackend
         try:
-            cls = _resolve(candidate.target)
+            cls = resolve_target(candidate.target)
             if not (isinstance(cls, type) and issubclass(cls, base)):
                 raise TypeError(f"{candidate.target} is not a {base.__name__}")
             if not _wanted(candidate, cls, settings.backends):

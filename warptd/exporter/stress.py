@@ -21,17 +21,15 @@ class StressCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families = Families(m.STRESS)
-        running = {(j.device.backend, str(j.device.index), j.params.test) for j in self.manager.running()}
+        running, runs, last = self.manager.metrics_view()
         for device in self.manager.devices.values():
             for test in self.manager.tests:
                 labels = (device.backend, str(device.index), test)
                 families.add(m.STRESS_RUNNING, list(labels), 1 if labels in running else 0)
         for test in self.manager.tests:
             for status in _FINAL:
-                families.add(
-                    m.STRESS_RUNS, [test, str(status)], self.manager.runs.get((test, str(status)), 0)
-                )
-        for labels, job in self.manager.last.items():
+                families.add(m.STRESS_RUNS, [test, str(status)], runs.get((test, str(status)), 0))
+        for labels, job in last:
             if job.workload is not None and job.workload.unit in _THROUGHPUT:
                 families.add(_THROUGHPUT[job.workload.unit], list(labels), job.workload.throughput)
             if job.telemetry is not None:

@@ -35,7 +35,7 @@ def add_core_routes(router: Router, snapshot: Snapshot, exposition: Exposition) 
         return json_response(200, {"status": "ok"})
 
     def readyz(_: Request) -> Response:
-        pending = [s.name for s in snapshot.states() if s.last_attempt_done is None]
+        pending = snapshot.pending()
         if pending:
             return json_response(503, {"status": "waiting for first sample", "pending": pending})
         return json_response(200, {"status": "ready"})

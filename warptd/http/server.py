@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +16,14 @@ from warptd.http.app import HttpError, Request, Response, Router, json_response
 
 log = structlog.get_logger("warptd.http")
 MAX_BODY_BYTES = 64 * 1024
+#: Connections served at once; beyond this a client gets 503 at once instead of a thread.
+MAX_CONNECTIONS = 64
+_DIGITS = re.compile(r"[0-9]+")
+_BUSY_BODY = b'{"error":"too many concurrent connections"}\n'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -28,19 +38,24 @@ class _Handler(BaseHTTPRequestHandler):
             response = self.server.router.dispatch(self._request())
         except HttpError as exc:
             response = exc.response()
+        except TimeoutError:
+            self.close_connection = True
+            response = json_response(408, {"error": "request body not received in time"})
         except Exception as exc:
             log.error("http_handler_failed", path=self.path, error=repr(exc))
+            self.close_connection = True  # the connection state is unknown: never reuse it
             response = json_response(500, {"error": "internal error"})
         self._send(response)
 
     def _request(self) -> Request:
         url = urlsplit(self.path)
         headers = {k.lower(): v for k, v in self.headers.items()}
-        length_text = headers.get("content-length", "0") or "0"
+        lengths = self.headers.get_all("Content-Length") or ["0"]
+        length_text = lengths[0].strip() or "0"
         if "chunked" in headers.get("transfer-encoding", "").lower():
             self.close_connection = True
             raise HttpError(411, "chunked bodies are not accepted; send Content-Length")
-        if not length_text.isdigit():
+        if len(set(lengths)) > 1 or not _DIGITS.fullmatch(length_text):
             self.close_connection = True
             raise HttpError(400, "invalid Content-Length")
         length = int(length_text)
@@ -84,17 +99,49 @@ class WarptdHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, host: str, port: int, router: Router) -> None:
+    def __init__(self, host: str, port: int, router: Router, max_connections: int = MAX_CONNECTIONS) -> None:
         self.router = router
+        self._slots = threading.BoundedSemaphore(max_connections)
+        if host == "" and not socket.has_ipv6:
+            host = "0.0.0.0"
         if host in ("", "::") or ":" in host:
             self.address_family = socket.AF_INET6
-            host = host or "::"
-        super().__init__((host, port), _Handler)
+        try:
+            super().__init__((host or "::", port), _Handler)
+        except OSError:
+            if host != "":
+                raise
+            # An empty host on a kernel booted with ipv6.disable=1: every IPv4 address instead.
+            self.address_family = socket.AF_INET
+            super().__init__(("0.0.0.0", port), _Handler)
 
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6:
             self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         super().server_bind()
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        """Bounded: over ``max_connections`` the client is answered 503 without a thread."""
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(_BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # type: ignore[arg-type]
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[arg-type]
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up mid-response is routine: log it, don't print a traceback."""
+        log.debug("http_connection_error", client=str(client_address))
 
     @property
     def port(self) -> int:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from warptd.http.app import HttpError, Request, Response, Router, json_response
-from warptd.stress.jobs import JobManager, JobStatus, StressError, StressParameters
+from warptd.stress.jobs import Job, JobManager, JobStatus, StressError, StressParameters
+from warptd.stress.torch_device import DTYPES
 
 
 class StressRequest(BaseModel):
@@ -23,8 +23,31 @@ class StressRequest(BaseModel):
         None, pattern=r"^[a-z0-9_.-]+:\d+$", description="BACKEND:INDEX, e.g. nvidia:0"
     )
     duration_s: float = Field(30.0, ge=1, description="seconds; at most --stress-max-duration")
-    dtype: Literal["float32", "tf32", "bfloat16", "float16"] | None = None
+    dtype: str | None = None
     size: int | None = Field(None, ge=1, description="matmul: matrix side; memory: MiB per buffer")
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str | None) -> str | None:
+        if value is not None and value not in DTYPES:
+            raise ValueError(f"must be one of {', '.join(DTYPES)}")
+        return value
+
+
+_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
+
+
+def _host_name(host_header: str) -> str:
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def is_loopback_host(host_header: str) -> bool:
+    """A Host header naming this machine's loopback (a DNS-rebinding page names its own domain)."""
+    name = _host_name(host_header)
+    return name in _LOOPBACK_NAMES or is_loopback(name)
 
 
 def is_loopback(address: str) -> bool:
@@ -45,45 +68,62 @@ def _validation_error(exc: ValidationError) -> HttpError:
     return HttpError(422, f"invalid stress request: {summary}", problems=problems)
 
 
+def authorize(request: Request, token: str | None) -> None:
+    """Only deliberate API clients may start or cancel work."""
+    # A browser on this host could otherwise start work with a "simple" cross-origin POST, or a
+    # DNS-rebinding page could; no legitimate client of this API sends Origin.
+    if request.header("origin"):
+        raise HttpError(403, "browser cross-origin requests are refused")
+    if token is None:
+        if not is_loopback(request.client):
+            raise HttpError(
+                403, "stress requests are accepted from loopback clients only unless a token is configured"
+            )
+        if not is_loopback_host(request.header("host", "localhost")):
+            raise HttpError(403, "without a token, the Host header must name localhost")
+        return
+    scheme, _, given = request.header("authorization").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise HttpError(401, "missing or wrong bearer token", {"WWW-Authenticate": 'Bearer realm="warptd"'})
+
+
+def parse_request(request: Request) -> StressRequest:
+    """The JSON body as a :class:`StressRequest`: 415, 400 or 422 with the reason otherwise."""
+    if not request.body.strip():
+        return StressRequest()
+    if request.header("content-type").split(";")[0].strip().lower() != "application/json":
+        raise HttpError(415, "send the body as Content-Type: application/json")
+    try:
+        raw = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"malformed JSON body: {exc}") from None
+    if not isinstance(raw, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    try:
+        return StressRequest.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+
+
+def _disabled(_: Request) -> Response:
+    raise HttpError(404, "stress endpoints are disabled on this daemon (--no-stress)")
+
+
 def add_stress_routes(router: Router, manager: JobManager | None, token: str | None) -> None:
     """Register /stress; with ``manager=None`` (``--no-stress``) every /stress call is a 404 saying so."""
     if manager is None:
-
-        def disabled(_: Request) -> Response:
-            raise HttpError(404, "stress endpoints are disabled on this daemon (--no-stress)")
-
-        for method in ("GET", "POST"):
-            router.add(method, "/stress", disabled)
-        for method in ("GET", "DELETE"):
-            router.add(method, "/stress/{job_id}", disabled)
+        for method, path in (
+            ("GET", "/stress"),
+            ("POST", "/stress"),
+            ("GET", "/stress/{job_id}"),
+            ("DELETE", "/stress/{job_id}"),
+        ):
+            router.add(method, path, _disabled)
         return
 
-    def authorize(request: Request) -> None:
-        if token is None:
-            if not is_loopback(request.client):
-                raise HttpError(
-                    403,
-                    "stress requests are accepted from loopback clients only unless a token is configured",
-                )
-            return
-        scheme, _, given = request.header("authorization").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-            raise HttpError(
-                401, "missing or wrong bearer token", {"WWW-Authenticate": 'Bearer realm="warptd"'}
-            )
-
     def start(request: Request) -> Response:
-        authorize(request)
-        try:
-            raw = json.loads(request.body) if request.body.strip() else {}
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HttpError(400, f"malformed JSON body: {exc}") from None
-        if not isinstance(raw, dict):
-            raise HttpError(400, "the body must be a JSON object")
-        try:
-            body = StressRequest.model_validate(raw)
-        except ValidationError as exc:
-            raise _validation_error(exc) from None
+        authorize(request, token)
+        body = parse_request(request)
         params = StressParameters(
             test=body.test,
             device=body.device or manager.default_device(),
@@ -100,18 +140,18 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: str | N
     def listing(_: Request) -> Response:
         return json_response(200, {"jobs": [job.view() for job in manager.list()]})
 
-    def _job(request: Request):  # noqa: ANN202 - a Job
+    def find(request: Request) -> Job:
         job = manager.get(request.params["job_id"])
         if job is None:
             raise HttpError(404, f"no stress job {request.params['job_id']!r}")
         return job
 
     def show(request: Request) -> Response:
-        return json_response(200, _job(request).view())
+        return json_response(200, find(request).view())
 
     def cancel(request: Request) -> Response:
-        authorize(request)
-        job = _job(request)
+        authorize(request, token)
+        job = find(request)
         if job.status is not JobStatus.RUNNING:
             raise HttpError(409, f"stress job {job.id} already ended: {job.status}")
         manager.cancel(job.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -56,10 +57,8 @@ class RaplPowerBackend(PowerBackend):
     def read_domains(self) -> list[DomainReading]:
         readings = []
         for zone in self.zones:
-            try:
-                microjoules = read_int(zone.path / "energy_uj")
-            except Exception as exc:
-                self._unreadable(zone, exc)
+            microjoules = self.guarded(zone, read_int, zone.path / "energy_uj")
+            if microjoules is None:
                 readings.append(DomainReading(domain=zone.domain, readable=False))
                 continue
             readings.append(
@@ -71,19 +70,19 @@ class RaplPowerBackend(PowerBackend):
             )
         return readings
 
-    def _unreadable(self, zone: RaplZone, exc: Exception) -> None:
-        kind = self.classify_error(exc)
-        self.count_error(kind)
-        if zone.domain in self._reported_unreadable:
+    def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
+        """Count as usual, and say once per domain why it is unreadable."""
+        super().on_error(key, kind, exc)
+        if not isinstance(key, RaplZone) or key.domain in self._reported_unreadable:
             return
-        self._reported_unreadable.add(zone.domain)
+        self._reported_unreadable.add(key.domain)
         reason = (
             "energy_uj is readable by root only (Linux >= 5.10): run warptd as root, or grant read "
             "access with a udev rule / systemd-tmpfiles (see README)"
             if kind is ErrorKind.PERMISSION
             else repr(exc)
         )
-        log.warning("rapl_domain_unreadable", domain=zone.domain, path=str(zone.path), reason=reason)
+        log.warning("rapl_domain_unreadable", domain=key.domain, path=str(key.path), reason=reason)
 
 
 def _discover(root: Path) -> list[RaplZone]:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: No single power domain draws more; a counter decrease implying more is a reset, not a wrap.
+MAX_PLAUSIBLE_WATTS = 5000.0
+
 
 @dataclass(slots=True)
 class MonotonicCounter:
     """A cumulative hardware counter made monotonic.
 
     A decrease is a wrap when the counter has a known range (RAPL's ``max_energy_range_uj``)
-    and the wrapped delta is plausible (under half the range); otherwise it is a reset (driver
-    reload), after which the new raw value is the amount counted since the reset.
+    and the wrapped delta is plausible (an implied power under ``MAX_PLAUSIBLE_WATTS``, or
+    without a time base under half the range); otherwise it is a reset (driver reload), after
+    which the new raw value is the amount counted since the reset. Sampling must be faster than
+    one wrap period (about 160 s at 400 W on AMD's 65.5 kJ range) to see every wrap.
     The total starts at the first raw value, so a daemon restart is invisible while the
     hardware counter itself does not reset.
     """
@@ -22,15 +27,15 @@ class MonotonicCounter:
     wraps: int = 0
     resets: int = 0
 
-    def update(self, raw: float) -> float:
-        """Feed one raw reading; return the delta it adds (0 on the first reading)."""
+    def update(self, raw: float, dt: float | None = None) -> float:
+        """Feed one raw reading (``dt`` s after the last); return the delta it adds (0 at first)."""
         if self.previous is None or self.total is None:
             self.previous, self.total = raw, raw
             return 0.0
         delta = raw - self.previous
         if delta < 0:
             wrapped = (self.wrap_range - self.previous) + raw if self.wrap_range else None
-            if wrapped is not None and 0 <= wrapped <= self.wrap_range / 2:  # type: ignore[operator]
+            if wrapped is not None and self._plausible(wrapped, dt):
                 delta = wrapped
                 self.wraps += 1
             else:
@@ -40,13 +45,24 @@ class MonotonicCounter:
         self.total += delta
         return delta
 
+    def _plausible(self, wrapped: float, dt: float | None) -> bool:
+        if wrapped < 0 or self.wrap_range is None:
+            return False
+        if dt:
+            return wrapped / dt <= MAX_PLAUSIBLE_WATTS
+        return wrapped <= self.wrap_range / 2
+
+    def rebase(self, raw: float, total: float) -> None:
+        """Continue from ``total`` with ``raw`` as the new baseline (no jump when switching source)."""
+        self.previous, self.total = raw, total
+
 
 @dataclass(slots=True)
 class EnergyTracker:
     """Energy of one device or domain: from its counter where it has one, else integrated power.
 
     Power is derived from the counter delta when the hardware reports energy only (RAPL, i915).
-    A gap in readings is never integrated across: the next reading starts a new interval.
+    A gap in readings (:meth:`gap`) is never integrated across: the next reading starts anew.
     """
 
     counter: MonotonicCounter | None = None
@@ -62,8 +78,10 @@ class EnergyTracker:
         if energy is not None:
             if self.counter is None:
                 self.counter = MonotonicCounter(wrap_range=wrap_range)
+                if self.integrated is not None:  # the counter appeared late: continue, don't jump
+                    self.counter.rebase(energy, self.integrated)
             first = self.counter.previous is None
-            delta = self.counter.update(energy)
+            delta = self.counter.update(energy, dt)
             if power is None and not first and dt:
                 power = delta / dt
             self.last_time = now
@@ -80,6 +98,14 @@ class EnergyTracker:
             self.integrated += (self.last_power + power) / 2 * dt
         self.last_power, self.last_time = power, now
         return power, self.integrated
+
+    def gap(self) -> None:
+        """The device or domain was not read this time: integrate nothing across the hole.
+
+        A counter needs no gap handling: its next delta is energy really used meanwhile.
+        """
+        if self.counter is None:
+            self.last_power, self.last_time = None, None
 
 
 @dataclass(slots=True)
@@ -98,6 +124,8 @@ class ThrottleTracker:
             if self.counter is None:
                 self.counter = MonotonicCounter()
             self.counter.update(counter_seconds)
+            return self.counter.total or 0.0
+        if self.counter is not None:  # the counter failed this once: hold its total
             return self.counter.total or 0.0
         if active:
             self.accumulated += dt

@@ -7,10 +7,12 @@ marks the backend stale (its series are dropped) and counts a ``timeout``; later
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +44,32 @@ class _Raw:
     errors: Counter[ErrorKind]
 
 
+class _Worker:
+    """One daemon thread per backend: a read that never returns cannot keep the process alive at exit."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=f"warptd-{name}", daemon=True).start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._queue.put((future, fn))
+        return future
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
 class Sampler:
     """Owns the schedule, the per-backend workers and the cross-sample trackers (energy, throttle)."""
 
@@ -60,7 +88,7 @@ class Sampler:
         self._energy: dict[tuple[str, object], EnergyTracker] = {}
         self._throttle: dict[tuple[str, int, str], ThrottleTracker] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
-        self._workers: dict[str, ThreadPoolExecutor] = {}
+        self._workers: dict[str, _Worker] = {}
         for backend in accelerators:
             self._add(backend, BackendState(backend.name, "accelerator", devices_info=backend.list_devices()))
         for backend in power:
@@ -74,7 +102,7 @@ class Sampler:
     def _add(self, backend: AcceleratorBackend | PowerBackend, state: BackendState) -> None:
         self.backends[backend.name] = backend
         self.snapshot.add(state)
-        self._workers[backend.name] = ThreadPoolExecutor(1, thread_name_prefix=f"warptd-{backend.name}")
+        self._workers[backend.name] = _Worker(backend.name)
         # Errors counted while listing devices at start belong to the backend too.
         self.snapshot.count_errors(backend.name, backend.take_errors())
 
@@ -96,7 +124,7 @@ class Sampler:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         for name, worker in self._workers.items():
-            worker.shutdown(wait=False, cancel_futures=True)
+            worker.close()
             inflight = self._inflight.get(name)
             if inflight is None or inflight.done():
                 self.backends[name].shutdown()
@@ -114,7 +142,7 @@ class Sampler:
             self._fail(name, ErrorKind.HUNG, "hung")
             return
         started = time.monotonic()
-        future = self._workers[name].submit(self._read, name)
+        future = self._workers[name].submit(lambda: self._read(name))
         self._inflight[name] = future
         try:
             raw = future.result(timeout=self.settings.sample_timeout)
@@ -155,6 +183,9 @@ class Sampler:
         return _Raw(at=time.monotonic(), readings=readings, errors=backend.take_errors())
 
     def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
+        for (backend, _), tracker in self._energy.items():
+            if backend == name:
+                tracker.gap()  # nothing is integrated across the outage
         self.snapshot.count_errors(name, Counter({kind: 1}))
         self.snapshot.update(name, healthy=False, stale_reason=reason, last_attempt_done=time.time())
 
@@ -172,10 +203,11 @@ class Sampler:
         reading: DeviceReading
         for reading in raw.readings:
             reading.uuid = uuids.get(reading.index, "")
+            tracker = self._tracker((name, (reading.index, reading.uuid)))
             if not reading.up:
+                tracker.gap()
                 samples.append(DeviceSample(reading=reading))
                 continue
-            tracker = self._tracker((name, (reading.index, reading.uuid)))
             _, energy = tracker.update(raw.at, reading.power_watts, reading.energy_counter_joules)
             samples.append(
                 DeviceSample(
@@ -209,6 +241,7 @@ class Sampler:
                     raw.at, reading.power_watts, reading.energy_counter_joules, reading.energy_range_joules
                 )
             else:
+                tracker.gap()
                 power, energy = None, None
             domains.append(DomainPower(reading.domain, source, power, energy, reading.readable))
         return domains

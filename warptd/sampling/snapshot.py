@@ -93,6 +93,9 @@ class Snapshot:
         now = time.time() if now is None else now
         return tuple(self.is_fresh(s, now) for s in self.states())
 
+    def pending(self) -> list[str]:
+        """Backends that have not finished (or given up on) their first sample."""
+        return [s.name for s in self.states() if s.last_attempt_done is None]
+
     def ready(self) -> bool:
-        """Every backend finished (or gave up on) its first sample."""
-        return all(s.last_attempt_done is not None for s in self.states())
+        return not self.pending()

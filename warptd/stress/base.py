@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import ClassVar
 
 
 class TestCategory(StrEnum):
@@ -28,6 +28,9 @@ class DeviceRef:
     torch_device: str
     is_accelerator: bool
     backend_target: str = ""
+    #: Set in the worker before torch loads, e.g. ``CUDA_VISIBLE_DEVICES=<uuid>`` so that the
+    #: GPU that runs is the one the samplers measure whatever CUDA's own device order is.
+    environment: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def key(self) -> str:
@@ -49,7 +52,6 @@ class WorkloadResult:
     elapsed_s: float
     dtype: str | None = None
     size: int | None = None
-    details: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -99,6 +101,11 @@ class StressTest(ABC):
 
     def get_category(self) -> TestCategory:
         return self.category
+
+    @classmethod
+    def estimate_bytes(cls, dtype: str | None, size: int | None) -> int | None:
+        """Device memory the workload allocates with these parameters; None when unknown."""
+        return None
 
     @classmethod
     def check_parameters(cls, torch_device: str, dtype: str | None, size: int | None) -> None:

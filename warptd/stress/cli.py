@@ -73,7 +73,7 @@ def print_table(view: JobView, out: TextIO) -> None:
 def run_stress(settings: Settings, loaded: Loaded, args: argparse.Namespace) -> int:
     from warptd.daemon import make_job_manager
 
-    snapshot = Snapshot(stale_after=max(3 * settings.interval, settings.interval + settings.sample_timeout))
+    snapshot = Snapshot(stale_after=settings.stale_after)
     sampler = Sampler(settings, snapshot, loaded.accelerators, loaded.power)
     manager = make_job_manager(settings, loaded, snapshot)
     sampler.listeners.append(manager.on_sample)

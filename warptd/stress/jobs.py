@@ -8,16 +8,19 @@ the worker (SIGTERM, then SIGKILL after 1 s).
 from __future__ import annotations
 
 import importlib.util
+import json
 import multiprocessing
+import os
 import signal
 import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import structlog
@@ -102,13 +105,13 @@ class Job:
     progress: dict[str, float] | None = None
     workload: Workload | None = None
     telemetry: RunTelemetry | None = None
-    recorder: TelemetryRecorder = field(default_factory=TelemetryRecorder)
+    recorder: TelemetryRecorder | None = field(default_factory=TelemetryRecorder)
     process: Any = None
     cancel_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
     def view(self) -> JobView:
-        telemetry = self.telemetry or (self.recorder.summary() if self.status is JobStatus.RUNNING else None)
+        telemetry = self.telemetry or (self.recorder.summary() if self.recorder is not None else None)
         return JobView(
             id=self.id,
             status=self.status,
@@ -141,9 +144,11 @@ class JobManager:
         self,
         devices: list[DeviceRef],
         companions: dict[str, list[str]],
+        *,
         max_duration_s: float = 3600.0,
         history: int = 50,
-        on_change: Any = None,
+        on_change: Callable[[], None] | None = None,
+        free_memory: Callable[[DeviceRef], int | None] | None = None,
     ) -> None:
         self.devices = {d.key: d for d in devices}
         self.companions = companions  # accelerator backend -> power backends that measure it
@@ -154,6 +159,8 @@ class JobManager:
         self._busy: dict[str, str] = {}  # device key -> job id
         self._lock = threading.Lock()
         self._on_change = on_change or (lambda: None)
+        self._free_memory = free_memory or (lambda _: None)
+        self._closing = False
         self.runs: Counter[tuple[str, str]] = Counter()
         self.last: dict[tuple[str, str, str], Job] = {}  # (backend, device, test) -> last finished job
 
@@ -178,11 +185,15 @@ class JobManager:
             raise StressError(422, f"unknown device {params.device!r}; available: {', '.join(self.devices)}")
         if not 1 <= params.duration_s <= self.max_duration_s:
             raise StressError(422, f"duration_s must be between 1 and {self.max_duration_s:g}")
+        test_cls = resolve_test(target)
         try:
-            resolve_test(target).check_parameters(device.torch_device, params.dtype, params.size)
+            test_cls.check_parameters(device.torch_device, params.dtype, params.size)
         except ValueError as exc:
             raise StressError(422, str(exc)) from None
+        self._check_memory(device, test_cls.estimate_bytes(params.dtype, params.size))
         with self._lock:
+            if self._closing:
+                raise StressError(503, "the daemon is shutting down")
             if device.key in self._busy:
                 raise StressError(
                     409, f"device {device.key} is busy with stress job {self._busy[device.key]}"
@@ -191,70 +202,116 @@ class JobManager:
             self._busy[device.key] = job.id
             self._jobs[job.id] = job
             self._trim()
-        parent, child = _SPAWN.Pipe(duplex=False)
-        job.process = _SPAWN.Process(
-            target=run_job,
-            args=(child, WorkerJob(target, device, params.duration_s, params.dtype, params.size)),
-            name=f"warptd-stress-{job.id}",
-            daemon=True,
-        )
-        job.process.start()
-        child.close()
-        threading.Thread(
-            target=self._monitor, args=(job, parent), name=f"stress-{job.id}", daemon=True
-        ).start()
+        try:
+            self._spawn(job, WorkerJob(target, device, params.duration_s, params.dtype, params.size))
+        except Exception as exc:  # EAGAIN/EMFILE: nothing may stay half-started or the device stays busy
+            with self._lock:
+                self._busy.pop(device.key, None)
+                self._jobs.pop(job.id, None)
+            raise StressError(503, f"could not start the stress worker: {exc}") from None
         log.info(
             "stress_started", job=job.id, test=params.test, device=device.key, duration_s=params.duration_s
         )
         self._on_change()
         return job
 
+    def _check_memory(self, device: DeviceRef, needed: int | None) -> None:
+        free = self._free_memory(device)
+        if needed is not None and free is not None and needed > 0.9 * free:
+            need, have = needed / 2**30, free / 2**30
+            raise StressError(
+                422, f"the workload needs {need:.1f} GiB but {device.key} has {have:.1f} GiB free"
+            )
+
+    def _spawn(self, job: Job, work: WorkerJob) -> None:
+        parent, child = _SPAWN.Pipe(duplex=False)
+        try:
+            job.process = _SPAWN.Process(
+                target=run_job, args=(child, work, os.getpid()), name=f"warptd-stress-{job.id}", daemon=True
+            )
+            job.process.start()
+            threading.Thread(
+                target=self._monitor, args=(job, parent), name=f"stress-{job.id}", daemon=True
+            ).start()
+        except BaseException:
+            parent.close()
+            if job.process is not None and job.process.is_alive():
+                job.process.kill()
+            raise
+        finally:
+            child.close()
+
     def _trim(self) -> None:
         finished = [jid for jid, j in self._jobs.items() if j.status is not JobStatus.RUNNING]
-        for jid in finished[: max(0, len(self._jobs) - self.history)]:
+        for jid in finished[: max(0, len(finished) - self.history)]:  # keep the newest `history`
             del self._jobs[jid]
 
     # -- watching -----------------------------------------------------------------------------
     def _monitor(self, job: Job, conn: Connection) -> None:
-        deadline = time.monotonic() + job.params.duration_s + STARTUP_GRACE_S
+        """Follow the worker until it exits, is cancelled or overruns; always finish the job."""
         result: dict[str, Any] | None = None
         error: str | None = None
-        while True:
-            try:
-                if conn.poll(0.1):
-                    kind, payload = conn.recv()
-                    if kind == "started":
-                        job.started_at = datetime.fromtimestamp(payload["at"], UTC)
-                        job.recorder.recording = True
-                    elif kind == "progress":
-                        job.progress = payload
-                    elif kind == "result":
-                        result = payload
-                    elif kind == "error":
-                        error = f"{payload['type']}: {payload['message']}"
-                    continue
-            except (EOFError, OSError):
-                pass  # the worker is gone; its exit code says how
-            if not job.process.is_alive() or job.cancel_requested:
-                break
-            if time.monotonic() > deadline:
-                error = f"worker did not finish within {job.params.duration_s + STARTUP_GRACE_S:g} s; killed"
-                break
-        _stop_process(job.process)
-        conn.close()
-        self._finish(job, result, error)
+        try:
+            deadline = time.monotonic() + job.params.duration_s + STARTUP_GRACE_S
+            pipe_open = True
+            while not job.cancel_requested:
+                ready = wait(
+                    [conn, job.process.sentinel] if pipe_open else [job.process.sentinel], timeout=0.2
+                )
+                if conn in ready:
+                    try:
+                        message = json.loads(conn.recv_bytes())
+                    except (EOFError, OSError):
+                        pipe_open = False  # the worker is gone or going; its exit code says how
+                        continue
+                    result, error = self._handle(job, message, result, error)
+                elif job.process.sentinel in ready and not (pipe_open and conn.poll()):
+                    break
+                if time.monotonic() > deadline:
+                    error = (
+                        f"worker did not finish within {job.params.duration_s + STARTUP_GRACE_S:g} s; killed"
+                    )
+                    break
+        except Exception as exc:  # a garbled message must not leave the device busy forever
+            error = f"stress monitor failed: {exc!r}"
+        finally:
+            _stop_process(job.process)
+            conn.close()
+            self._finish(job, result, error)
+
+    @staticmethod
+    def _handle(
+        job: Job, message: dict[str, Any], result: dict[str, Any] | None, error: str | None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        kind, payload = message["kind"], message["payload"]
+        if kind == "started":
+            job.started_at = datetime.fromtimestamp(payload["at"], UTC)
+            if job.recorder is not None:
+                job.recorder.recording = True
+        elif kind == "progress":
+            job.progress = {k: float(v) for k, v in payload.items()}
+        elif kind == "result":
+            result = payload
+        elif kind == "error":
+            error = f"{payload['type']}: {payload['message']}"
+        return result, error
 
     def _finish(self, job: Job, result: dict[str, Any] | None, error: str | None) -> None:
-        job.recorder.recording = False
-        job.telemetry = job.recorder.summary()
+        if job.recorder is not None:
+            job.recorder.recording = False
+            job.telemetry = job.recorder.summary()
+            job.recorder = None  # keep the summary, not the recorder, in the bounded history
         job.ended_at = datetime.now(UTC)
         if job.cancel_requested:
             job.status = JobStatus.CANCELLED
         elif result is not None:
-            job.status, job.workload = JobStatus.SUCCEEDED, Workload(**result)
+            try:
+                job.status, job.workload = JobStatus.SUCCEEDED, Workload(**result)
+            except (TypeError, ValueError) as exc:
+                job.status, job.error = JobStatus.FAILED, f"malformed result from the worker: {exc}"
         else:
             job.status = JobStatus.FAILED
-            job.error = error or _exit_reason(job.process.exitcode)
+            job.error = error or _exit_reason(job.process.exitcode if job.process is not None else None)
         with self._lock:
             self._busy.pop(job.device.key, None)
             self.runs[(job.params.test, str(job.status))] += 1
@@ -268,12 +325,15 @@ class JobManager:
     def on_sample(self, backend: str, devices: list[Any] | None, domains: list[Any] | None) -> None:
         """Sampler listener: hand each running job the samples of its device."""
         for job in self.running():
+            recorder = job.recorder
+            if recorder is None:
+                continue
             if devices is not None and backend == job.device.backend:
                 for sample in devices:
                     if sample.reading.index == job.device.index:
-                        job.recorder.add_device(sample)
+                        recorder.add_device(sample)
             elif domains is not None and backend in self.companions.get(job.device.backend, ()):
-                job.recorder.add_domains(domains)
+                recorder.add_domains(domains)
 
     # -- queries and cancel -------------------------------------------------------------------
     def running(self) -> list[Job]:
@@ -288,20 +348,45 @@ class JobManager:
         with self._lock:
             return list(reversed(self._jobs.values()))
 
+    def metrics_view(
+        self,
+    ) -> tuple[set[tuple[str, str, str]], dict[tuple[str, str], int], list[tuple[tuple[str, str, str], Job]]]:
+        """Running (backend, device, test), finished-run counts and last results, copied under the lock."""
+        with self._lock:
+            running = {
+                (j.device.backend, str(j.device.index), j.params.test)
+                for j in self._jobs.values()
+                if j.status is JobStatus.RUNNING
+            }
+            return running, dict(self.runs), list(self.last.items())
+
     def cancel(self, job_id: str, timeout: float = 2.0) -> Job | None:
+        """Ask the worker to stop (SIGTERM; the monitor reaps it, SIGKILL after 1 s) and wait."""
         job = self.get(job_id)
         if job is None:
             return None
         if job.status is JobStatus.RUNNING:
             job.cancel_requested = True
-            _stop_process(job.process)
+            _terminate(job.process)
             job.done.wait(timeout)
         return job
 
-    def shutdown(self) -> None:
-        """Cancel every running job (daemon stop)."""
-        for job in self.running():
-            self.cancel(job.id)
+    def shutdown(self, timeout: float = 3.0) -> None:
+        """Refuse new jobs, stop every worker at once, and wait for all within one deadline."""
+        with self._lock:
+            self._closing = True
+        jobs = self.running()
+        for job in jobs:
+            job.cancel_requested = True
+            _terminate(job.process)
+        deadline = time.monotonic() + timeout
+        for job in jobs:
+            job.done.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _terminate(process: Any) -> None:
+    if process is not None and process.is_alive():
+        process.terminate()
 
 
 def _stop_process(process: Any) -> None:

@@ -22,6 +22,13 @@ class MatmulTest(StressTest):
         if dtype == "tf32" and not torch_device_string.startswith("cuda"):
             raise ValueError("dtype 'tf32' needs an NVIDIA/AMD GPU (cuda device)")
 
+    @classmethod
+    def estimate_bytes(cls, dtype: str | None, size: int | None) -> int | None:
+        if size is None:
+            return None
+        element = 2 if dtype in ("bfloat16", "float16") else 4
+        return 3 * size * size * element  # A, B and C
+
     @staticmethod
     def flop_per_product(n: int) -> int:
         """n^2 outputs, each n multiplications and n-1 additions."""

@@ -19,6 +19,10 @@ class MemoryBandwidthTest(StressTest):
     size_range: ClassVar[tuple[int, int]] = (1, 65536)
     size_help: ClassVar[str] = "MiB per buffer"
 
+    @classmethod
+    def estimate_bytes(cls, dtype: str | None, size: int | None) -> int | None:
+        return 2 * size * MIB if size is not None else None  # source and destination
+
     def is_available(self) -> bool:
         return torch_device.available(self.backend.torch_device)
 

@@ -11,6 +11,7 @@ import structlog
 
 import warptd.stress
 from warptd.stress.base import StressTest
+from warptd.targets import resolve_target
 
 log = structlog.get_logger("warptd.stress")
 GROUP = "warptd.stress_tests"
@@ -41,8 +42,7 @@ def discover_tests() -> dict[str, str]:
 
 
 def resolve_test(target: str) -> type[StressTest]:
-    module_name, _, attr = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
+    cls = resolve_target(target)
     if not (isinstance(cls, type) and issubclass(cls, StressTest)):
         raise TypeError(f"{target} is not a StressTest")
     return cls

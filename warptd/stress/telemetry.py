@@ -1,4 +1,8 @@
-"""What the ordinary samplers recorded for a device during a stress run, summarised."""
+"""What the ordinary samplers recorded for a device during a stress run, summarised as it goes.
+
+Only running aggregates are kept (count, sums, peaks, first and last totals), so an hour-long
+run at a 1 s interval costs the same few hundred bytes as a short one.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,51 @@ class RunTelemetry(BaseModel):
     throttle_seconds: dict[str, float] = {}
 
 
+@dataclass
+class _Series:
+    """Mean and peak of a stream of values."""
+
+    count: int = 0
+    total: float = 0.0
+    peak: float | None = None
+
+    def add(self, value: float | None) -> None:
+        if value is None:
+            return
+        self.count += 1
+        self.total += value
+        self.peak = value if self.peak is None else max(self.peak, value)
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+@dataclass
+class _Delta:
+    """First and last of a monotonic total (energy, throttle seconds)."""
+
+    first: float | None = None
+    last: float | None = None
+    readings: int = 0
+
+    def add(self, value: float | None) -> None:
+        if value is None:
+            return
+        if self.first is None:
+            self.first = value
+        self.last = value
+        self.readings += 1
+
+    @property
+    def delta(self) -> float | None:
+        return (
+            self.last - self.first
+            if self.readings >= 2 and self.last is not None and self.first is not None
+            else None
+        )
+
+
 def _package_domains(domains: list[DomainPower]) -> list[DomainPower]:
     """Top-level CPU domains that do not overlap: packages (psys would double count them)."""
     return [d for d in domains if d.domain.startswith("package-")]
@@ -31,75 +80,70 @@ def _package_domains(domains: list[DomainPower]) -> list[DomainPower]:
 
 @dataclass
 class TelemetryRecorder:
-    """Collects device samples (and, for devices without their own power, the companion power
-    backend's domains) from the moment the workload's timed part starts until it ends."""
+    """Aggregates device samples (and, for devices without their own power, the companion power
+    backend's package domains) from the moment the timed part of a run starts until it ends."""
 
-    device_samples: list[DeviceSample] = field(default_factory=list)
-    domain_samples: list[list[DomainPower]] = field(default_factory=list)
     recording: bool = False
+    samples: int = 0
+    power: _Series = field(default_factory=_Series)
+    domain_power: _Series = field(default_factory=_Series)
+    temperature: _Series = field(default_factory=_Series)
+    utilization: _Series = field(default_factory=_Series)
+    energy: _Delta = field(default_factory=_Delta)
+    energy_from_counter: bool = False
+    domain_energy: dict[str, _Delta] = field(default_factory=dict)
+    domain_source: str | None = None
+    throttle: dict[str, _Delta] = field(default_factory=dict)
+    throttle_seen: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_device(self, sample: DeviceSample) -> None:
+        reading = sample.reading
         with self._lock:
-            if self.recording and sample.reading.up:
-                self.device_samples.append(sample)
+            if not self.recording or not reading.up:
+                return
+            self.samples += 1
+            self.power.add(reading.power_watts)
+            for celsius in reading.temperatures_celsius.values():
+                self.temperature.add(celsius)
+            self.utilization.add(reading.utilization.compute if reading.utilization else None)
+            self.energy.add(sample.energy_joules)
+            self.energy_from_counter = reading.energy_counter_joules is not None
+            for reason, seconds in sample.throttle_seconds.items():
+                self.throttle.setdefault(reason, _Delta()).add(seconds)
+            self.throttle_seen.update(r for r, active in reading.throttle_active.items() if active)
 
     def add_domains(self, domains: list[DomainPower]) -> None:
+        packages = _package_domains(domains)
         with self._lock:
-            if self.recording:
-                self.domain_samples.append(_package_domains(domains))
+            if not self.recording or not packages:
+                return
+            powers = [d.power_watts for d in packages if d.power_watts is not None]
+            self.domain_power.add(sum(powers) if powers else None)
+            for domain in packages:
+                self.domain_energy.setdefault(domain.domain, _Delta()).add(domain.energy_joules)
+            self.domain_source = str(packages[0].source)
 
     def summary(self) -> RunTelemetry:
         with self._lock:
-            devices, domains = list(self.device_samples), [d for d in self.domain_samples if d]
-        out = RunTelemetry(samples=len(devices))
-        powers = [s.reading.power_watts for s in devices if s.reading.power_watts is not None]
-        if not powers and domains:
-            powers = [
-                sum(d.power_watts for d in ds if d.power_watts is not None)
-                for ds in domains
-                if any(d.power_watts is not None for d in ds)
-            ]
-        if powers:
-            out.power_mean_watts = sum(powers) / len(powers)
-            out.power_peak_watts = max(powers)
-        out.energy_joules, out.energy_source = _energy(devices, domains)
-        temps = [t for s in devices for t in s.reading.temperatures_celsius.values()]
-        out.temperature_peak_celsius = max(temps) if temps else None
-        utils = [
-            s.reading.utilization.compute
-            for s in devices
-            if s.reading.utilization is not None and s.reading.utilization.compute is not None
-        ]
-        out.utilization_mean_ratio = sum(utils) / len(utils) if utils else None
-        out.throttle_seconds = _throttle(devices)
-        return out
-
-
-def _energy(devices: list[DeviceSample], domains: list[list[DomainPower]]) -> tuple[float | None, str | None]:
-    energies = [s for s in devices if s.energy_joules is not None]
-    if len(energies) >= 2:
-        source = "counter" if energies[-1].reading.energy_counter_joules is not None else "integrated"
-        return (energies[-1].energy_joules or 0.0) - (energies[0].energy_joules or 0.0), source
-    if len(domains) >= 2:
-        first = {d.domain: d.energy_joules for d in domains[0] if d.energy_joules is not None}
-        last = {d.domain: d.energy_joules for d in domains[-1] if d.energy_joules is not None}
-        common = first.keys() & last.keys()
-        if common:
-            return sum(last[k] - first[k] for k in common), str(domains[-1][0].source)  # type: ignore[operator]
-    return None, None
-
-
-def _throttle(devices: list[DeviceSample]) -> dict[str, float]:
-    """Seconds per reason during the run (counter deltas), plus reasons seen active at all."""
-    if not devices:
-        return {}
-    first, last = devices[0].throttle_seconds, devices[-1].throttle_seconds
-    seconds = {
-        r: round(last[r] - first.get(r, last[r]), 3) for r in last if last[r] - first.get(r, last[r]) > 0
-    }
-    for sample in devices:
-        for reason, active in sample.reading.throttle_active.items():
-            if active:
+            power = self.power if self.power.count else self.domain_power
+            energy, source = self.energy.delta, None
+            if energy is not None:
+                source = "counter" if self.energy_from_counter else "integrated"
+            else:
+                deltas = [d.delta for d in self.domain_energy.values() if d.delta is not None]
+                if deltas:
+                    energy, source = sum(deltas), self.domain_source
+            seconds = {r: round(d.delta, 3) for r, d in self.throttle.items() if d.delta}
+            for reason in self.throttle_seen:
                 seconds.setdefault(reason, 0.0)
-    return dict(sorted(seconds.items()))
+            return RunTelemetry(
+                samples=self.samples,
+                power_mean_watts=power.mean,
+                power_peak_watts=power.peak,
+                energy_joules=energy,
+                energy_source=source,
+                temperature_peak_celsius=self.temperature.peak,
+                utilization_mean_ratio=self.utilization.mean,
+                throttle_seconds=dict(sorted(seconds.items())),
+            )
