@@ -236,3 +236,32 @@ def test_double_rejects_a_wrong_call_in_both_modes(settings):
             assert pynvml.nvmlDeviceGetPowerUsage(handle) == 120_000
             assert fake.calls("nvmlDeviceGetPowerUsage") == 1  # the rejected call never reached the driver
             pynvml.nvmlShutdown()
+
+
+@pytest.mark.parametrize(
+    ("field", "garbage", "metric"),
+    [
+        ("power_mw", -5000, "warptd_device_power_watts"),
+        ("util_gpu", 180, "warptd_device_utilization_ratio"),
+        ("temperature", 4_000_000_000, "warptd_device_temperature_celsius"),
+        ("memory_used", 200 * 2**30, "warptd_device_memory_used_bytes"),  # more than the total
+    ],
+)
+def test_garbage_values_are_rejected_and_counted(rig, fake_nvml, field, garbage, metric):
+    setattr(fake_nvml.gpus[0], field, garbage)
+    samples = rig.tick()
+    assert not select(samples, metric, **DEV0)  # never exported
+    assert select(samples, metric, **DEV1)  # the sane GPU still is
+    assert value(samples, "warptd_device_up", **DEV0) == 1
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") >= 1
+
+
+def test_nan_power_from_a_plugin_is_rejected(settings):
+    import math
+
+    from warptd.models import DeviceReading
+    from warptd.sampling.validate import sanitize_device
+
+    reading = DeviceReading(index=0, power_watts=math.nan, temperatures_celsius={"a": 40.0, "b": math.inf})
+    assert sanitize_device(reading) == 2
+    assert reading.power_watts is None and reading.temperatures_celsius == {"a": 40.0}

@@ -9,6 +9,7 @@ class ErrorKind(StrEnum):
     NOT_SUPPORTED = "not_supported"
     DEVICE_LOST = "device_lost"
     PERMISSION = "permission"
+    INVALID_VALUE = "invalid_value"
     SDK_ERROR = "sdk_error"
     TIMEOUT = "timeout"
     HUNG = "hung"

@@ -110,8 +110,8 @@ SAMPLES = MetricSpec("warptd_samples_total", "counter", "Completed samples of th
 SAMPLE_ERRORS = MetricSpec(
     "warptd_sample_errors_total",
     "counter",
-    "Failed reads by kind: device_lost, permission, sdk_error, timeout (sample over --sample-timeout), "
-    "hung (a previous read has not returned), unexpected.",
+    "Failed reads by kind: device_lost, permission, invalid_value (rejected garbage), sdk_error, "
+    "timeout (sample over --sample-timeout), hung (a previous read has not returned), unexpected.",
     ("backend", "kind"),
 )
 LAST_SAMPLE = MetricSpec(

@@ -26,6 +26,7 @@ from warptd.errors import ErrorKind
 from warptd.power.base import DomainPower, DomainReading, PowerBackend
 from warptd.sampling.counters import EnergyTracker, ThrottleTracker
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
+from warptd.sampling.validate import sanitize_device, sanitize_domain
 
 if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
@@ -178,9 +179,14 @@ class Sampler:
         backend = self.backends[name]
         if isinstance(backend, PowerBackend):
             readings: list[Any] = backend.read_domains()
+            rejected = sum(sanitize_domain(r) for r in readings)
         else:
             readings = [backend.read_device(i) for i in range(backend.get_device_count())]
-        return _Raw(at=time.monotonic(), readings=readings, errors=backend.take_errors())
+            rejected = sum(sanitize_device(r) for r in readings)
+        errors = backend.take_errors()
+        if rejected:
+            errors[ErrorKind.INVALID_VALUE] += rejected
+        return _Raw(at=time.monotonic(), readings=readings, errors=errors)
 
     def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
         for (backend, _), tracker in self._energy.items():

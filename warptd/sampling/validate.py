@@ -1,0 +1,70 @@
+"""Rejects impossible readings (negative power, utilization over 100 %, NaN) before they are exported.
+
+A rejected value becomes absent, like an unsupported one, and is counted as
+``warptd_sample_errors_total{kind="invalid_value"}``: a driver returning garbage is visible,
+never graphed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from warptd.models import DeviceReading, MemoryUsage, Utilization
+from warptd.power.base import DomainReading
+
+MAX_WATTS = 10_000.0  # no single accelerator, board or CPU package draws 10 kW
+MAX_HERTZ = 20e9
+TEMPERATURE_RANGE = (-60.0, 250.0)
+
+
+def _ok(value: float | None, low: float, high: float) -> bool:
+    return value is None or (isinstance(value, int | float) and math.isfinite(value) and low <= value <= high)
+
+
+def _check(value: float | None, low: float, high: float, rejected: list[int]) -> float | None:
+    if _ok(value, low, high):
+        return value
+    rejected[0] += 1
+    return None
+
+
+def _filtered(values: dict[str, float], low: float, high: float, rejected: list[int]) -> dict[str, float]:
+    kept = {k: v for k, v in values.items() if _ok(v, low, high)}
+    rejected[0] += len(values) - len(kept)
+    return kept
+
+
+def _memory(memory: MemoryUsage | None, rejected: list[int]) -> MemoryUsage | None:
+    if memory is None:
+        return None
+    if min(memory.total, memory.used, memory.free) < 0 or memory.used > memory.total:
+        rejected[0] += 1
+        return None
+    return memory
+
+
+def _utilization(util: Utilization | None, rejected: list[int]) -> Utilization | None:
+    if util is None:
+        return None
+    return Utilization(_check(util.compute, 0.0, 1.0, rejected), _check(util.memory, 0.0, 1.0, rejected))
+
+
+def sanitize_device(reading: DeviceReading) -> int:
+    """Drop impossible values from ``reading`` in place; return how many were dropped."""
+    rejected = [0]
+    reading.memory = _memory(reading.memory, rejected)
+    reading.utilization = _utilization(reading.utilization, rejected)
+    reading.power_watts = _check(reading.power_watts, 0.0, MAX_WATTS, rejected)
+    reading.power_limit_watts = _check(reading.power_limit_watts, 0.0, MAX_WATTS, rejected)
+    reading.energy_counter_joules = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
+    reading.temperatures_celsius = _filtered(reading.temperatures_celsius, *TEMPERATURE_RANGE, rejected)
+    reading.clocks_hertz = _filtered(reading.clocks_hertz, 0.0, MAX_HERTZ, rejected)
+    reading.throttle_counter_seconds = _filtered(reading.throttle_counter_seconds, 0.0, math.inf, rejected)
+    return rejected[0]
+
+
+def sanitize_domain(reading: DomainReading) -> int:
+    rejected = [0]
+    reading.power_watts = _check(reading.power_watts, 0.0, MAX_WATTS * 10, rejected)
+    reading.energy_counter_joules = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
+    return rejected[0]
