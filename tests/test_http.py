@@ -190,3 +190,10 @@ def test_ipv4_fallback_when_ipv6_is_missing(monkeypatch):
         assert server.address_family == sockets.AF_INET and server.server_address[0] == "0.0.0.0"
     finally:
         server.server_close()
+
+
+def test_unknown_methods_are_json_405_not_501(daemon):
+    for method in ("TRACE", "QUERY", "PROPFIND"):
+        status, headers, body = http(daemon.port, method, "/metrics")
+        assert status == 405 and headers["content-type"] == "application/json" and "GET" in headers["allow"]
+        assert json.loads(body)["error"].startswith(f"method {method} not allowed")

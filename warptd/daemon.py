@@ -14,7 +14,7 @@ from warptd.backends.registry import Loaded, load_backends
 from warptd.config import Settings
 from warptd.exporter.exposition import Exposition
 from warptd.http.app import Router
-from warptd.http.routes import add_core_routes
+from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
 from warptd.sampling.sampler import Sampler
@@ -44,6 +44,7 @@ class Daemon:
         self.router = Router()
         add_core_routes(self.router, self.snapshot, self.exposition)
         add_stress_routes(self.router, self.stress, settings.stress_token_value())
+        add_openapi_route(self.router)
         host, port = settings.listen_address
         self.server = WarptdHTTPServer(host, port, self.router)
         self.notifier = Notifier()

@@ -68,3 +68,11 @@ def add_core_routes(router: Router, snapshot: Snapshot, exposition: Exposition) 
     router.add("GET", "/readyz", readyz)
     router.add("GET", "/devices", devices)
     router.add("GET", "/", landing)
+
+
+def add_openapi_route(router: Router) -> None:
+    """``GET /openapi.json``, rendered once."""
+    from warptd.http.openapi import openapi_document
+
+    document = json_response(200, openapi_document())
+    router.add("GET", "/openapi.json", lambda _: document)

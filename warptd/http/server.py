@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import socket
 import threading
@@ -84,7 +85,25 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(response.body)
 
-    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_HEAD = do_OPTIONS = _serve
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _serve
+
+    def __getattr__(self, name: str) -> object:
+        """Any other method (QUERY, PROPFIND …) reaches the router too: 405 with Allow, not 501."""
+        if name.startswith("do_") and name[3:].isalpha() and name[3:].isupper():
+            return self._serve
+        raise AttributeError(name)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors raised by the stdlib itself (bad request line, unknown method) are JSON too."""
+        self.close_connection = True
+        body = json.dumps({"error": message or self.responses.get(code, ("error",))[0]}).encode()
+        self.send_response(code, message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("http_request", client=self.client_address[0], line=format % args)

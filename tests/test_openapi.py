@@ -1,0 +1,94 @@
+"""/openapi.json describes the API, and schemathesis against the live daemon finds no 5xx and no
+response that breaks the schema. Stress tests are swapped for a worker that fails at once, so the
+generated POSTs exercise the whole path (validation, 409, spawn, monitor) without minutes of load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import require_tool
+from tests.helpers import http, wait_until
+from warptd.config import load_settings
+from warptd.daemon import Daemon
+
+CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
+
+
+def _schemathesis() -> str:
+    pytest.importorskip("schemathesis")
+    return require_tool("schemathesis")
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    settings = load_settings(
+        listen="127.0.0.1:0",
+        backends=["cpu"],
+        interval=0.2,
+        sysfs=tmp_path_factory.mktemp("sys"),
+        stress_max_duration=2,
+        log_level="error",
+    )
+    daemon = Daemon(settings)
+    daemon.stress.tests.update(
+        {"matmul": "tests.stress_faults:RaisingTest", "memory": "tests.stress_faults:RaisingTest"}
+    )
+    daemon.start()
+    assert wait_until(lambda: http(daemon.port, "GET", "/readyz")[0] == 200)
+    yield daemon
+    daemon.stop()
+
+
+def test_schemathesis_finds_no_5xx_and_no_schema_violation(live, tmp_path):
+    """The schemathesis CLI (its pytest plugin does not support pytest 9) against the live daemon."""
+    result = subprocess.run(
+        [
+            _schemathesis(),
+            "run",
+            f"http://127.0.0.1:{live.port}/openapi.json",
+            "--checks",
+            CHECKS,
+            "--max-examples",
+            "25",
+            "--seed",
+            "1",
+            "--generation-deterministic",
+            "--request-timeout",
+            "10",
+            "--report",
+            "junit",
+            "--report-dir",
+            str(tmp_path),
+            "--no-color",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert "passed" in result.stdout.lower()
+    assert http(live.port, "GET", "/healthz")[0] == 200
+
+
+def test_openapi_document_lists_every_route(live):
+    status, _, body = http(live.port, "GET", "/openapi.json")
+    document = json.loads(body)
+    assert status == 200 and document["openapi"].startswith("3.1")
+    assert set(document["paths"]) == {
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/devices",
+        "/",
+        "/openapi.json",
+        "/stress",
+        "/stress/{job_id}",
+    }
+    request = document["paths"]["/stress"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert request == {"$ref": "#/components/schemas/StressRequest"}
+    assert document["components"]["schemas"]["StressRequest"]["additionalProperties"] is False

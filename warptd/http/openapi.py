@@ -1,0 +1,153 @@
+"""The OpenAPI 3.1 description of the HTTP API, built from the same pydantic models that validate it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from warptd import __version__
+from warptd.http.stress_routes import StressRequest
+from warptd.stress.jobs import JobView
+
+_REF = "#/components/schemas/{model}"
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer: a message naming the problem, plus details for some errors."""
+
+    error: str
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
+
+
+def _json(schema: str, description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": _REF.format(model=schema)}}},
+    }
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    texts = {
+        400: "malformed request",
+        401: "missing or wrong bearer token",
+        403: "not allowed from this client",
+        404: "no such job, or stress disabled",
+        405: "method not allowed",
+        408: "body not received in time",
+        409: "device busy, or job already ended",
+        411: "chunked body",
+        413: "body over 64 KiB",
+        415: "body is not application/json",
+        422: "invalid parameters",
+        503: "torch missing or shutting down",
+    }
+    return {str(code): _json("ErrorBody", texts[code]) for code in codes}
+
+
+def _plain(media: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {media: {"schema": {"type": "string"}}}}
+
+
+def _status(description: str, *extra: int) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def openapi_document() -> dict[str, Any]:
+    _, top = models_json_schema(
+        [
+            (StressRequest, "validation"),
+            (JobView, "serialization"),
+            (JobList, "serialization"),
+            (ErrorBody, "serialization"),
+        ],
+        ref_template=_REF,
+    )
+    job_id = [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "warptd",
+            "version": __version__,
+            "description": "Accelerator telemetry for Prometheus, and stress runs on demand.",
+        },
+        "paths": {
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus exposition (text or OpenMetrics by Accept; gzip)",
+                    "responses": {"200": _plain("text/plain", "the latest snapshot")},
+                }
+            },
+            "/healthz": {"get": {"summary": "process alive", "responses": {"200": _status("alive")}}},
+            "/readyz": {
+                "get": {
+                    "summary": "every backend has sampled once",
+                    "responses": {"200": _status("ready"), "503": _status("waiting")},
+                }
+            },
+            "/devices": {
+                "get": {
+                    "summary": "device identity of every backend",
+                    "responses": {
+                        "200": {
+                            "description": "backends and devices",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        }
+                    },
+                }
+            },
+            "/": {"get": {"summary": "landing page", "responses": {"200": _plain("text/html", "links")}}},
+            "/openapi.json": {
+                "get": {
+                    "summary": "this document",
+                    "responses": {
+                        "200": {
+                            "description": "OpenAPI 3.1",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        }
+                    },
+                }
+            },
+            "/stress": {
+                "post": {
+                    "summary": "start a stress job (loopback only without a token)",
+                    "security": [{}, {"bearer": []}],
+                    "requestBody": {
+                        "required": False,
+                        "content": {
+                            "application/json": {"schema": {"$ref": _REF.format(model="StressRequest")}}
+                        },
+                    },
+                    "responses": {
+                        "202": _json("JobView", "started; Location names the job"),
+                        **_errors(400, 401, 403, 404, 409, 413, 415, 422, 503),
+                    },
+                },
+                "get": {
+                    "summary": "recent jobs, newest first",
+                    "responses": {"200": _json("JobList", "bounded history"), **_errors(404)},
+                },
+            },
+            "/stress/{job_id}": {
+                "parameters": job_id,
+                "get": {
+                    "summary": "one job's status and result",
+                    "responses": {"200": _json("JobView", "the job"), **_errors(404)},
+                },
+                "delete": {
+                    "summary": "cancel a running job",
+                    "security": [{}, {"bearer": []}],
+                    "responses": {"200": _json("JobView", "cancelled"), **_errors(401, 403, 404, 409)},
+                },
+            },
+        },
+        "components": {
+            "schemas": top["$defs"],
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
