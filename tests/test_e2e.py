@@ -94,3 +94,76 @@ def test_port_in_use_is_a_clear_error(cpu_daemon):
     )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def _events(proc: subprocess.Popen[str], until: str, timeout: float = 10) -> list[dict]:
+    """Read JSON log lines until one with event ``until`` (bounded by count and time)."""
+    seen: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(seen) < 1000:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(json.loads(line))
+        if seen[-1]["event"] == until:
+            return seen
+    raise AssertionError(f"no {until} in {seen}")
+
+
+def test_sighup_reloads_the_config_file_and_a_bad_one_changes_nothing(tmp_path):
+    config = tmp_path / "warptd.toml"
+    config.write_text("interval = 0.5\n")
+    proc, port = start_daemon("--backend", "cpu", "--config", str(config), "--sysfs", str(tmp_path))
+    try:
+        assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
+        config.write_text('interval = 0.2\nnode = "renamed"\n')
+        proc.send_signal(signal.SIGHUP)
+        reloaded = _events(proc, "config_reloaded")[-1]
+        assert reloaded["interval_s"] == 0.2 and reloaded["needs_restart"] == ["node"]
+        config.write_text("interval = -3\n")
+        proc.send_signal(signal.SIGHUP)
+        failed = _events(proc, "config_reload_failed")[-1]
+        assert "interval" in failed["error"]
+        assert http(port, "GET", "/healthz")[0] == 200  # still serving, on the old port
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_sigint_ends_a_running_stress_and_stops_within_5_seconds(tmp_path):
+    pytest.importorskip("torch")
+    proc, port = start_daemon("--backend", "cpu", "--interval", "0.2", "--sysfs", str(tmp_path))
+    try:
+        assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
+        body = json.dumps({"test": "matmul", "duration_s": 600, "size": 256}).encode()
+        status, _, raw = http(port, "POST", "/stress", body, {"Content-Type": "application/json"})
+        assert status == 202
+        job_id = json.loads(raw)["id"]
+        assert wait_until(
+            lambda: json.loads(http(port, "GET", f"/stress/{job_id}")[2])["started_at"], timeout=60
+        )
+        workers = _children(proc.pid)
+        assert workers
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=5) == 0 and time.monotonic() - started < 5
+        events = [json.loads(line) for line in proc.stderr.read().splitlines() if line.strip()]
+        finished = [e for e in events if e["event"] == "stress_finished"]
+        assert finished and finished[0]["status"] == "cancelled"
+        assert events[-1]["event"] == "warptd_stopped"
+        assert wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found

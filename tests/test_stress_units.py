@@ -103,7 +103,7 @@ def test_recorder_ignores_samples_outside_the_run():
 )
 def test_browser_and_dns_rebinding_requests_are_refused(headers, body, status, message):
     router = Router()
-    add_stress_routes(router, JobManager([], {}), token=None)
+    add_stress_routes(router, JobManager([], {}), token=lambda: None)
     with pytest.raises(HttpError) as info:
         router.dispatch(Request("POST", "/stress", {}, headers, body, client="127.0.0.1"))
     assert info.value.status == status and message in info.value.message
@@ -120,7 +120,7 @@ def test_loopback_host_names():
 
 def test_remote_clients_need_a_token():
     router = Router()
-    add_stress_routes(router, JobManager([], {}), token=None)
+    add_stress_routes(router, JobManager([], {}), token=lambda: None)
     request = Request("POST", "/stress", {}, {}, b"{}", client="10.1.2.3")
     with pytest.raises(HttpError) as info:
         router.dispatch(request)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import structlog
@@ -106,14 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from warptd.stress.cli import run_stress
 
         return run_stress(settings, loaded, args)
-    return _serve(settings, loaded)
+    return _serve(settings, loaded, lambda: _settings(args))
 
 
-def _serve(settings: Settings, loaded: Loaded) -> int:
+def _serve(settings: Settings, loaded: Loaded, reload: Callable[[], Settings]) -> int:
     from warptd.daemon import Daemon
 
     try:
-        daemon = Daemon(settings, loaded)
+        daemon = Daemon(settings, loaded, reload)
     except SettingsError as exc:
         print(f"warptd: {exc}", file=sys.stderr)
         loaded.shutdown()

@@ -5,18 +5,20 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
 import structlog
 
 from warptd import __version__
 from warptd.backends.registry import Loaded, load_backends
-from warptd.config import Settings
+from warptd.config import Settings, SettingsError
 from warptd.exporter.exposition import Exposition
 from warptd.http.app import Router
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
+from warptd.logs import configure_logging
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.base import DeviceRef
@@ -29,8 +31,11 @@ log = structlog.get_logger("warptd")
 class Daemon:
     """The running service. ``start()`` returns once the HTTP server listens; ``stop()`` is idempotent."""
 
-    def __init__(self, settings: Settings, loaded: Loaded | None = None) -> None:
+    def __init__(
+        self, settings: Settings, loaded: Loaded | None = None, reload: Callable[[], Settings] | None = None
+    ) -> None:
         self.settings = settings
+        self._reload = reload
         self.loaded = loaded if loaded is not None else load_backends(settings)
         self.snapshot = Snapshot(stale_after=settings.stale_after)
         self.sampler = Sampler(settings, self.snapshot, self.loaded.accelerators, self.loaded.power)
@@ -43,7 +48,8 @@ class Daemon:
             self.sampler.listeners.append(self.stress.on_sample)
         self.router = Router()
         add_core_routes(self.router, self.snapshot, self.exposition)
-        add_stress_routes(self.router, self.stress, settings.stress_token_value())
+        self._token = settings.stress_token_value()
+        add_stress_routes(self.router, self.stress, lambda: self._token)
         add_openapi_route(self.router)
         host, port = settings.listen_address
         self.server = WarptdHTTPServer(host, port, self.router)
@@ -105,10 +111,42 @@ class Daemon:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        signal.signal(
+            signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, name="warptd-reload").start()
+        )
         self.start()
         while not self._stopped.wait(timeout=1.0):
             pass
         return 0
+
+    def reload(self) -> None:
+        """SIGHUP: re-read flags, environment and the config file; apply what can change live.
+
+        A bad file changes nothing. Settings that shape the process (listen, backends, sysfs,
+        stress on/off) are reported as needing a restart.
+        """
+        if self._reload is None:
+            return
+        try:
+            new = self._reload()
+            token = new.stress_token_value()
+        except SettingsError as exc:
+            log.error("config_reload_failed", error=str(exc))
+            return
+        old = self.settings
+        changed = sorted(k for k in type(old).model_fields if getattr(old, k) != getattr(new, k))
+        restart = [k for k in changed if k in _RESTART_ONLY]
+        configure_logging(new.log_level, new.log_format)
+        self.sampler.reconfigure(new)
+        self.snapshot.stale_after = new.stale_after
+        if self.stress is not None:
+            self.stress.max_duration_s = new.stress_max_duration
+            self._token = token
+        self.settings = new
+        log.info("config_reloaded", changed=changed, needs_restart=restart, interval_s=new.interval)
+
+
+_RESTART_ONLY = frozenset({"listen", "backends", "sysfs", "stress", "node", "config"})
 
 
 def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> JobManager:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -109,7 +110,7 @@ def _disabled(_: Request) -> Response:
     raise HttpError(404, "stress endpoints are disabled on this daemon (--no-stress)")
 
 
-def add_stress_routes(router: Router, manager: JobManager | None, token: str | None) -> None:
+def add_stress_routes(router: Router, manager: JobManager | None, token: Callable[[], str | None]) -> None:
     """Register /stress; with ``manager=None`` (``--no-stress``) every /stress call is a 404 saying so."""
     if manager is None:
         for method, path in (
@@ -122,7 +123,7 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: str | N
         return
 
     def start(request: Request) -> Response:
-        authorize(request, token)
+        authorize(request, token())
         body = parse_request(request)
         params = StressParameters(
             test=body.test,
@@ -150,7 +151,7 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: str | N
         return json_response(200, find(request).view())
 
     def cancel(request: Request) -> Response:
-        authorize(request, token)
+        authorize(request, token())
         job = find(request)
         if job.status is not JobStatus.RUNNING:
             raise HttpError(409, f"stress job {job.id} already ended: {job.status}")

@@ -120,6 +120,13 @@ class Sampler:
             )
         self.scheduler.start()
 
+    def reconfigure(self, settings: Settings) -> None:
+        """Apply reloaded settings: a new interval reschedules every job; the timeout applies next tick."""
+        old, self.settings = self.settings, settings
+        if settings.interval != old.interval and self.scheduler.running:
+            for name in self.backends:
+                self.scheduler.reschedule_job(f"sample-{name}", trigger="interval", seconds=settings.interval)
+
     def stop(self) -> None:
         """Stop scheduling, abandon hung reads, shut the SDKs down."""
         if self.scheduler.running:
