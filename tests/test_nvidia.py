@@ -265,3 +265,45 @@ def test_nan_power_from_a_plugin_is_rejected(settings):
     reading = DeviceReading(index=0, power_watts=math.nan, temperatures_celsius={"a": 40.0, "b": math.inf})
     assert sanitize_device(reading) == 2
     assert reading.power_watts is None and reading.temperatures_celsius == {"a": 40.0}
+
+
+@pytest.fixture
+def rediscover_now(monkeypatch):
+    from warptd.sampling import sampler
+
+    monkeypatch.setattr(sampler, "REDISCOVER_EVERY_S", 0.0)
+
+
+def test_nvml_shut_down_under_the_daemon_recovers(rig, fake_nvml, rediscover_now):
+    rig.tick()
+    pynvml.nvmlShutdown()  # other code in the process drops NVML's last reference
+    samples = rig.tick("nvidia")
+    assert value(samples, "warptd_device_up", **DEV0) == 0  # unreadable, not frozen or zero
+    assert not select(samples, "warptd_device_power_watts", **DEV0)
+    samples = rig.tick("nvidia")  # reopened NVML before reading
+    assert value(samples, "warptd_device_up", **DEV0) == 1
+    assert value(samples, "warptd_device_power_watts", **DEV1) == 120
+    assert value(samples, "warptd_backend_up", backend="nvidia") == 1
+
+
+def test_gpu_disappears_and_comes_back_with_a_new_uuid(rig, fake_nvml, rediscover_now):
+    first = rig.tick("nvidia")
+    old_uuid = fake_nvml.gpus[1].uuid
+    replaced = fake_nvml.gpus.pop(1)  # falls off the bus
+    samples = rig.tick("nvidia")
+    assert value(samples, "warptd_device_up", backend="nvidia", device="1", uuid=old_uuid) == 0
+    samples = rig.tick("nvidia")  # re-enumerated: one GPU left
+    assert not select(samples, "warptd_device_up", backend="nvidia", device="1")
+    assert value(samples, "warptd_device_up", **DEV0) == 1
+    replaced.uuid = "GPU-replacement-0000"
+    fake_nvml.gpus.append(replaced)  # a replacement board in the same slot
+    pynvml.nvmlShutdown()  # e.g. the driver was reloaded for it
+    rig.tick("nvidia")
+    samples = rig.tick("nvidia")
+    assert value(samples, "warptd_device_up", backend="nvidia", device="1", uuid="GPU-replacement-0000") == 1
+    assert not select(samples, "warptd_device_up", uuid=old_uuid)
+    energy = value(samples, "warptd_device_energy_joules_total", backend="nvidia", device="1")
+    assert energy == 5000  # a new device's counter starts at its own raw value
+    assert select(first, "warptd_device_info", uuid=old_uuid)
+    info = select(samples, "warptd_device_info", backend="nvidia", device="1")[0].labels
+    assert info["uuid"] == "GPU-replacement-0000"

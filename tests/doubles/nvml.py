@@ -96,7 +96,9 @@ class FakeGpu:
 
 @dataclass(frozen=True)
 class FakeHandle:
-    index: int
+    """Bound to one physical GPU (by UUID), as an NVML handle is: it does not follow re-ordering."""
+
+    uuid: str
 
 
 class FakeNvml:
@@ -122,7 +124,9 @@ class FakeNvml:
     def _gpu(self, handle: FakeHandle, fn: str) -> FakeGpu:
         if not self.initialised:
             raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
-        gpu = self.gpus[handle.index]
+        gpu = next((g for g in self.gpus if g.uuid == handle.uuid), None)
+        if gpu is None:  # the GPU left the bus: its old handle answers GPU_IS_LOST
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
         if gpu.hang.is_set():
             gpu.release.wait(timeout=30)
         if gpu.lost:
@@ -158,7 +162,7 @@ class FakeNvml:
         def handle_by_index(index: int) -> FakeHandle:
             if not 0 <= index < count():
                 raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            return FakeHandle(index)
+            return FakeHandle(self.gpus[index].uuid)
 
         def driver_version() -> str:
             count()
@@ -166,7 +170,7 @@ class FakeNvml:
 
         def pci(g: FakeGpu) -> Any:
             info = pynvml.nvmlPciInfo_t()
-            info.busId = f"00000000:{0x18 + g.index:02X}:00.0".encode()
+            info.busId = f"00000000:{0x18 + self.gpus.index(g):02X}:00.0".encode()
             return info
 
         def memory(g: FakeGpu, version: Any = None) -> Any:

@@ -100,6 +100,14 @@ class AcceleratorBackend(GuardedSDK, ABC):
         """Cumulative hardware violation time in seconds by reason, where the SDK keeps one."""
         return {}
 
+    def needs_rediscovery(self) -> bool:
+        """True when devices may have gone or come back (a lost device, a reset SDK)."""
+        return False
+
+    def rediscover(self) -> bool:
+        """Re-enumerate the devices; True when the caller should re-read :meth:`list_devices`."""
+        return False
+
     def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
         """The torch device a stress worker uses for this device, and environment to set first."""
         return self.get_pytorch_device_string(info.index), {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from warptd.backends import nvml_session
@@ -56,9 +57,33 @@ class NvidiaBackend(AcceleratorBackend):
             nvml_session.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
+        self._suspect = False
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         return self._session.classify(exc)
+
+    def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
+        nvml = self._nvml
+        if isinstance(exc, nvml.NVMLError) and exc.value == nvml.NVML_ERROR_UNINITIALIZED:
+            # NVML was shut down under us: nothing of this device is readable until it is reopened.
+            if isinstance(key, tuple):
+                self._lost_now.add(key[1])
+            self._suspect = True
+        elif kind is ErrorKind.DEVICE_LOST:
+            self._suspect = True
+        super().on_error(key, kind, exc)
+
+    def needs_rediscovery(self) -> bool:
+        return self._suspect
+
+    def rediscover(self) -> bool:
+        """Reopen NVML and forget per-device caches; a device still lost marks us suspect again."""
+        self._session.reopen()
+        self._suspect = False
+        self._lost_now.clear()
+        self._supported_masks.clear()
+        self._unsupported.clear()
+        return True
 
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:

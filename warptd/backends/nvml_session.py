@@ -44,6 +44,23 @@ class NvmlSession:
             pynvml.nvmlShutdown()
             raise BackendUnavailableError(f"NVML device enumeration failed: {exc}") from exc
 
+    def reopen(self) -> int:
+        """Shut NVML down and initialise it again, refreshing the handles in place for every user.
+
+        Recovers from a driver reload, or an ``nvmlShutdown`` by other code in this process.
+        Returns the device count now (0 when the driver is gone).
+        """
+        nvml = self.nvml
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
+        try:
+            nvml.nvmlInit()
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        except nvml.NVMLError:
+            handles = []
+        self.handles[:] = handles
+        return len(handles)
+
     def classify(self, exc: BaseException) -> ErrorKind:
         """Map an NVML exception onto an error kind."""
         nvml = self.nvml

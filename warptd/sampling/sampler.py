@@ -7,6 +7,7 @@ marks the backend stale (its series are dropped) and counts a ``timeout``; later
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -31,9 +32,11 @@ from warptd.sampling.validate import sanitize_device, sanitize_domain
 if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
     from warptd.config import Settings
-    from warptd.models import DeviceReading
+    from warptd.models import DeviceReading, GPUInfo
 
 log = structlog.get_logger("warptd.sampler")
+#: How often a backend with lost devices (or a reset SDK) may re-enumerate them.
+REDISCOVER_EVERY_S = 30.0
 
 
 @dataclass(slots=True)
@@ -43,6 +46,7 @@ class _Raw:
     at: float
     readings: list[Any]
     errors: Counter[ErrorKind]
+    devices_info: list[GPUInfo] | None = None  # set when the backend re-enumerated its devices
 
 
 class _Worker:
@@ -89,6 +93,7 @@ class Sampler:
         self._energy: dict[tuple[str, object], EnergyTracker] = {}
         self._throttle: dict[tuple[str, int, str], ThrottleTracker] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
+        self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
         for backend in accelerators:
             self._add(backend, BackendState(backend.name, "accelerator", devices_info=backend.list_devices()))
@@ -167,6 +172,8 @@ class Sampler:
         if isinstance(self.backends[name], PowerBackend):
             changes = {"domains": self._domains(name, raw)}
         else:
+            if raw.devices_info is not None:
+                self.snapshot.update(name, devices_info=raw.devices_info)
             changes = {"devices": self._devices(name, raw)}
         state = self.snapshot.get(name)
         self.snapshot.update(
@@ -184,16 +191,33 @@ class Sampler:
 
     def _read(self, name: str) -> _Raw:
         backend = self.backends[name]
+        infos = None
         if isinstance(backend, PowerBackend):
             readings: list[Any] = backend.read_domains()
             rejected = sum(sanitize_domain(r) for r in readings)
         else:
+            infos = self._rediscover(name, backend)
             readings = [backend.read_device(i) for i in range(backend.get_device_count())]
             rejected = sum(sanitize_device(r) for r in readings)
         errors = backend.take_errors()
         if rejected:
             errors[ErrorKind.INVALID_VALUE] += rejected
-        return _Raw(at=time.monotonic(), readings=readings, errors=errors)
+        return _Raw(at=time.monotonic(), readings=readings, errors=errors, devices_info=infos)
+
+    def _rediscover(self, name: str, backend: AcceleratorBackend) -> list[GPUInfo] | None:
+        """At most every ``REDISCOVER_EVERY_S``, let a suspect backend re-enumerate (in its worker)."""
+        now = time.monotonic()
+        if (
+            not backend.needs_rediscovery()
+            or now - self._rediscovered.get(name, -math.inf) < REDISCOVER_EVERY_S
+        ):
+            return None
+        self._rediscovered[name] = now
+        if not backend.rediscover():
+            return None
+        infos = backend.list_devices()
+        log.info("devices_rediscovered", backend=name, uuids=[i.uuid for i in infos])
+        return infos
 
     def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
         for (backend, _), tracker in self._energy.items():
