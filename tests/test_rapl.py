@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 
 import pytest
@@ -94,3 +95,33 @@ def test_unreadable_energy_is_reported_not_zero(settings, two_sockets):
 def test_no_zones_means_unavailable(settings):
     with pytest.raises(BackendUnavailableError, match="no RAPL zones"):
         RaplPowerBackend(settings)
+
+
+def test_energy_totals_survive_a_daemon_restart(settings, two_sockets, tmp_path):
+    settings.backends = ["rapl"]
+    settings.state_dir = tmp_path / "state"
+    rig = Rig(settings)
+    two_sockets.set_energy("intel-rapl:1", RANGE_UJ - 1_000_000)
+    rig.tick()
+    two_sockets.set_energy("intel-rapl:1", 2_000_000)  # wrapped: +3 J
+    before = value(rig.tick(), "warptd_energy_joules_total", domain="package-1")
+    rig.close()  # saves atomically
+    saved = json.loads((tmp_path / "state" / "counters.json").read_text())
+    assert saved["counters"]["rapl/package-1"]["total"] == pytest.approx(before)
+    two_sockets.set_energy("intel-rapl:1", 7_000_000)  # +5 J while the daemon was down
+    rig = Rig(settings)
+    after = value(rig.tick(), "warptd_energy_joules_total", domain="package-1")
+    assert after == pytest.approx(before + 5.0)  # not re-based on the raw 7 J
+    rig.close()
+
+
+def test_a_corrupt_state_file_is_ignored(settings, two_sockets, tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "counters.json").write_text("{not json")
+    settings.backends = ["rapl"]
+    settings.state_dir = tmp_path / "state"
+    with capture_logs() as logs:
+        rig = Rig(settings)
+    assert any(e["event"] == "state_file_ignored" for e in logs)
+    assert value(rig.tick(), "warptd_energy_joules_total", domain="package-0") == pytest.approx(10.0)
+    rig.close()

@@ -33,6 +33,7 @@ def _common(for_subcommand: bool) -> argparse.ArgumentParser:
         help="load only this backend (repeatable; env WARPTD_BACKENDS=nvidia,cpu); default all",
     )
     common.add_argument("--sysfs", type=Path, help="sysfs root (default /sys)")
+    common.add_argument("--state-dir", type=Path, help="keep energy totals here across restarts")
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     common.add_argument("--log-format", choices=["auto", "json", "console"])
     common.add_argument("--interval", type=float, help="seconds between samples (default 1)")
@@ -76,6 +77,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "config",
         "backends",
         "sysfs",
+        "state_dir",
         "log_level",
         "log_format",
         "interval",

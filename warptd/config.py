@@ -45,6 +45,9 @@ class Settings(BaseSettings):
         default_factory=socket.gethostname,
         description="Node name for warptd_device_info{node}; the Helm chart sets it from spec.nodeName",
     )
+    state_dir: Path | None = Field(
+        None, description="Directory to keep energy totals in across restarts (systemd: /var/lib/warptd)"
+    )
     sysfs: Path = Field(Path("/sys"), description="Root of sysfs, as node_exporter's --path.sysfs")
     stress: bool = Field(True, description="Serve the /stress endpoints (--no-stress turns them off)")
     stress_token: SecretStr | None = Field(

@@ -146,7 +146,7 @@ class Daemon:
         log.info("config_reloaded", changed=changed, needs_restart=restart, interval_s=new.interval)
 
 
-_RESTART_ONLY = frozenset({"listen", "backends", "sysfs", "stress", "node", "config"})
+_RESTART_ONLY = frozenset({"listen", "backends", "sysfs", "stress", "node", "config", "state_dir"})
 
 
 def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> JobManager:

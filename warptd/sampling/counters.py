@@ -69,6 +69,17 @@ class EnergyTracker:
     integrated: float | None = None
     last_power: float | None = None
     last_time: float | None = None
+    #: A total saved by an earlier run of the daemon (and the raw counter then), not yet applied.
+    resumed: tuple[float, float | None] | None = None
+
+    def resume_from(self, total: float, raw: float | None) -> None:
+        self.resumed = (total, raw)
+
+    def snapshot(self) -> dict[str, float | None]:
+        """What a restart needs: the total, and the raw counter it was computed from."""
+        if self.counter is not None:
+            return {"total": self.counter.total, "raw": self.counter.previous}
+        return {"total": self.integrated, "raw": None}
 
     def update(
         self, now: float, power: float | None, energy: float | None, wrap_range: float | None = None
@@ -78,7 +89,13 @@ class EnergyTracker:
         if energy is not None:
             if self.counter is None:
                 self.counter = MonotonicCounter(wrap_range=wrap_range)
-                if self.integrated is not None:  # the counter appeared late: continue, don't jump
+                if self.resumed is not None:  # continue an earlier run's total
+                    total, raw = self.resumed
+                    self.counter.rebase(
+                        energy, total + (energy - raw if raw is not None and energy >= raw else energy)
+                    )
+                    self.resumed = None
+                elif self.integrated is not None:  # the counter appeared late: continue, don't jump
                     self.counter.rebase(energy, self.integrated)
             first = self.counter.previous is None
             delta = self.counter.update(energy, dt)
@@ -93,7 +110,8 @@ class EnergyTracker:
             self.last_power, self.last_time = None, None
             return None, self.integrated
         if self.integrated is None:
-            self.integrated = 0.0
+            self.integrated = self.resumed[0] if self.resumed is not None else 0.0
+            self.resumed = None
         elif self.last_power is not None and dt:
             self.integrated += (self.last_power + power) / 2 * dt
         self.last_power, self.last_time = power, now

@@ -27,6 +27,7 @@ from warptd.errors import ErrorKind
 from warptd.power.base import DomainPower, DomainReading, PowerBackend
 from warptd.sampling.counters import EnergyTracker, ThrottleTracker
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
+from warptd.sampling.state import CounterState
 from warptd.sampling.validate import sanitize_device, sanitize_domain
 
 if TYPE_CHECKING:
@@ -90,7 +91,8 @@ class Sampler:
         self.backends: dict[str, AcceleratorBackend | PowerBackend] = {}
         #: Called after every completed sample with (backend, device samples or None, domains or None).
         self.listeners: list[Callable[[str, list[DeviceSample] | None, list[DomainPower] | None], None]] = []
-        self._energy: dict[tuple[str, object], EnergyTracker] = {}
+        self._energy: dict[str, EnergyTracker] = {}
+        self.state = CounterState(settings.state_dir)
         self._throttle: dict[tuple[str, int, str], ThrottleTracker] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
@@ -133,9 +135,10 @@ class Sampler:
                 self.scheduler.reschedule_job(f"sample-{name}", trigger="interval", seconds=settings.interval)
 
     def stop(self) -> None:
-        """Stop scheduling, abandon hung reads, shut the SDKs down."""
+        """Stop scheduling, save the energy totals, abandon hung reads, shut the SDKs down."""
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        self.state.maybe_save(self._energy, force=True)
         for name, worker in self._workers.items():
             worker.close()
             inflight = self._inflight.get(name)
@@ -186,6 +189,7 @@ class Sampler:
             last_duration=time.monotonic() - started,
             samples=(state.samples + 1) if state else 1,
         )
+        self.state.maybe_save(self._energy)
         for listener in self.listeners:
             listener(name, changes.get("devices"), changes.get("domains"))  # type: ignore[arg-type]
 
@@ -220,17 +224,19 @@ class Sampler:
         return infos
 
     def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
-        for (backend, _), tracker in self._energy.items():
-            if backend == name:
+        for key, tracker in self._energy.items():
+            if key.partition("/")[0] == name:
                 tracker.gap()  # nothing is integrated across the outage
         self.snapshot.count_errors(name, Counter({kind: 1}))
         self.snapshot.update(name, healthy=False, stale_reason=reason, last_attempt_done=time.time())
 
     # -- turning readings into samples ------------------------------------------------------
-    def _tracker(self, key: tuple[str, object]) -> EnergyTracker:
+    def _tracker(self, key: str) -> EnergyTracker:
+        """The energy tracker of ``backend/device-uuid-or-index`` or ``backend/domain``."""
         tracker = self._energy.get(key)
         if tracker is None:
             tracker = self._energy[key] = EnergyTracker()
+            self.state.resume(key, tracker)
         return tracker
 
     def _devices(self, name: str, raw: _Raw) -> list[DeviceSample]:
@@ -240,7 +246,7 @@ class Sampler:
         reading: DeviceReading
         for reading in raw.readings:
             reading.uuid = uuids.get(reading.index, "")
-            tracker = self._tracker((name, (reading.index, reading.uuid)))
+            tracker = self._tracker(f"{name}/{reading.uuid or reading.index}")
             if not reading.up:
                 tracker.gap()
                 samples.append(DeviceSample(reading=reading))
@@ -272,7 +278,7 @@ class Sampler:
         domains = []
         reading: DomainReading
         for reading in raw.readings:
-            tracker = self._tracker((name, reading.domain))
+            tracker = self._tracker(f"{name}/{reading.domain}")
             if reading.readable:
                 power, energy = tracker.update(
                     raw.at, reading.power_watts, reading.energy_counter_joules, reading.energy_range_joules

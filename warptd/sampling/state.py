@@ -1,0 +1,84 @@
+"""Energy totals that survive a restart of the daemon, in ``--state-dir/counters.json``.
+
+Without this, a restart re-bases every total on the raw hardware counter; that is continuous for
+NVML (a 64-bit counter since driver load) but drops what RAPL accumulated over its wraps. The
+file is written atomically (temporary file, fsync, rename) every ``SAVE_EVERY_S`` and at stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import structlog
+
+from warptd.sampling.counters import EnergyTracker
+
+log = structlog.get_logger("warptd.state")
+SAVE_EVERY_S = 10.0
+_VERSION = 1
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+class CounterState:
+    """Loads saved totals at start, hands them to new trackers, and saves the live ones."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.path = directory / "counters.json" if directory is not None else None
+        self.saved: dict[str, dict[str, float | None]] = {}
+        self._last_save = time.monotonic()
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.saved = self._load()
+
+    def _load(self) -> dict[str, dict[str, float | None]]:
+        assert self.path is not None
+        try:
+            document = json.loads(self.path.read_text())
+            if document.get("version") != _VERSION:
+                raise ValueError(f"unknown version {document.get('version')!r}")
+            counters = document["counters"]
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("state_file_ignored", path=str(self.path), error=str(exc))
+            return {}
+        if document.get("boot_id") != _boot_id():
+            # Hardware counters restarted with the machine: the saved raw values mean nothing now.
+            for entry in counters.values():
+                entry["raw"] = None
+        return counters
+
+    def resume(self, key: str, tracker: EnergyTracker) -> None:
+        """Give a new tracker its saved total, applied at its first reading."""
+        entry = self.saved.get(key)
+        if entry is not None and entry.get("total") is not None:
+            tracker.resume_from(float(entry["total"]), entry.get("raw"))
+
+    def maybe_save(self, trackers: dict[str, EnergyTracker], force: bool = False) -> None:
+        if self.path is None or (not force and time.monotonic() - self._last_save < SAVE_EVERY_S):
+            return
+        self._last_save = time.monotonic()
+        counters = {
+            **self.saved,
+            **{key: t.snapshot() for key, t in trackers.items() if t.snapshot()["total"] is not None},
+        }
+        document = {"version": _VERSION, "boot_id": _boot_id(), "saved_at": time.time(), "counters": counters}
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".counters.", dir=self.path.parent)
+            with os.fdopen(fd, "w") as handle:
+                json.dump(document, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("state_save_failed", path=str(self.path), error=str(exc))
