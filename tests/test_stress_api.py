@@ -189,7 +189,7 @@ def test_history_is_bounded(settings):
             assert status == 202
             wait_done(d.port, body["id"])
         listed = json.loads(http(d.port, "GET", "/stress")[2])["jobs"]
-        assert len(listed) == 3  # trimmed when the next job starts, not before
+        assert len(listed) == 2  # exactly the configured history
         post(d.port, {"test": "raise", "duration_s": 1})
         assert len(d.stress.list()) == 3  # 2 finished kept + the one running
     finally:

@@ -312,9 +312,13 @@ class JobManager:
         else:
             job.status = JobStatus.FAILED
             job.error = error or _exit_reason(job.process.exitcode if job.process is not None else None)
+        if job.process is not None:
+            job.process.close()  # its sentinel descriptor, else one per job kept in history
+            job.process = None
         with self._lock:
             self._busy.pop(job.device.key, None)
             self.runs[(job.params.test, str(job.status))] += 1
+            self._trim()
             if job.status is JobStatus.SUCCEEDED:
                 self.last[(job.device.backend, str(job.device.index), job.params.test)] = job
         log.info("stress_finished", job=job.id, status=str(job.status), error=job.error)
