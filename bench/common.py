@@ -34,7 +34,7 @@ def get(port: int, path: str = "/metrics", timeout: float = 10) -> tuple[int, by
         conn.close()
 
 
-def wait_http(port: int, path: str, timeout: float = 30) -> None:
+def wait_http(port: int, path: str, timeout: float = 30, poll: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -42,16 +42,18 @@ def wait_http(port: int, path: str, timeout: float = 30) -> None:
                 return
         except OSError:
             pass
-        time.sleep(0.1)
+        time.sleep(poll)
     raise RuntimeError(f"nothing ready on :{port}{path}")
 
 
-def start_warptd_double(gpus: int, port: int, *extra: str) -> subprocess.Popen[bytes]:
+def start_warptd_double(gpus: int, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], float]:
+    """Start the daemon with ``gpus`` simulated GPUs; return it and the seconds until /readyz said 200."""
     args = [sys.executable, str(ROOT / "bench" / "double_daemon.py"), str(gpus)]
     args += ["--backend", "nvidia", "--listen", f"127.0.0.1:{port}", "--log-level", "warning", *extra]
+    started = time.monotonic()
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_http(port, "/readyz")
-    return proc
+    wait_http(port, "/readyz", poll=0.01)
+    return proc, time.monotonic() - started
 
 
 def start_node_exporter(port: int) -> subprocess.Popen[bytes] | None:
@@ -87,6 +89,28 @@ def latencies(port: int, n: int) -> list[float]:
         out.append(time.perf_counter() - started)
         assert status == 200
     return out
+
+
+def keepalive_latencies(port: int, n: int) -> list[float]:
+    """Requests on one persistent connection, as Prometheus scrapes."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    out = []
+    for _ in range(n):
+        started = time.perf_counter()
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        response.read()
+        out.append(time.perf_counter() - started)
+        assert response.status == 200
+    conn.close()
+    return out
+
+
+def samples_total(port: int, backend: str) -> float:
+    for line in get(port)[1].decode().splitlines():
+        if line.startswith(f'warptd_samples_total{{backend="{backend}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def pct(values: list[float], q: float) -> float:

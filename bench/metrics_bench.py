@@ -21,9 +21,11 @@ from common import (
     emit,
     free_port,
     get,
+    keepalive_latencies,
     latencies,
     pct,
     rss_bytes,
+    samples_total,
     start_node_exporter,
     start_warptd_double,
     stop,
@@ -32,7 +34,7 @@ from common import (
 
 def measure(gpus: int, scrapes: int, idle: float, node_port: int | None) -> dict[str, object]:
     port = free_port()
-    proc = start_warptd_double(gpus, port, "--interval", "1")
+    proc, ready_s = start_warptd_double(gpus, port, "--interval", "1")
     try:
         time.sleep(2)
         ours, theirs = [], []
@@ -40,12 +42,15 @@ def measure(gpus: int, scrapes: int, idle: float, node_port: int | None) -> dict
             ours += latencies(port, 1)
             if node_port is not None:
                 theirs += latencies(node_port, 1)
+        kept = keepalive_latencies(port, scrapes)
         body = get(port)[1]
-        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        cpu0, t0, samples0 = cpu_seconds(proc.pid), time.monotonic(), samples_total(port, "nvidia")
         while time.monotonic() - t0 < idle:
             time.sleep(5)
             get(port)
-        cpu_share = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
+        cpu_used = cpu_seconds(proc.pid) - cpu0
+        cpu_share = cpu_used / (time.monotonic() - t0)
+        samples = max(1.0, samples_total(port, "nvidia") - samples0)
         row: dict[str, object] = {
             "gpus": gpus,
             "series": sum(1 for line in body.splitlines() if line and not line.startswith(b"#")),
@@ -55,8 +60,12 @@ def measure(gpus: int, scrapes: int, idle: float, node_port: int | None) -> dict
         if theirs:
             row["node_exporter_p50_ms"] = pct(theirs, 50) * 1e3
             row["p50_ratio_warptd/node"] = pct(ours, 50) / pct(theirs, 50)
+        row["keepalive_p50_ms"] = pct(kept, 50) * 1e3
         row["cpu_pct_of_core"] = cpu_share * 100
+        row["cpu_ms_per_sample"] = cpu_used / samples * 1e3
+        row["cpu_ms_per_device_sample"] = cpu_used / samples / gpus * 1e3
         row["rss_mb"] = rss_bytes(proc.pid) / 2**20
+        row["start_to_ready_s"] = ready_s
         return row
     finally:
         stop(proc)

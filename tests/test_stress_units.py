@@ -168,3 +168,16 @@ def test_real_gpu_matmul_when_cuda_exists():
 
     result = MatmulTest(DeviceRef("nvidia", 0, "cuda:0", True), dtype="bfloat16", size=4096).run(1.0)
     assert result.unit == "FLOP/s" and result.throughput > 1e12
+
+
+def test_token_in_x_stress_token_when_authorization_carries_basic_auth():
+    router = Router()
+    add_stress_routes(router, JobManager([], {}), token=lambda: "tok")
+    headers = {"authorization": "Basic cHJvbWV0aGV1czp4", "x-stress-token": "tok"}
+    with pytest.raises(HttpError) as info:
+        router.dispatch(Request("POST", "/stress", {}, headers, b"", client="10.0.0.9"))
+    assert info.value.status == 422  # past authentication: no such device in this empty manager
+    headers["x-stress-token"] = "nope"
+    with pytest.raises(HttpError) as info:
+        router.dispatch(Request("POST", "/stress", {}, headers, b"", client="10.0.0.9"))
+    assert info.value.status == 401

@@ -34,6 +34,9 @@ def _common(for_subcommand: bool) -> argparse.ArgumentParser:
     )
     common.add_argument("--sysfs", type=Path, help="sysfs root (default /sys)")
     common.add_argument("--state-dir", type=Path, help="keep energy totals here across restarts")
+    common.add_argument(
+        "--web-config-file", type=Path, help="TLS/basic auth config (exporter-toolkit format)"
+    )
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     common.add_argument("--log-format", choices=["auto", "json", "console"])
     common.add_argument("--interval", type=float, help="seconds between samples (default 1)")
@@ -78,6 +81,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "backends",
         "sysfs",
         "state_dir",
+        "web_config_file",
         "log_level",
         "log_format",
         "interval",

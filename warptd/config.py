@@ -45,6 +45,9 @@ class Settings(BaseSettings):
         default_factory=socket.gethostname,
         description="Node name for warptd_device_info{node}; the Helm chart sets it from spec.nodeName",
     )
+    web_config_file: Path | None = Field(
+        None, description="TLS and basic auth for every endpoint (exporter-toolkit web-config YAML)"
+    )
     state_dir: Path | None = Field(
         None, description="Directory to keep energy totals in across restarts (systemd: /var/lib/warptd)"
     )

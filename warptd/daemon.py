@@ -18,6 +18,7 @@ from warptd.http.app import Router
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
+from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
 from warptd.logs import configure_logging
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
@@ -52,7 +53,14 @@ class Daemon:
         add_stress_routes(self.router, self.stress, lambda: self._token)
         add_openapi_route(self.router)
         host, port = settings.listen_address
-        self.server = WarptdHTTPServer(host, port, self.router)
+        web = load_web_config(settings.web_config_file) if settings.web_config_file else None
+        self.server = WarptdHTTPServer(
+            host,
+            port,
+            self.router,
+            tls=ssl_context(web.tls_server_config) if web and web.tls_server_config else None,
+            basic_auth=BasicAuth(web.basic_auth_users) if web and web.basic_auth_users else None,
+        )
         self.notifier = Notifier()
         self._http_thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -146,7 +154,9 @@ class Daemon:
         log.info("config_reloaded", changed=changed, needs_restart=restart, interval_s=new.interval)
 
 
-_RESTART_ONLY = frozenset({"listen", "backends", "sysfs", "stress", "node", "config", "state_dir"})
+_RESTART_ONLY = frozenset(
+    {"listen", "backends", "sysfs", "stress", "node", "config", "state_dir", "web_config_file"}
+)
 
 
 def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> JobManager:

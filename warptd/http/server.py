@@ -6,6 +6,7 @@ import contextlib
 import json
 import re
 import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -14,6 +15,7 @@ import structlog
 
 from warptd import __version__
 from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.webconfig import BasicAuth
 
 log = structlog.get_logger("warptd.http")
 MAX_BODY_BYTES = 64 * 1024
@@ -37,7 +39,18 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: WarptdHTTPServer
 
+    def setup(self) -> None:
+        super().setup()  # sets the socket timeout, which bounds the TLS handshake too
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()  # here, in this connection's thread, not in accept()
+
     def _serve(self) -> None:
+        auth = self.server.basic_auth
+        if auth is not None and not auth.check(self.headers.get("Authorization", "")):
+            self.close_connection = True
+            challenge = {"WWW-Authenticate": 'Basic realm="warptd", charset="UTF-8"'}
+            self._send(json_response(401, {"error": "authentication required"}, headers=challenge))
+            return
         try:
             response = self.server.router.dispatch(self._request())
         except HttpError as exc:
@@ -121,8 +134,18 @@ class WarptdHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, host: str, port: int, router: Router, max_connections: int = MAX_CONNECTIONS) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        router: Router,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        tls: ssl.SSLContext | None = None,
+        basic_auth: BasicAuth | None = None,
+    ) -> None:
         self.router = router
+        self.basic_auth = basic_auth
         self._slots = threading.BoundedSemaphore(max_connections)
         if host == "" and not socket.has_ipv6:
             host = "0.0.0.0"
@@ -136,6 +159,8 @@ class WarptdHTTPServer(ThreadingHTTPServer):
             # An empty host on a kernel booted with ipv6.disable=1: every IPv4 address instead.
             self.address_family = socket.AF_INET
             super().__init__(("0.0.0.0", port), _Handler)
+        if tls is not None:
+            self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
 
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6:

@@ -83,7 +83,10 @@ def authorize(request: Request, token: str | None) -> None:
         if not is_loopback_host(request.header("host", "localhost")):
             raise HttpError(403, "without a token, the Host header must name localhost")
         return
+    # With basic auth on the listener, Authorization carries the user: the token goes in X-Stress-Token.
     scheme, _, given = request.header("authorization").partition(" ")
+    if request.header("x-stress-token"):
+        scheme, given = "bearer", request.header("x-stress-token")
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
         raise HttpError(401, "missing or wrong bearer token", {"WWW-Authenticate": 'Bearer realm="warptd"'})
 

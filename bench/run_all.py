@@ -1,0 +1,39 @@
+"""The whole benchmark suite in one command, each part printing its side-by-side table:
+
+    python bench/run_all.py [--quick]
+
+1. /metrics latency at 1, 8 and 64 simulated GPUs vs node_exporter, CPU per sample and per
+   device, RSS, time from start to /readyz (bench/metrics_bench.py);
+2. stress harness throughput vs a bare torch loop, sampler jitter and /metrics latency under a
+   CPU stress (bench/stress_bench.py; skipped without torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer scrapes and shorter windows")
+    args = parser.parse_args()
+    metrics = ["--scrapes", "50", "--idle", "10"] if args.quick else []
+    stress = ["--duration", "2", "--rounds", "2"] if args.quick else []
+    status = subprocess.call([sys.executable, str(HERE / "metrics_bench.py"), *metrics])
+    if importlib.util.find_spec("torch") is None:
+        print("\n## stress benchmarks skipped: torch is not installed (pip install 'warptd[stress]')")
+    else:
+        status |= subprocess.call([sys.executable, str(HERE / "stress_bench.py"), *stress])
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

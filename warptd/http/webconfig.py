@@ -1,0 +1,137 @@
+"""TLS and basic auth for every endpoint, from a web-config file in the Prometheus exporter-toolkit format.
+
+    tls_server_config:
+      cert_file: /etc/warptd/tls.crt
+      key_file: /etc/warptd/tls.key
+      client_auth_type: RequireAndVerifyClientCert   # optional mTLS
+      client_ca_file: /etc/warptd/ca.crt
+      min_version: TLS12
+    basic_auth_users:
+      prometheus: $2y$10$...                         # bcrypt (htpasswd -nBC 10 "" | tr -d ':')
+
+Needs the ``web`` extra (pyyaml, bcrypt).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import ssl
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from warptd.config import SettingsError
+
+ClientAuth = Literal[
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+]
+_VERIFY = {
+    "NoClientCert": ssl.CERT_NONE,
+    "RequestClientCert": ssl.CERT_OPTIONAL,
+    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+
+
+class TLSServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cert_file: Path
+    key_file: Path
+    client_auth_type: ClientAuth = "NoClientCert"
+    client_ca_file: Path | None = None
+    min_version: Literal["TLS12", "TLS13"] = "TLS12"
+
+
+class WebConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tls_server_config: TLSServerConfig | None = None
+    basic_auth_users: dict[str, str] = Field(default_factory=dict)
+
+
+def load_web_config(path: Path) -> WebConfig:
+    """Parse and check the file now, so a mistake fails the start with one line."""
+    try:
+        import yaml
+    except ImportError:
+        raise SettingsError("web_config_file needs the web extra: pip install 'warptd[web]'") from None
+    try:
+        config = WebConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    except (OSError, yaml.YAMLError) as exc:
+        raise SettingsError(f"invalid setting web_config_file: {exc}") from None
+    except ValidationError as exc:
+        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SettingsError(f"invalid setting web_config_file: {problem}") from None
+    if config.tls_server_config is not None:
+        ssl_context(config.tls_server_config)  # unreadable or mismatched key/cert: fail now
+    if config.basic_auth_users:
+        try:
+            import bcrypt  # noqa: F401
+        except ImportError:
+            raise SettingsError("basic_auth_users needs the web extra: pip install 'warptd[web]'") from None
+    return config
+
+
+def ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = _VERSIONS[tls.min_version]
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+        context.verify_mode = _VERIFY[tls.client_auth_type]
+        if tls.client_ca_file is not None:
+            context.load_verify_locations(tls.client_ca_file)
+        elif context.verify_mode != ssl.CERT_NONE and tls.client_auth_type != "RequireAnyClientCert":
+            raise SettingsError(
+                f"invalid setting web_config_file: {tls.client_auth_type} needs client_ca_file"
+            )
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(f"invalid setting web_config_file: TLS: {exc}") from None
+    return context
+
+
+class BasicAuth:
+    """bcrypt-checked users, with a small cache of successful checks: bcrypt costs ~50 ms a try."""
+
+    def __init__(self, users: dict[str, str], cache_size: int = 64) -> None:
+        self.users = {name: hashed.encode() for name, hashed in users.items()}
+        self._cache: OrderedDict[bytes, bool] = OrderedDict()
+        self._size = cache_size
+        self._lock = threading.Lock()
+
+    def check(self, header: str) -> bool:
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        hashed = self.users.get(user)
+        if not sep or hashed is None:
+            return False
+        key = hashlib.sha256(hashed + b"\0" + password.encode()).digest()
+        with self._lock:
+            if self._cache.get(key):
+                self._cache.move_to_end(key)
+                return True
+        import bcrypt
+
+        ok = bcrypt.checkpw(password.encode(), hashed)
+        if ok:
+            with self._lock:
+                self._cache[key] = True
+                if len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
+        return ok
