@@ -4,7 +4,9 @@
 
 1. /metrics latency at 1, 8 and 64 simulated GPUs vs node_exporter, CPU per sample and per
    device, RSS, time from start to /readyz (bench/metrics_bench.py);
-2. stress harness throughput vs a bare torch loop, sampler jitter and /metrics latency under a
+2. 32 concurrent keep-alive scrapers x 200 scrapes at 8 GPUs: p50/p99 and errors
+   (bench/load_bench.py);
+3. stress harness throughput vs a bare torch loop, sampler jitter and /metrics latency under a
    CPU stress (bench/stress_bench.py; skipped without torch).
 """
 
@@ -28,6 +30,7 @@ def main() -> int:
     metrics = ["--scrapes", "50", "--idle", "10"] if args.quick else []
     stress = ["--duration", "2", "--rounds", "2"] if args.quick else []
     status = subprocess.call([sys.executable, str(HERE / "metrics_bench.py"), *metrics])
+    status |= subprocess.call([sys.executable, str(HERE / "load_bench.py")])
     if importlib.util.find_spec("torch") is None:
         print("\n## stress benchmarks skipped: torch is not installed (pip install 'warptd[stress]')")
     else:

@@ -103,3 +103,27 @@ def test_builtins_are_declared_as_entry_points_too():
         **project["entry-points"]["warptd.power_backends"],
     }
     assert declared == {**registry.BUILTIN["accelerator"], **registry.BUILTIN["power"]}
+
+
+class CrashingBackend(PluginBackend):
+    """A plugin with a bug outside its guarded SDK calls."""
+
+    name: ClassVar[str] = "crashy"
+
+    def read_device(self, index: int):
+        raise TypeError("unsupported operand type(s) for +: 'NoneType' and 'int'")
+
+
+def test_a_backend_that_raises_unexpectedly_is_marked_stale_alone(settings, monkeypatch):
+    from tests.helpers import Rig, select, value
+
+    _entry_points(monkeypatch, EntryPoint("crashy", "tests.test_registry:CrashingBackend", "warptd.backends"))
+    settings.backends = ["crashy", "cpu"]
+    rig = Rig(settings)
+    rig.tick()
+    samples = rig.tick()
+    assert value(samples, "warptd_backend_up", backend="crashy") == 0
+    assert value(samples, "warptd_sample_errors_total", backend="crashy", kind="unexpected") == 2
+    assert not select(samples, "warptd_device_up", backend="crashy")
+    assert value(samples, "warptd_backend_up", backend="cpu") == 1
+    rig.close()
