@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from warptd.http.app import HttpError, Request, Response, Router, json_response
-from warptd.stress.jobs import Job, JobManager, JobStatus, StressError, StressParameters
+from warptd.stress.jobs import Job, JobManager, JobStatus, StressError
 from warptd.stress.torch_device import DTYPES
 
 
@@ -128,13 +128,7 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
     def start(request: Request) -> Response:
         authorize(request, token())
         body = parse_request(request)
-        params = StressParameters(
-            test=body.test,
-            device=body.device or manager.default_device(),
-            duration_s=body.duration_s,
-            dtype=body.dtype,
-            size=body.size,
-        )
+        params = manager.parameters(body.test, body.device, body.duration_s, body.dtype, body.size)
         try:
             job = manager.start(params)
         except StressError as exc:

@@ -141,6 +141,37 @@ class StressTest(ABC):
     def teardown(self) -> None:
         """Free what setup allocated."""
 
+    def measure(
+        self,
+        step: Callable[[], None],
+        synchronize: Callable[[], None],
+        *,
+        duration: float,
+        iterations: int,
+        work: float,
+        unit: str,
+    ) -> WorkloadResult:
+        """Time ``step`` (``work`` FLOP or bytes each) for ``duration`` s; ``unit`` is e.g. ``FLOP/s``."""
+        done, elapsed = timed_loop(
+            step,
+            synchronize,
+            duration=duration,
+            min_iterations=iterations,
+            work_per_iteration=work,
+            progress=self.progress,
+            on_start=self.on_start,
+        )
+        return WorkloadResult(
+            throughput=done * work / elapsed,
+            unit=unit,
+            work=float(done * work),
+            work_unit=unit.removesuffix("/s"),
+            iterations=done,
+            elapsed_s=elapsed,
+            dtype=self.dtype,
+            size=self.size,
+        )
+
     def run(self, duration: float, iterations: int = 1) -> WorkloadResult:
         if not self.is_available():
             raise RuntimeError(f"{self.name} cannot run on {self.backend.torch_device}")

@@ -10,7 +10,7 @@ from warptd.backends.registry import Loaded
 from warptd.config import Settings
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
-from warptd.stress.jobs import Job, JobStatus, JobView, StressError, StressParameters
+from warptd.stress.jobs import Job, JobStatus, JobView, StressError
 
 BAR = 30
 
@@ -79,13 +79,7 @@ def run_stress(settings: Settings, loaded: Loaded, args: argparse.Namespace) -> 
     sampler.listeners.append(manager.on_sample)
     sampler.start()
     try:
-        params = StressParameters(
-            test=args.test,
-            device=args.device or manager.default_device(),
-            duration_s=args.duration,
-            dtype=args.dtype,
-            size=args.size,
-        )
+        params = manager.parameters(args.test, args.device, args.duration, args.dtype, args.size)
         job = manager.start(params)
     except StressError as exc:
         sampler.stop()

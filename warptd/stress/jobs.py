@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
-from warptd.stress.base import DeviceRef
+from warptd.stress.base import DeviceRef, WorkloadResult
 from warptd.stress.registry import discover_tests, resolve_test
 from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder
 from warptd.stress.worker import WorkerJob, run_job
@@ -60,17 +60,6 @@ class StressParameters(BaseModel):
     size: int | None = None
 
 
-class Workload(BaseModel):
-    throughput: float
-    unit: str
-    work: float
-    work_unit: str
-    iterations: int
-    elapsed_s: float
-    dtype: str | None = None
-    size: int | None = None
-
-
 class Efficiency(BaseModel):
     value: float
     unit: str
@@ -87,7 +76,7 @@ class JobView(BaseModel):
     ended_at: datetime | None = None
     error: str | None = None
     progress: dict[str, float] | None = None
-    workload: Workload | None = None
+    workload: WorkloadResult | None = None
     telemetry: RunTelemetry | None = None
     efficiency: Efficiency | None = None
 
@@ -103,7 +92,7 @@ class Job:
     ended_at: datetime | None = None
     error: str | None = None
     progress: dict[str, float] | None = None
-    workload: Workload | None = None
+    workload: WorkloadResult | None = None
     telemetry: RunTelemetry | None = None
     recorder: TelemetryRecorder | None = field(default_factory=TelemetryRecorder)
     process: Any = None
@@ -165,6 +154,14 @@ class JobManager:
         self.last: dict[tuple[str, str, str], Job] = {}  # (backend, device, test) -> last finished job
 
     # -- starting -----------------------------------------------------------------------------
+    def parameters(
+        self, test: str, device: str | None, duration_s: float, dtype: str | None, size: int | None
+    ) -> StressParameters:
+        """A request's parameters, with the default device filled in."""
+        return StressParameters(
+            test=test, device=device or self.default_device(), duration_s=duration_s, dtype=dtype, size=size
+        )
+
     def default_device(self) -> str:
         accelerators = [key for key, ref in self.devices.items() if ref.is_accelerator]
         return accelerators[0] if accelerators else next(iter(self.devices), "cpu:0")
@@ -306,7 +303,7 @@ class JobManager:
             job.status = JobStatus.CANCELLED
         elif result is not None:
             try:
-                job.status, job.workload = JobStatus.SUCCEEDED, Workload(**result)
+                job.status, job.workload = JobStatus.SUCCEEDED, WorkloadResult(**result)
             except (TypeError, ValueError) as exc:
                 job.status, job.error = JobStatus.FAILED, f"malformed result from the worker: {exc}"
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from warptd.stress import torch_device
-from warptd.stress.base import StressTest, TestCategory, WorkloadResult, timed_loop
+from warptd.stress.base import StressTest, TestCategory, WorkloadResult
 
 
 class MatmulTest(StressTest):
@@ -64,24 +64,8 @@ class MatmulTest(StressTest):
 
     def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
         flop = self.flop_per_product(self.size or 0)
-        done, elapsed = timed_loop(
-            self._step,
-            self._sync,
-            duration=duration,
-            min_iterations=iterations,
-            work_per_iteration=flop,
-            progress=self.progress,
-            on_start=self.on_start,
-        )
-        return WorkloadResult(
-            throughput=done * flop / elapsed,
-            unit="FLOP/s",
-            work=float(done * flop),
-            work_unit="FLOP",
-            iterations=done,
-            elapsed_s=elapsed,
-            dtype=self.dtype,
-            size=self.size,
+        return self.measure(
+            self._step, self._sync, duration=duration, iterations=iterations, work=flop, unit="FLOP/s"
         )
 
     def teardown(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from warptd.stress import torch_device
-from warptd.stress.base import StressTest, TestCategory, WorkloadResult, timed_loop
+from warptd.stress.base import StressTest, TestCategory, WorkloadResult
 
 MIB = 2**20
 
@@ -16,6 +16,7 @@ class MemoryBandwidthTest(StressTest):
         "Device memory bandwidth with large buffer copies; reports bytes/s (read + write)"
     )
     category: ClassVar[TestCategory] = TestCategory.MEMORY
+    dtypes: ClassVar[tuple[str, ...]] = ("float32",)  # the buffers; bandwidth does not depend on it
     size_range: ClassVar[tuple[int, int]] = (1, 65536)
     size_help: ClassVar[str] = "MiB per buffer"
 
@@ -28,6 +29,7 @@ class MemoryBandwidthTest(StressTest):
 
     def validate_configuration(self) -> None:
         self.size = self.size or (256 if self.backend.torch_device == "cpu" else 2048)
+        self.dtype = "float32"
         self.check_parameters(self.backend.torch_device, self.dtype, self.size)
 
     def setup(self) -> None:
@@ -49,24 +51,8 @@ class MemoryBandwidthTest(StressTest):
 
     def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
         moved = 2 * self._src.numel() * self._src.element_size()  # each copy reads and writes the buffer
-        done, elapsed = timed_loop(
-            self._step,
-            self._sync,
-            duration=duration,
-            min_iterations=iterations,
-            work_per_iteration=moved,
-            progress=self.progress,
-            on_start=self.on_start,
-        )
-        return WorkloadResult(
-            throughput=done * moved / elapsed,
-            unit="B/s",
-            work=float(done * moved),
-            work_unit="B",
-            iterations=done,
-            elapsed_s=elapsed,
-            dtype="float32",
-            size=self.size,
+        return self.measure(
+            self._step, self._sync, duration=duration, iterations=iterations, work=moved, unit="B/s"
         )
 
     def teardown(self) -> None:
