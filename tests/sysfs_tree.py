@@ -54,3 +54,33 @@ def unreadable(path: Path) -> mock._patch | None:
         return real_read_text(self, *args, **kwargs)
 
     return mock.patch.object(Path, "read_text", read_text)
+
+
+def drm_card(  # noqa: PLR0917 - a fixture builder
+    tree: SysfsTree,
+    number: int,
+    driver: str,
+    pci: str,
+    attrs: dict[str, object],
+    hwmon: dict[str, object],
+) -> Path:
+    """``class/drm/cardN`` whose ``device`` links to a PCI device bound to ``driver``, with attributes
+    (``mem_info_vram_total``, ``gpu_busy_percent`` …) and one hwmon chip with the given files."""
+    device = tree.root / "devices" / "pci0000:00" / pci
+    device.mkdir(parents=True, exist_ok=True)
+    drivers = tree.root / "bus" / "pci" / "drivers" / driver
+    drivers.mkdir(parents=True, exist_ok=True)
+    (device / "driver").symlink_to(drivers)
+    for name, value in attrs.items():
+        (device / name).write_text(f"{value}\n")
+    chip = device / "hwmon" / f"hwmon{number + 3}"
+    chip.mkdir(parents=True)
+    (chip / "name").write_text(f"{driver}\n")
+    for name, value in hwmon.items():
+        (chip / name).write_text(f"{value}\n")
+    card = tree.root / "class" / "drm" / f"card{number}"
+    card.mkdir(parents=True)
+    (card / "device").symlink_to(device)
+    connector = tree.root / "class" / "drm" / f"card{number}-DP-1"  # a connector, not a device
+    connector.mkdir()
+    return device

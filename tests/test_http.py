@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import require_tool
 from tests.helpers import http, parse, select, value, wait_until
+from tests.sysfs_tree import drm_card
 from warptd.daemon import Daemon
 
 
@@ -18,6 +19,7 @@ def daemon(settings, fake_nvml, sysfs):
     sysfs.rapl_zone("intel-rapl:0", "package-0", 1_000_000)
     sysfs.rapl_zone("intel-rapl:0:0", "core", 500_000)
     sysfs.hwmon(0, "coretemp", {"Package id 0": 48000})
+    drm_card(sysfs, 0, "amdgpu", "0000:03:00.0", {"gpu_busy_percent": 50}, {"power1_input": 90_000_000})
     d = Daemon(settings)
     d.start()
     assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
@@ -33,6 +35,7 @@ def test_metrics_text_exposition(daemon):
     samples = parse(body.decode())
     assert value(samples, "warptd_device_up", backend="nvidia", device="1") == 1
     assert value(samples, "warptd_device_up", backend="cpu", device="0") == 1
+    assert value(samples, "warptd_device_power_watts", backend="hwmon", device="0") == 90  # a 2nd GPU vendor
     assert value(samples, "warptd_backend_up", backend="rapl") == 1
     assert select(samples, "warptd_energy_joules_total", source="nvml", domain="gpu0")
     assert select(samples, "process_resident_memory_bytes")

@@ -21,6 +21,7 @@ import yaml
 
 from tests.conftest import require_tool
 from tests.helpers import http, wait_until
+from tests.sysfs_tree import drm_card
 from warptd.daemon import Daemon
 
 ROOT = Path(__file__).parents[1]
@@ -135,6 +136,7 @@ def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
     sysfs.rapl_zone("intel-rapl:0", "package-0", 10_000_000)
     sysfs.rapl_zone("intel-rapl:0:1", "dram", 2_000_000)
     sysfs.hwmon(0, "coretemp", {"Package id 0": 47000})
+    drm_card(sysfs, 0, "amdgpu", "0000:03:00.0", {"gpu_busy_percent": 50}, {"power1_input": 90_000_000})
     settings.interval = 0.5
     daemon = Daemon(settings)
     daemon.start()

@@ -41,9 +41,12 @@ def _entry_points(monkeypatch, *eps: EntryPoint) -> None:
 
 
 def test_all_available_backends_load_together(settings, fake_nvml, sysfs):
+    from tests.sysfs_tree import drm_card
+
     sysfs.rapl_zone("intel-rapl:0", "package-0", 1)
+    drm_card(sysfs, 0, "amdgpu", "0000:03:00.0", {"gpu_busy_percent": 5}, {"power1_input": 30_000_000})
     loaded = registry.load_backends(settings)
-    assert [b.name for b in loaded.accelerators] == ["nvidia", "cpu"]
+    assert [b.name for b in loaded.accelerators] == ["nvidia", "cpu", "hwmon"]  # two GPU vendors at once
     assert [b.name for b in loaded.power] == ["nvml", "rapl"]
     loaded.shutdown()
 
@@ -62,7 +65,9 @@ def test_selection_loads_named_backends_and_their_power_companions(settings, fak
 
 def test_unknown_backend_is_a_startup_error(settings):
     settings.backends = ["nvidai"]
-    with pytest.raises(SettingsError, match=r"unknown backend.*nvidai.*known: cpu, nvidia, nvml, rapl"):
+    with pytest.raises(
+        SettingsError, match=r"unknown backend.*nvidai.*known: cpu, hwmon, nvidia, nvml, rapl"
+    ):
         registry.load_backends(settings)
 
 

@@ -28,6 +28,7 @@ BUILTIN: dict[Kind, dict[str, str]] = {
     "accelerator": {
         "nvidia": "warptd.backends.nvidia:NvidiaBackend",
         "cpu": "warptd.backends.cpu:CpuBackend",
+        "hwmon": "warptd.backends.hwmon:HwmonBackend",
     },
     "power": {
         "nvml": "warptd.power.nvml:NvmlPowerBackend",

@@ -251,7 +251,8 @@ class Sampler:
                 tracker.gap()
                 samples.append(DeviceSample(reading=reading))
                 continue
-            _, energy = tracker.update(raw.at, reading.power_watts, reading.energy_counter_joules)
+            power, energy = tracker.update(raw.at, reading.power_watts, reading.energy_counter_joules)
+            reading.power_watts = power  # derived from the energy counter where the device has only that
             samples.append(
                 DeviceSample(
                     reading=reading,
