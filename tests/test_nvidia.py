@@ -307,3 +307,27 @@ def test_gpu_disappears_and_comes_back_with_a_new_uuid(rig, fake_nvml, rediscove
     assert select(first, "warptd_device_info", uuid=old_uuid)
     info = select(samples, "warptd_device_info", backend="nvidia", device="1")[0].labels
     assert info["uuid"] == "GPU-replacement-0000"
+
+
+def test_one_lost_gpu_does_not_drop_the_others_and_is_retried(settings, rediscover_now):
+    fake = FakeNvml(gpus=3)
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        rig.tick()
+        uuids = [g.uuid for g in fake.gpus]
+        fake.gpus[2].energy_mj += 1_000_000
+        fake.gpus[1].lost = True
+        rig.tick("nvidia")  # GPU 1 lost: suspect
+        samples = rig.tick()  # reopened: GPU 1 has no handle, GPUs 0 and 2 stay
+        up = {s.labels["uuid"]: s.value for s in select(samples, "warptd_device_up", backend="nvidia")}
+        assert up == {uuids[0]: 1, uuids[2]: 1}
+        # totals follow the GPU, not its index: GPU 2 is index 1 now, its energy continues
+        assert value(samples, "warptd_device_energy_joules_total", backend="nvidia", uuid=uuids[2]) == 6000
+        assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu1") == 6000
+        fake.gpus[1].lost = False  # back on the bus: the next rediscovery finds it
+        rig.tick("nvidia")
+        samples = rig.tick("nvidia")
+        up = {s.labels["uuid"]: s.value for s in select(samples, "warptd_device_up", backend="nvidia")}
+        assert up == {u: 1 for u in uuids}
+        rig.close()

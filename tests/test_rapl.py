@@ -125,3 +125,17 @@ def test_a_corrupt_state_file_is_ignored(settings, two_sockets, tmp_path):
     assert any(e["event"] == "state_file_ignored" for e in logs)
     assert value(rig.tick(), "warptd_energy_joules_total", domain="package-0") == pytest.approx(10.0)
     rig.close()
+
+
+@pytest.mark.parametrize(
+    "content", ["[]", '{"version": 1, "counters": {"rapl/package-0": 5}}', '{"version": 2}']
+)
+def test_a_state_file_of_the_wrong_shape_is_ignored(settings, two_sockets, tmp_path, content):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "counters.json").write_text(content)
+    settings.backends = ["rapl"]
+    settings.state_dir = tmp_path / "state"
+    with capture_logs() as logs:
+        rig = Rig(settings)
+    assert any(e["event"] == "state_file_ignored" for e in logs)
+    rig.close()

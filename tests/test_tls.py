@@ -172,3 +172,59 @@ def test_bad_web_config_fails_the_start_with_one_line(settings, tmp_path, config
     with pytest.raises(SettingsError) as info:
         Daemon(settings)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_basic_auth_survives_hostile_input(settings, tmp_path, pki):
+    from warptd.http.webconfig import BasicAuth
+
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    auth = BasicAuth({"u": hashed})
+    long = "Basic " + base64.b64encode(b"u:" + b"x" * 200).decode()  # over bcrypt's 72 bytes
+    assert auth.check(long) is False
+    assert auth.check("Basic !!!notbase64") is False
+    assert auth.check("Basic " + base64.b64encode(b"nobody:pw").decode()) is False
+    assert auth.check("Basic " + base64.b64encode(b"u:pw").decode()) is True
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"basic_auth_users": {"u": "not-a-bcrypt-hash"}}, "bcrypt"),
+        ({"tls_server_config": {"client_auth_type": "RequestClientCert"}}, "needs client_ca_file"),
+        ({"tls_server_config": {"client_auth_type": "RequireAnyClientCert"}}, "needs client_ca_file"),
+    ],
+)
+def test_configs_that_would_lock_everyone_out_are_refused(settings, tmp_path, pki, config, message):
+    if "tls_server_config" in config:
+        config["tls_server_config"].update(
+            cert_file=str(pki / "server.crt"), key_file=str(pki / "server.key")
+        )
+    path = tmp_path / "web.yml"
+    path.write_text(yaml.safe_dump(config))
+    settings.web_config_file = path
+    with pytest.raises(SettingsError, match=message):
+        Daemon(settings)
+
+
+def test_over_the_cap_a_silent_tls_client_cannot_freeze_accept(pki):
+    import socket
+    import time
+
+    from warptd.http.app import Router
+    from warptd.http.server import WarptdHTTPServer
+    from warptd.http.webconfig import TLSServerConfig, ssl_context
+
+    tls = ssl_context(TLSServerConfig(cert_file=pki / "server.crt", key_file=pki / "server.key"))
+    server = WarptdHTTPServer("127.0.0.1", 0, Router(), max_connections=1, tls=tls)
+    server.start()
+    idle = socket.create_connection(("127.0.0.1", server.port), timeout=5)  # holds the one slot
+    silent = socket.create_connection(("127.0.0.1", server.port), timeout=5)  # over the cap, sends nothing
+    try:
+        assert silent.recv(1) == b""  # closed at once, not waited on
+        started = time.monotonic()
+        server.shutdown()  # the accept loop is free to stop
+        assert time.monotonic() - started < 3
+    finally:
+        idle.close()
+        silent.close()
+        server.server_close()

@@ -162,6 +162,8 @@ class FakeNvml:
         def handle_by_index(index: int) -> FakeHandle:
             if not 0 <= index < count():
                 raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            if self.gpus[index].lost:  # NVML cannot hand out a handle for a GPU off the bus
+                raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
             return FakeHandle(self.gpus[index].uuid)
 
         def driver_version() -> str:

@@ -100,6 +100,10 @@ class AcceleratorBackend(GuardedSDK, ABC):
         """Cumulative hardware violation time in seconds by reason, where the SDK keeps one."""
         return {}
 
+    def device_identity(self, index: int) -> str | None:
+        """A stable id (the UUID) of device ``index``: totals follow the device, not its index."""
+        return None
+
     def needs_rediscovery(self) -> bool:
         """True when devices may have gone or come back (a lost device, a reset SDK)."""
         return False

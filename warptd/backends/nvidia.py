@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from warptd.backends import nvml_session
 from warptd.backends.base import AcceleratorBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.models import GPUInfo, MemoryUsage, Utilization
+from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -57,6 +57,8 @@ class NvidiaBackend(AcceleratorBackend):
             nvml_session.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
+        self._uuids: dict[int, str] = {}
+        self._generation = self._session.generation
         self._suspect = False
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
@@ -77,13 +79,43 @@ class NvidiaBackend(AcceleratorBackend):
         return self._suspect
 
     def rediscover(self) -> bool:
-        """Reopen NVML and forget per-device caches; a device still lost marks us suspect again."""
-        self._session.reopen()
-        self._suspect = False
-        self._lost_now.clear()
-        self._supported_masks.clear()
-        self._unsupported.clear()
+        """Reopen NVML; stay suspect (retry later) while a GPU is missing or NVML is not back."""
+        before = len(self._handles)
+        complete = self._session.reopen()
+        self._sync_generation()
+        self._suspect = not complete or len(self._handles) < before
         return True
+
+    def _sync_generation(self) -> None:
+        """After a reopen (by this or another backend on the session) per-device caches are stale."""
+        if self._generation != self._session.generation:
+            self._generation = self._session.generation
+            self._lost_now.clear()
+            self._supported_masks.clear()
+            self._unsupported.clear()
+            self._uuids.clear()
+
+    def device_identity(self, index: int) -> str | None:
+        if index not in self._uuids:
+            uuid = self._get(index, "uuid", "nvmlDeviceGetUUID")
+            if uuid is None:
+                return None
+            self._uuids[index] = nvml_session.text(uuid)
+        return self._uuids[index]
+
+    def read_device(self, index: int) -> DeviceReading:
+        with self._session.lock:
+            self._sync_generation()
+            if index >= len(self._handles):  # the device list shrank under this sample
+                return DeviceReading(index=index, up=False)
+            return super().read_device(index)
+
+    def read_power(self, index: int) -> tuple[float | None, float | None] | None:
+        with self._session.lock:
+            self._sync_generation()
+            if index >= len(self._handles):
+                return None
+            return super().read_power(index)
 
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:

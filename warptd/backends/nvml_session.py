@@ -43,23 +43,36 @@ class NvmlSession:
         except pynvml.NVMLError as exc:
             pynvml.nvmlShutdown()
             raise BackendUnavailableError(f"NVML device enumeration failed: {exc}") from exc
+        #: Held while NVML is reopened and while a device is read, so no read meets a half-reset NVML.
+        self.lock = threading.RLock()
+        #: Bumped by every reopen: per-device caches of every backend on this session are stale then.
+        self.generation = 0
 
-    def reopen(self) -> int:
+    def reopen(self) -> bool:
         """Shut NVML down and initialise it again, refreshing the handles in place for every user.
 
-        Recovers from a driver reload, or an ``nvmlShutdown`` by other code in this process.
-        Returns the device count now (0 when the driver is gone).
+        Recovers from a driver reload, or an ``nvmlShutdown`` by other code in this process. A GPU
+        whose handle cannot be had (still lost) is left out; the others stay. Returns True when
+        NVML came back and every device it counts has a handle.
         """
         nvml = self.nvml
-        with contextlib.suppress(nvml.NVMLError):
-            nvml.nvmlShutdown()
-        try:
-            nvml.nvmlInit()
-            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        except nvml.NVMLError:
-            handles = []
-        self.handles[:] = handles
-        return len(handles)
+        with self.lock:
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlShutdown()
+            handles, complete = [], True
+            try:
+                nvml.nvmlInit()
+                count = nvml.nvmlDeviceGetCount()
+            except nvml.NVMLError:
+                count, complete = 0, False
+            for index in range(count):
+                try:
+                    handles.append(nvml.nvmlDeviceGetHandleByIndex(index))
+                except nvml.NVMLError:
+                    complete = False
+            self.handles[:] = handles
+            self.generation += 1
+            return complete
 
     def classify(self, exc: BaseException) -> ErrorKind:
         """Map an NVML exception onto an error kind."""

@@ -170,8 +170,12 @@ class WarptdHTTPServer(ThreadingHTTPServer):
     def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
         """Bounded: over ``max_connections`` the client is answered 503 without a thread."""
         if not self._slots.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.sendall(_BUSY)
+            # Never write on this (accept) thread to a TLS socket: the write would first wait for
+            # the client's handshake, with no time limit. Plain sockets get the 503, briefly.
+            if not isinstance(request, ssl.SSLSocket):
+                request.settimeout(0.5)
+                with contextlib.suppress(OSError):
+                    request.sendall(_BUSY)
             self.shutdown_request(request)
             return
         try:

@@ -78,9 +78,16 @@ def load_web_config(path: Path) -> WebConfig:
         ssl_context(config.tls_server_config)  # unreadable or mismatched key/cert: fail now
     if config.basic_auth_users:
         try:
-            import bcrypt  # noqa: F401
+            import bcrypt
         except ImportError:
             raise SettingsError("basic_auth_users needs the web extra: pip install 'warptd[web]'") from None
+        for user, hashed in config.basic_auth_users.items():
+            try:
+                bcrypt.checkpw(b"", hashed.encode())
+            except ValueError:
+                raise SettingsError(
+                    f"invalid setting web_config_file: user {user!r} has no valid bcrypt hash"
+                ) from None
     return config
 
 
@@ -92,13 +99,28 @@ def ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
         context.verify_mode = _VERIFY[tls.client_auth_type]
         if tls.client_ca_file is not None:
             context.load_verify_locations(tls.client_ca_file)
-        elif context.verify_mode != ssl.CERT_NONE and tls.client_auth_type != "RequireAnyClientCert":
+        elif tls.client_auth_type != "NoClientCert":
+            # Python checks every presented certificate against a trust store: without a CA,
+            # these modes would silently lock every client out.
             raise SettingsError(
                 f"invalid setting web_config_file: {tls.client_auth_type} needs client_ca_file"
             )
     except (OSError, ssl.SSLError) as exc:
         raise SettingsError(f"invalid setting web_config_file: TLS: {exc}") from None
     return context
+
+
+#: A valid bcrypt hash (cost 10) of a random string, checked against for unknown users.
+_DUMMY_HASH = b"$2b$10$C6UzMDM.H6dfI/f/IKcEe.4WQ8fnMB1KDxVT3b0vzvnMl8m1LQ3Wm"
+
+
+def _checkpw(password: str, hashed: bytes) -> bool:
+    import bcrypt
+
+    try:
+        return bool(bcrypt.checkpw(password.encode(), hashed))
+    except ValueError:  # e.g. a password over bcrypt's 72 bytes
+        return False
 
 
 class BasicAuth:
@@ -120,15 +142,14 @@ class BasicAuth:
             return False
         hashed = self.users.get(user)
         if not sep or hashed is None:
+            _checkpw(password, _DUMMY_HASH)  # the same cost, so timing does not tell which users exist
             return False
         key = hashlib.sha256(hashed + b"\0" + password.encode()).digest()
         with self._lock:
             if self._cache.get(key):
                 self._cache.move_to_end(key)
                 return True
-        import bcrypt
-
-        ok = bcrypt.checkpw(password.encode(), hashed)
+        ok = _checkpw(password, hashed)
         if ok:
             with self._lock:
                 self._cache[key] = True

@@ -34,6 +34,8 @@ class DomainReading:
     energy_counter_joules: float | None = None
     energy_range_joules: float | None = None
     readable: bool = True
+    #: What the energy total belongs to (a GPU's UUID); defaults to the domain name.
+    identity: str | None = None
 
 
 @dataclass(slots=True)

@@ -46,6 +46,7 @@ class DevicePowerBackend(PowerBackend):
                     power_watts=power,
                     energy_counter_joules=energy,
                     readable=power is not None or energy is not None,
+                    identity=self.devices.device_identity(index),
                 )
             )
         return readings

@@ -93,7 +93,7 @@ class Sampler:
         self.listeners: list[Callable[[str, list[DeviceSample] | None, list[DomainPower] | None], None]] = []
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir)
-        self._throttle: dict[tuple[str, int, str], ThrottleTracker] = {}
+        self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
@@ -175,8 +175,6 @@ class Sampler:
         if isinstance(self.backends[name], PowerBackend):
             changes = {"domains": self._domains(name, raw)}
         else:
-            if raw.devices_info is not None:
-                self.snapshot.update(name, devices_info=raw.devices_info)
             changes = {"devices": self._devices(name, raw)}
         state = self.snapshot.get(name)
         self.snapshot.update(
@@ -220,11 +218,13 @@ class Sampler:
         if not backend.rediscover():
             return None
         infos = backend.list_devices()
+        # Published from here, the worker: even if this tick timed out, the new identities apply.
+        self.snapshot.update(name, devices_info=infos)
         log.info("devices_rediscovered", backend=name, uuids=[i.uuid for i in infos])
         return infos
 
     def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
-        for key, tracker in self._energy.items():
+        for key, tracker in tuple(self._energy.items()):  # other backends' ticks may add keys
             if key.partition("/")[0] == name:
                 tracker.gap()  # nothing is integrated across the outage
         self.snapshot.count_errors(name, Counter({kind: 1}))
@@ -265,7 +265,7 @@ class Sampler:
     def _throttle_seconds(self, name: str, at: float, reading: DeviceReading) -> dict[str, float]:
         seconds = {}
         for reason in reading.throttle_active.keys() | reading.throttle_counter_seconds.keys():
-            key = (name, reading.index, reason)
+            key = (name, reading.uuid or str(reading.index), reason)
             tracker = self._throttle.get(key)
             if tracker is None:
                 tracker = self._throttle[key] = ThrottleTracker()
@@ -279,7 +279,7 @@ class Sampler:
         domains = []
         reading: DomainReading
         for reading in raw.readings:
-            tracker = self._tracker(f"{name}/{reading.domain}")
+            tracker = self._tracker(f"{name}/{reading.identity or reading.domain}")
             if reading.readable:
                 power, energy = tracker.update(
                     raw.at, reading.power_watts, reading.energy_counter_joules, reading.energy_range_joules

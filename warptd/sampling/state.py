@@ -15,6 +15,7 @@ from pathlib import Path
 
 import structlog
 
+from warptd.config import SettingsError
 from warptd.sampling.counters import EnergyTracker
 
 log = structlog.get_logger("warptd.state")
@@ -29,6 +30,14 @@ def _boot_id() -> str:
         return ""
 
 
+def _entry(entry: object) -> dict[str, float | None]:
+    """One saved counter, type-checked: ``{\"total\": J, \"raw\": J or None}``."""
+    if not isinstance(entry, dict):
+        raise TypeError("a counter entry is not an object")
+    raw = entry.get("raw")
+    return {"total": float(entry["total"]), "raw": None if raw is None else float(raw)}
+
+
 class CounterState:
     """Loads saved totals at start, hands them to new trackers, and saves the live ones."""
 
@@ -37,22 +46,26 @@ class CounterState:
         self.saved: dict[str, dict[str, float | None]] = {}
         self._last_save = time.monotonic()
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SettingsError(f"invalid setting state_dir: {exc.strerror or exc}") from None
             self.saved = self._load()
 
     def _load(self) -> dict[str, dict[str, float | None]]:
         assert self.path is not None
         try:
             document = json.loads(self.path.read_text())
-            if document.get("version") != _VERSION:
-                raise ValueError(f"unknown version {document.get('version')!r}")
-            counters = document["counters"]
+            if not isinstance(document, dict) or document.get("version") != _VERSION:
+                raise ValueError("not a warptd counters file of version 1")
+            counters = {str(key): _entry(entry) for key, entry in dict(document["counters"]).items()}
+            same_boot = document.get("boot_id") == _boot_id()
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("state_file_ignored", path=str(self.path), error=str(exc))
             return {}
-        if document.get("boot_id") != _boot_id():
+        if not same_boot:
             # Hardware counters restarted with the machine: the saved raw values mean nothing now.
             for entry in counters.values():
                 entry["raw"] = None
@@ -68,10 +81,8 @@ class CounterState:
         if self.path is None or (not force and time.monotonic() - self._last_save < SAVE_EVERY_S):
             return
         self._last_save = time.monotonic()
-        counters = {
-            **self.saved,
-            **{key: t.snapshot() for key, t in trackers.items() if t.snapshot()["total"] is not None},
-        }
+        live = {key: t.snapshot() for key, t in tuple(trackers.items())}  # ticks may add keys meanwhile
+        counters = {**self.saved, **{key: s for key, s in live.items() if s["total"] is not None}}
         document = {"version": _VERSION, "boot_id": _boot_id(), "saved_at": time.time(), "counters": counters}
         try:
             fd, tmp = tempfile.mkstemp(prefix=".counters.", dir=self.path.parent)

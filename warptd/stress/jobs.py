@@ -7,6 +7,7 @@ the worker (SIGTERM, then SIGKILL after 1 s).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import multiprocessing
@@ -309,9 +310,7 @@ class JobManager:
         else:
             job.status = JobStatus.FAILED
             job.error = error or _exit_reason(job.process.exitcode if job.process is not None else None)
-        if job.process is not None:
-            job.process.close()  # its sentinel descriptor, else one per job kept in history
-            job.process = None
+        process, job.process = job.process, None
         with self._lock:
             self._busy.pop(job.device.key, None)
             self.runs[(job.params.test, str(job.status))] += 1
@@ -321,6 +320,7 @@ class JobManager:
         log.info("stress_finished", job=job.id, status=str(job.status), error=job.error)
         job.done.set()
         self._on_change()
+        _release(process)
 
     # -- telemetry from the sampler -------------------------------------------------------------
     def on_sample(self, backend: str, devices: list[Any] | None, domains: list[Any] | None) -> None:
@@ -386,8 +386,24 @@ class JobManager:
 
 
 def _terminate(process: Any) -> None:
-    if process is not None and process.is_alive():
-        process.terminate()
+    with contextlib.suppress(ValueError):  # already closed by the monitor: nothing to stop
+        if process is not None and process.is_alive():
+            process.terminate()
+
+
+def _release(process: Any) -> None:
+    """Close the process handle (its sentinel descriptor); if it is somehow still dying, reap it later."""
+    if process is None:
+        return
+    if process.exitcode is not None:
+        process.close()
+        return
+
+    def reap() -> None:
+        process.join()
+        process.close()
+
+    threading.Thread(target=reap, name="stress-reaper", daemon=True).start()
 
 
 def _stop_process(process: Any) -> None:
