@@ -62,3 +62,20 @@ def _reset_logging():
 
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture
+def make_rig(settings):
+    """``make_rig("nvidia", ...)``: backends + sampler + exposition ticked by hand, closed afterwards."""
+    from tests.helpers import Rig
+
+    rigs = []
+
+    def make(*backends: str):
+        settings.backends = list(backends)
+        rigs.append(Rig(settings))
+        return rigs[-1]
+
+    yield make
+    for rig in rigs:
+        rig.close()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.helpers import Rig, select, value
+from tests.helpers import select, value
 from tests.sysfs_tree import drm_card
 from warptd.backends.hwmon import HwmonBackend
 from warptd.errors import BackendUnavailableError
@@ -57,11 +57,8 @@ def three_gpus(sysfs):
 
 
 @pytest.fixture
-def rig(settings, three_gpus):
-    settings.backends = ["hwmon"]
-    rig = Rig(settings)
-    yield rig
-    rig.close()
+def rig(make_rig, three_gpus):
+    return make_rig("hwmon")
 
 
 AMD = {"backend": "hwmon", "device": "0"}

@@ -16,11 +16,8 @@ DEV1 = {"backend": "nvidia", "device": "1"}
 
 
 @pytest.fixture
-def rig(settings, fake_nvml):
-    settings.backends = ["nvidia"]
-    rig = Rig(settings)
-    yield rig
-    rig.close()
+def rig(make_rig, fake_nvml):
+    return make_rig("nvidia")
 
 
 def test_values_in_base_units(rig, fake_nvml):

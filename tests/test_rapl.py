@@ -30,11 +30,8 @@ def two_sockets(sysfs):
 
 
 @pytest.fixture
-def rig(settings, two_sockets):
-    settings.backends = ["rapl"]
-    rig = Rig(settings)
-    yield rig
-    rig.close()
+def rig(make_rig, two_sockets):
+    return make_rig("rapl")
 
 
 def test_domains_named_by_package(settings, two_sockets):
