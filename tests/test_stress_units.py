@@ -181,3 +181,17 @@ def test_token_in_x_stress_token_when_authorization_carries_basic_auth():
     with pytest.raises(HttpError) as info:
         router.dispatch(Request("POST", "/stress", {}, headers, b"", client="10.0.0.9"))
     assert info.value.status == 401
+
+
+def test_stress_devices_follow_a_rediscovery(settings, fake_nvml):
+    settings.backends = ["nvidia"]
+    d = Daemon(settings)
+    old = fake_nvml.gpus[1].uuid
+    assert d.stress.parameters("matmul", "nvidia:1", 1, None, None).device == "nvidia:1"
+    assert d.stress.devices["nvidia:1"].environment["CUDA_VISIBLE_DEVICES"] == old
+    infos = d.snapshot.get("nvidia").devices_info
+    d.snapshot.update("nvidia", devices_info=[infos[0].model_copy(update={"uuid": "GPU-new"}), infos[1]])
+    d.stress.parameters("matmul", None, 1, None, None)
+    assert d.stress.devices["nvidia:0"].environment["CUDA_VISIBLE_DEVICES"] == "GPU-new"
+    d.server.server_close()
+    d.sampler.stop()

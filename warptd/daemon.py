@@ -161,21 +161,26 @@ _RESTART_ONLY = frozenset(
 
 def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> JobManager:
     """A stress job manager over every device of every loaded accelerator backend."""
-    devices = []
-    for backend in loaded.accelerators:
-        state = snapshot.get(backend.name)
-        for info in state.devices_info if state else []:
-            torch_device, environment = backend.worker_device(info)
-            devices.append(
-                DeviceRef(
-                    backend=backend.name,
-                    index=info.index,
-                    torch_device=torch_device,
-                    is_accelerator=backend.is_accelerator,
-                    backend_target=f"{type(backend).__module__}:{type(backend).__qualname__}",
-                    environment=environment,
+
+    def devices() -> list[DeviceRef]:
+        """From the snapshot's current identities, so a re-discovered GPU is stressed by its UUID."""
+        refs = []
+        for backend in loaded.accelerators:
+            state = snapshot.get(backend.name)
+            for info in state.devices_info if state else []:
+                torch_device, environment = backend.worker_device(info)
+                refs.append(
+                    DeviceRef(
+                        backend=backend.name,
+                        index=info.index,
+                        torch_device=torch_device,
+                        is_accelerator=backend.is_accelerator,
+                        backend_target=f"{type(backend).__module__}:{type(backend).__qualname__}",
+                        environment=environment,
+                    )
                 )
-            )
+        return refs
+
     companions: dict[str, list[str]] = {}
     for power in loaded.power:
         if power.companion:
@@ -189,8 +194,9 @@ def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> 
         return None
 
     return JobManager(
-        devices,
+        devices(),
         companions,
+        refresh=devices,
         max_duration_s=settings.stress_max_duration,
         history=settings.stress_history,
         on_change=snapshot.touch,

@@ -139,8 +139,11 @@ class JobManager:
         history: int = 50,
         on_change: Callable[[], None] | None = None,
         free_memory: Callable[[DeviceRef], int | None] | None = None,
+        refresh: Callable[[], list[DeviceRef]] | None = None,
     ) -> None:
         self.devices = {d.key: d for d in devices}
+        #: Re-reads the device list (after a backend re-discovered its devices) before each start.
+        self._refresh = refresh
         self.companions = companions  # accelerator backend -> power backends that measure it
         self.max_duration_s = max_duration_s
         self.tests = discover_tests()
@@ -159,9 +162,14 @@ class JobManager:
         self, test: str, device: str | None, duration_s: float, dtype: str | None, size: int | None
     ) -> StressParameters:
         """A request's parameters, with the default device filled in."""
+        self._refresh_devices()
         return StressParameters(
             test=test, device=device or self.default_device(), duration_s=duration_s, dtype=dtype, size=size
         )
+
+    def _refresh_devices(self) -> None:
+        if self._refresh is not None:
+            self.devices = {d.key: d for d in self._refresh()}
 
     def default_device(self) -> str:
         accelerators = [key for key, ref in self.devices.items() if ref.is_accelerator]
@@ -169,6 +177,7 @@ class JobManager:
 
     def start(self, params: StressParameters) -> Job:
         """Validate, then spawn; raises :class:`StressError` and starts nothing on bad input."""
+        self._refresh_devices()
         if not torch_installed():
             raise StressError(
                 503, "torch is not installed; install the stress extra: pip install 'warptd[stress]'"
