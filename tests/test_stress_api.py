@@ -177,25 +177,6 @@ def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
     assert value(samples, "warptd_stress_runs_total", test="selfkill", status="failed") == 1
 
 
-def test_history_is_bounded(settings):
-    settings.backends = ["cpu"]
-    settings.stress_history = 2
-    d = Daemon(settings)
-    d.stress.tests.update(FAULTS)
-    d.start()
-    try:
-        for _ in range(3):
-            status, _, body = post(d.port, {"test": "raise", "duration_s": 1})
-            assert status == 202
-            wait_done(d.port, body["id"])
-        listed = json.loads(http(d.port, "GET", "/stress")[2])["jobs"]
-        assert len(listed) == 2  # exactly the configured history
-        post(d.port, {"test": "raise", "duration_s": 1})
-        assert len(d.stress.list()) == 3  # 2 finished kept + the one running
-    finally:
-        d.stop()
-
-
 def test_no_torch_is_503_with_install_hint(daemon, monkeypatch):
     monkeypatch.setattr(jobs, "torch_installed", lambda: False)
     status, _, body = post(daemon.port, {"test": "matmul"})
@@ -256,7 +237,10 @@ def test_history_keeps_exactly_the_configured_number(settings):
             assert status == 202
             ids.append(body["id"])
             wait_done(d.port, body["id"])
+        listed = json.loads(http(d.port, "GET", "/stress")[2])["jobs"]
+        assert len(listed) == 2  # exactly the configured history
         status, _, body = post(d.port, {"test": "raise", "duration_s": 1})
+        assert len(d.stress.list()) == 3  # 2 finished kept + the one running
         kept = [job.id for job in d.stress.list()]
         assert kept[0] == body["id"] and kept[1:] == [ids[3], ids[2]]  # newest first, 2 finished kept
         assert all(j.recorder is None for j in d.stress.list()[1:])  # finished jobs keep only a summary
