@@ -316,12 +316,12 @@ def test_one_lost_gpu_does_not_drop_the_others_and_is_retried(settings, rediscov
         fake.gpus[2].energy_mj += 1_000_000
         fake.gpus[1].lost = True
         rig.tick("nvidia")  # GPU 1 lost: suspect
-        samples = rig.tick()  # reopened: GPU 1 has no handle, GPUs 0 and 2 stay
+        samples = rig.tick()  # reopened: GPU 1 has no handle, GPUs 0 and 2 stay readable
         up = {s.labels["uuid"]: s.value for s in select(samples, "warptd_device_up", backend="nvidia")}
-        assert up == {uuids[0]: 1, uuids[2]: 1}
-        # totals follow the GPU, not its index: GPU 2 is index 1 now, its energy continues
+        assert up == {uuids[0]: 1, uuids[1]: 0, uuids[2]: 1}  # the lost GPU stays visible as down
         assert value(samples, "warptd_device_energy_joules_total", backend="nvidia", uuid=uuids[2]) == 6000
-        assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu1") == 6000
+        assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu2") == 6000
+        assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1") == 0
         fake.gpus[1].lost = False  # back on the bus: the next rediscovery finds it
         rig.tick("nvidia")
         samples = rig.tick("nvidia")

@@ -58,6 +58,7 @@ class NvidiaBackend(AcceleratorBackend):
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
         self._uuids: dict[int, str] = {}
+        self._known: dict[int, GPUInfo] = {}  # last identity read per index
         self._generation = self._session.generation
         self._suspect = False
 
@@ -96,6 +97,9 @@ class NvidiaBackend(AcceleratorBackend):
             self._uuids.clear()
 
     def device_identity(self, index: int) -> str | None:
+        if self._handles[index] is None:
+            known = self._known.get(index)
+            return known.uuid if known else None
         if index not in self._uuids:
             uuid = self._get(index, "uuid", "nvmlDeviceGetUUID")
             if uuid is None:
@@ -106,16 +110,24 @@ class NvidiaBackend(AcceleratorBackend):
     def read_device(self, index: int) -> DeviceReading:
         with self._session.lock:
             self._sync_generation()
-            if index >= len(self._handles):  # the device list shrank under this sample
+            if not self._readable(index):
                 return DeviceReading(index=index, up=False)
             return super().read_device(index)
 
     def read_power(self, index: int) -> tuple[float | None, float | None] | None:
         with self._session.lock:
             self._sync_generation()
-            if index >= len(self._handles):
+            if not self._readable(index):
                 return None
             return super().read_power(index)
+
+    def _readable(self, index: int) -> bool:
+        """False for an index gone from the list, or a GPU whose handle the last reopen could not get."""
+        if index < len(self._handles) and self._handles[index] is not None:
+            return True
+        self._suspect = True  # retry the reopen later
+        self.count_error(ErrorKind.DEVICE_LOST)
+        return False
 
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:
@@ -132,6 +144,9 @@ class NvidiaBackend(AcceleratorBackend):
         nvml, driver = self._nvml, self.get_driver_version()
         devices = []
         for index, handle in enumerate(self._handles):
+            if handle is None:  # lost at the last reopen: keep its identity, so it shows as down
+                devices.append(self._known.get(index) or GPUInfo(index=index, model="NVIDIA GPU"))
+                continue
             name = self.call(index, "name", nvml.nvmlDeviceGetName, handle)
             uuid = self.call(index, "uuid", nvml.nvmlDeviceGetUUID, handle)
             cc = self.call(index, "cc", nvml.nvmlDeviceGetCudaComputeCapability, handle)
@@ -149,6 +164,7 @@ class NvidiaBackend(AcceleratorBackend):
                     driver_version=driver,
                 )
             )
+            self._known[index] = devices[-1]
         return devices
 
     def get_pytorch_device_string(self, device_id: int) -> str:

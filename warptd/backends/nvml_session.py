@@ -52,8 +52,9 @@ class NvmlSession:
         """Shut NVML down and initialise it again, refreshing the handles in place for every user.
 
         Recovers from a driver reload, or an ``nvmlShutdown`` by other code in this process. A GPU
-        whose handle cannot be had (still lost) is left out; the others stay. Returns True when
-        NVML came back and every device it counts has a handle.
+        whose handle cannot be had (still lost) keeps its index with a ``None`` handle, so it stays
+        visible as down; the others are read as usual. Returns True when NVML came back and every
+        device it counts has a handle.
         """
         nvml = self.nvml
         with self.lock:
@@ -69,6 +70,7 @@ class NvmlSession:
                 try:
                     handles.append(nvml.nvmlDeviceGetHandleByIndex(index))
                 except nvml.NVMLError:
+                    handles.append(None)
                     complete = False
             self.handles[:] = handles
             self.generation += 1
