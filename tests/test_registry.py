@@ -66,7 +66,9 @@ def test_selection_loads_named_backends_and_their_power_companions(settings, fak
 def test_unknown_backend_is_a_startup_error(settings):
     settings.backends = ["nvidai"]
     with pytest.raises(
-        SettingsError, match=r"unknown backend.*nvidai.*known: cpu, hwmon, nvidia, nvml, rapl"
+        SettingsError,
+        match=r"unknown backend.*nvidai.*known: amd, amdsmi, cpu, gaudi, hlml, hwmon, nvidia, nvml, rapl, "
+        r"tenstorrent, tpu",
     ):
         registry.load_backends(settings)
 
@@ -132,3 +134,35 @@ def test_a_backend_that_raises_unexpectedly_is_marked_stale_alone(settings, monk
     assert not select(samples, "warptd_device_up", backend="crashy")
     assert value(samples, "warptd_backend_up", backend="cpu") == 1
     rig.close()
+
+
+def test_a_device_an_sdk_backend_serves_is_released_by_the_sysfs_fallback(settings, sysfs, fake_nvml):
+    """De-duplication is by PCI address, whatever its spelling (NVML's 8-digit domain vs sysfs')."""
+    from tests.helpers import Rig, select
+    from tests.sysfs_tree import drm_card
+
+    drm_card(sysfs, 0, "amdgpu", "0000:18:00.0", {"device": "0x74a1"}, {"power1_input": 100_000_000})
+    drm_card(sysfs, 1, "amdgpu", "0000:03:00.0", {"device": "0x744c"}, {"power1_input": 90_000_000})
+    assert fake_nvml.gpus[0].uuid  # the NVML double puts GPU 0 at 00000000:18:00.0
+    settings.backends = ["nvidia", "hwmon"]
+    rig = Rig(settings)
+    samples = rig.tick()
+    infos = select(samples, "warptd_device_info")
+    at_18 = [s.labels for s in infos if s.labels["pci_bus_id"].endswith("18:00.0")]
+    assert [(i["backend"], i["source"]) for i in at_18] == [("nvidia", "nvml")]  # exported once, by the SDK
+    hwmon = [s.labels for s in infos if s.labels["backend"] == "hwmon"]
+    assert [(i["pci_bus_id"], i["source"]) for i in hwmon] == [("0000:03:00.0", "sysfs")]
+    rig.close()
+
+
+def test_a_fallback_left_without_devices_is_unavailable_with_the_reason(settings, sysfs, fake_nvml):
+    from tests.sysfs_tree import drm_card
+
+    drm_card(sysfs, 0, "amdgpu", "0000:19:00.0", {"device": "0x74a1"}, {"power1_input": 100_000_000})
+    settings.backends = ["nvidia", "hwmon"]
+    loaded = registry.load_backends(settings)
+    try:
+        assert [b.name for b in loaded.accelerators] == ["nvidia"]
+        assert loaded.unavailable["hwmon"] == "every device is served by an SDK backend"
+    finally:
+        loaded.shutdown()

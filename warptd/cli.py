@@ -132,17 +132,34 @@ def _serve(settings: Settings, loaded: Loaded, reload: Callable[[], Settings]) -
 
 
 def _list(loaded: Loaded, as_json: bool) -> int:
-    rows = [(b.name, info) for b in loaded.accelerators for info in b.list_devices()]
+    """Every device of every loaded backend, one vendor after another; skipped backends on stderr."""
+    rows = [(b, info) for b in loaded.accelerators for info in b.list_devices()]
     loaded.shutdown()
     if as_json:
-        print(
-            json.dumps([{"backend": name, **info.model_dump(mode="json")} for name, info in rows], indent=2)
-        )
+        devices = [
+            {"backend": b.name, "source": getattr(b, "source", b.name), **info.model_dump(mode="json")}
+            for b, info in rows
+        ]
+        print(json.dumps(devices, indent=2))
         return 0
-    print(f"{'DEVICE':<10} {'MODEL':<44} {'MEMORY':>10}  UUID")
-    for name, info in rows:
+    table = [("DEVICE", "SOURCE", "MODEL", "MEMORY", "PCI", "UUID")]
+    for backend, info in rows:
         memory = f"{info.memory_total_bytes / 2**30:.1f} GiB" if info.memory_total_bytes else "-"
-        print(f"{name}:{info.index:<{9 - len(name)}} {info.model[:44]:<44} {memory:>10}  {info.uuid or '-'}")
+        table.append(
+            (
+                f"{backend.name}:{info.index}",
+                getattr(backend, "source", backend.name),
+                info.model[:44],
+                memory,
+                info.pci_bus_id or "-",
+                info.uuid or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    for name, reason in sorted(loaded.unavailable.items()):
+        print(f"# {name}: {reason}", file=sys.stderr)
     return 0
 
 

@@ -32,6 +32,20 @@ class GPUInfo(BaseModel):
         return {"memory_total_bytes": total_bytes, "memory_gb": round(total_bytes / 2**30, 1)}
 
 
+def pci_address(bus_id: str | None) -> str | None:
+    """One spelling of a PCI address: NVML's ``00000000:18:00.0`` equals sysfs' ``0000:18:00.0``."""
+    parts = (bus_id or "").strip().lower().split(":")
+    if len(parts) == 2:  # no domain: "18:00.0"
+        parts.insert(0, "0")
+    if len(parts) != 3 or not all(parts):
+        return None
+    try:
+        domain = int(parts[0], 16)
+    except ValueError:
+        return None
+    return f"{domain:04x}:{parts[1]}:{parts[2]}"
+
+
 @dataclass(slots=True)
 class MemoryUsage:
     """Device memory in bytes."""

@@ -10,8 +10,6 @@ No NVIDIA hardware or driver is involved.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import threading
 import time
 from collections import Counter
@@ -21,6 +19,8 @@ from typing import Any
 from unittest import mock
 
 import pynvml
+
+from tests.doubles.sdk import is_api_function, patched_sdk
 
 GIB = 2**30
 ALL_REASONS = (
@@ -238,41 +238,9 @@ class FakeNvml:
     @contextlib.contextmanager
     def installed(self) -> Iterator[FakeNvml]:
         """Patch the real pynvml module for the duration of the block."""
-        impls = self._impls()
-        with contextlib.ExitStack() as stack:
-            for name in dir(pynvml):
-                real = getattr(pynvml, name)
-                if not (name.startswith("nvml") and callable(real) and not isinstance(real, type)):
-                    continue
-                if name in impls and self.record_calls:
-                    replacement = self.mocks[name] = mock.create_autospec(real, side_effect=impls[name])
-                elif name in impls:
-                    replacement = _signature_checked(name, real, impls[name], self.counts)
-                else:
-                    replacement = _unexpected(name)
-                stack.enter_context(mock.patch.object(pynvml, name, replacement))
+        counts = None if self.record_calls else self.counts
+        with patched_sdk(pynvml, self._impls(), is_api_function(pynvml, "nvml"), self.mocks, counts):
             yield self
 
     def calls(self, name: str) -> int:
         return self.mocks[name].call_count if self.record_calls else self.counts[name]
-
-
-def _signature_checked(
-    name: str, real: Callable[..., Any], impl: Callable[..., Any], counts: Counter[str]
-) -> Callable[..., Any]:
-    signature = inspect.signature(real)
-
-    @functools.wraps(real)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        signature.bind(*args, **kwargs)  # TypeError on a wrong call, as autospec raises
-        counts[name] += 1
-        return impl(*args, **kwargs)
-
-    return call
-
-
-def _unexpected(name: str) -> Callable[..., Any]:
-    def fail(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError(f"warptd called {name}, which the NVML double does not implement")
-
-    return fail

@@ -26,8 +26,12 @@ class AcceleratorBackend(GuardedSDK, ABC):
     """
 
     name: ClassVar[str]
+    #: What the readings come from (``nvml``, ``amdsmi``, ``sysfs`` …): ``warptd_device_info{source}``.
+    source: ClassVar[str]
     #: True for real accelerators; the stress API prefers these over the host CPU.
     is_accelerator: ClassVar[bool] = True
+    #: True for a backend that may see devices an SDK backend also serves (sysfs): the SDK's copy wins.
+    fallback: ClassVar[bool] = False
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
@@ -115,6 +119,11 @@ class AcceleratorBackend(GuardedSDK, ABC):
     def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
         """The torch device a stress worker uses for this device, and environment to set first."""
         return self.get_pytorch_device_string(info.index), {}
+
+    def release_devices(self, pci_bus_ids: set[str]) -> set[str]:
+        """Stop serving the devices at these :func:`~warptd.models.pci_address` es (an SDK backend
+        serves them) and return the addresses released. Only ``fallback`` backends are asked."""
+        raise NotImplementedError(f"{type(self).__name__} is a fallback backend without release_devices")
 
     def shutdown(self) -> None:
         """Release the SDK."""

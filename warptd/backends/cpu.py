@@ -24,6 +24,7 @@ class CpuBackend(AcceleratorBackend):
     """One device, the host CPU: utilization, host memory, package temperature, clock."""
 
     name: ClassVar[str] = "cpu"
+    source: ClassVar[str] = "psutil"
     is_accelerator: ClassVar[bool] = False
 
     def __init__(self, settings: Settings) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from warptd.backends.base import AcceleratorBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.models import GPUInfo, MemoryUsage, Utilization
+from warptd.models import GPUInfo, MemoryUsage, Utilization, pci_address
 from warptd.sysfs import HwmonChip, read_int, read_text
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ class HwmonBackend(AcceleratorBackend):
     """One device per amdgpu/i915/xe card under ``--sysfs``/class/drm."""
 
     name: ClassVar[str] = "hwmon"
+    source: ClassVar[str] = "sysfs"
+    fallback: ClassVar[bool] = True
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -106,6 +108,11 @@ class HwmonBackend(AcceleratorBackend):
                 )
             )
         return devices
+
+    def release_devices(self, pci_bus_ids: set[str]) -> set[str]:
+        addresses = {card.card: pci_address(card.device.resolve().name) for card in self.cards}
+        self.cards = [card for card in self.cards if addresses[card.card] not in pci_bus_ids]
+        return {a for a in addresses.values() if a in pci_bus_ids}
 
     def get_pytorch_device_string(self, device_id: int) -> str:
         card = self.cards[device_id]

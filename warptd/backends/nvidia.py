@@ -42,6 +42,7 @@ class NvidiaBackend(AcceleratorBackend):
     """NVIDIA GPUs; handles come from the shared :mod:`nvml_session`, cached once."""
 
     name: ClassVar[str] = "nvidia"
+    source: ClassVar[str] = "nvml"
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)

@@ -11,11 +11,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from warptd.backends.shared_session import SharedSession
 from warptd.errors import BackendUnavailableError, ErrorKind
-
-_lock = threading.Lock()
-_session: NvmlSession | None = None
-_refs = 0
 
 
 class NvmlSession:
@@ -97,24 +94,11 @@ class NvmlSession:
             self.nvml.nvmlShutdown()
 
 
-def acquire() -> NvmlSession:
-    """Return the process-wide session, initialising NVML on first use."""
-    global _session, _refs
-    with _lock:
-        if _session is None:
-            _session = NvmlSession()
-        _refs += 1
-        return _session
-
-
-def release() -> None:
-    """Drop one reference; NVML is shut down when the last user releases it."""
-    global _session, _refs
-    with _lock:
-        _refs = max(0, _refs - 1)
-        if _refs == 0 and _session is not None:
-            _session.close()
-            _session = None
+_shared: SharedSession[NvmlSession] = SharedSession(NvmlSession, NvmlSession.close)
+#: The process-wide session, initialising NVML on first use.
+acquire = _shared.acquire
+#: Drop one reference; NVML is shut down when the last user releases it.
+release = _shared.release
 
 
 def text(value: str | bytes) -> str:

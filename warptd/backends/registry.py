@@ -14,6 +14,7 @@ import structlog
 
 from warptd.backends.base import AcceleratorBackend
 from warptd.config import SettingsError
+from warptd.models import pci_address
 from warptd.power.base import PowerBackend
 from warptd.targets import resolve_target
 
@@ -28,10 +29,16 @@ BUILTIN: dict[Kind, dict[str, str]] = {
     "accelerator": {
         "nvidia": "warptd.backends.nvidia:NvidiaBackend",
         "cpu": "warptd.backends.cpu:CpuBackend",
+        "amd": "warptd.backends.amd:AmdBackend",
+        "gaudi": "warptd.backends.gaudi:GaudiBackend",
+        "tenstorrent": "warptd.backends.tenstorrent:TenstorrentBackend",
+        "tpu": "warptd.backends.tpu:TpuBackend",
         "hwmon": "warptd.backends.hwmon:HwmonBackend",
     },
     "power": {
         "nvml": "warptd.power.nvml:NvmlPowerBackend",
+        "amdsmi": "warptd.power.amdsmi:AmdsmiPowerBackend",
+        "hlml": "warptd.power.hlml:HlmlPowerBackend",
         "rapl": "warptd.power.rapl:RaplPowerBackend",
     },
 }
@@ -118,4 +125,27 @@ def load_backends(settings: Settings) -> Loaded:
         backend.name = candidate.name
         (loaded.accelerators if candidate.kind == "accelerator" else loaded.power).append(backend)
         log.info("backend_loaded", backend=candidate.name, kind=candidate.kind, origin=candidate.origin)
+    deduplicate(loaded)
     return loaded
+
+
+def deduplicate(loaded: Loaded) -> None:
+    """One physical device, one exporter: a fallback (sysfs) backend releases what an SDK backend serves."""
+    served = {
+        address: backend.name
+        for backend in loaded.accelerators
+        if not backend.fallback
+        for info in backend.list_devices()
+        if (address := pci_address(info.pci_bus_id))
+    }
+    for backend in [b for b in loaded.accelerators if b.fallback]:
+        released = backend.release_devices(set(served))
+        for address in sorted(released):
+            log.info(
+                "device_deduplicated", pci_bus_id=address, kept_by=served[address], released_by=backend.name
+            )
+        if backend.get_device_count() == 0:
+            backend.shutdown()
+            loaded.accelerators.remove(backend)
+            loaded.unavailable[backend.name] = "every device is served by an SDK backend"
+            log.info("backend_unavailable", backend=backend.name, reason=loaded.unavailable[backend.name])

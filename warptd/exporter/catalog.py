@@ -37,6 +37,7 @@ DEVICE_INFO = _device(
     "compute_capability",
     "pci_bus_id",
     "node",
+    "source",
 )
 DEVICE_UP = _device("warptd_device_up", "gauge", "1 if the device answered its last sample, 0 if it is lost.")
 MEMORY_TOTAL = _device("warptd_device_memory_total_bytes", "gauge", "Device memory capacity.")

@@ -80,6 +80,7 @@ class SnapshotCollector(Collector):
                     info.compute_capability,
                     info.pci_bus_id,
                     self.node,
+                    str(state.source or ""),
                 ]
                 families.add(m.DEVICE_INFO, ids + [v or "" for v in identity], 1)
             families.add(m.DEVICE_UP, ids, 1 if reading.up else 0)

@@ -98,7 +98,15 @@ class Sampler:
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
         for backend in accelerators:
-            self._add(backend, BackendState(backend.name, "accelerator", devices_info=backend.list_devices()))
+            self._add(
+                backend,
+                BackendState(
+                    backend.name,
+                    "accelerator",
+                    devices_info=backend.list_devices(),
+                    source=getattr(backend, "source", backend.name),
+                ),
+            )
         for backend in power:
             self._add(backend, BackendState(backend.name, "power", source=backend.source))
         self.scheduler = BackgroundScheduler(

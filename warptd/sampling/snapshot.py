@@ -29,7 +29,8 @@ class BackendState:
     name: str
     kind: Literal["accelerator", "power"]
     devices_info: list[GPUInfo] = field(default_factory=list)
-    source: PowerSource | None = None
+    #: Where the readings come from: the power source, or an accelerator backend's SDK.
+    source: PowerSource | str | None = None
     devices: list[DeviceSample] = field(default_factory=list)
     domains: list[DomainPower] = field(default_factory=list)
     last_success: float | None = None  # wall clock of the last completed sample
