@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from warptd.exporter.catalog import ALL, STRESS
+from warptd.exporter.catalog import EVERY
 from warptd.exporter.docs import render_markdown
 
 DOC = Path(__file__).parents[1] / "docs" / "metrics.md"
@@ -26,7 +26,7 @@ def test_catalog_follows_prometheus_naming():
         "_active",
     )
     units += ("_running", "_per_second")
-    for spec in (*ALL, *STRESS):
+    for spec in EVERY:
         assert spec.name.startswith("warptd_"), spec.name
         if spec.type == "counter":
             assert spec.name.endswith("_total"), spec.name

@@ -49,6 +49,27 @@ def _common(for_subcommand: bool) -> argparse.ArgumentParser:
         "--stress-token", help="bearer token for POST/DELETE /stress (visible in ps: prefer the file or env)"
     )
     common.add_argument("--stress-token-file", type=Path, help="file holding the stress token")
+    common.add_argument("--procfs", type=Path, help="procfs root (default /proc)")
+    common.add_argument("--kubelet-socket", type=Path, help="kubelet PodResources socket")
+    common.add_argument(
+        "--no-pod-attribution",
+        dest="pod_attribution",
+        action="store_const",
+        const=False,
+        help="do not map devices to pods",
+    )
+    common.add_argument(
+        "--pod-labels",
+        action="store_const",
+        const=True,
+        help="add namespace/pod/container labels to the device series of allocated devices",
+    )
+    common.add_argument(
+        "--processes", action="store_const", const=True, help="export per-process device memory (NVIDIA)"
+    )
+    common.add_argument(
+        "--no-xid-events", dest="xid_events", action="store_const", const=False, help="ignore XID events"
+    )
     return common
 
 
@@ -90,6 +111,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         "stress",
         "stress_token",
         "stress_token_file",
+        "procfs",
+        "kubelet_socket",
+        "pod_attribution",
+        "pod_labels",
+        "processes",
+        "xid_events",
     )
     return load_settings(**{name: getattr(args, name, None) for name in fields})
 

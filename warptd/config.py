@@ -52,6 +52,20 @@ class Settings(BaseSettings):
         None, description="Directory to keep energy totals in across restarts (systemd: /var/lib/warptd)"
     )
     sysfs: Path = Field(Path("/sys"), description="Root of sysfs, as node_exporter's --path.sysfs")
+    procfs: Path = Field(Path("/proc"), description="Root of procfs, as node_exporter's --path.procfs")
+    kubelet_socket: Path = Field(
+        Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        description="Kubelet PodResources API socket; pod attribution is off while it is absent",
+    )
+    pod_attribution: bool = Field(True, description="Map devices to pods via the kubelet PodResources API")
+    pod_resources_interval: float = Field(
+        10.0, ge=1, le=3600, description="Seconds between two PodResources List calls"
+    )
+    pod_labels: bool = Field(
+        False, description="Add namespace/pod/container labels to the device series of allocated devices"
+    )
+    processes: bool = Field(False, description="Export per-process device memory (NVIDIA compute processes)")
+    xid_events: bool = Field(True, description="Count NVIDIA XID errors from NVML events on their own thread")
     stress: bool = Field(True, description="Serve the /stress endpoints (--no-stress turns them off)")
     stress_token: SecretStr | None = Field(
         None, description="Bearer token for POST/DELETE /stress; without one only loopback clients may"

@@ -155,7 +155,23 @@ class Daemon:
 
 
 _RESTART_ONLY = frozenset(
-    {"listen", "backends", "sysfs", "stress", "node", "config", "state_dir", "web_config_file"}
+    {
+        "listen",
+        "backends",
+        "sysfs",
+        "stress",
+        "node",
+        "config",
+        "state_dir",
+        "web_config_file",
+        "procfs",
+        "kubelet_socket",
+        "pod_attribution",
+        "pod_labels",
+        "processes",
+        "xid_events",
+        "pod_resources_interval",
+    }
 )
 
 

@@ -155,6 +155,58 @@ STRESS_LAST_END = MetricSpec(
     "Unix time the last successful stress run ended.",
     STRESS_LABELS,
 )
+POD_LABELS = ("namespace", "pod", "container")
+DEVICE_ALLOCATION = _device(
+    "warptd_device_allocation_info",
+    "gauge",
+    "The kubelet allocated the device to this container (PodResources API); always 1.",
+    *POD_LABELS,
+)
+POD_ENERGY = MetricSpec(
+    "warptd_pod_energy_joules_total",
+    "counter",
+    "Energy of the devices allocated to the container, accumulated while allocated; a device shared "
+    "by several containers is split evenly between them.",
+    (*POD_LABELS, "backend"),
+)
+PODRESOURCES_UP = MetricSpec(
+    "warptd_podresources_up",
+    "gauge",
+    "1 if the last kubelet PodResources List call succeeded; 0 while the last good mapping is kept.",
+    (),
+)
+PODRESOURCES_ERRORS = MetricSpec(
+    "warptd_podresources_errors_total",
+    "counter",
+    "Failed kubelet PodResources List calls by kind: unavailable (socket absent or refused), timeout, error.",
+    ("kind",),
+)
+PODRESOURCES_LAST_SUCCESS = MetricSpec(
+    "warptd_podresources_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful kubelet PodResources List call.",
+    (),
+)
+PROCESS_MEMORY = _device(
+    "warptd_device_process_memory_bytes",
+    "gauge",
+    "Device memory used by a running compute process (--processes), with the pod UID and container ID "
+    "its cgroup names (empty outside Kubernetes).",
+    "pid",
+    "pod_uid",
+    "container_id",
+)
+XID_ERRORS = _device(
+    "warptd_device_xid_errors_total",
+    "counter",
+    "NVIDIA XID errors reported by NVML events, by XID code.",
+    "xid",
+)
+LAST_XID = _device(
+    "warptd_device_last_xid_timestamp_seconds",
+    "gauge",
+    "Unix time of the device's last XID error event.",
+)
 BUILD_INFO = MetricSpec(
     "warptd_build_info", "gauge", "warptd build information; always 1.", ("version", "python_version")
 )
@@ -192,3 +244,14 @@ STRESS: tuple[MetricSpec, ...] = (
     STRESS_LAST_ENERGY,
     STRESS_LAST_END,
 )
+KUBERNETES: tuple[MetricSpec, ...] = (
+    DEVICE_ALLOCATION,
+    POD_ENERGY,
+    PODRESOURCES_UP,
+    PODRESOURCES_ERRORS,
+    PODRESOURCES_LAST_SUCCESS,
+    PROCESS_MEMORY,
+)
+EVENTS: tuple[MetricSpec, ...] = (XID_ERRORS, LAST_XID)
+#: Every metric, in the order docs/metrics.md lists them.
+EVERY: tuple[MetricSpec, ...] = (*ALL, *STRESS, *KUBERNETES, *EVENTS)

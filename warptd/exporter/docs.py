@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warptd.exporter.catalog import ALL, STRESS
+from warptd.exporter.catalog import EVERY
 
 _HEADER = """# warptd metrics
 
@@ -23,7 +23,7 @@ come from prometheus_client.
 def render_markdown() -> str:
     rows = [
         f"| `{spec.name}` | {spec.type} | {', '.join(f'`{label}`' for label in spec.labels)} | {spec.help} |"
-        for spec in (*ALL, *STRESS)
+        for spec in EVERY
     ]
     return _HEADER + "\n".join(rows) + "\n"
 
