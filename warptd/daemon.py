@@ -14,11 +14,14 @@ from warptd import __version__
 from warptd.backends.registry import Loaded, load_backends
 from warptd.config import Settings, SettingsError
 from warptd.exporter.exposition import Exposition
+from warptd.exporter.kubernetes import KubernetesCollector
 from warptd.http.app import Router
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
 from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
+from warptd.k8s.attribution import from_settings
+from warptd.k8s.energy import PodEnergy
 from warptd.logs import configure_logging
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
@@ -47,6 +50,12 @@ class Daemon:
 
             self.exposition.registry.register(StressCollector(self.stress))
             self.sampler.listeners.append(self.stress.on_sample)
+        self.pods = from_settings(settings)
+        if self.pods is not None:
+            pod_energy = PodEnergy(self.pods, self.snapshot)
+            self.pods.on_change = self.snapshot.touch
+            self.sampler.listeners.append(pod_energy.on_sample)
+            self.exposition.registry.register(KubernetesCollector(self.pods, pod_energy, self.snapshot))
         self.router = Router()
         add_core_routes(self.router, self.snapshot, self.exposition)
         self._token = settings.stress_token_value()
@@ -72,6 +81,8 @@ class Daemon:
 
     def start(self) -> None:
         self.sampler.start()
+        if self.pods is not None:
+            self.pods.start()
         self._http_thread = self.server.start()
         threading.Thread(target=self._announce_ready, name="warptd-ready", daemon=True).start()
         self.notifier.start_watchdog(self.healthy)
@@ -107,6 +118,8 @@ class Daemon:
             if self.stress is not None:
                 self.stress.shutdown()
             self.sampler.stop()
+            if self.pods is not None:
+                self.pods.stop()
             self._stopped.set()
         log.info("warptd_stopped")
 
