@@ -11,10 +11,10 @@ COPY pyproject.toml README.md ./
 COPY warptd ./warptd
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/warptd \
- && /opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia]"
+ && /opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia,kubernetes]"
 
 FROM build AS build-stress
-RUN /opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia,stress]"
+RUN /opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia,kubernetes,stress]"
 
 FROM python:${PYTHON_VERSION}-slim AS base
 LABEL org.opencontainers.image.title="warptd" \

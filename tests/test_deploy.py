@@ -24,6 +24,7 @@ ALL_ON = {
     "stress.enabled": "true",
     "stress.token": "t0ken",
     "runAsRoot": "true",
+    "podAttribution.enabled": "false",
     "runtimeClassName": "nvidia",
     "priorityClassName": "system-node-critical",
     "backends[0]": "nvidia",
@@ -122,6 +123,12 @@ def test_defaults_least_privilege_and_node_wiring():
         and sc["capabilities"]["drop"] == ["ALL"]
     )
     assert {"name": "sys", "mountPath": "/host/sys", "readOnly": True} in container["volumeMounts"]
+    socket_dir = "/var/lib/kubelet/pod-resources"  # pod attribution on by default, read-only
+    assert {"name": "pod-resources", "mountPath": socket_dir, "readOnly": True} in container["volumeMounts"]
+    assert {"name": "pod-resources", "hostPath": {"path": socket_dir, "type": "DirectoryOrCreate"}} in pod[
+        "volumes"
+    ]
+    assert f"--kubelet-socket={socket_dir}/kubelet.sock" in container["args"]
     assert "--sysfs=/host/sys" in container["args"]
     env = {e["name"]: e for e in container["env"]}
     assert env["WARPTD_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
@@ -145,6 +152,8 @@ def test_all_options_on():
     assert pod["securityContext"]["runAsUser"] == 0 and pod["runtimeClassName"] == "nvidia"
     assert pod["priorityClassName"] == "system-node-critical"
     assert "--backend=nvidia" in container["args"] and "--backend=cpu" in container["args"]
+    assert "--no-pod-attribution" in container["args"]
+    assert "pod-resources" not in json.dumps(pod["volumes"])
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["WARPTD_STRESS"] == "true" and env["WARPTD_STRESS_TOKEN_FILE"] == "/etc/warptd/stress/token"
     secret = by_kind(docs, "Secret")
@@ -253,7 +262,8 @@ def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
     """The build stage's commands, run here in a fresh venv (no container engine on this machine)."""
     dockerfile = (ROOT / "Dockerfile").read_text()
     wheel_cmd = "pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ."
-    install_cmd = '/opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia]"'
+    extras = "warptd[nvidia,kubernetes]"
+    install_cmd = f'/opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "{extras}"'
     assert (
         wheel_cmd in dockerfile and "python -m venv /opt/warptd" in dockerfile and install_cmd in dockerfile
     )
@@ -272,7 +282,7 @@ def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
         cwd=ROOT,
     )
     run(sys.executable, "-m", "venv", str(venv))
-    run(str(venv / "bin" / "pip"), "install", "--find-links", str(wheels), "warptd[nvidia]")
+    run(str(venv / "bin" / "pip"), "install", "--find-links", str(wheels), extras)
     assert run(str(venv / "bin" / "warptd"), "--version").stdout.strip() == "warptd 0.1.0"
     listed = json.loads(
         run(str(venv / "bin" / "warptd"), "--backend", "cpu", "--log-level", "error", "list", "--json").stdout
@@ -282,3 +292,5 @@ def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
         str(venv / "bin" / "python"), "-c", "import importlib.util as u; print(u.find_spec('torch') is None)"
     )
     assert torch_free.stdout.strip() == "True"  # the default image target carries no torch
+    # the chart turns pod attribution on: the image can speak to the kubelet
+    run(str(venv / "bin" / "python"), "-c", "import warptd.k8s.podresources_pb2_grpc")

@@ -207,3 +207,12 @@ def test_a_slow_kubelet_never_delays_a_scrape(tmp_path, kubelet):
             stopper.start()
             stopper.join(timeout=10)
             assert not stopper.is_alive()
+
+
+def test_a_root_only_socket_is_counted_as_permission(pod_rig, kubelet, monkeypatch):
+    """As root every socket is writable, so the non-root answer of ``os.access`` is injected."""
+    import warptd.k8s.podresources as podresources
+
+    monkeypatch.setattr(podresources.os, "access", lambda path, mode: path != kubelet.socket)
+    pod_rig.pods.poll_once()
+    assert pod_rig.pods.state.errors == {"permission": 1} and not pod_rig.pods.state.up

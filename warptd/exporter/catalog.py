@@ -178,7 +178,8 @@ PODRESOURCES_UP = MetricSpec(
 PODRESOURCES_ERRORS = MetricSpec(
     "warptd_podresources_errors_total",
     "counter",
-    "Failed kubelet PodResources List calls by kind: unavailable (socket absent or refused), timeout, error.",
+    "Failed kubelet PodResources List calls by kind: unavailable (socket absent or refused), "
+    "permission (the socket is root-only), timeout, error.",
     ("kind",),
 )
 PODRESOURCES_LAST_SUCCESS = MetricSpec(

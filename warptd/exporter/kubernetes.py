@@ -13,7 +13,7 @@ from warptd.k8s.attribution import PodAttribution
 from warptd.k8s.energy import PodEnergy
 from warptd.sampling.snapshot import Snapshot
 
-_ERROR_KINDS = ("unavailable", "timeout", "error")
+_ERROR_KINDS = ("unavailable", "permission", "timeout", "error")
 
 
 class KubernetesCollector(Collector):

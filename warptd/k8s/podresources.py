@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-ErrorKindName = Literal["unavailable", "timeout", "error"]
+ErrorKindName = Literal["unavailable", "permission", "timeout", "error"]
 
 
 class PodResourcesError(Exception):
@@ -53,6 +54,8 @@ class PodResourcesClient:
         if not self.socket.exists():
             self.close()
             raise PodResourcesError("unavailable", f"{self.socket} does not exist")
+        if not os.access(self.socket, os.W_OK):  # connecting to a unix socket needs write permission
+            raise PodResourcesError("permission", f"{self.socket} is not writable: run as root to read it")
         if self._channel is None:
             self._channel = self._grpc.insecure_channel(f"unix://{self.socket}")
         stub = self._stubs.PodResourcesListerStub(self._channel)
