@@ -7,7 +7,9 @@
 2. 32 concurrent keep-alive scrapers x 200 scrapes at 8 GPUs: p50/p99 and errors
    (bench/load_bench.py);
 3. stress harness throughput vs a bare torch loop, sampler jitter and /metrics latency under a
-   CPU stress (bench/stress_bench.py; skipped without torch).
+   CPU stress (bench/stress_bench.py; skipped without torch);
+4. pod attribution with 8 GPUs and 100 pods: CPU in process and of two daemons side by side, and
+   /metrics latency with and without it (bench/pods_bench.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def main() -> int:
     stress = ["--duration", "2", "--rounds", "2"] if args.quick else []
     status = subprocess.call([sys.executable, str(HERE / "metrics_bench.py"), *metrics])
     status |= subprocess.call([sys.executable, str(HERE / "load_bench.py")])
+    pods = ["--window", "10", "--scrapes", "50"] if args.quick else []
+    status |= subprocess.call([sys.executable, str(HERE / "pods_bench.py"), *pods])
     if importlib.util.find_spec("torch") is None:
         print("\n## stress benchmarks skipped: torch is not installed (pip install 'warptd[stress]')")
     else:
