@@ -178,6 +178,7 @@ def test_a_slow_kubelet_never_delays_a_scrape(tmp_path, kubelet):
         interval=0.2,
         kubelet_socket=kubelet.socket,
         pod_resources_interval=1,
+        pod_labels=True,
         sysfs=tmp_path,
     )
     with fake.installed():
@@ -201,6 +202,10 @@ def test_a_slow_kubelet_never_delays_a_scrape(tmp_path, kubelet):
             samples = parse(body.decode())
             assert slowest < 0.5, f"a scrape took {slowest:.2f} s while the kubelet hung"
             assert allocations(samples) == [("0", "ml", "train-0", "trainer")]  # kept while failing
+            power = {
+                s.labels["device"]: s.labels["pod"] for s in select(samples, "warptd_device_power_watts")
+            }
+            assert power == {"0": "train-0", "1": ""}  # --pod-labels
         finally:
             kubelet.delay = 0
             stopper = threading.Thread(target=daemon.stop)
@@ -211,8 +216,44 @@ def test_a_slow_kubelet_never_delays_a_scrape(tmp_path, kubelet):
 
 def test_a_root_only_socket_is_counted_as_permission(pod_rig, kubelet, monkeypatch):
     """As root every socket is writable, so the non-root answer of ``os.access`` is injected."""
-    import warptd.k8s.podresources as podresources
+    from warptd.k8s import podresources
 
     monkeypatch.setattr(podresources.os, "access", lambda path, mode: path != kubelet.socket)
     pod_rig.pods.poll_once()
     assert pod_rig.pods.state.errors == {"permission": 1} and not pod_rig.pods.state.up
+
+
+def test_pod_labels_put_the_owners_on_device_series(settings, kubelet, fake_nvml):
+    """--pod-labels: one series per device still; a shared device lists its owners joined by commas."""
+    from warptd.exporter.exposition import Exposition
+
+    gpu0, gpu1 = (g.uuid for g in fake_nvml.gpus)
+    kubelet.pods = {
+        ("ml", "train-0", "trainer"): {GPU: [gpu0]},
+        ("ml", "infer-a", "server"): {GPU: [gpu1]},
+        ("dev", "notebook", "jupyter"): {GPU: [gpu1]},
+    }
+    rig = PodRig(settings, kubelet)
+    try:
+        rig.pods.poll_once()
+        rig.rig.tick()
+        labelled = Exposition(rig.rig.snapshot, node="node-a", pod_labels=rig.pods.pod_labels)
+        samples = parse(labelled.render(None, None)[0].decode())
+        power = {s.labels["device"]: s.labels for s in select(samples, "warptd_device_power_watts")}
+        assert (power["0"]["namespace"], power["0"]["pod"], power["0"]["container"]) == (
+            "ml",
+            "train-0",
+            "trainer",
+        )
+        assert (power["1"]["namespace"], power["1"]["pod"], power["1"]["container"]) == (
+            "dev,ml",
+            "notebook,infer-a",
+            "jupyter,server",
+        )
+        temps = select(samples, "warptd_device_temperature_celsius", device="0")
+        assert temps and all(s.labels["pod"] == "train-0" and s.labels["sensor"] == "gpu" for s in temps)
+        assert all("pod" not in s.labels for s in select(samples, "warptd_backend_up"))
+        unlabelled = select(rig.rig.scrape(), "warptd_device_power_watts")  # off by default
+        assert unlabelled and all("pod" not in s.labels for s in unlabelled)
+    finally:
+        rig.close()

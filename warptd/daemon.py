@@ -43,14 +43,15 @@ class Daemon:
         self.loaded = loaded if loaded is not None else load_backends(settings)
         self.snapshot = Snapshot(stale_after=settings.stale_after)
         self.sampler = Sampler(settings, self.snapshot, self.loaded.accelerators, self.loaded.power)
-        self.exposition = Exposition(self.snapshot, node=settings.node)
+        self.pods = from_settings(settings)
+        pod_labels = self.pods.pod_labels if self.pods is not None and settings.pod_labels else None
+        self.exposition = Exposition(self.snapshot, node=settings.node, pod_labels=pod_labels)
         self.stress = make_job_manager(settings, self.loaded, self.snapshot) if settings.stress else None
         if self.stress is not None:
             from warptd.exporter.stress import StressCollector
 
             self.exposition.registry.register(StressCollector(self.stress))
             self.sampler.listeners.append(self.stress.on_sample)
-        self.pods = from_settings(settings)
         if self.pods is not None:
             pod_energy = PodEnergy(self.pods, self.snapshot)
             self.pods.on_change = self.snapshot.touch

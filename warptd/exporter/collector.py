@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -12,20 +12,29 @@ from prometheus_client.registry import Collector
 from warptd import __version__
 from warptd.errors import ErrorKind
 from warptd.exporter import catalog as m
+from warptd.models import GPUInfo
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
 
+#: A device's (namespace, pod, container) label values; empty strings where it is not allocated.
+PodLabels = Callable[[GPUInfo], tuple[str, str, str]]
 # Every kind but not_supported is pre-set to 0, so rate() and alerts work before the first error.
 _COUNTED_KINDS = tuple(k for k in ErrorKind if k is not ErrorKind.NOT_SUPPORTED)
 
 
 class Families:
-    """One metric family per catalog entry, filled in while walking the state to export."""
+    """One metric family per catalog entry, filled in while walking the state to export.
 
-    def __init__(self, specs: tuple[m.MetricSpec, ...] = m.ALL) -> None:
+    ``device_extra`` label names follow the device labels of every device metric (--pod-labels).
+    """
+
+    def __init__(self, specs: tuple[m.MetricSpec, ...] = m.ALL, device_extra: tuple[str, ...] = ()) -> None:
         self.by_spec: dict[m.MetricSpec, GaugeMetricFamily | CounterMetricFamily] = {}
         for spec in specs:
             cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
-            self.by_spec[spec] = cls(spec.family, spec.help, labels=spec.labels)
+            labels = spec.labels
+            if device_extra and labels[: len(m.DEVICE_LABELS)] == m.DEVICE_LABELS:
+                labels = (*m.DEVICE_LABELS, *device_extra, *labels[len(m.DEVICE_LABELS) :])
+            self.by_spec[spec] = cls(spec.family, spec.help, labels=labels)
 
     def add(self, spec: m.MetricSpec, labels: list[str], value: float | None) -> None:
         if value is not None:
@@ -38,12 +47,14 @@ class Families:
 class SnapshotCollector(Collector):
     """Renders :class:`Snapshot` into the metric contract of :mod:`warptd.exporter.catalog`."""
 
-    def __init__(self, snapshot: Snapshot, node: str = "") -> None:
+    def __init__(self, snapshot: Snapshot, node: str = "", pod_labels: PodLabels | None = None) -> None:
         self.snapshot = snapshot
         self.node = node
+        #: With --pod-labels: the namespace, pod and container values of a device's series.
+        self.pod_labels = pod_labels
 
     def collect(self) -> Iterator[Metric]:
-        families = Families()
+        families = Families(device_extra=m.POD_LABELS if self.pod_labels else ())
         now = time.time()
         families.add(m.BUILD_INFO, [__version__, platform.python_version()], 1)
         for state in self.snapshot.states():
@@ -73,6 +84,8 @@ class SnapshotCollector(Collector):
             reading = sample.reading
             ids = [state.name, str(reading.index), reading.uuid]
             info = infos.get(reading.index)
+            if self.pod_labels is not None:
+                ids += self.pod_labels(info) if info is not None else ("", "", "")
             if info is not None:
                 identity = [
                     info.model,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
 
-from warptd.exporter.collector import SnapshotCollector
+from warptd.exporter.collector import PodLabels, SnapshotCollector
 from warptd.exporter.text import render_openmetrics, render_text
 from warptd.sampling.snapshot import Snapshot
 
@@ -31,10 +31,10 @@ class Exposition:
     stale drops its series on the next scrape even when nothing else changed.
     """
 
-    def __init__(self, snapshot: Snapshot, node: str = "") -> None:
+    def __init__(self, snapshot: Snapshot, node: str = "", pod_labels: PodLabels | None = None) -> None:
         self.snapshot = snapshot
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(snapshot, node))
+        self.registry.register(SnapshotCollector(snapshot, node, pod_labels))
         ProcessCollector(namespace="", registry=self.registry)
         self._cache: dict[str, Rendered] = {}
         self._lock = threading.Lock()

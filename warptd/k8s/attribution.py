@@ -64,6 +64,14 @@ class PodAttribution:
         found = {owner for key in device_keys(info) for owner in mapping.get(key, ())}
         return tuple(sorted(found, key=_order))
 
+    def pod_labels(self, info: GPUInfo) -> tuple[str, str, str]:
+        """``namespace``, ``pod``, ``container`` for --pod-labels. A shared device keeps one series, its
+        owners joined with commas position by position, so sums over devices count it once."""
+        owners = self.owners(info)
+        return tuple(
+            ",".join(getattr(o, label) for o in owners) for label in ("namespace", "pod", "container")
+        )
+
     def poll_once(self) -> None:
         """One List call; on failure count it by kind and keep the previous mapping."""
         try:
