@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     )
     processes: bool = Field(False, description="Export per-process device memory (NVIDIA compute processes)")
     xid_events: bool = Field(True, description="Count NVIDIA XID errors from NVML events on their own thread")
+    tpu_runtime_address: str | None = Field(
+        None, description="host:port of the libtpu runtime metrics service; default tpu-info's localhost:8431"
+    )
     stress: bool = Field(True, description="Serve the /stress endpoints (--no-stress turns them off)")
     stress_token: SecretStr | None = Field(
         None, description="Bearer token for POST/DELETE /stress; without one only loopback clients may"

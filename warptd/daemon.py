@@ -179,6 +179,7 @@ _RESTART_ONLY = frozenset(
         "state_dir",
         "web_config_file",
         "procfs",
+        "tpu_runtime_address",
         "kubelet_socket",
         "pod_attribution",
         "pod_labels",

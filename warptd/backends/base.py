@@ -108,6 +108,9 @@ class AcceleratorBackend(GuardedSDK, ABC):
         """A stable id (the UUID) of device ``index``: totals follow the device, not its index."""
         return None
 
+    def begin_sample(self) -> None:
+        """Called once before each sample's :meth:`read_device` calls: read host-wide data here."""
+
     def needs_rediscovery(self) -> bool:
         """True when devices may have gone or come back (a lost device, a reset SDK)."""
         return False

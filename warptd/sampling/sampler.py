@@ -207,6 +207,7 @@ class Sampler:
             rejected = sum(sanitize_domain(r) for r in readings)
         else:
             infos = self._rediscover(name, backend)
+            backend.begin_sample()
             readings = [backend.read_device(i) for i in range(backend.get_device_count())]
             rejected = sum(sanitize_device(r) for r in readings)
         errors = backend.take_errors()
