@@ -50,7 +50,7 @@ def _common(for_subcommand: bool) -> argparse.ArgumentParser:
     )
     common.add_argument("--stress-token-file", type=Path, help="file holding the stress token")
     common.add_argument("--procfs", type=Path, help="procfs root (default /proc)")
-    common.add_argument("--tpu-runtime-address", help="libtpu metrics service HOST:PORT (default localhost:8431)")
+    common.add_argument("--tpu-runtime-address", help="libtpu metrics HOST:PORT (default localhost:8431)")
     common.add_argument("--kubelet-socket", type=Path, help="kubelet PodResources socket")
     common.add_argument(
         "--no-pod-attribution",
