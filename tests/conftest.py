@@ -56,6 +56,17 @@ def fake_nvml() -> Iterator[FakeNvml]:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_sdk_sessions():
+    """Each test starts without a shared SDK session: a read still hung in an earlier test's worker
+    releases its session only when it returns, and must not hand its handles to this test."""
+    from warptd.backends import gaudi, nvml_session
+
+    yield
+    for shared in (nvml_session._shared, gaudi._shared):
+        shared._session, shared._refs = None, 0
+
+
+@pytest.fixture(autouse=True)
 def _reset_logging():
     """CLI tests configure structlog onto a captured stream; put the default back afterwards."""
     import structlog

@@ -226,4 +226,4 @@ class GaudiBackend(AcceleratorBackend):
     def shutdown(self) -> None:
         if not self._closed:  # idempotent: a second release would shut HLML down under the power backend
             self._closed = True
-            _shared.release()
+            _shared.release(self._session)

@@ -55,7 +55,7 @@ class NvidiaBackend(AcceleratorBackend):
             self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
             self._clocks = {clock: getattr(nvml, const) for clock, const in _CLOCKS.items()}
         except AttributeError as exc:  # an nvidia-ml-py too old for these constants
-            nvml_session.release()
+            nvml_session.release(self._session)
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
         self._uuids: dict[int, str] = {}
@@ -243,4 +243,4 @@ class NvidiaBackend(AcceleratorBackend):
     def shutdown(self) -> None:
         if not self._closed:  # idempotent: a second release would shut NVML down under the others
             self._closed = True
-            nvml_session.release()
+            nvml_session.release(self._session)

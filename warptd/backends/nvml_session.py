@@ -97,7 +97,7 @@ class NvmlSession:
 _shared: SharedSession[NvmlSession] = SharedSession(NvmlSession, NvmlSession.close)
 #: The process-wide session, initialising NVML on first use.
 acquire = _shared.acquire
-#: Drop one reference; NVML is shut down when the last user releases it.
+#: Drop a user's reference; NVML is shut down when the last user releases it.
 release = _shared.release
 
 

@@ -30,9 +30,12 @@ class SharedSession(Generic[S]):
             self._refs += 1
             return self._session
 
-    def release(self) -> None:
-        """Drop one reference; the session is closed when the last user releases it."""
+    def release(self, session: S | None = None) -> None:
+        """Drop a reference to ``session`` (default: the current one); it is closed when its last user
+        releases it. Releasing a session that is no longer the current one (closed) does nothing."""
         with self._lock:
+            if session is not None and session is not self._session:
+                return
             self._refs = max(0, self._refs - 1)
             if self._refs == 0 and self._session is not None:
                 session, self._session = self._session, None

@@ -143,15 +143,18 @@ class Sampler:
                 self.scheduler.reschedule_job(f"sample-{name}", trigger="interval", seconds=settings.interval)
 
     def stop(self) -> None:
-        """Stop scheduling, save the energy totals, abandon hung reads, shut the SDKs down."""
+        """Stop scheduling, save the energy totals, shut the SDKs down; a backend whose read hangs is
+        shut down when that read returns (so a shared SDK session is still released), not waited for."""
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         self.state.maybe_save(self._energy, force=True)
         for name, worker in self._workers.items():
             worker.close()
-            inflight = self._inflight.get(name)
-            if inflight is None or inflight.done():
-                self.backends[name].shutdown()
+            backend, inflight = self.backends[name], self._inflight.get(name)
+            if inflight is None:
+                backend.shutdown()
+            else:  # runs now if the read is done, else on the worker thread when it returns
+                inflight.add_done_callback(lambda _, backend=backend: backend.shutdown())
 
     def sample_all(self) -> None:
         """Sample every backend once, now, on the calling thread's schedule (for ``warptd sample``)."""
