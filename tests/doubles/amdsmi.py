@@ -1,0 +1,371 @@
+"""An amdsmi double: a stand-in for ``libamd_smi.so`` under the *real* amdsmi 7.x Python package.
+
+The real package cannot be imported here (no ROCm: ``KeyError: 'libamd_smi.so'``), so it is imported
+once with ``ctypes.CDLL`` answering a stand-in library for that one path. The package's own Python
+code then runs unchanged on top of :class:`FakeAmdsmi`, which implements the C functions
+(``amdsmi_wrapper.amdsmi_*``, checked against the argtypes the wrapper declares) by filling the
+real ctypes structures from :class:`FakeGpu` state in the C library's units and returning its status
+codes. So the dicts, the ``"N/A"`` conversions, the ``processor_handle`` type and the
+``AmdSmiLibraryException`` the backend sees are the package's own. On top, ``patched_sdk`` installs
+autospecs of the package's ``amdsmi_*`` functions: the ones warptd calls go through to the real
+code (and are counted), every other one raises ``AssertionError``.
+
+The imported modules live in ``sys.modules`` only while :meth:`FakeAmdsmi.installed` is active, so
+any other code in the process still meets the real, failing import. Written from documentation,
+not the package: which status a GPU that fell off the bus answers (``NOT_FOUND`` is assumed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+from tests.doubles.sdk import is_api_function, patched_sdk
+
+_SDK_PREFIX = "amdsmi"
+
+
+class _CFunction:
+    """One symbol of the stand-in library: the wrapper sets restype/argtypes; calling it is a bug."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.restype, self.argtypes = name, None, None
+
+    def __call__(self, *args: Any) -> int:
+        raise AssertionError(f"amdsmi called {self.name}, which the libamd_smi.so double does not implement")
+
+
+class _StandInLibrary:
+    """What ``ctypes.CDLL('libamd_smi.so')`` returns while the double imports the package."""
+
+    def __getattr__(self, name: str) -> _CFunction:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        symbol = _CFunction(name)
+        setattr(self, name, symbol)
+        return symbol
+
+
+def _is_amdsmi(name: str) -> bool:
+    return name == _SDK_PREFIX or name.startswith(_SDK_PREFIX + ".")
+
+
+def _import_over_stand_in() -> tuple[ModuleType, dict[str, ModuleType], _StandInLibrary]:
+    """Import the real package against the stand-in library, then take it out of ``sys.modules``."""
+    before = {name: module for name, module in sys.modules.items() if _is_amdsmi(name)}
+    library, real_cdll = _StandInLibrary(), ctypes.CDLL
+
+    def cdll(name: object, *args: Any, **kwargs: Any) -> Any:
+        return library if "libamd_smi" in str(name) else real_cdll(name, *args, **kwargs)
+
+    for name in before:
+        del sys.modules[name]
+    try:
+        with mock.patch.object(ctypes, "CDLL", cdll):
+            import amdsmi as package
+        loaded = {name: module for name, module in sys.modules.items() if _is_amdsmi(name)}
+    finally:
+        for name in [n for n in sys.modules if _is_amdsmi(n)]:
+            del sys.modules[name]
+        sys.modules.update(before)
+    return package, loaded, library
+
+
+amdsmi, _MODULES, _LIBRARY = _import_over_stand_in()
+wrapper = amdsmi.amdsmi_wrapper
+TT, CLK = amdsmi.AmdSmiTemperatureType, amdsmi.AmdSmiClkType
+SUCCESS = wrapper.AMDSMI_STATUS_SUCCESS
+U16, U32, U64 = 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
+#: The package functions warptd may call; they run the package's real code over the stand-in library.
+API = (
+    "amdsmi_init",
+    "amdsmi_shut_down",
+    "amdsmi_get_processor_handles",
+    "amdsmi_get_gpu_asic_info",
+    "amdsmi_get_gpu_device_uuid",
+    "amdsmi_get_gpu_device_bdf",
+    "amdsmi_get_gpu_driver_info",
+    "amdsmi_get_gpu_enumeration_info",
+    "amdsmi_get_gpu_vram_usage",
+    "amdsmi_get_gpu_activity",
+    "amdsmi_get_power_info",
+    "amdsmi_get_power_cap_info",
+    "amdsmi_get_energy_count",
+    "amdsmi_get_temp_metric",
+    "amdsmi_get_clock_info",
+    "amdsmi_get_violation_status",
+)
+_REAL = {name: getattr(amdsmi, name) for name in API}
+_handle_values = itertools.count(0x7F00_0000_1000, 0x1000)
+
+
+class Status(Exception):
+    """A non-success status code of a stand-in C function (the package raises for it)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def library_error(code: int) -> Exception:
+    """The exception the package raises for a status code (its own ``_check_res``)."""
+    return amdsmi.AmdSmiLibraryException(code)
+
+
+@dataclass
+class FakeGpu:
+    """One simulated GPU (an MI300X by default), in the C library's units: MB, %, W, µW, ticks, °C, MHz."""
+
+    index: int = 0
+    market_name: str = "AMD Instinct MI300X"
+    uuid: str = ""
+    bdf: tuple[int, int, int, int] = (0, 0, 0, 0)  # domain, bus, device, function; bus from index
+    driver_version: str = "6.10.5"
+    vram_total_mb: int = 196_592
+    vram_used_mb: int = 2_048
+    gfx_activity: int = 35
+    umc_activity: int = 12
+    current_socket_power: int = 480
+    average_socket_power: int = U16  # MI300 fills the current value only
+    power_cap_uw: int = 750_000_000
+    energy_accumulator: int = 320_000_000
+    counter_resolution: float = 15.625  # µJ per tick; exact in binary, so sums are exact
+    temperatures: dict[int, int] = field(default_factory=lambda: {TT.EDGE: 40, TT.HOTSPOT: 48, TT.VRAM: 41})
+    clocks_mhz: dict[int, int] = field(default_factory=lambda: {CLK.GFX: 2100, CLK.MEM: 1300})
+    #: Violation residency % by ``per_*`` field; absent fields read as unsupported (UINT64_MAX).
+    violations: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("per_ppt_pwr", "per_socket_thrm", "per_prochot_thrm", "per_vr_thrm", "per_hbm_thrm"), 0
+        )
+    )
+    hip_id: int | None = None
+    #: C function names answering AMDSMI_STATUS_NOT_SUPPORTED on this GPU.
+    unsupported: set[str] = field(default_factory=set)
+    #: C function name -> a status code to answer, or an exception to raise.
+    raises: dict[str, int | BaseException] = field(default_factory=dict)
+    lost: bool = False
+    handle_value: int = field(default_factory=lambda: next(_handle_values))
+
+    def __post_init__(self) -> None:
+        serial = 0xE05C945BB3B2 + self.index
+        self.uuid = self.uuid or f"{0x74A1 + self.index:08x}-0000-1000-80ea-{serial:012x}"
+        if self.bdf == (0, 0, 0, 0):
+            self.bdf = (0, 0x03 + 0x20 * self.index, 0, 0)
+        if self.hip_id is None:
+            self.hip_id = self.index
+
+    @property
+    def pci_bus_id(self) -> str:
+        domain, bus, device, function = self.bdf
+        return f"{domain:04x}:{bus:02x}:{device:02x}.{function}"
+
+
+class FakeAmdsmi:
+    """The simulated library: GPUs, init state, and the autospec mocks of the package functions."""
+
+    def __init__(self, gpus: list[FakeGpu] | int = 2) -> None:
+        self.gpus = [FakeGpu(index=i) for i in range(gpus)] if isinstance(gpus, int) else gpus
+        self.initialised = 0
+        #: Status code amdsmi_init answers (e.g. AMDSMI_STATUS_DRIVER_NOT_LOADED on a host without amdgpu).
+        self.init_status = SUCCESS
+        self.mocks: dict[str, mock.Mock] = {}
+
+    # -- the C functions --------------------------------------------------------------------
+    def _gpu(self, handle: Any, fn: str) -> FakeGpu:
+        if not self.initialised:
+            raise Status(wrapper.AMDSMI_STATUS_NOT_INIT)
+        gpu = next((g for g in self.gpus if g.handle_value == handle.value), None)
+        if gpu is None or gpu.lost:
+            raise Status(wrapper.AMDSMI_STATUS_NOT_FOUND)
+        if fn in gpu.raises:
+            error = gpu.raises[fn]
+            raise error if isinstance(error, BaseException) else Status(error)
+        if fn in gpu.unsupported:
+            raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+        return gpu
+
+    def _c_functions(self) -> dict[str, Callable[..., None]]:
+        """C name -> fill(gpu or None, *args); raising :class:`Status` answers that status."""
+
+        def init(_: None, flags: int) -> None:
+            if self.init_status != SUCCESS:
+                raise Status(self.init_status)
+            self.initialised += 1
+
+        def shut_down(_: None) -> None:
+            if not self.initialised:
+                raise Status(wrapper.AMDSMI_STATUS_NOT_INIT)
+            self.initialised -= 1
+
+        def fill_handles(count: Any, out: Any, values: list[int]) -> None:
+            if isinstance(out, ctypes.Array):
+                for i, value in enumerate(values[: len(out)]):
+                    out[i] = value
+            count._obj.value = len(values)
+
+        def socket_handles(_: None, count: Any, out: Any) -> None:
+            if not self.initialised:
+                raise Status(wrapper.AMDSMI_STATUS_NOT_INIT)
+            fill_handles(count, out, [g.handle_value + 1 for g in self.gpus])  # one socket per GPU
+
+        def processor_handles(_: None, socket: Any, count: Any, out: Any) -> None:
+            gpus = [g for g in self.gpus if g.handle_value + 1 == socket.value]
+            fill_handles(count, out, [g.handle_value for g in gpus])
+
+        def asic(g: FakeGpu, out: Any) -> None:
+            info = out._obj
+            info.market_name = g.market_name.encode()
+            info.vendor_id, info.subvendor_id, info.device_id = 0x1002, 0x1002, 0x74A1
+            info.vendor_name = b"Advanced Micro Devices Inc. [AMD/ATI]"
+            info.asic_serial = f"{0xA1B2C3D4E5F60718 + g.index:016X}".encode()
+            info.oam_id, info.num_of_compute_units, info.target_graphics_version = g.index, 304, 0x942
+            info.subsystem_id = 0x74A1
+
+        def uuid(g: FakeGpu, length: Any, out: Any) -> None:
+            out.value = g.uuid.encode()[: length._obj.value - 1]
+
+        def bdf(g: FakeGpu, out: Any) -> None:
+            fields = out._obj.struct_amdsmi_bdf_t
+            fields.domain_number, fields.bus_number, fields.device_number, fields.function_number = g.bdf
+
+        def driver(g: FakeGpu, out: Any) -> None:
+            out._obj.driver_name, out._obj.driver_version = b"amdgpu", g.driver_version.encode()
+            out._obj.driver_date = b"2015/01/01 00:00"
+
+        def enumeration(g: FakeGpu, out: Any) -> None:
+            info = out._obj
+            info.drm_card, info.drm_render, info.hsa_id = g.index, 128 + g.index, g.index + 1
+            info.hip_id = U32 if g.hip_id is None else g.hip_id
+            info.hip_uuid = f"GPU-{0xA1B2C3D4E5F60718 + g.index:016x}".encode()
+
+        def vram(g: FakeGpu, out: Any) -> None:
+            out._obj.vram_total, out._obj.vram_used = g.vram_total_mb, g.vram_used_mb
+
+        def activity(g: FakeGpu, out: Any) -> None:
+            usage = out._obj
+            usage.gfx_activity, usage.umc_activity, usage.mm_activity = g.gfx_activity, g.umc_activity, U16
+
+        def power(g: FakeGpu, out: Any) -> None:
+            info = out._obj
+            current, average = g.current_socket_power, g.average_socket_power
+            info.current_socket_power, info.average_socket_power = current, average
+            info.socket_power = current if current != U16 else average
+            info.gfx_voltage, info.soc_voltage, info.mem_voltage = U16, U16, U16
+            info.power_limit = g.power_cap_uw // 1_000_000
+
+        def power_cap(g: FakeGpu, sensor: Any, out: Any) -> None:
+            info = out._obj
+            info.power_cap = info.default_power_cap = info.max_power_cap = g.power_cap_uw
+            info.min_power_cap, info.dpm_cap = 0, 2100
+
+        def energy(g: FakeGpu, accumulator: Any, resolution: Any, timestamp: Any) -> None:
+            accumulator._obj.value, resolution._obj.value = g.energy_accumulator, g.counter_resolution
+            timestamp._obj.value = 1_700_000_000_000_000_000
+
+        def temperature(g: FakeGpu, sensor: int, metric: int, out: Any) -> None:
+            if sensor not in g.temperatures or metric != amdsmi.AmdSmiTemperatureMetric.CURRENT:
+                raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+            out._obj.value = g.temperatures[sensor]
+
+        def clock(g: FakeGpu, kind: int, out: Any) -> None:
+            if kind not in g.clocks_mhz:
+                raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+            out._obj.clk, out._obj.min_clk, out._obj.max_clk = g.clocks_mhz[kind], 500, 2100
+            out._obj.clk_locked, out._obj.clk_deep_sleep = 0, 0
+
+        def violation(g: FakeGpu, out: Any) -> None:
+            status = out._obj
+            for name, kind in status._fields_:
+                if name.startswith(("per_", "acc_", "active_")) and not hasattr(kind, "_length_"):
+                    setattr(status, name, U64 if not name.startswith("active_") else 0xFF)
+            for name, percent in g.violations.items():
+                setattr(status, name, percent)
+                setattr(status, name.replace("per_", "active_"), int(percent > 0))
+
+        per_gpu = {
+            "amdsmi_get_gpu_asic_info": asic,
+            "amdsmi_get_gpu_device_uuid": uuid,
+            "amdsmi_get_gpu_device_bdf": bdf,
+            "amdsmi_get_gpu_driver_info": driver,
+            "amdsmi_get_gpu_enumeration_info": enumeration,
+            "amdsmi_get_gpu_vram_usage": vram,
+            "amdsmi_get_gpu_activity": activity,
+            "amdsmi_get_power_info": power,
+            "amdsmi_get_power_cap_info": power_cap,
+            "amdsmi_get_energy_count": energy,
+            "amdsmi_get_temp_metric": temperature,
+            "amdsmi_get_clock_info": clock,
+            "amdsmi_get_violation_status": violation,
+        }
+        system = {
+            "amdsmi_init": init,
+            "amdsmi_shut_down": shut_down,
+            "amdsmi_get_socket_handles": socket_handles,
+            "amdsmi_get_processor_handles": processor_handles,
+        }
+        return {
+            **{name: self._system(name, fn) for name, fn in system.items()},
+            **{name: self._per_gpu(name, fn) for name, fn in per_gpu.items()},
+        }
+
+    def _system(self, name: str, fill: Callable[..., None]) -> Callable[..., int]:
+        def c_function(*args: Any) -> int:
+            _check_arity(name, args)
+            try:
+                fill(None, *args)
+            except Status as status:
+                return status.code
+            return SUCCESS
+
+        return c_function
+
+    def _per_gpu(self, name: str, fill: Callable[..., None]) -> Callable[..., int]:
+        def c_function(handle: Any, *args: Any) -> int:
+            _check_arity(name, (handle, *args))
+            try:
+                fill(self._gpu(handle, name), *args)
+            except Status as status:
+                return status.code
+            return SUCCESS
+
+        return c_function
+
+    # -- installing -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[FakeAmdsmi]:
+        """Make ``import amdsmi`` give the package over this double, for the block."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_in_sys_modules())
+            for name, c_function in self._c_functions().items():
+                stack.enter_context(mock.patch.object(wrapper, name, c_function))
+            stack.enter_context(patched_sdk(amdsmi, _REAL, is_api_function(amdsmi, "amdsmi_"), self.mocks))
+            yield self
+
+    def calls(self, name: str) -> int:
+        return self.mocks[name].call_count
+
+
+def _check_arity(name: str, args: tuple[Any, ...]) -> None:
+    """The C signature as the package's wrapper declared it to ctypes."""
+    argtypes = getattr(_LIBRARY, name).argtypes
+    if argtypes is not None and len(args) != len(argtypes):
+        raise TypeError(f"{name} takes {len(argtypes)} arguments, got {len(args)}")
+
+
+@contextlib.contextmanager
+def _in_sys_modules() -> Iterator[None]:
+    saved = {name: sys.modules.pop(name) for name in [n for n in sys.modules if _is_amdsmi(n)]}
+    sys.modules.update(_MODULES)
+    try:
+        yield
+    finally:
+        for name in [n for n in sys.modules if _is_amdsmi(n)]:
+            del sys.modules[name]
+        sys.modules.update(saved)

@@ -1,0 +1,440 @@
+"""The amd and amdsmi backends against the amdsmi double (tests/doubles/amdsmi.py); no GPU or ROCm needed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import structlog
+import structlog.testing
+
+from tests.conftest import require_tool
+from tests.doubles.amdsmi import TT, U16, U32, FakeAmdsmi, FakeGpu, amdsmi, library_error, wrapper
+from tests.helpers import Rig, select, value
+from tests.sysfs_tree import drm_card
+from warptd.backends.amd import AmdBackend
+from warptd.backends.registry import load_backends
+from warptd.errors import BackendUnavailableError
+from warptd.models import GPUInfo
+
+GIB = 2**30
+DEV0 = {"backend": "amd", "device": "0"}
+DEV1 = {"backend": "amd", "device": "1"}
+
+
+@pytest.fixture
+def fake() -> FakeAmdsmi:
+    navi = FakeGpu(
+        index=1,
+        market_name="AMD Radeon RX 7900 XTX",
+        vram_total_mb=24_560,
+        vram_used_mb=1_024,
+        current_socket_power=U16,  # Navi fills the average only
+        average_socket_power=212,
+        power_cap_uw=300_000_000,
+        temperatures={TT.EDGE: 55, TT.HOTSPOT: 61, TT.VRAM: 58},
+    )
+    navi.unsupported = {"amdsmi_get_violation_status"}  # MI300 and newer only
+    fake = FakeAmdsmi([FakeGpu(index=0), navi])
+    with fake.installed():
+        yield fake
+        assert fake.initialised == 0, "a backend was not shut down: the shared amdsmi session leaked"
+
+
+@pytest.fixture
+def rig(fake, make_rig):  # fake first: the rig closes while the double is still installed
+    return make_rig("amd")
+
+
+def test_values_in_base_units(rig, fake):
+    mi300 = fake.gpus[0]
+    samples = rig.tick()
+    assert value(samples, "warptd_device_up", **DEV0) == 1
+    assert value(samples, "warptd_device_memory_total_bytes", **DEV0) == 196_592 * 2**20  # MB
+    assert value(samples, "warptd_device_memory_used_bytes", **DEV0) == 2 * GIB
+    assert value(samples, "warptd_device_memory_free_bytes", **DEV0) == (196_592 - 2048) * 2**20
+    assert value(samples, "warptd_device_utilization_ratio", **DEV0) == pytest.approx(0.35)
+    assert value(samples, "warptd_device_memory_utilization_ratio", **DEV0) == pytest.approx(0.12)
+    assert value(samples, "warptd_device_power_watts", **DEV0) == 480  # current_socket_power, W
+    assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 750  # power_cap, µW
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 5000  # 320e6 ticks of 15.625 µJ
+    assert value(samples, "warptd_device_temperature_celsius", sensor="edge", **DEV0) == 40
+    assert value(samples, "warptd_device_temperature_celsius", sensor="junction", **DEV0) == 48
+    assert value(samples, "warptd_device_temperature_celsius", sensor="memory", **DEV0) == 41
+    assert value(samples, "warptd_device_clock_hertz", clock="graphics", **DEV0) == 2100e6
+    assert value(samples, "warptd_device_clock_hertz", clock="memory", **DEV0) == 1300e6
+    info = select(samples, "warptd_device_info", **DEV0)[0].labels
+    assert info["uuid"] == mi300.uuid
+    assert info["model"] == "AMD Instinct MI300X"
+    assert info["driver_version"] == "6.10.5"
+    assert info["compute_capability"] == "gfx942"
+    assert info["pci_bus_id"] == "0000:03:00.0"
+    assert all(s.labels["uuid"] == mi300.uuid for s in samples if s.labels.get("device") == "0")
+    # the Navi card: average_socket_power, its own cap, its own identity
+    assert value(samples, "warptd_device_power_watts", **DEV1) == 212
+    assert value(samples, "warptd_device_power_limit_watts", **DEV1) == 300
+    assert value(samples, "warptd_device_memory_total_bytes", **DEV1) == 24_560 * 2**20
+    info1 = select(samples, "warptd_device_info", **DEV1)[0].labels
+    assert info1["model"] == "AMD Radeon RX 7900 XTX" and info1["pci_bus_id"] == "0000:23:00.0"
+
+
+def test_identity_and_extras(settings, fake):
+    backend = AmdBackend(settings)
+    try:
+        devices = backend.list_devices()
+        assert [d.uuid for d in devices] == [g.uuid for g in fake.gpus]
+        assert devices[0].memory_gb == 192.0
+        assert devices[0].extra_metrics == {
+            "device_id": "0x74a1",
+            "serial": "0xA1B2C3D4E5F60718",
+            "compute_units": 304,
+            "hip_id": 0,
+        }
+        assert backend.device_identity(1) == fake.gpus[1].uuid
+        assert backend.get_driver_version() == "6.10.5"
+    finally:
+        backend.shutdown()
+
+
+def test_several_gpus_each_reported(settings):
+    fake = FakeAmdsmi([FakeGpu(index=i, current_socket_power=300 + i) for i in range(3)])
+    settings.backends = ["amd"]
+    with fake.installed():
+        rig = Rig(settings)
+        try:
+            samples = rig.tick()
+            for i in range(3):
+                assert value(samples, "warptd_device_power_watts", backend="amd", device=str(i)) == 300 + i
+                info = select(samples, "warptd_device_info", backend="amd", device=str(i))[0].labels
+                assert info["pci_bus_id"] == fake.gpus[i].pci_bus_id
+        finally:
+            rig.close()
+
+
+def test_init_and_handles_once_shared_with_the_power_backend(rig, fake):
+    for _ in range(4):
+        rig.tick()
+    assert fake.calls("amdsmi_init") == 1  # amd and amdsmi share one session
+    assert fake.calls("amdsmi_get_processor_handles") == 1
+    assert fake.calls("amdsmi_get_power_info") >= 4
+    rig.close()
+    assert fake.calls("amdsmi_shut_down") == 1 and fake.initialised == 0
+
+
+def test_not_supported_and_na_values_are_absent_not_zero(rig, fake):
+    gpu = fake.gpus[1]
+    gpu.unsupported |= {"amdsmi_get_energy_count", "amdsmi_get_power_cap_info"}
+    gpu.average_socket_power = U16  # "N/A" from the package
+    gpu.gfx_activity, gpu.umc_activity = U16, U16
+    gpu.temperatures = {TT.HOTSPOT: 61}  # edge and VRAM sensors answer NOT_SUPPORTED
+    gpu.clocks_mhz[amdsmi.AmdSmiClkType.MEM] = U32  # "N/A"
+    samples = rig.tick()
+    for name in (
+        "warptd_device_power_watts",
+        "warptd_device_power_limit_watts",
+        "warptd_device_utilization_ratio",
+        "warptd_device_energy_joules_total",
+        "warptd_device_throttle_active",
+    ):
+        assert not select(samples, name, **DEV1), name
+        assert select(samples, name, **DEV0), name
+    temps = {s.labels["sensor"] for s in select(samples, "warptd_device_temperature_celsius", **DEV1)}
+    assert temps == {"junction"}
+    assert {s.labels["clock"] for s in select(samples, "warptd_device_clock_hertz", **DEV1)} == {"graphics"}
+    assert value(samples, "warptd_device_up", **DEV1) == 1
+    assert value(samples, "warptd_sample_errors_total", backend="amd", kind="sdk_error") == 0
+    # NOT_SUPPORTED is asked once, not every sample
+    before = fake.calls("amdsmi_get_energy_count"), fake.calls("amdsmi_get_violation_status")
+    rig.tick("amd")
+    assert fake.calls("amdsmi_get_energy_count") == before[0] + 1  # GPU 0 only
+    assert fake.calls("amdsmi_get_violation_status") == before[1] + 1
+
+
+def test_power_falls_back_to_average_when_current_is_uint32_max(rig, fake):
+    gpu = fake.gpus[0]
+    gpu.current_socket_power, gpu.average_socket_power = U32, 455  # UINT32_MAX passes the package
+    samples = rig.tick()
+    assert value(samples, "warptd_device_power_watts", **DEV0) == 455
+
+
+def test_gpu_lost_mid_run_drops_its_series_others_keep_updating(rig, fake):
+    rig.tick()
+    fake.gpus[0].lost = True  # every call answers AMDSMI_STATUS_NOT_FOUND
+    fake.gpus[1].average_socket_power = 250
+    samples = rig.tick()
+    assert value(samples, "warptd_device_up", **DEV0) == 0
+    for name in (
+        "warptd_device_power_watts",
+        "warptd_device_memory_used_bytes",
+        "warptd_device_energy_joules_total",
+        "warptd_device_temperature_celsius",
+    ):
+        assert not select(samples, name, **DEV0), name
+    assert value(samples, "warptd_device_power_watts", **DEV1) == 250
+    assert value(samples, "warptd_device_up", **DEV1) == 1
+    assert value(samples, "warptd_backend_up", backend="amd") == 1
+    assert value(samples, "warptd_sample_errors_total", backend="amd", kind="device_lost") == 1
+    assert value(samples, "warptd_power_domain_up", source="amdsmi", domain="gpu0") == 0
+    assert value(samples, "warptd_power_domain_up", source="amdsmi", domain="gpu1") == 1
+    fake.gpus[0].lost = False
+    samples = rig.tick()
+    assert value(samples, "warptd_device_up", **DEV0) == 1
+
+
+@pytest.mark.parametrize(
+    ("raised", "kind"),
+    [
+        (wrapper.AMDSMI_STATUS_NO_PERM, "permission"),
+        (wrapper.AMDSMI_STATUS_TIMEOUT, "timeout"),
+        (wrapper.AMDSMI_STATUS_IO, "sdk_error"),
+        (wrapper.AMDSMI_STATUS_DRIVER_NOT_LOADED, "device_lost"),
+        (wrapper.AMDSMI_STATUS_AMDGPU_RESTART_ERR, "device_lost"),
+        (RuntimeError("boom"), "unexpected"),
+    ],
+)
+def test_sdk_errors_are_classified_and_never_escape(settings, fake, raised, kind):
+    backend = AmdBackend(settings)
+    try:
+        fake.gpus[0].raises["amdsmi_get_power_info"] = raised
+        assert backend.get_power_usage(0) is None
+        assert backend.take_errors() == {kind: 1}
+        assert backend.get_power_usage(1) == 212  # the other GPU answers
+    finally:
+        backend.shutdown()
+
+
+def test_classify_error_maps_the_package_status_codes(settings, fake):
+    backend = AmdBackend(settings)
+    try:
+        cases = {
+            wrapper.AMDSMI_STATUS_NOT_SUPPORTED: "not_supported",
+            wrapper.AMDSMI_STATUS_NOT_YET_IMPLEMENTED: "not_supported",
+            wrapper.AMDSMI_STATUS_NO_PERM: "permission",
+            wrapper.AMDSMI_STATUS_TIMEOUT: "timeout",
+            wrapper.AMDSMI_STATUS_NOT_FOUND: "device_lost",
+            wrapper.AMDSMI_STATUS_UNKNOWN_ERROR: "sdk_error",
+        }
+        for code, kind in cases.items():
+            assert backend.classify_error(library_error(code)) == kind, code
+        assert backend.classify_error(amdsmi.AmdSmiTimeoutException()) == "timeout"
+        assert backend.classify_error(amdsmi.AmdSmiParameterException(1, int)) == "unexpected"
+    finally:
+        backend.shutdown()
+
+
+def test_energy_counter_reset_stays_monotonic(rig, fake):
+    gpu = fake.gpus[0]
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 5000
+    assert value(samples, "warptd_energy_joules_total", source="amdsmi", domain="gpu0") == 5000
+    gpu.energy_accumulator += 128_000_000  # +2000 J
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7000
+    gpu.energy_accumulator = 19_200_000  # driver reload: the accumulator restarts (300 J since)
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7300
+    assert value(samples, "warptd_energy_joules_total", source="amdsmi", domain="gpu0") == 7300
+    gpu.energy_accumulator = 25_600_000  # +100 J
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7400
+
+
+def test_energy_integrated_from_power_without_a_counter(rig, fake):
+    import time
+
+    fake.gpus[1].unsupported.add("amdsmi_get_energy_count")
+    fake.gpus[1].average_socket_power = 200
+    rig.tick()
+    time.sleep(0.25)
+    samples = rig.tick()
+    joules = value(samples, "warptd_device_energy_joules_total", **DEV1)
+    assert 200 * 0.2 < joules < 200 * 0.6
+
+
+def test_older_rocm_energy_key_was_power(settings, fake, monkeypatch):
+    backend = AmdBackend(settings)
+    try:
+        old = {"power": 64_000_000, "counter_resolution": 15.625, "timestamp": 1}
+        monkeypatch.setattr(amdsmi, "amdsmi_get_energy_count", lambda handle: old)
+        assert backend.get_energy_counter(0) == 1000
+    finally:
+        backend.shutdown()
+
+
+def test_throttle_from_violation_status(rig, fake):
+    gpu = fake.gpus[0]
+    gpu.violations["per_ppt_pwr"] = 37  # PVIOL: at the power cap 37% of the time
+    gpu.violations["per_hbm_thrm"] = 5
+    del gpu.violations["per_vr_thrm"]  # UINT64_MAX: "N/A", not supported
+    samples = rig.tick()
+    active = {s.labels["reason"]: s.value for s in select(samples, "warptd_device_throttle_active", **DEV0)}
+    assert active == {
+        "sw_power_cap": 1,
+        "sw_thermal_slowdown": 0,
+        "hw_thermal_slowdown": 0,
+        "hbm_thermal": 1,
+    }
+    gpu.violations["per_ppt_pwr"] = 0
+    gpu.violations["per_prochot_thrm"] = 100
+    samples = rig.tick()
+    assert value(samples, "warptd_device_throttle_active", reason="sw_power_cap", **DEV0) == 0
+    assert value(samples, "warptd_device_throttle_active", reason="hw_thermal_slowdown", **DEV0) == 1
+    assert select(samples, "warptd_device_throttle_seconds_total", reason="sw_power_cap", **DEV0)
+    assert not select(samples, "warptd_device_throttle_active", **DEV1)  # Navi: not supported
+
+
+def test_amdsmi_power_backend_domains(fake, make_rig):
+    rig = make_rig("amdsmi")
+    assert list(rig.sampler.backends) == ["amdsmi"]
+    samples = rig.tick()
+    assert value(samples, "warptd_power_watts", source="amdsmi", domain="gpu0") == 480
+    assert value(samples, "warptd_power_watts", source="amdsmi", domain="gpu1") == 212
+    assert value(samples, "warptd_energy_joules_total", source="amdsmi", domain="gpu0") == 5000
+    gpus = rig.loaded.power[0].get_gpu_power()
+    assert [g.power_watts for g in gpus] == [480.0, 212.0]
+    assert gpus[0].metadata == {"uuid": fake.gpus[0].uuid}
+
+
+def test_pytorch_device_string_and_worker_pinning(settings, fake):
+    fake.gpus[0].hip_id, fake.gpus[1].hip_id = 1, 0  # HIP orders the GPUs differently from amdsmi
+    backend = AmdBackend(settings)
+    try:
+        devices = backend.list_devices()
+        assert backend.get_pytorch_device_string(0) == "cuda:1"
+        assert backend.worker_device(devices[0]) == ("cuda:0", {"HIP_VISIBLE_DEVICES": "1"})
+        assert backend.worker_device(devices[1]) == ("cuda:0", {"HIP_VISIBLE_DEVICES": "0"})
+        unknown = GPUInfo(index=5, model="AMD GPU")
+        assert backend.worker_device(unknown) == ("cuda:5", {})
+    finally:
+        backend.shutdown()
+
+
+@pytest.mark.parametrize("why", ["not_supported", "older_amdsmi"])
+def test_pytorch_device_string_without_enumeration_info(settings, fake, monkeypatch, why):
+    for gpu in fake.gpus:
+        gpu.unsupported.add("amdsmi_get_gpu_enumeration_info")
+    if why == "older_amdsmi":
+        monkeypatch.delattr(amdsmi, "amdsmi_get_gpu_enumeration_info")
+    backend = AmdBackend(settings)
+    try:
+        devices = backend.list_devices()
+        assert backend.get_pytorch_device_string(1) == "cuda:1"
+        assert backend.worker_device(devices[1]) == ("cuda:1", {})
+        assert devices[1].uuid == fake.gpus[1].uuid
+        assert backend.take_errors() == {}
+    finally:
+        backend.shutdown()
+
+
+def test_init_failure_is_a_log_line(settings):
+    fake = FakeAmdsmi(gpus=1)
+    fake.init_status = wrapper.AMDSMI_STATUS_DRIVER_NOT_LOADED
+    settings.backends = ["amd", "cpu"]
+    with fake.installed(), structlog.testing.capture_logs() as logs:
+        loaded = load_backends(settings)
+    assert [b.name for b in loaded.accelerators] == ["cpu"]
+    assert loaded.unavailable["amd"].startswith("amdsmi_init failed: Error code: 34 | ")
+    assert "\n" not in loaded.unavailable["amd"]
+    assert any(e["event"] == "backend_unavailable" and e["backend"] == "amdsmi" for e in logs)
+    loaded.shutdown()
+
+
+def test_no_gpus_is_unavailable_and_shuts_amdsmi_down(settings):
+    fake = FakeAmdsmi(gpus=[])
+    settings.backends = ["amd"]
+    with fake.installed():
+        loaded = load_backends(settings)
+    assert loaded.unavailable["amd"] == "no devices found"
+    assert fake.initialised == 0
+
+
+def test_missing_library_is_a_log_line_not_an_error(settings, capsys):
+    """This machine's real state: amdsmi installed, libamd_smi.so absent. The double is not installed."""
+    assert "amdsmi" not in sys.modules  # the double's import does not leak
+    settings.backends = ["amd", "cpu"]
+    with structlog.testing.capture_logs() as logs:
+        loaded = load_backends(settings)
+    assert [b.name for b in loaded.accelerators] == ["cpu"]
+    reason = "libamd_smi.so not found (install ROCm's amd-smi-lib)"
+    assert loaded.unavailable["amd"] == reason
+    assert loaded.unavailable["amdsmi"] == reason
+    logged = {e["backend"]: e["reason"] for e in logs if e["event"] == "backend_unavailable"}
+    assert logged["amd"] == reason
+    assert capsys.readouterr().out == ""  # the package's print() did not reach stdout
+    loaded.shutdown()
+    with pytest.raises(BackendUnavailableError, match=r"libamd_smi\.so"):
+        AmdBackend(settings)
+
+
+def test_missing_library_in_a_clean_interpreter():
+    """Nothing of the double in the process at all: a fresh Python as the daemon starts."""
+    code = (
+        "from warptd.backends.amd import AmdBackend\n"
+        "from warptd.config import load_settings\n"
+        "try:\n"
+        "    AmdBackend(load_settings(listen='127.0.0.1:0'))\n"
+        "except Exception as exc:\n"
+        "    import sys; sys.stderr.write(type(exc).__name__ + ': ' + str(exc))\n"
+    )
+    run = [sys.executable, "-c", code]
+    result = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0
+    assert result.stdout == ""
+    assert result.stderr == "BackendUnavailableError: libamd_smi.so not found (install ROCm's amd-smi-lib)"
+
+
+def test_double_rejects_a_wrong_call(fake):
+    amdsmi.amdsmi_init()
+    handle = amdsmi.amdsmi_get_processor_handles()[0]
+    assert isinstance(handle, wrapper.amdsmi_processor_handle)
+    with pytest.raises(TypeError):
+        amdsmi.amdsmi_get_power_info(handle, 0)  # one argument too many
+    with pytest.raises(AssertionError, match="does not implement"):
+        amdsmi.amdsmi_get_gpu_fan_rpms(handle, 0)
+    with pytest.raises(amdsmi.AmdSmiParameterException):
+        amdsmi.amdsmi_get_power_info(0)  # the package's own handle check runs
+    assert amdsmi.amdsmi_get_power_info(handle)["current_socket_power"] == 480
+    amdsmi.amdsmi_shut_down()
+
+
+def test_hwmon_releases_the_card_amdsmi_serves(fake, make_rig, sysfs):
+    """One physical card, seen by amdsmi and by the amdgpu sysfs: only ``amd`` exports it."""
+    drm_card(
+        sysfs,
+        0,
+        "amdgpu",
+        fake.gpus[0].pci_bus_id,
+        {"device": "0x74a1", "unique_id": "a1b2c3d4e5f60718", "mem_info_vram_total": 192 * GIB},
+        {"power1_input": 480_000_000, "temp1_input": 48000, "temp1_label": "junction"},
+    )
+    xe = drm_card(sysfs, 1, "xe", "0000:c1:00.0", {"device": "0xe20b"}, {"energy1_input": 1_000_000})
+    rig = make_rig("amd", "hwmon")
+    samples = rig.tick()
+    hwmon = select(samples, "warptd_device_info", backend="hwmon")
+    assert [s.labels["pci_bus_id"] for s in hwmon] == [xe.name]  # only the card amdsmi does not serve
+    amd = select(samples, "warptd_device_info", backend="amd")
+    assert [s.labels["pci_bus_id"] for s in amd] == [g.pci_bus_id for g in fake.gpus]
+    assert value(samples, "warptd_device_power_watts", **DEV0) == 480
+
+
+def test_hwmon_unavailable_when_amdsmi_serves_all_its_cards(fake, make_rig, sysfs):
+    for number, gpu in enumerate(fake.gpus):
+        drm_card(sysfs, number, "amdgpu", gpu.pci_bus_id, {"device": "0x74a1"}, {"power1_average": 1})
+    rig = make_rig("amd", "hwmon")
+    assert rig.loaded.unavailable["hwmon"] == "every device is served by an SDK backend"
+    samples = rig.tick()
+    assert not [s for s in samples if s.labels.get("backend") == "hwmon"]
+    assert len(select(samples, "warptd_device_up", backend="amd")) == 2
+
+
+def test_exposition_passes_promtool(rig, fake):
+    promtool = require_tool("promtool")
+    fake.gpus[0].violations["per_ppt_pwr"] = 12
+    rig.tick()
+    body = rig.exposition.render(None, None)[0]
+    result = subprocess.run(
+        [promtool, "check", "metrics"], check=False, input=body, capture_output=True, timeout=30
+    )
+    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
+    assert result.stdout == b""
