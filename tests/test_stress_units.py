@@ -195,3 +195,12 @@ def test_stress_devices_follow_a_rediscovery(settings, fake_nvml):
     assert d.stress.devices["nvidia:0"].environment["CUDA_VISIBLE_DEVICES"] == "GPU-new"
     d.server.server_close()
     d.sampler.stop()
+
+
+def test_a_device_torch_does_not_know_is_unavailable_not_a_crash():
+    """Tenstorrent's ``tt:N`` and TPU's ``xla:N`` without torch_xla: the workload says unavailable."""
+    pytest.importorskip("torch")
+    from warptd.stress import torch_device
+
+    assert not torch_device.available("tt:0")
+    assert torch_device.available("cpu")

@@ -51,7 +51,10 @@ def patched_sdk(
                 continue
             real = getattr(module, name)
             if name in impls and counts is None:
-                replacement = mocks[name] = mock.create_autospec(real, side_effect=impls[name])
+                impl = impls[name]
+                if inspect.isbuiltin(real):  # autospec does not check a compiled function's signature
+                    impl = _signature_checked(name, real, impl, Counter())
+                replacement = mocks[name] = mock.create_autospec(real, side_effect=impl)
             elif name in impls:
                 replacement = _signature_checked(name, real, impls[name], counts)
             else:

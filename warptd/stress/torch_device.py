@@ -19,8 +19,13 @@ def resolve(device: str) -> Any:
 
 
 def available(device: str) -> bool:
-    """Whether torch can use this device string (``cpu``, ``cuda:1``, ``xpu:0`` …)."""
-    t, dev = torch(), resolve(device)
+    """Whether torch can use this device string (``cpu``, ``cuda:1``, ``xpu:0`` …); False for a string
+    torch does not know (``tt:0``), so the workload reports itself unavailable instead of crashing."""
+    t = torch()
+    try:
+        dev = resolve(device)
+    except RuntimeError:
+        return False
     if dev.type == "cpu":
         return True
     module = getattr(t, dev.type, None)
