@@ -25,6 +25,7 @@ ALL_ON = {
     "stress.token": "t0ken",
     "runAsRoot": "true",
     "podAttribution.enabled": "false",
+    "processes.enabled": "true",
     "runtimeClassName": "nvidia",
     "priorityClassName": "system-node-critical",
     "backends[0]": "nvidia",
@@ -116,6 +117,7 @@ def test_defaults_least_privilege_and_node_wiring():
     container = pod["containers"][0]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65534
     assert pod["automountServiceAccountToken"] is False
+    assert "hostPID" not in pod and "--processes" not in container["args"]
     sc = container["securityContext"]
     assert (
         sc["readOnlyRootFilesystem"]
@@ -153,6 +155,7 @@ def test_all_options_on():
     assert pod["priorityClassName"] == "system-node-critical"
     assert "--backend=nvidia" in container["args"] and "--backend=cpu" in container["args"]
     assert "--no-pod-attribution" in container["args"]
+    assert pod["hostPID"] is True and "--processes" in container["args"]  # NVML lists only its namespace
     assert "pod-resources" not in json.dumps(pod["volumes"])
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["WARPTD_STRESS"] == "true" and env["WARPTD_STRESS_TOKEN_FILE"] == "/etc/warptd/stress/token"

@@ -13,16 +13,19 @@ import structlog
 from warptd import __version__
 from warptd.backends.registry import Loaded, load_backends
 from warptd.config import Settings, SettingsError
+from warptd.events.xid import XidMonitor, open_xid_monitor
 from warptd.exporter.exposition import Exposition
 from warptd.exporter.kubernetes import KubernetesCollector
+from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
 from warptd.http.app import Router
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
 from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
-from warptd.k8s.attribution import from_settings
+from warptd.k8s.attribution import PodAttribution, from_settings
 from warptd.k8s.energy import PodEnergy
 from warptd.logs import configure_logging
+from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.base import DeviceRef
@@ -52,6 +55,10 @@ class Daemon:
 
             self.exposition.registry.register(StressCollector(self.stress))
             self.sampler.listeners.append(self.stress.on_sample)
+        self.xid_monitor: XidMonitor | None = None
+        self.process_monitor: ProcessMonitor | None = None
+        if any(backend.name == "nvidia" for backend in self.loaded.accelerators):
+            self._add_nvidia_extras(settings)
         if self.pods is not None:
             pod_energy = PodEnergy(self.pods, self.snapshot)
             self.pods.on_change = self.snapshot.touch
@@ -76,14 +83,29 @@ class Daemon:
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
+    def _add_nvidia_extras(self, settings: Settings) -> None:
+        """XID events (on by default) and per-process memory (--processes), each on its own thread."""
+        if settings.xid_events:
+            self.xid_monitor = open_xid_monitor("nvidia", on_change=self.snapshot.touch)
+        if settings.processes:
+            self.process_monitor = open_process_monitor(
+                settings.procfs, "nvidia", settings.interval, on_change=self.snapshot.touch
+            )
+        if self.xid_monitor is not None or self.process_monitor is not None:
+            self.exposition.registry.register(NvidiaExtrasCollector(self.xid_monitor, self.process_monitor))
+
+    def _monitors(self) -> list[PodAttribution | XidMonitor | ProcessMonitor]:
+        """The threads beside the sampler that feed the exposition."""
+        return [m for m in (self.pods, self.xid_monitor, self.process_monitor) if m is not None]
+
     @property
     def port(self) -> int:
         return self.server.port
 
     def start(self) -> None:
         self.sampler.start()
-        if self.pods is not None:
-            self.pods.start()
+        for monitor in self._monitors():
+            monitor.start()
         self._http_thread = self.server.start()
         threading.Thread(target=self._announce_ready, name="warptd-ready", daemon=True).start()
         self.notifier.start_watchdog(self.healthy)
@@ -119,8 +141,8 @@ class Daemon:
             if self.stress is not None:
                 self.stress.shutdown()
             self.sampler.stop()
-            if self.pods is not None:
-                self.pods.stop()
+            for monitor in self._monitors():
+                monitor.stop()
             self._stopped.set()
         log.info("warptd_stopped")
 
@@ -160,6 +182,8 @@ class Daemon:
         restart = [k for k in changed if k in _RESTART_ONLY]
         configure_logging(new.log_level, new.log_format)
         self.sampler.reconfigure(new)
+        if self.process_monitor is not None:
+            self.process_monitor.interval = new.interval
         self.snapshot.stale_after = new.stale_after
         if self.stress is not None:
             self.stress.max_duration_s = new.stress_max_duration

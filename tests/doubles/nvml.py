@@ -5,11 +5,16 @@ pynvml function (a wrong arity or misspelt keyword fails), answering from :class
 state with the real ctypes result structures, constants and ``NVMLError`` subclasses. Every
 other ``nvml*`` function raises ``AssertionError`` so an unexpected call is loud.
 No NVIDIA hardware or driver is involved.
+
+Device handles and event sets are real ctypes pointers (``c_nvmlDevice_t``, ``c_nvmlEventSet_t``),
+one stable address per GPU, so an event's ``c_nvmlEventData_t.device`` points where the handle
+``nvmlDeviceGetHandleByIndex`` gave does, as in the driver.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import time
 from collections import Counter
@@ -34,6 +39,18 @@ ALL_REASONS = (
     | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
     | pynvml.nvmlClocksEventReasonDisplayClockSetting
 )
+#: What a data-centre GPU answers to nvmlDeviceGetSupportedEventTypes.
+SUPPORTED_EVENTS = (
+    pynvml.nvmlEventTypeSingleBitEccError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventTypePState
+    | pynvml.nvmlEventTypeXidCriticalError
+    | pynvml.nvmlEventTypeClock
+)
+#: gpuInstanceId / computeInstanceId of an event or process not attributable to a MIG instance.
+NO_INSTANCE = 0xFFFFFFFF
+# pynvml's own helper (captured before patching, which replaces every ``nvml*`` callable).
+_friendly_object = pynvml.nvmlStructToFriendlyObject
 
 
 def nvml_error(code: int) -> pynvml.NVMLError:
@@ -71,6 +88,13 @@ class FakeGpu:
     )
     compute_capability: tuple[int, int] = (9, 0)
     pcie_gen: int = 5
+    #: Event types this GPU can deliver (nvmlDeviceGetSupportedEventTypes).
+    supported_events: int = SUPPORTED_EVENTS
+    #: Events the driver raises, oldest first, as (nvmlEventType…, eventData: the XID of an XID
+    #: event). A wait on a set this GPU registered for that type takes them; other types are dropped.
+    events: list[tuple[int, int]] = field(default_factory=list)
+    #: Running compute processes as (pid, usedGpuMemory bytes, or None where NVML cannot tell).
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
     #: Function names answering NVML_ERROR_NOT_SUPPORTED on this GPU.
     unsupported: set[str] = field(default_factory=set)
     #: Function name -> exception to raise.
@@ -94,11 +118,43 @@ class FakeGpu:
         return self.energy_mj
 
 
-@dataclass(frozen=True)
-class FakeHandle:
-    """Bound to one physical GPU (by UUID), as an NVML handle is: it does not follow re-ordering."""
+# One opaque device structure per UUID: every handle of a GPU points at it, as NVML's handles do.
+_DEVICES: dict[str, Any] = {}
 
-    uuid: str
+
+def _address(pointer: Any) -> int | None:
+    return ctypes.cast(pointer, ctypes.c_void_p).value
+
+
+class FakeHandle(pynvml.c_nvmlDevice_t):
+    """Bound to one physical GPU (by UUID), as an NVML handle is: it does not follow re-ordering.
+
+    A real ``c_nvmlDevice_t`` (it fits ``c_nvmlEventData_t.device``) whose address is the GPU's.
+    """
+
+    _type_ = pynvml.struct_c_nvmlDevice_t
+
+    def __init__(self, uuid: str) -> None:
+        super().__init__(_DEVICES.setdefault(uuid, pynvml.struct_c_nvmlDevice_t()))
+        self.uuid = uuid
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FakeHandle) and other.uuid == self.uuid
+
+    def __hash__(self) -> int:
+        return hash(self.uuid)
+
+    def __repr__(self) -> str:
+        return f"FakeHandle({self.uuid!r})"
+
+
+def handle_uuid(handle: Any) -> str | None:
+    """The GPU a handle points at: a FakeHandle, or a plain ``c_nvmlDevice_t`` read from an event."""
+    uuid = getattr(handle, "uuid", None)
+    if uuid is None:
+        address = _address(handle)
+        uuid = next((u for u, struct in _DEVICES.items() if ctypes.addressof(struct) == address), None)
+    return uuid
 
 
 class FakeNvml:
@@ -119,12 +175,16 @@ class FakeNvml:
         self.record_calls = record_calls
         self.mocks: dict[str, mock.Mock] = {}
         self.counts: Counter[str] = Counter()
+        #: Live event sets by address: {uuid: registered event mask}.
+        self.event_sets: dict[int, dict[str, int]] = {}
+        self._event_structs: dict[int, Any] = {}
 
     # -- the implementations --------------------------------------------------------------
     def _gpu(self, handle: FakeHandle, fn: str) -> FakeGpu:
         if not self.initialised:
             raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
-        gpu = next((g for g in self.gpus if g.uuid == handle.uuid), None)
+        uuid = handle_uuid(handle)
+        gpu = next((g for g in self.gpus if g.uuid == uuid), None)
         if gpu is None:  # the GPU left the bus: its old handle answers GPU_IS_LOST
             raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
         if gpu.hang.is_set():
@@ -136,6 +196,73 @@ class FakeNvml:
         if fn in gpu.unsupported:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return gpu
+
+    def _event_set(self, event_set: Any) -> dict[str, int]:
+        if not self.initialised:
+            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+        registered = self.event_sets.get(_address(event_set) or 0)
+        if registered is None:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return registered
+
+    def _event_impls(self) -> dict[str, Callable[..., Any]]:
+        """Event sets: create, register per GPU, wait (bounded by its timeout), free."""
+
+        def create() -> Any:
+            if not self.initialised:
+                raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+            struct = pynvml.struct_c_nvmlEventSet_t()
+            self._event_structs[ctypes.addressof(struct)] = struct
+            self.event_sets[ctypes.addressof(struct)] = {}
+            return pynvml.c_nvmlEventSet_t(struct)
+
+        def register(handle: Any, event_types: int, event_set: Any) -> None:
+            gpu = self._gpu(handle, "nvmlDeviceRegisterEvents")
+            registered = self._event_set(event_set)
+            if event_types & ~gpu.supported_events:
+                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            registered[gpu.uuid] = registered.get(gpu.uuid, 0) | event_types
+
+        def next_event(registered: dict[str, int]) -> Any:
+            for gpu in self.gpus:
+                mask = registered.get(gpu.uuid, 0)
+                while mask and gpu.events:
+                    kind, data = gpu.events.pop(0)
+                    if kind & mask:
+                        return pynvml.c_nvmlEventData_t(
+                            device=FakeHandle(gpu.uuid),
+                            eventType=kind,
+                            eventData=data,
+                            gpuInstanceId=NO_INSTANCE,
+                            computeInstanceId=NO_INSTANCE,
+                        )
+            return None
+
+        def wait(event_set: Any, timeout_ms: int) -> Any:
+            deadline = time.monotonic() + timeout_ms / 1000
+            while True:
+                registered = self._event_set(event_set)
+                event = next_event(registered)
+                if event is not None:
+                    return event
+                if any(g.lost for g in self.gpus if g.uuid in registered):
+                    raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
+                time.sleep(min(0.005, left))
+
+        def free(event_set: Any) -> None:
+            self._event_set(event_set)
+            address = _address(event_set) or 0
+            del self.event_sets[address], self._event_structs[address]
+
+        return {
+            "nvmlEventSetCreate": create,
+            "nvmlDeviceRegisterEvents": register,
+            "nvmlEventSetWait_v2": wait,
+            "nvmlEventSetFree": free,
+        }
 
     def _impls(self) -> dict[str, Callable[..., Any]]:
         def device(fn: str, answer: Callable[[FakeGpu], Any]) -> Callable[..., Any]:
@@ -191,6 +318,23 @@ class FakeNvml:
                 raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
             return g.clocks_mhz[kind]
 
+        def processes(g: FakeGpu) -> list[Any]:
+            """As pynvml builds them: friendly objects of c_nvmlProcessInfo_t, NOT_AVAILABLE -> None."""
+            unknown = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+            found = []
+            for pid, used in g.processes:
+                info = pynvml.c_nvmlProcessInfo_t(
+                    pid=pid,
+                    usedGpuMemory=unknown if used is None else used,
+                    gpuInstanceId=NO_INSTANCE,
+                    computeInstanceId=NO_INSTANCE,
+                )
+                process = _friendly_object(info)
+                if process.usedGpuMemory == unknown:
+                    process.usedGpuMemory = None
+                found.append(process)
+            return found
+
         def violation(g: FakeGpu, policy: int) -> Any:
             if policy not in g.violation_ns:
                 raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
@@ -232,6 +376,14 @@ class FakeNvml:
                 "nvmlDeviceGetCurrentClocksEventReasons", lambda g: g.current_reasons
             ),
             "nvmlDeviceGetViolationStatus": device("nvmlDeviceGetViolationStatus", violation),
+            "nvmlDeviceGetSupportedEventTypes": device(
+                "nvmlDeviceGetSupportedEventTypes", lambda g: g.supported_events
+            ),
+            "nvmlDeviceGetComputeRunningProcesses": device("nvmlDeviceGetComputeRunningProcesses", processes),
+            "nvmlDeviceGetComputeRunningProcesses_v2": device(
+                "nvmlDeviceGetComputeRunningProcesses_v2", processes
+            ),
+            **self._event_impls(),
         }
 
     # -- installing -------------------------------------------------------------------------

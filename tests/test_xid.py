@@ -1,0 +1,164 @@
+"""XID events through the NVML double's event sets (tests/doubles/nvml.py), and the XID alert rules."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pynvml
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from tests.conftest import require_tool
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import parse, select, value, wait_until
+from warptd.events.xid import ALERTED_XIDS, open_xid_monitor
+from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
+from warptd.exporter.text import render_text
+
+XID = pynvml.nvmlEventTypeXidCriticalError
+DBE = pynvml.nvmlEventTypeDoubleBitEccError
+ALERTS = Path(__file__).parents[1] / "deploy" / "prometheus" / "alerts.yml"
+
+
+def exposition(xid=None, processes=None) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NvidiaExtrasCollector(xid, processes))
+    return render_text(registry.collect())
+
+
+@pytest.fixture
+def monitor(fake_nvml):
+    changes = []
+    monitor = open_xid_monitor(on_change=lambda: changes.append(1), timeout_ms=100)
+    assert monitor is not None
+    monitor.start()
+    monitor.changes = changes
+    yield monitor
+    monitor.stop()
+
+
+def xid_count(monitor, index: int, xid: int) -> int:
+    return next(d for d in monitor.devices() if d.index == index).counts.get(xid, 0)
+
+
+def test_xid_79_counted_on_its_gpu_only(monitor, fake_nvml):
+    gpu0, gpu1 = fake_nvml.gpus
+    before = time.time()
+    gpu0.events.append((DBE, 0))  # logged, not counted: the driver reports it as XID 48 as well
+    gpu1.events.append((XID, 79))
+    assert wait_until(lambda: xid_count(monitor, 1, 79) == 1, timeout=5)
+    after = time.time()
+    samples = parse(exposition(monitor).decode())
+    dev1 = {"backend": "nvidia", "device": "1", "uuid": gpu1.uuid}
+    assert value(samples, "warptd_device_xid_errors_total", xid="79", **dev1) == 1
+    assert before <= value(samples, "warptd_device_last_xid_timestamp_seconds", **dev1) <= after
+    # GPU 0: every alerted XID present at 0 (so increase() sees a first error), no last-XID time
+    for xid in ALERTED_XIDS:
+        assert value(samples, "warptd_device_xid_errors_total", device="0", uuid=gpu0.uuid, xid=str(xid)) == 0
+    assert not select(samples, "warptd_device_last_xid_timestamp_seconds", device="0")
+    assert monitor.changes == [1]
+    # both GPUs registered for XID and double-bit ECC events, in one set
+    registered = list(fake_nvml.event_sets.values())
+    assert registered == [{gpu0.uuid: XID | DBE, gpu1.uuid: XID | DBE}]
+
+
+def test_repeated_and_unalerted_xids_are_counted_by_code(monitor, fake_nvml):
+    fake_nvml.gpus[0].events += [(XID, 13), (XID, 13), (XID, 31), (XID, 79)]
+    assert wait_until(lambda: xid_count(monitor, 0, 79) == 1, timeout=5)
+    samples = parse(exposition(monitor).decode())
+    counted = {
+        s.labels["xid"]: s.value for s in select(samples, "warptd_device_xid_errors_total", device="0")
+    }
+    assert counted == {**{str(x): 0 for x in ALERTED_XIDS}, "13": 2, "31": 1, "79": 1}
+
+
+def test_no_gpu_with_events_means_no_monitor():
+    fake = FakeNvml([FakeGpu(index=0, supported_events=0), FakeGpu(index=1, supported_events=0)])
+    with fake.installed():
+        assert open_xid_monitor() is None
+        assert fake.calls("nvmlDeviceRegisterEvents") == 0
+        assert fake.event_sets == {}  # the set was freed
+        assert fake.initialised == 0  # and NVML released
+
+
+def test_a_gpu_that_cannot_register_is_skipped():
+    fake = FakeNvml([FakeGpu(index=0, unsupported={"nvmlDeviceRegisterEvents"}), FakeGpu(index=1)])
+    with fake.installed():
+        monitor = open_xid_monitor(timeout_ms=100)
+        monitor.start()
+        try:
+            assert [d.index for d in monitor.devices()] == [1]
+            fake.gpus[1].events.append((XID, 48))
+            assert wait_until(lambda: xid_count(monitor, 1, 48) == 1, timeout=5)
+            assert not select(
+                parse(exposition(monitor).decode()), "warptd_device_xid_errors_total", device="0"
+            )
+        finally:
+            monitor.stop()
+
+
+def test_nvml_absent_means_no_monitor():
+    fake = FakeNvml(2)
+    fake.library_missing = True
+    with fake.installed():
+        assert open_xid_monitor() is None
+    assert open_xid_monitor() is None  # the real nvidia-ml-py on this machine: no driver
+
+
+def test_stop_returns_within_two_seconds_and_frees_the_set(fake_nvml):
+    monitor = open_xid_monitor()  # the daemon's 1 s wait
+    monitor.start()
+    time.sleep(0.2)  # inside a wait
+    started = time.monotonic()
+    monitor.stop()
+    assert time.monotonic() - started < 2
+    assert not monitor._thread.is_alive()
+    assert fake_nvml.event_sets == {}
+    assert fake_nvml.initialised == 0
+    monitor.stop()  # idempotent
+
+
+def test_reopened_nvml_is_registered_again_and_counts_survive(monitor, fake_nvml):
+    fake_nvml.gpus[1].events.append((XID, 94))
+    assert wait_until(lambda: xid_count(monitor, 1, 94) == 1, timeout=5)
+    old_sets = set(fake_nvml.event_sets)
+    assert monitor._session.reopen()  # as the nvidia backend does after a GPU was lost
+    assert wait_until(lambda: fake_nvml.event_sets and set(fake_nvml.event_sets) != old_sets, timeout=5)
+    assert len(fake_nvml.event_sets) == 1  # the old set was freed
+    fake_nvml.gpus[1].events.append((XID, 94))
+    assert wait_until(lambda: xid_count(monitor, 1, 94) == 2, timeout=5)
+
+
+def test_a_lost_gpu_does_not_end_the_thread(monitor, fake_nvml):
+    fake_nvml.gpus[1].events.append((XID, 79))
+    fake_nvml.gpus[1].lost = True  # fell off the bus: every wait now answers GPU_IS_LOST
+    assert wait_until(lambda: xid_count(monitor, 1, 79) == 1, timeout=5)
+    time.sleep(0.3)
+    assert monitor._thread.is_alive()
+    fake_nvml.gpus[1].lost = False
+    fake_nvml.gpus[0].events.append((XID, 74))
+    assert wait_until(lambda: xid_count(monitor, 0, 74) == 1, timeout=5)
+
+
+def test_exposition_is_promtool_clean(monitor, fake_nvml):
+    fake_nvml.gpus[0].events.append((XID, 119))
+    assert wait_until(lambda: xid_count(monitor, 0, 119) == 1, timeout=5)
+    promtool = require_tool("promtool")
+    body = exposition(monitor)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], check=False, input=body, capture_output=True, timeout=30
+    )
+    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
+
+
+def test_alert_rules_watch_exactly_the_preset_xids():
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    watched = set()
+    for rule in rules:
+        for codes in re.findall(r'warptd_device_xid_errors_total\{xid=~?"([0-9|]+)"', rule["expr"]):
+            watched |= {int(c) for c in codes.split("|")}
+    assert watched == set(ALERTED_XIDS)

@@ -1,0 +1,1 @@
+"""Device events that arrive on their own schedule (NVIDIA XIDs), kept apart from sampling."""

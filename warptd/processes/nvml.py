@@ -1,0 +1,185 @@
+"""Compute processes per NVIDIA GPU (opt-in), with the pod and container each one's cgroup names.
+
+A thread polls ``nvmlDeviceGetComputeRunningProcesses`` every interval over the shared NVML session;
+a scrape only reads the latest poll. Series exist for the processes of the latest poll only, at most
+``max_per_device`` per GPU (the largest by memory), so ended processes leave no label churn behind.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from warptd.backends import nvml_session
+from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.processes.cgroup import CgroupResolver
+
+log = structlog.get_logger("warptd.processes")
+
+_LIST = "nvmlDeviceGetComputeRunningProcesses"  # the newest struct version this nvidia-ml-py knows
+_LIST_V2 = "nvmlDeviceGetComputeRunningProcesses_v2"  # for drivers without that version (< 510)
+_UNKNOWN_MEMORY = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, where nvidia-ml-py does not map it to None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One compute process on one GPU (one whose memory NVML cannot tell is left out: no series)."""
+
+    index: int
+    uuid: str
+    pid: int
+    memory_bytes: int
+    pod_uid: str = ""
+    container_id: str = ""
+
+
+class ProcessMonitor:
+    """Polls the compute processes of every GPU on the shared NVML session."""
+
+    def __init__(
+        self,
+        procfs: Path,
+        backend: str = "nvidia",
+        interval: float = 1.0,
+        max_per_device: int = 64,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        """Acquire the NVML session; raises BackendUnavailableError where NVML is absent."""
+        self.backend = backend
+        #: Seconds between two polls; may be changed while running (e.g. on a config reload).
+        self.interval = interval
+        self.max_per_device = max_per_device
+        self._on_change = on_change
+        self._session = nvml_session.acquire()
+        self._nvml = nvml = self._session.nvml
+        self._list_name = _LIST
+        mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)  # nvidia-ml-py >= 12.550
+        self._version_errors: tuple[type[BaseException], ...] = (
+            nvml.NVMLError_FunctionNotFound,
+            *([mismatch] if mismatch else []),
+        )
+        self._resolver = CgroupResolver(procfs)
+        self._generation = self._session.generation
+        self._uuids: dict[int, str] = {}
+        self._unsupported: set[int] = set()
+        self._capped: dict[int, int] = {}  # device index -> processes left out at the last poll
+        self._latest: list[GpuProcess] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._released = False
+
+    # -- polling ------------------------------------------------------------------------------
+    def poll(self) -> None:
+        """List every GPU's processes, resolve their pods, and publish them for the next scrape."""
+        found: list[GpuProcess] = []
+        for index, uuid, listed in self._list_all():
+            memory: dict[int, int] = {}
+            for process in listed:  # one pid may be listed per MIG instance or context: sum them
+                used = process.usedGpuMemory
+                used = None if used is None or used >= _UNKNOWN_MEMORY else int(used)
+                if used is not None:
+                    memory[process.pid] = memory.get(process.pid, 0) + used
+            ranked = sorted(memory.items(), key=lambda item: (-item[1], item[0]))
+            self._note_cap(index, len(ranked) - self.max_per_device)
+            for pid, used in ranked[: self.max_per_device]:
+                where = self._resolver.resolve(pid)
+                found.append(GpuProcess(index, uuid, pid, used, where.pod_uid, where.container_id))
+        self._resolver.retain({p.pid for p in found})
+        with self._lock:
+            changed, self._latest = found != self._latest, found
+        if changed and self._on_change is not None:
+            self._on_change()
+
+    def _list_all(self) -> list[tuple[int, str, list[Any]]]:
+        nvml, listed = self._nvml, []
+        with self._session.lock:
+            if self._generation != self._session.generation:  # NVML reopened: new handles
+                self._generation = self._session.generation
+                self._uuids.clear()
+                self._unsupported.clear()
+            for index, handle in enumerate(self._session.handles):
+                if handle is None or index in self._unsupported:
+                    continue
+                try:
+                    if index not in self._uuids:
+                        self._uuids[index] = nvml_session.text(nvml.nvmlDeviceGetUUID(handle))
+                    listed.append((index, self._uuids[index], self._running(handle)))
+                except nvml.NVMLError as exc:
+                    if self._session.classify(exc) is ErrorKind.NOT_SUPPORTED:
+                        self._unsupported.add(index)
+                        log.info("processes_unsupported", backend=self.backend, device=index, reason=str(exc))
+                    else:  # lost or failing this poll: its processes drop out until it answers again
+                        log.debug("processes_failed", backend=self.backend, device=index, error=str(exc))
+        return listed
+
+    def _running(self, handle: Any) -> list[Any]:
+        try:
+            return getattr(self._nvml, self._list_name)(handle)
+        except self._version_errors:
+            if self._list_name == _LIST_V2 or not hasattr(self._nvml, _LIST_V2):
+                raise self._nvml.NVMLError(self._nvml.NVML_ERROR_NOT_SUPPORTED) from None
+            self._list_name = _LIST_V2
+            return getattr(self._nvml, _LIST_V2)(handle)
+
+    def _note_cap(self, index: int, dropped: int) -> None:
+        """Log when the number of processes left out on a device changes (not at every poll)."""
+        dropped = max(0, dropped)
+        if self._capped.get(index, 0) != dropped:
+            self._capped[index] = dropped
+            if dropped:
+                log.warning(
+                    "processes_capped",
+                    backend=self.backend,
+                    device=index,
+                    exported=self.max_per_device,
+                    dropped=dropped,
+                )
+
+    # -- the thread and what the collector reads ---------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="warptd-processes", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception:  # keep polling: one bad /proc entry or driver answer must not end it
+                log.exception("processes_poll_failed", backend=self.backend)
+            self._stop.wait(self.interval)
+
+    def processes(self) -> list[GpuProcess]:
+        """The latest poll's processes (never calls NVML)."""
+        with self._lock:
+            return list(self._latest)
+
+    def stop(self) -> None:
+        """Stop polling and release NVML."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if not self._released:
+            self._released = True
+            nvml_session.release(self._session)
+
+
+def open_process_monitor(
+    procfs: Path,
+    backend: str = "nvidia",
+    interval: float = 1.0,
+    on_change: Callable[[], None] | None = None,
+    max_per_device: int = 64,
+) -> ProcessMonitor | None:
+    """A monitor (``start()`` it to poll on its own thread), or None where NVML is absent."""
+    try:
+        monitor = ProcessMonitor(procfs, backend, interval, max_per_device, on_change)
+    except BackendUnavailableError as exc:
+        log.debug("processes_unavailable", backend=backend, reason=str(exc))
+        return None
+    return monitor
