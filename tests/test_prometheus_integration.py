@@ -1,7 +1,8 @@
 """A real Prometheus (Debian package, loopback) scrapes the daemon every second and answers every
 PromQL expression of the shipped dashboard and alert rules. A renamed metric breaks this test.
 
-Run once with the NVML double (plus CPU, NVML power, RAPL fixture and a finished stress job), where
+Run once with the NVML double (plus CPU, NVML power, RAPL fixture, an amdgpu card, a kubelet double
+allocating a GPU to a pod and finished stress jobs), where
 every query must return data, and once with the CPU backend alone, where every query must run and
 return data whenever all the metrics it names are in that daemon's exposition.
 """
@@ -21,6 +22,7 @@ import yaml
 
 from tests.conftest import require_tool
 from tests.helpers import http, wait_until
+from tests.kubelet import FakeKubelet
 from tests.sysfs_tree import drm_card
 from warptd.daemon import Daemon
 
@@ -137,13 +139,17 @@ def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
     sysfs.rapl_zone("intel-rapl:0:1", "dram", 2_000_000)
     sysfs.hwmon(0, "coretemp", {"Package id 0": 47000})
     drm_card(sysfs, 0, "amdgpu", "0000:03:00.0", {"gpu_busy_percent": 50}, {"power1_input": 90_000_000})
+    kubelet = FakeKubelet(tmp_path / "kubelet.sock").start()
+    kubelet.pods = {("ml", "train-0", "trainer"): {"nvidia.com/gpu": [fake_nvml.gpus[0].uuid]}}
     settings.interval = 0.5
+    settings.kubelet_socket = kubelet.socket
     daemon = Daemon(settings)
     daemon.start()
     prom = Prometheus(tmp_path, daemon.port)
     yield daemon, prom
     prom.stop()
     daemon.stop()
+    kubelet.stop()
 
 
 def test_every_dashboard_and_alert_query_with_the_nvml_double(nvml_stack):
