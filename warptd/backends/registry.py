@@ -28,12 +28,12 @@ GROUPS: dict[Kind, str] = {"accelerator": "warptd.backends", "power": "warptd.po
 BUILTIN: dict[Kind, dict[str, str]] = {
     "accelerator": {
         "nvidia": "warptd.backends.nvidia:NvidiaBackend",
-        "cpu": "warptd.backends.cpu:CpuBackend",
         "amd": "warptd.backends.amd:AmdBackend",
         "gaudi": "warptd.backends.gaudi:GaudiBackend",
         "tenstorrent": "warptd.backends.tenstorrent:TenstorrentBackend",
         "tpu": "warptd.backends.tpu:TpuBackend",
         "hwmon": "warptd.backends.hwmon:HwmonBackend",
+        "cpu": "warptd.backends.cpu:CpuBackend",  # last: the accelerators come first in lists
     },
     "power": {
         "nvml": "warptd.power.nvml:NvmlPowerBackend",
