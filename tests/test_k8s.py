@@ -257,3 +257,30 @@ def test_pod_labels_put_the_owners_on_device_series(settings, kubelet, fake_nvml
         assert unlabelled and all("pod" not in s.labels for s in unlabelled)
     finally:
         rig.close()
+
+
+def test_committed_stubs_match_the_proto(tmp_path):
+    """The generated podresources_pb2 is what grpc_tools makes of podresources.proto today."""
+    import sys
+    from pathlib import Path
+
+    from warptd.k8s import podresources_pb2
+
+    root = Path(__file__).parents[1]
+    out = tmp_path / "descriptor.pb"
+    result = subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}", f"--descriptor_set_out={out}",
+         "warptd/k8s/podresources.proto"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    from google.protobuf import descriptor_pb2
+
+    fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
+    for message in fresh.message_type:  # descriptor sets carry json_name; generated modules do not
+        for field in message.field:
+            field.ClearField("json_name")
+    committed = descriptor_pb2.FileDescriptorProto.FromString(podresources_pb2.DESCRIPTOR.serialized_pb)
+    assert fresh == committed, "regenerate: see the header of warptd/k8s/podresources.proto"
+    service = committed.service[0]
+    assert (committed.package, service.name, service.method[0].name) == ("v1", "PodResourcesLister", "List")
