@@ -36,6 +36,20 @@ def require_tool(name: str) -> str:
     return path
 
 
+def assert_promtool_clean(body: bytes) -> None:
+    """``promtool check metrics`` finds nothing in this exposition (it prints findings, exits non-zero)."""
+    import subprocess
+
+    result = subprocess.run(
+        [require_tool("promtool"), "check", "metrics"],
+        input=body,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stdout == b"" and result.stderr == b"", result.stderr.decode()
+
+
 @pytest.fixture
 def sysfs(tmp_path: Path) -> SysfsTree:
     return SysfsTree(tmp_path / "sys")

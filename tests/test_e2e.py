@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_tool
+from tests.conftest import assert_promtool_clean
 from tests.helpers import http, parse, select, value, wait_until
 
 ROOT = Path(__file__).parents[1]
@@ -57,11 +57,7 @@ def test_cpu_daemon_serves_metrics_promtool_clean(cpu_daemon):
     assert 0 <= value(samples, "warptd_device_utilization_ratio", backend="cpu") <= 1
     assert value(samples, "warptd_device_memory_total_bytes", backend="cpu") > 0
     assert not select(samples, "warptd_device_up", backend="nvidia")
-    promtool = require_tool("promtool")
-    result = subprocess.run(
-        [promtool, "check", "metrics"], check=False, input=body, capture_output=True, timeout=30
-    )
-    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
+    assert_promtool_clean(body)
 
 
 def test_sigterm_stops_within_5_seconds(cpu_daemon):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pyhlml
 import pytest
 import structlog
 
-from tests.conftest import require_tool
+from tests.conftest import assert_promtool_clean
 from tests.doubles.hlml import (
     AIP,
     BOARD,
@@ -290,9 +289,4 @@ def test_exposition_passes_promtool(rig, fake_hlml):
     fake_hlml.aips[1].throttle_reasons = THROTTLE_THERMAL
     rig.tick()
     body = rig.exposition.render(None, None)[0]
-    promtool = require_tool("promtool")
-    result = subprocess.run(
-        [promtool, "check", "metrics"], check=False, input=body, capture_output=True, timeout=30
-    )
-    assert result.returncode == 0 and result.stderr == b"", result.stderr.decode()
-    assert result.stdout == b"", result.stdout.decode()
+    assert_promtool_clean(body)

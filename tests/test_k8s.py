@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import require_tool
+from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import Rig, http, parse, select, value, wait_until
 from tests.kubelet import FakeKubelet
@@ -149,14 +149,7 @@ def test_exposition_with_pods_is_promtool_clean(pod_rig, kubelet, fake_nvml):
     pod_rig.rig.tick()
     body = pod_rig.rig.exposition.render(None, None)[0]
     assert b"warptd_pod_energy_joules_total{" in body
-    result = subprocess.run(
-        [require_tool("promtool"), "check", "metrics"],
-        input=body,
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 0 and not result.stderr, result.stderr.decode()
+    assert_promtool_clean(body)
 
 
 def test_no_socket_means_attribution_off_with_one_log_line(tmp_path, capsys):
