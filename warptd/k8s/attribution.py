@@ -6,7 +6,6 @@ or UUID. A device matches an allocated ID by any of its UUID, PCI address or ``s
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import structlog
 
 from warptd.k8s.podresources import Allocation, Owner, PodResourcesClient, PodResourcesError
 from warptd.models import GPUInfo, pci_address
+from warptd.sampling.poller import PollingThread
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -54,8 +54,7 @@ class PodAttribution:
         self.state = PollState()
         #: Called after each successful poll (the exposition re-renders).
         self.on_change: Callable[[], None] = lambda: None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = PollingThread("warptd-podresources", self.poll_once, lambda: self.interval)
         self._failing: str | None = None
 
     def owners(self, info: GPUInfo) -> tuple[Owner, ...]:
@@ -92,18 +91,10 @@ class PodAttribution:
         self.on_change()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="warptd-podresources", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.poll_once()
-            self._stop.wait(self.interval)
+        self._poller.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.client.timeout + 1)
+        self._poller.stop(timeout=self.client.timeout + 1)
         self.client.close()
 
 

@@ -18,6 +18,7 @@ import structlog
 from warptd.backends import nvml_session
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.processes.cgroup import CgroupResolver
+from warptd.sampling.poller import PollingThread
 
 log = structlog.get_logger("warptd.processes")
 
@@ -70,8 +71,7 @@ class ProcessMonitor:
         self._capped: dict[int, int] = {}  # device index -> processes left out at the last poll
         self._latest: list[GpuProcess] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = PollingThread("warptd-processes", self.poll, lambda: self.interval)
         self._released = False
 
     # -- polling ------------------------------------------------------------------------------
@@ -143,16 +143,7 @@ class ProcessMonitor:
 
     # -- the thread and what the collector reads ---------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="warptd-processes", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll()
-            except Exception:  # keep polling: one bad /proc entry or driver answer must not end it
-                log.exception("processes_poll_failed", backend=self.backend)
-            self._stop.wait(self.interval)
+        self._poller.start()
 
     def processes(self) -> list[GpuProcess]:
         """The latest poll's processes (never calls NVML)."""
@@ -161,9 +152,7 @@ class ProcessMonitor:
 
     def stop(self) -> None:
         """Stop polling and release NVML."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._poller.stop()
         if not self._released:
             self._released = True
             nvml_session.release(self._session)
