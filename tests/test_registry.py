@@ -46,7 +46,7 @@ def test_all_available_backends_load_together(settings, fake_nvml, sysfs):
     sysfs.rapl_zone("intel-rapl:0", "package-0", 1)
     drm_card(sysfs, 0, "amdgpu", "0000:03:00.0", {"gpu_busy_percent": 5}, {"power1_input": 30_000_000})
     loaded = registry.load_backends(settings)
-    assert [b.name for b in loaded.accelerators] == ["nvidia", "cpu", "hwmon"]  # two GPU vendors at once
+    assert [b.name for b in loaded.accelerators] == ["nvidia", "hwmon", "cpu"]  # two GPU vendors at once
     assert [b.name for b in loaded.power] == ["nvml", "rapl"]
     loaded.shutdown()
 
