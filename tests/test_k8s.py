@@ -277,3 +277,33 @@ def test_committed_stubs_match_the_proto(tmp_path):
     assert fresh == committed, "regenerate: see the header of warptd/k8s/podresources.proto"
     service = committed.service[0]
     assert (committed.package, service.name, service.method[0].name) == ("v1", "PodResourcesLister", "List")
+
+
+def test_devices_match_by_uuid_pci_address_or_serial():
+    """Device plugins name devices their own way: NVIDIA by UUID, AMD by PCI address, Habana by serial."""
+    from warptd.k8s.podresources import Allocation, Owner
+    from warptd.models import GPUInfo
+
+    class Kubelet:  # the client's interface, answering a fixed List
+        timeout = 1.0
+
+        def list(self):
+            return [
+                Allocation(Owner("ml", "a", "main"), "nvidia.com/gpu", "GPU-ABC"),
+                Allocation(Owner("ml", "b", "main"), "amd.com/gpu", "0000:C1:00.0"),
+                Allocation(Owner("ml", "c", "main"), "habana.ai/gaudi", "AM12345"),
+            ]
+
+        def close(self):
+            pass
+
+    pods = PodAttribution(Kubelet(), interval=10)
+    pods.poll_once()
+    nvidia = GPUInfo(index=0, model="H100", uuid="gpu-abc", pci_bus_id="00000000:18:00.0")
+    amd = GPUInfo(index=0, model="MI300X", uuid="74a1-x", pci_bus_id="0000:c1:00.0")
+    gaudi = GPUInfo(index=0, model="Gaudi 3", uuid="01-x", extra_metrics={"serial": "AM12345"})
+    other = GPUInfo(index=1, model="MI300X", uuid="74a2-x", pci_bus_id="0000:c2:00.0")
+    assert [o.pod for o in pods.owners(nvidia)] == ["a"]
+    assert [o.pod for o in pods.owners(amd)] == ["b"]
+    assert [o.pod for o in pods.owners(gaudi)] == ["c"]
+    assert pods.owners(other) == ()
