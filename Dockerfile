@@ -2,7 +2,8 @@
 # warptd container image.
 #   docker build -t warptd .                    # default target: telemetry only, no torch, non-root
 #   docker build --target stress -t warptd:stress .   # adds torch for POST /stress
-# Run with the NVIDIA container toolkit: docker run --gpus all -p 9465:9465 warptd
+# Every vendor SDK is in the image; the host provides the driver libraries (NVIDIA container toolkit,
+# ROCm libamd_smi.so, libhlml.so). NVIDIA: docker run --gpus all -p 9465:9465 warptd
 ARG PYTHON_VERSION=3.12
 
 FROM python:${PYTHON_VERSION}-slim AS build
@@ -11,10 +12,10 @@ COPY pyproject.toml README.md ./
 COPY warptd ./warptd
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/warptd \
- && /opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia,kubernetes]"
+ && /opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia,amd,gaudi,tenstorrent,tpu,kubernetes]"
 
 FROM build AS build-stress
-RUN /opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia,kubernetes,stress]"
+RUN /opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "warptd[nvidia,amd,gaudi,tenstorrent,tpu,kubernetes,stress]"
 
 FROM python:${PYTHON_VERSION}-slim AS base
 LABEL org.opencontainers.image.title="warptd" \

@@ -265,7 +265,7 @@ def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
     """The build stage's commands, run here in a fresh venv (no container engine on this machine)."""
     dockerfile = (ROOT / "Dockerfile").read_text()
     wheel_cmd = "pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ."
-    extras = "warptd[nvidia,kubernetes]"
+    extras = "warptd[nvidia,amd,gaudi,tenstorrent,tpu,kubernetes]"  # one image for every vendor
     install_cmd = f'/opt/warptd/bin/pip install --no-cache-dir --find-links /wheels "{extras}"'
     assert (
         wheel_cmd in dockerfile and "python -m venv /opt/warptd" in dockerfile and install_cmd in dockerfile
