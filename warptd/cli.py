@@ -98,29 +98,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    fields = (
-        "config",
-        "backends",
-        "sysfs",
-        "state_dir",
-        "web_config_file",
-        "log_level",
-        "log_format",
-        "interval",
-        "sample_timeout",
-        "listen",
-        "stress",
-        "stress_token",
-        "stress_token_file",
-        "procfs",
-        "tpu_runtime_address",
-        "kubelet_socket",
-        "pod_attribution",
-        "pod_labels",
-        "processes",
-        "xid_events",
-    )
-    return load_settings(**{name: getattr(args, name, None) for name in fields})
+    """Every setting a flag was given for (flags are named after the settings they set)."""
+    return load_settings(**{name: getattr(args, name, None) for name in Settings.model_fields})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
