@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
+#: Device kinds that torch itself (or its vendor plugin: Habana, torch_xla) provides.
+TORCH_DEVICE_TYPES = ("cpu", "cuda", "xpu", "hpu", "xla", "mps")
+
 
 class TestCategory(StrEnum):
     COMPUTE = "compute"
@@ -75,6 +78,8 @@ class StressTest(ABC):
     dtypes: ClassVar[tuple[str, ...]] = ()
     size_range: ClassVar[tuple[int, int]] = (1, 2**31)
     size_help: ClassVar[str] = "workload size"
+    #: The kinds of device string (``cuda`` of ``cuda:0``) the workload runs on.
+    device_types: ClassVar[tuple[str, ...]] = TORCH_DEVICE_TYPES
 
     __test__ = False  # not a pytest test class
 
@@ -110,6 +115,10 @@ class StressTest(ABC):
     @classmethod
     def check_parameters(cls, torch_device: str, dtype: str | None, size: int | None) -> None:
         """Reject impossible parameters before anything starts; pure Python, runs in the daemon."""
+        kind = torch_device.partition(":")[0]
+        if kind not in cls.device_types:
+            others = ", ".join(cls.device_types)
+            raise ValueError(f"{cls.name} does not run on {torch_device} ({kind}); it runs on: {others}")
         if dtype is not None and dtype not in cls.dtypes:
             allowed = ", ".join(cls.dtypes) or "none"
             raise ValueError(f"dtype {dtype!r} is not valid for {cls.name} (allowed: {allowed})")
