@@ -131,6 +131,9 @@ def load_backends(settings: Settings) -> Loaded:
 
 def deduplicate(loaded: Loaded) -> None:
     """One physical device, one exporter: a fallback (sysfs) backend releases what an SDK backend serves."""
+    fallbacks = [b for b in loaded.accelerators if b.fallback]
+    if not fallbacks:
+        return  # nothing to release: no device listing at start
     served = {
         address: backend.name
         for backend in loaded.accelerators
@@ -138,7 +141,7 @@ def deduplicate(loaded: Loaded) -> None:
         for info in backend.list_devices()
         if (address := pci_address(info.pci_bus_id))
     }
-    for backend in [b for b in loaded.accelerators if b.fallback]:
+    for backend in fallbacks:
         released = backend.release_devices(set(served))
         for address in sorted(released):
             log.info(
