@@ -74,6 +74,8 @@ class StressTest(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     category: ClassVar[TestCategory]
+    #: What the throughput counts: ``FLOP/s`` (compute) or ``B/s`` (memory).
+    unit: ClassVar[str] = "FLOP/s"
     #: Accepted dtype names; empty when the workload has no dtype.
     dtypes: ClassVar[tuple[str, ...]] = ()
     size_range: ClassVar[tuple[int, int]] = (1, 2**31)
@@ -158,9 +160,8 @@ class StressTest(ABC):
         duration: float,
         iterations: int,
         work: float,
-        unit: str,
     ) -> WorkloadResult:
-        """Time ``step`` (``work`` FLOP or bytes each) for ``duration`` s; ``unit`` is e.g. ``FLOP/s``."""
+        """Time ``step`` (``work`` FLOP or bytes each, in the test's ``unit``) for ``duration`` s."""
         done, elapsed = timed_loop(
             step,
             synchronize,
@@ -172,9 +173,9 @@ class StressTest(ABC):
         )
         return WorkloadResult(
             throughput=done * work / elapsed,
-            unit=unit,
+            unit=self.unit,
             work=float(done * work),
-            work_unit=unit.removesuffix("/s"),
+            work_unit=self.unit.removesuffix("/s"),
             iterations=done,
             elapsed_s=elapsed,
             dtype=self.dtype,

@@ -11,6 +11,7 @@ from warptd.config import Settings
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.jobs import Job, JobStatus, JobView, StressError
+from warptd.stress.registry import resolve_test
 
 BAR = 30
 
@@ -24,11 +25,10 @@ def _si(value: float | None, unit: str) -> str:
     return f"{value:.2f} {unit}"
 
 
-def _progress_line(job: Job) -> str:
+def _progress_line(job: Job, unit: str) -> str:
     elapsed = (job.progress or {}).get("elapsed_s", 0.0)
     share = min(1.0, elapsed / job.params.duration_s)
     filled = int(share * BAR)
-    unit = "FLOP/s" if job.params.test == "matmul" else "B/s"
     power = job.recorder.summary().power_mean_watts if job.started_at else None
     phase = "running" if job.started_at else "starting"
     return (
@@ -86,12 +86,14 @@ def run_stress(settings: Settings, loaded: Loaded, args: argparse.Namespace) -> 
         print(f"warptd: {exc}", file=sys.stderr)
         return 2
     tty = sys.stderr.isatty()
+    unit = resolve_test(manager.tests[params.test]).unit
     try:
         ticks = 0
         while not job.done.wait(0.5):
             ticks += 1
             if tty or ticks % 4 == 0:  # redraw in place on a terminal, a line every 2 s in a log
-                sys.stderr.write(_progress_line(job) if tty else _progress_line(job).lstrip("\r") + "\n")
+                line = _progress_line(job, unit)
+                sys.stderr.write(line if tty else line.lstrip("\r") + "\n")
                 sys.stderr.flush()
     except KeyboardInterrupt:
         manager.cancel(job.id)

@@ -64,9 +64,7 @@ class MatmulTest(StressTest):
 
     def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
         flop = self.flop_per_product(self.size or 0)
-        return self.measure(
-            self._step, self._sync, duration=duration, iterations=iterations, work=flop, unit="FLOP/s"
-        )
+        return self.measure(self._step, self._sync, duration=duration, iterations=iterations, work=flop)
 
     def teardown(self) -> None:
         torch: Any = torch_device.torch()

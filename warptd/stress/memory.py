@@ -16,6 +16,7 @@ class MemoryBandwidthTest(StressTest):
         "Device memory bandwidth with large buffer copies; reports bytes/s (read + write)"
     )
     category: ClassVar[TestCategory] = TestCategory.MEMORY
+    unit: ClassVar[str] = "B/s"
     dtypes: ClassVar[tuple[str, ...]] = ("float32",)  # the buffers; bandwidth does not depend on it
     size_range: ClassVar[tuple[int, int]] = (1, 65536)
     size_help: ClassVar[str] = "MiB per buffer"
@@ -51,9 +52,7 @@ class MemoryBandwidthTest(StressTest):
 
     def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
         moved = 2 * self._src.numel() * self._src.element_size()  # each copy reads and writes the buffer
-        return self.measure(
-            self._step, self._sync, duration=duration, iterations=iterations, work=moved, unit="B/s"
-        )
+        return self.measure(self._step, self._sync, duration=duration, iterations=iterations, work=moved)
 
     def teardown(self) -> None:
         self._src = self._dst = None

@@ -83,9 +83,7 @@ class TtnnMatmulTest(StressTest):
 
     def execute_test(self, duration: float, iterations: int) -> WorkloadResult:
         flop = MatmulTest.flop_per_product(self.size or 0)
-        return self.measure(
-            self._step, self._sync, duration=duration, iterations=iterations, work=flop, unit="FLOP/s"
-        )
+        return self.measure(self._step, self._sync, duration=duration, iterations=iterations, work=flop)
 
     def teardown(self) -> None:
         ttnn = getattr(self, "_ttnn", None)
