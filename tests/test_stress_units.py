@@ -204,3 +204,17 @@ def test_a_device_torch_does_not_know_is_unavailable_not_a_crash():
 
     assert not torch_device.available("tt:0")
     assert torch_device.available("cpu")
+
+
+def test_the_default_test_is_the_one_that_runs_on_the_device():
+    """An empty POST /stress on a Tenstorrent chip runs tt_matmul (Path B), elsewhere matmul."""
+    from warptd.stress.base import DeviceRef
+
+    refs = [
+        DeviceRef(backend="tenstorrent", index=0, torch_device="tt:0", is_accelerator=True),
+        DeviceRef(backend="cpu", index=0, torch_device="cpu", is_accelerator=False),
+    ]
+    manager = JobManager(refs, {})
+    assert manager.parameters(None, None, 1.0, None, None).test == "tt_matmul"  # first accelerator
+    assert manager.parameters(None, "cpu:0", 1.0, None, None).test == "matmul"
+    assert manager.parameters("memory", "cpu:0", 1.0, None, None).test == "memory"  # as asked

@@ -88,7 +88,9 @@ def _parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, parents=[common], help=text)
         command.add_argument("--json", action="store_true", help="print JSON")
     stress = sub.add_parser("stress", parents=[common], help="run a stress test here and print its result")
-    stress.add_argument("--test", default="matmul", help="matmul or memory (default matmul)")
+    stress.add_argument(
+        "--test", help="matmul, memory or tt_matmul (default matmul, tt_matmul on Tenstorrent chips)"
+    )
     stress.add_argument("--device", help="BACKEND:INDEX (default: first accelerator, else cpu:0)")
     stress.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
     stress.add_argument("--dtype", choices=DTYPES)

@@ -19,7 +19,9 @@ class StressRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    test: str = "matmul"
+    test: str | None = Field(
+        None, description="workload; default matmul, or the device's own (tt_matmul on Tenstorrent)"
+    )
     device: str | None = Field(
         None, pattern=r"^[a-z0-9_.-]+:\d+$", description="BACKEND:INDEX, e.g. nvidia:0"
     )

@@ -159,13 +159,23 @@ class JobManager:
 
     # -- starting -----------------------------------------------------------------------------
     def parameters(
-        self, test: str, device: str | None, duration_s: float, dtype: str | None, size: int | None
+        self, test: str | None, device: str | None, duration_s: float, dtype: str | None, size: int | None
     ) -> StressParameters:
-        """A request's parameters, with the default device filled in."""
+        """A request's parameters, with the default device and the default test for it filled in."""
         self._refresh_devices()
-        return StressParameters(
-            test=test, device=device or self.default_device(), duration_s=duration_s, dtype=dtype, size=size
-        )
+        device = device or self.default_device()
+        test = test or self.default_test(device)
+        return StressParameters(test=test, device=device, duration_s=duration_s, dtype=dtype, size=size)
+
+    def default_test(self, device: str) -> str:
+        """``matmul`` where it runs, else the first workload that runs on the device (Path B)."""
+        ref = self.devices.get(device)
+        kind = ref.torch_device.partition(":")[0] if ref is not None else "cpu"
+        for name in ("matmul", *sorted(self.tests)):
+            target = self.tests.get(name)
+            if target is not None and kind in resolve_test(target).device_types:
+                return name
+        return "matmul"
 
     def _refresh_devices(self) -> None:
         if self._refresh is not None:
