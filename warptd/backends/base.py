@@ -143,14 +143,30 @@ class AcceleratorBackend(GuardedSDK, ABC):
             self._lost_now.add(key[1])
         super().on_error(key, kind, exc)
 
+    def device_present(self, index: int) -> bool:
+        """False for a device known to be gone without asking the SDK (no handle, its PCI directory
+        removed): it is read as down and counted as ``device_lost``."""
+        return True
+
+    def _absent(self, index: int) -> bool:
+        if self.device_present(index):
+            return False
+        self.count_error(ErrorKind.DEVICE_LOST)
+        return True
+
     def read_power(self, index: int) -> tuple[float | None, float | None] | None:
-        """Power (W) and energy counter (J) of one device; None when the device reported itself lost."""
+        """Power (W) and energy counter (J) of one device; None when the device is lost."""
+        if self._absent(index):
+            return None
         self._lost_now.discard(index)
         power, energy = self.get_power_usage(index), self.get_energy_counter(index)
         return None if index in self._lost_now else (power, energy)
 
     def read_device(self, index: int) -> DeviceReading:
-        """Read every value of one device. A device that reported itself lost comes back ``up=False``."""
+        """Read every value of one device. A device that is absent or reported itself lost comes back
+        ``up=False``."""
+        if self._absent(index):
+            return DeviceReading(index=index, up=False)
         self._lost_now.discard(index)
         supported = self.get_supported_throttle_reasons(index)
         active_now = self.get_throttle_reasons(index)

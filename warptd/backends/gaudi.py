@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from warptd.backends.base import AcceleratorBackend
 from warptd.backends.shared_session import SharedSession
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization, pci_address
+from warptd.models import GPUInfo, MemoryUsage, Utilization, pci_address
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -116,18 +116,8 @@ class GaudiBackend(AcceleratorBackend):
     def _get(self, index: int, what: str, fn_name: str, *args: object) -> Any:
         return self.call(index, what, getattr(self._hlml, fn_name), self._handles[index], *args)
 
-    # -- devices without a handle (lost at start) are down, the others read as usual ---------
-    def read_device(self, index: int) -> DeviceReading:
-        if self._handles[index] is None:
-            self.count_error(ErrorKind.DEVICE_LOST)
-            return DeviceReading(index=index, up=False)
-        return super().read_device(index)
-
-    def read_power(self, index: int) -> tuple[float | None, float | None] | None:
-        if self._handles[index] is None:
-            self.count_error(ErrorKind.DEVICE_LOST)
-            return None
-        return super().read_power(index)
+    def device_present(self, index: int) -> bool:
+        return self._handles[index] is not None  # None: HLML had no handle for it at start
 
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:

@@ -111,23 +111,18 @@ class NvidiaBackend(AcceleratorBackend):
     def read_device(self, index: int) -> DeviceReading:
         with self._session.lock:
             self._sync_generation()
-            if not self._readable(index):
-                return DeviceReading(index=index, up=False)
             return super().read_device(index)
 
     def read_power(self, index: int) -> tuple[float | None, float | None] | None:
         with self._session.lock:
             self._sync_generation()
-            if not self._readable(index):
-                return None
             return super().read_power(index)
 
-    def _readable(self, index: int) -> bool:
+    def device_present(self, index: int) -> bool:
         """False for an index gone from the list, or a GPU whose handle the last reopen could not get."""
         if index < len(self._handles) and self._handles[index] is not None:
             return True
         self._suspect = True  # retry the reopen later
-        self.count_error(ErrorKind.DEVICE_LOST)
         return False
 
     # -- discovery and identity -------------------------------------------------------------

@@ -226,10 +226,10 @@ class TpuBackend(AcceleratorBackend):
     def read_device(self, index: int) -> DeviceReading:
         if self._runtime is None:  # read outside the sampler (warptd list, tests)
             self.begin_sample()
-        if not all(function.exists() for function in self.chips[index].functions):
-            self.count_error(ErrorKind.DEVICE_LOST)  # unbound or removed from the PCI bus
-            return DeviceReading(index=index, up=False)
         return super().read_device(index)
+
+    def device_present(self, index: int) -> bool:
+        return all(function.exists() for function in self.chips[index].functions)  # not unbound
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
         total = self._per_chip("TOTAL_MEMORY", index)
