@@ -126,8 +126,8 @@ class AmdBackend(AcceleratorBackend):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self._session = _shared.acquire()
-        self._closed = False
+        self._lease = _shared.lease()
+        self._session = self._lease.session
         sdk = self._sdk = self._session.sdk
         self._handles = self._session.handles
         try:
@@ -307,6 +307,4 @@ class AmdBackend(AcceleratorBackend):
         return [reason for reason, pct in percents.items() if pct > 0]
 
     def shutdown(self) -> None:
-        if not self._closed:  # idempotent: a second release would shut amdsmi down under the others
-            self._closed = True
-            _shared.release(self._session)
+        self._lease.release()

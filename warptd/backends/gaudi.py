@@ -91,8 +91,8 @@ class GaudiBackend(AcceleratorBackend):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self._session = _shared.acquire()
-        self._closed = False
+        self._lease = _shared.lease()
+        self._session = self._lease.session
         self._hlml = self._session.hlml
         self._handles = self._session.handles
         types = self._session.types
@@ -214,6 +214,4 @@ class GaudiBackend(AcceleratorBackend):
         return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
 
     def shutdown(self) -> None:
-        if not self._closed:  # idempotent: a second release would shut HLML down under the power backend
-            self._closed = True
-            _shared.release(self._session)
+        self._lease.release()

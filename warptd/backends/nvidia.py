@@ -46,8 +46,8 @@ class NvidiaBackend(AcceleratorBackend):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self._session = nvml_session.acquire()
-        self._closed = False
+        self._lease = nvml_session.lease()
+        self._session = self._lease.session
         try:
             self._nvml = nvml = self._session.nvml
             self._handles = self._session.handles
@@ -55,7 +55,7 @@ class NvidiaBackend(AcceleratorBackend):
             self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
             self._clocks = {clock: getattr(nvml, const) for clock, const in _CLOCKS.items()}
         except AttributeError as exc:  # an nvidia-ml-py too old for these constants
-            nvml_session.release(self._session)
+            self._lease.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
         self._uuids: dict[int, str] = {}
@@ -236,6 +236,4 @@ class NvidiaBackend(AcceleratorBackend):
         return counters
 
     def shutdown(self) -> None:
-        if not self._closed:  # idempotent: a second release would shut NVML down under the others
-            self._closed = True
-            nvml_session.release(self._session)
+        self._lease.release()

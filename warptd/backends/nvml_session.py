@@ -95,10 +95,8 @@ class NvmlSession:
 
 
 _shared: SharedSession[NvmlSession] = SharedSession(NvmlSession, NvmlSession.close)
-#: The process-wide session, initialising NVML on first use.
-acquire = _shared.acquire
-#: Drop a user's reference; NVML is shut down when the last user releases it.
-release = _shared.release
+#: A user's idempotent hold (a ``Lease``) on the process-wide session; NVML starts on first use.
+lease = _shared.lease
 
 
 def text(value: str | bytes) -> str:

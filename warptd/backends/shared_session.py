@@ -30,13 +30,32 @@ class SharedSession(Generic[S]):
             self._refs += 1
             return self._session
 
-    def release(self, session: S | None = None) -> None:
-        """Drop a reference to ``session`` (default: the current one); it is closed when its last user
-        releases it. Releasing a session that is no longer the current one (closed) does nothing."""
+    def lease(self) -> Lease[S]:
+        """One user's hold on the session, released at most once however often it is asked."""
+        return Lease(self, self.acquire())
+
+    def release(self, session: S) -> None:
+        """Drop a reference to ``session``; it is closed when its last user releases it. Releasing a
+        session that is no longer the current one (closed) does nothing."""
         with self._lock:
-            if session is not None and session is not self._session:
+            if session is not self._session:
                 return
             self._refs = max(0, self._refs - 1)
             if self._refs == 0 and self._session is not None:
                 session, self._session = self._session, None
                 self._close(session)
+
+
+class Lease(Generic[S]):
+    """A user's reference to a :class:`SharedSession`; :meth:`release` is idempotent, so a backend's
+    ``shutdown()`` can be called twice without closing the SDK under the session's other users."""
+
+    def __init__(self, shared: SharedSession[S], session: S) -> None:
+        self.session = session
+        self._shared = shared
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._shared.release(self.session)

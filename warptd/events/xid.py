@@ -54,7 +54,8 @@ class XidMonitor:
         self.backend = backend
         self.timeout_ms = timeout_ms
         self._on_change = on_change
-        self._session = nvml_session.acquire()
+        self._lease = nvml_session.lease()
+        self._session = self._lease.session
         self._nvml = nvml = self._session.nvml
         self._xid = nvml.nvmlEventTypeXidCriticalError
         # Double-bit ECC events are only logged: the driver reports them as XID 48 too.
@@ -194,7 +195,7 @@ class XidMonitor:
             self._released = True
             with self._session.lock:
                 self._free_set()
-            nvml_session.release(self._session)
+            self._lease.release()
 
 
 def open_xid_monitor(

@@ -56,7 +56,8 @@ class ProcessMonitor:
         self.interval = interval
         self.max_per_device = max_per_device
         self._on_change = on_change
-        self._session = nvml_session.acquire()
+        self._lease = nvml_session.lease()
+        self._session = self._lease.session
         self._nvml = nvml = self._session.nvml
         self._list_name = _LIST
         mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)  # nvidia-ml-py >= 12.550
@@ -72,7 +73,6 @@ class ProcessMonitor:
         self._latest: list[GpuProcess] = []
         self._lock = threading.Lock()
         self._poller = PollingThread("warptd-processes", self.poll, lambda: self.interval)
-        self._released = False
 
     # -- polling ------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -153,9 +153,7 @@ class ProcessMonitor:
     def stop(self) -> None:
         """Stop polling and release NVML."""
         self._poller.stop()
-        if not self._released:
-            self._released = True
-            nvml_session.release(self._session)
+        self._lease.release()
 
 
 def open_process_monitor(
