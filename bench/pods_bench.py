@@ -42,7 +42,7 @@ def allocate(kubelet: FakeKubelet) -> None:
 
 
 def in_process(socket: Path, rounds: int = 200) -> dict[str, object]:
-    fake = FakeNvml([FakeGpu(index=i, live=True) for i in range(GPUS)], record_calls=False)
+    fake = FakeNvml([FakeGpu(index=i, live=True) for i in range(GPUS)])
     settings = load_settings(listen="127.0.0.1:0", backends=["nvidia"], sysfs=socket.parent)
     with fake.installed():
         rig = Rig(settings)

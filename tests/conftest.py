@@ -67,6 +67,7 @@ def fake_nvml() -> Iterator[FakeNvml]:
     fake = FakeNvml(gpus=2)
     with fake.installed():
         yield fake
+    fake.close()
 
 
 @pytest.fixture(autouse=True)

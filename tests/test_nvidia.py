@@ -26,7 +26,9 @@ def test_values_in_base_units(rig, fake_nvml):
     assert value(samples, "warptd_device_up", **DEV0) == 1
     assert value(samples, "warptd_device_memory_total_bytes", **DEV0) == gpu.memory_total
     assert value(samples, "warptd_device_memory_used_bytes", **DEV0) == gpu.memory_used
-    assert value(samples, "warptd_device_memory_free_bytes", **DEV0) == gpu.memory_total - gpu.memory_used
+    free = gpu.memory_total - gpu.memory_reserved - gpu.memory_used  # as nvidia-smi shows them
+    assert value(samples, "warptd_device_memory_free_bytes", **DEV0) == free
+    assert value(samples, "warptd_device_memory_reserved_bytes", **DEV0) == gpu.memory_reserved
     assert value(samples, "warptd_device_utilization_ratio", **DEV0) == pytest.approx(0.35)
     assert value(samples, "warptd_device_memory_utilization_ratio", **DEV0) == pytest.approx(0.12)
     assert value(samples, "warptd_device_power_watts", **DEV0) == pytest.approx(120.0)  # from 120000 mW
@@ -62,20 +64,23 @@ def test_several_gpus_each_reported(settings):
 def test_handles_are_cached_not_looked_up_per_sample(rig, fake_nvml):
     for _ in range(5):
         rig.tick()
-    assert fake_nvml.calls("nvmlDeviceGetHandleByIndex") == len(fake_nvml.gpus)
-    assert fake_nvml.calls("nvmlInit") == 1  # nvidia and nvml power share one session
-    assert fake_nvml.calls("nvmlDeviceGetPowerUsage") >= 5
+    assert fake_nvml.calls("nvmlDeviceGetHandleByIndex_v2") == len(fake_nvml.gpus)
+    assert fake_nvml.calls("nvmlInitWithFlags") == 1  # nvidia and nvml power share one session
+    assert fake_nvml.calls("nvmlDeviceGetFieldValues") >= 5
+    assert fake_nvml.calls("nvmlDeviceGetPowerUsage") == 0  # the instant field serves power
 
 
 def test_not_supported_fields_are_absent_not_zero(rig, fake_nvml):
     gpu = fake_nvml.gpus[1]
     gpu.unsupported = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature"}
+    gpu.unsupported_fields = {pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE}
     gpu.energy_mj = None
     gpu.supported_reasons = 0
     gpu.current_reasons = 0
     samples = rig.tick()
     for name in (
         "warptd_device_power_watts",
+        "warptd_device_power_average_watts",
         "warptd_device_utilization_ratio",
         "warptd_device_temperature_celsius",
         "warptd_device_energy_joules_total",
@@ -88,7 +93,7 @@ def test_not_supported_fields_are_absent_not_zero(rig, fake_nvml):
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
     before = fake_nvml.calls("nvmlDeviceGetPowerUsage")
     rig.tick("nvidia")
-    assert fake_nvml.calls("nvmlDeviceGetPowerUsage") == before + 1  # GPU 0 only
+    assert fake_nvml.calls("nvmlDeviceGetPowerUsage") == before  # asked once on GPU 1; GPU 0 has the field
 
 
 def test_gpu_lost_mid_run_drops_its_series_others_keep_updating(rig, fake_nvml):
@@ -200,12 +205,13 @@ def test_nvml_power_backend_domains(settings, fake_nvml):
 def test_pytorch_device_string_and_errors_never_escape(settings, fake_nvml):
     backend = NvidiaBackend(settings)
     assert backend.get_pytorch_device_string(1) == "cuda:1"
-    fake_nvml.gpus[0].raises["nvmlDeviceGetMemoryInfo"] = nvml_error(pynvml.NVML_ERROR_UNKNOWN)
-    fake_nvml.gpus[0].raises["nvmlDeviceGetPowerUsage"] = RuntimeError("boom")
-    assert backend.get_memory_usage(0) is None
-    assert backend.get_power_usage(0) is None
+    fake_nvml.gpus[0].raises["nvmlDeviceGetMemoryInfo_v2"] = nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+    fake_nvml.gpus[0].raises["nvmlDeviceGetUtilizationRates"] = pynvml.NVML_ERROR_NO_PERMISSION
+    assert backend.get_memory_usage(0) is None  # a failing v2 is an error, not a reason to use v1
+    assert backend.get_utilization(0) is None
     errors = backend.take_errors()
-    assert errors["sdk_error"] == 1 and errors["unexpected"] == 1
+    assert errors["sdk_error"] == 1 and errors["permission"] == 1
+    assert fake_nvml.calls("nvmlDeviceGetMemoryInfo") == 0
     backend.shutdown()
 
 
@@ -220,19 +226,32 @@ def test_missing_driver_is_a_log_line_not_an_error(settings):
         rig.close()
 
 
-def test_double_rejects_a_wrong_call_in_both_modes(settings):
-    for record in (True, False):
-        fake = FakeNvml(gpus=1, record_calls=record)
-        with fake.installed():
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            with pytest.raises(TypeError):
-                pynvml.nvmlDeviceGetPowerUsage(handle, 1)  # one argument too many
-            with pytest.raises(AssertionError, match="does not implement"):
-                pynvml.nvmlDeviceGetFanSpeed(handle)
-            assert pynvml.nvmlDeviceGetPowerUsage(handle) == 120_000
-            assert fake.calls("nvmlDeviceGetPowerUsage") == 1  # the rejected call never reached the driver
-            pynvml.nvmlShutdown()
+def test_double_runs_under_the_real_pynvml(settings):
+    """pynvml's own wrappers call the stand-in library: a wrong call fails in pynvml, a function the
+    driver lacks is NVML's FUNCTION_NOT_FOUND, and the R470 build lacks what arrived since."""
+    fake = FakeNvml(gpus=1)
+    with fake.installed():
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(TypeError):
+            pynvml.nvmlDeviceGetPowerUsage(handle, 1)  # one argument too many
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            pynvml.nvmlDeviceGetFanSpeed(handle)
+        assert pynvml.nvmlDeviceGetPowerUsage(handle) == 120_000
+        assert fake.calls("nvmlDeviceGetPowerUsage") == 1  # the rejected call never reached the driver
+        pynvml.nvmlShutdown()
+    old = FakeNvml(gpus=1, driver="r470")
+    with old.installed():
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        assert pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) == pynvml.nvmlClocksEventReasonGpuIdle
+        pynvml.nvmlShutdown()
+    fake.close()
+    old.close()
 
 
 @pytest.mark.parametrize(
@@ -328,3 +347,132 @@ def test_one_lost_gpu_does_not_drop_the_others_and_is_retried(settings, rediscov
         up = {s.labels["uuid"]: s.value for s in select(samples, "warptd_device_up", backend="nvidia")}
         assert up == {u: 1 for u in uuids}
         rig.close()
+
+
+# -- what the driver really does (issue: right numbers on a real node) ---------------------------------
+def test_a_refused_handle_reads_as_down_and_the_others_export(settings, rediscover_now):
+    """nvmlDeviceGetCount counts a GPU whose handle is then refused: that GPU is down, not the backend."""
+    fake = FakeNvml(gpus=3)
+    fake.gpus[1].handle_error = pynvml.NVML_ERROR_NO_PERMISSION
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        assert [b.name for b in rig.loaded.accelerators] == ["nvidia"]
+        samples = rig.tick()
+        up = {s.labels["device"]: s.value for s in select(samples, "warptd_device_up", backend="nvidia")}
+        assert up == {"0": 1, "1": 0, "2": 1}
+        assert value(samples, "warptd_device_power_watts", backend="nvidia", device="2") == 120
+        assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu2") == 5000
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="permission") >= 1
+        fake.gpus[1].handle_error = 0  # e.g. the device node's permissions were fixed
+        rig.tick("nvidia")  # asked again for the refused handle only: no reopen
+        samples = rig.tick("nvidia")
+        assert value(samples, "warptd_device_up", backend="nvidia", device="1", uuid=fake.gpus[1].uuid) == 1
+        assert fake.calls("nvmlInitWithFlags") == 1
+        rig.close()
+    fake.close()
+
+
+def test_xid_and_processes_survive_a_refused_handle(settings, tmp_path):
+    from warptd.events.xid import open_xid_monitor
+    from warptd.processes.nvml import open_process_monitor
+
+    fake = FakeNvml(gpus=2)
+    fake.gpus[0].handle_error = pynvml.NVML_ERROR_UNKNOWN
+    with fake.installed():
+        xid = open_xid_monitor(timeout_ms=100)
+        processes = open_process_monitor(tmp_path)
+        assert xid is not None and [d.index for d in xid.devices()] == [1]
+        assert processes is not None
+        xid.stop()
+        processes.stop()
+    fake.close()
+
+
+def test_memory_used_excludes_driver_reserved_memory_and_v1_on_old_drivers(settings):
+    """v1 "used" is reserved + allocated: an idle H100 shows ~500 MiB used where nvidia-smi shows 0."""
+    for driver, used, reserved in (("current", 0, 534 * 2**20), ("r470", 534 * 2**20, None)):
+        fake = FakeNvml([FakeGpu(index=0, memory_used=0)], driver=driver)
+        settings.backends = ["nvidia"]
+        with fake.installed():
+            rig = Rig(settings)
+            samples = rig.tick()
+            assert value(samples, "warptd_device_memory_used_bytes", **DEV0) == used, driver
+            if reserved is None:  # v1 cannot tell: no reserved series rather than a wrong one
+                assert not select(samples, "warptd_device_memory_reserved_bytes", **DEV0)
+            else:
+                assert value(samples, "warptd_device_memory_reserved_bytes", **DEV0) == reserved
+            errors = select(samples, "warptd_sample_errors_total", backend="nvidia")
+            assert all(s.value == 0 for s in errors), driver  # the missing _v2 is not an error
+            rig.close()
+        fake.close()
+
+
+def test_power_is_the_instant_reading_and_the_driver_average_its_own_series(rig, fake_nvml):
+    """nvmlDeviceGetPowerUsage averages the last second (Ampere+): a spike shows there as a fraction."""
+    gpu = fake_nvml.gpus[0]
+    time.sleep(1.0)  # a second at 120 W
+    gpu.power_mw = 700_000  # a spike, read right away
+    samples = rig.tick()
+    assert value(samples, "warptd_device_power_watts", **DEV0) == 700
+    average = value(samples, "warptd_device_power_average_watts", **DEV0)
+    assert 120 <= average < 200  # still mostly the last second's 120 W
+    assert value(samples, "warptd_power_watts", source="nvml", domain="gpu0") == 700
+
+
+def test_power_falls_back_to_power_usage_without_the_instant_field(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.unsupported_fields = {pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE}
+    samples = rig.tick()
+    assert value(samples, "warptd_device_power_watts", **DEV0) == 120  # from nvmlDeviceGetPowerUsage
+    assert not select(samples, "warptd_device_power_average_watts", **DEV0)
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+def test_thermal_throttle_seconds_come_from_the_clock_event_fields(rig, fake_nvml):
+    """SW thermal slowdown is its own duration field (ns); NVML_PERF_POLICY_THERMAL counts another thing."""
+    for each in fake_nvml.gpus:  # a GPU that keeps every counter, sync boost included
+        each.violation_ns[pynvml.NVML_PERF_POLICY_SYNC_BOOST] = 0
+    gpu = fake_nvml.gpus[0]
+    gpu.violation_ns[pynvml.NVML_PERF_POLICY_THERMAL] = 9_000_000_000  # must not be read as SW thermal
+    gpu.clock_event_ns.update({269: 2_500_000_000, 270: 1_000_000_000, 271: 250_000_000})
+    samples = rig.tick()
+    seconds = {
+        s.labels["reason"]: s.value for s in select(samples, "warptd_device_throttle_seconds_total", **DEV0)
+    }
+    assert seconds["sw_thermal_slowdown"] == 2.5
+    assert seconds["hw_thermal_slowdown"] == 1.0
+    assert seconds["hw_power_brake_slowdown"] == 0.25
+    assert seconds["sw_power_cap"] == 0.0  # field 74, the same counter as NVML_PERF_POLICY_POWER
+    assert fake_nvml.calls("nvmlDeviceGetViolationStatus") == 0  # the fields answered every reason
+
+
+def test_deprecated_violation_status_is_asked_once_then_absent(rig, fake_nvml):
+    """CUDA 13 deprecates nvmlDeviceGetViolationStatus; where removed it answers DEPRECATED (26)."""
+    for gpu in fake_nvml.gpus:
+        gpu.unsupported_fields = {74, 76, 269, 270, 271}  # a driver without the duration fields
+        gpu.raises["nvmlDeviceGetViolationStatus"] = pynvml.NVML_ERROR_DEPRECATED
+    for _ in range(3):
+        samples = rig.tick()
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+    # once per GPU and reason it counts (sw_power_cap, sync_boost), then never again
+    assert fake_nvml.calls("nvmlDeviceGetViolationStatus") == 2 * 2
+    assert select(samples, "warptd_device_throttle_active", reason="sw_power_cap", **DEV0)
+
+
+def test_drivers_before_r535_keep_throttle_reasons(settings):
+    """Before R535 only the ...ClocksThrottleReasons names exist; they carry the same bits."""
+    fake = FakeNvml(
+        [FakeGpu(index=0, current_reasons=pynvml.nvmlClocksEventReasonSwThermalSlowdown)], driver="r470"
+    )
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        rig.tick()
+        samples = rig.tick()
+        assert value(samples, "warptd_device_throttle_active", reason="sw_thermal_slowdown", **DEV0) == 1
+        assert value(samples, "warptd_device_throttle_active", reason="hw_slowdown", **DEV0) == 0
+        assert fake.calls("nvmlDeviceGetCurrentClocksThrottleReasons") == 2
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+        rig.close()
+    fake.close()

@@ -164,27 +164,33 @@ def test_processes_per_device_are_capped_to_the_largest(fake_nvml, proc):
         monitor.stop()
 
 
-def test_a_driver_without_the_newest_struct_falls_back_to_v2(monitor, fake_nvml, proc):
-    mismatch = pynvml.NVMLLibraryMismatchError("Unversioned function called ...")
-    for gpu in fake_nvml.gpus:
-        gpu.raises["nvmlDeviceGetComputeRunningProcesses"] = mismatch
-    fake_nvml.gpus[1].processes = [(1003, GIB)]
+def test_a_driver_without_the_newest_struct_falls_back_to_v2(proc):
+    """An R470 driver has no ..._v3: pynvml raises NVMLLibraryMismatchError, and the monitor switches."""
+    fake = FakeNvml(gpus=2, driver="r470")
+    fake.gpus[1].processes = [(1003, GIB)]
     proc.add(1003, HOST)
-    monitor.poll()
-    monitor.poll()
-    assert value(scrape(monitor), METRIC, device="1", pid="1003") == GIB
-    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses") == 1  # switched once, for good
-    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v2") == 4
+    with fake.installed():
+        monitor = ProcessMonitor(proc.root)
+        try:
+            monitor.poll()
+            monitor.poll()
+            assert value(scrape(monitor), METRIC, device="1", pid="1003") == GIB
+            # per poll: GPU 0 once (no processes), GPU 1 twice (its size, then its list)
+            assert fake.calls("nvmlDeviceGetComputeRunningProcesses_v2") == 6
+        finally:
+            monitor.stop()
+    fake.close()
 
 
 def test_unsupported_device_asked_once_and_lost_device_skipped(monitor, fake_nvml, proc):
     gpu0, gpu1 = fake_nvml.gpus
-    gpu0.unsupported = {"nvmlDeviceGetComputeRunningProcesses"}
+    gpu0.unsupported = {"nvmlDeviceGetComputeRunningProcesses_v3"}
     gpu1.processes = [(1003, GIB)]
     proc.add(1003, HOST)
     monitor.poll()
     monitor.poll()
-    assert fake_nvml.mocks["nvmlDeviceGetComputeRunningProcesses"].call_count == 3  # GPU 0 once
+    # GPU 0 asked once; GPU 1 twice a poll (its size, then its list)
+    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3") == 5
     assert [s.labels["device"] for s in select(scrape(monitor), METRIC)] == ["1"]
     gpu1.lost = True  # its processes drop out while it does not answer
     monitor.poll()

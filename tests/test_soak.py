@@ -79,7 +79,7 @@ def _load(port: int, scrapes: int, jobs: int) -> None:
 def test_soak_20000_scrapes_50_stress_jobs(settings):
     if importlib.util.find_spec("torch") is None:  # the API needs torch installed; this worker never loads it
         pytest.skip("torch not installed")
-    fake = FakeNvml([FakeGpu(index=i, live=True) for i in range(8)], record_calls=False)
+    fake = FakeNvml([FakeGpu(index=i, live=True) for i in range(8)])
     settings.backends = ["nvidia", "cpu"]
     settings.stress_history = 10
     configure_logging("warning", "json", io.StringIO())  # 20,000 debug access lines would dominate

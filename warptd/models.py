@@ -48,11 +48,13 @@ def pci_address(bus_id: str | None) -> str | None:
 
 @dataclass(slots=True)
 class MemoryUsage:
-    """Device memory in bytes."""
+    """Device memory in bytes: ``used`` by allocations, as nvidia-smi shows it; ``reserved`` by the
+    driver, where the SDK reports it apart (then ``total = reserved + used + free``)."""
 
     total: int
     used: int
     free: int
+    reserved: int | None = None
 
 
 @dataclass(slots=True)
@@ -72,7 +74,10 @@ class DeviceReading:
     up: bool = True
     memory: MemoryUsage | None = None
     utilization: Utilization | None = None
+    # The most instantaneous power reading the device offers.
     power_watts: float | None = None
+    # The driver's own running average (NVML: over 1 s on Ampere and newer), where it has one.
+    power_average_watts: float | None = None
     power_limit_watts: float | None = None
     # Hardware energy counter in joules, as read: it may reset (driver reload) or wrap.
     energy_counter_joules: float | None = None

@@ -1,33 +1,40 @@
-"""A faithful NVML double, at the SDK boundary of the ``nvidia`` and ``nvml`` backends.
+"""The NVML double: a stand-in ``libnvidia-ml.so.1`` (``nvml_double.c``) under the real pynvml.
 
-Each pynvml function that warptd may call is replaced by ``create_autospec`` of the *real*
-pynvml function (a wrong arity or misspelt keyword fails), answering from :class:`FakeGpu`
-state with the real ctypes result structures, constants and ``NVMLError`` subclasses. Every
-other ``nvml*`` function raises ``AssertionError`` so an unexpected call is loud.
-No NVIDIA hardware or driver is involved.
+The tests compile the C library once (gcc, cached under the temp directory by source hash) and hand
+it to the real, unmodified nvidia-ml-py as its loaded library (``pynvml.nvmlLib``), so pynvml's own
+ctypes structs, versioned names (``nvmlDeviceGetCount_v2``, ``…MemoryInfo_v2``, ``…Processes_v3``)
+and error classes run. A daemon in another process uses the same library through
+``LD_LIBRARY_PATH`` (:meth:`FakeNvml.environment`): benchmarks then measure warptd, not a double.
 
-Device handles and event sets are real ctypes pointers (``c_nvmlDevice_t``, ``c_nvmlEventSet_t``),
-one stable address per GPU, so an event's ``c_nvmlEventData_t.device`` points where the handle
-``nvmlDeviceGetHandleByIndex`` gave does, as in the driver.
+The simulated driver's state is a file mapped by both sides (:class:`State`, mirroring
+``struct state``). :class:`FakeGpu` reads and writes one GPU of it in NVML's units (bytes, %, °C,
+mW, mJ, MHz, ns); a change is seen by the library at once, in any process.
+
+Function names in :attr:`FakeGpu.unsupported`, :attr:`FakeGpu.raises` and :meth:`FakeNvml.calls`
+are the library's C symbols (``nvmlInitWithFlags``, ``nvmlDeviceGetHandleByIndex_v2`` …), since
+that is the boundary the double sits at.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import threading
+import hashlib
+import mmap
+import os
+import subprocess
+import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, MutableMapping
+from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pynvml
 
-from tests.doubles.sdk import is_api_function, patched_sdk
-
 GIB = 2**30
+SOURCE = Path(__file__).with_name("nvml_double.c")
+#: Library builds: today's driver, and an R470-era one without the functions added since.
+VARIANTS = {"current": [], "r470": ["-DOLD_DRIVER"]}
 ALL_REASONS = (
     pynvml.nvmlClocksEventReasonGpuIdle
     | pynvml.nvmlClocksEventReasonApplicationsClocksSetting
@@ -49,353 +56,644 @@ SUPPORTED_EVENTS = (
 )
 #: gpuInstanceId / computeInstanceId of an event or process not attributable to a MIG instance.
 NO_INSTANCE = 0xFFFFFFFF
-# pynvml's own helper (captured before patching, which replaces every ``nvml*`` callable).
-_friendly_object = pynvml.nvmlStructToFriendlyObject
+#: A violation or clock-event counter the GPU does not keep (the library answers NOT_SUPPORTED).
+NOT_COUNTED = 2**64 - 1
+_UNKNOWN_MEMORY = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+#: Field ids of the clock-event reason durations (nvml.h), by the state array position they live at.
+CLOCK_EVENT_FIELDS = (269, 270, 271)
+# The array sizes of nvml_double.c.
+MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
+POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
+_U32, _U64, _I32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
 
 
 def nvml_error(code: int) -> pynvml.NVMLError:
-    """The exception pynvml itself raises for a return code (e.g. NVMLError_NotSupported)."""
+    """The exception pynvml raises for a return code (e.g. NVMLError_NotSupported)."""
     return pynvml.NVMLError(code)
 
 
-@dataclass
+class _PowerPoint(ctypes.Structure):
+    _fields_ = [("t_ns", _U64), ("mw", _U32), ("pad", _U32)]
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [("type", _U64), ("data", _U64)]
+
+
+class _Process(ctypes.Structure):
+    _fields_ = [("pid", _U32), ("pad", _U32), ("used", _U64)]
+
+
+class GpuState(ctypes.Structure):
+    """``struct gpu`` of nvml_double.c, field for field."""
+
+    _fields_ = [
+        ("name", ctypes.c_char * 96),
+        ("uuid", ctypes.c_char * 96),
+        ("bus_id", ctypes.c_char * 32),
+        ("memory_total", _U64),
+        ("memory_used", _U64),
+        ("memory_reserved", _U64),
+        ("util_gpu", _U32),
+        ("util_memory", _U32),
+        ("temperature", _U32),
+        ("memory_temperature", _U32),
+        ("power_limit_mw", _U32),
+        ("pcie_gen", _U32),
+        ("cc_major", _I32),
+        ("cc_minor", _I32),
+        ("energy_mj", _U64),
+        ("power_count", _U32),
+        ("power_head", _U32),
+        ("power", _PowerPoint * POWER_HISTORY),
+        ("clocks_mhz", _U32 * 4),
+        ("supported_reasons", _U64),
+        ("current_reasons", _U64),
+        ("violation_ns", _U64 * 3),
+        ("clock_event_ns", _U64 * 3),
+        ("supported_events", _U64),
+        ("event_head", _U32),
+        ("event_tail", _U32),
+        ("events", _Event * MAX_EVENTS),
+        ("process_count", _U32),
+        ("pad0", _U32),
+        ("processes", _Process * MAX_PROCS),
+        ("mig_mode", _U32),
+        ("mig_count", _U32),
+        ("mig_uuid", (ctypes.c_char * 96) * MAX_MIG),
+        ("handle_error", _I32),
+        ("lost", _I32),
+        ("hang", _I32),
+        ("release", _I32),
+        ("live", _I32),
+        ("pad1", _I32),
+        ("live_since_ns", _U64),
+        ("fn_error", _I32 * MAX_FN),
+        ("field_unsupported", ctypes.c_uint8 * MAX_FIELD),
+    ]
+
+
+class State(ctypes.Structure):
+    """``struct state`` of nvml_double.c."""
+
+    _fields_ = [
+        ("magic", _U32),
+        ("version", _U32),
+        ("gpu_count", _U32),
+        ("library_missing", _U32),
+        ("init_error", _I32),
+        ("pad", _I32),
+        ("driver_version", ctypes.c_char * 80),
+        ("order", _I32 * MAX_GPUS),
+        ("calls", _U64 * MAX_FN),
+        ("use_after_free", _U64),
+        ("initialised", ctypes.c_int64),
+        ("gpus", GpuState * MAX_GPUS),
+    ]
+
+
+# -- building and loading the library ---------------------------------------------------------------
+def library_path(variant: str = "current") -> Path:
+    """Compile the stand-in library once per source version and variant; return its path."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + repr(VARIANTS[variant]).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"warptd-nvml-double-{digest}" / variant / "libnvidia-ml.so.1"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{os.getpid()}.so")
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", *VARIANTS[variant],
+             "-Wl,-soname,libnvidia-ml.so.1", "-Wl,-Bsymbolic", "-o", str(partial), str(SOURCE)],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        os.replace(partial, path)
+    return path
+
+
+_LIBRARIES: dict[str, ctypes.CDLL] = {}
+
+
+def load(variant: str = "current") -> ctypes.CDLL:
+    """The library, loaded once per process and variant, with its control functions typed."""
+    if variant not in _LIBRARIES:
+        library = ctypes.CDLL(str(library_path(variant)))
+        library.double_attach.argtypes = [ctypes.c_char_p]
+        library.double_state_size.restype = ctypes.c_size_t
+        library.double_function_name.restype = ctypes.c_char_p
+        library.double_event_set.restype = ctypes.c_void_p
+        library.double_event_mask.restype = ctypes.c_uint64
+        if library.double_state_size() != ctypes.sizeof(State):
+            raise AssertionError("tests/doubles/nvml.py State does not match struct state in nvml_double.c")
+        _LIBRARIES[variant] = library
+    return _LIBRARIES[variant]
+
+
+def _function_ids() -> dict[str, int]:
+    library = load()
+    return {library.double_function_name(i).decode(): i for i in range(library.double_function_count())}
+
+
+# -- one GPU ---------------------------------------------------------------------------------------
+class _Flag:
+    """A 0/1 field of the shared state with a ``threading.Event``-like face (``hang``, ``release``)."""
+
+    def __init__(self, gpu: FakeGpu, name: str) -> None:
+        self._gpu, self._name = gpu, name
+
+    def set(self) -> None:
+        setattr(self._gpu.state, self._name, 1)
+
+    def clear(self) -> None:
+        setattr(self._gpu.state, self._name, 0)
+
+    def is_set(self) -> bool:
+        return bool(getattr(self._gpu.state, self._name))
+
+
+class _ReturnCodes(MutableMapping[str, Any]):
+    """Function name -> the return code it answers on this GPU (an int or an ``NVMLError``)."""
+
+    def __init__(self, gpu: FakeGpu, only: int | None = None) -> None:
+        self._gpu, self._only = gpu, only
+
+    def _id(self, name: str) -> int:
+        ids = _function_ids()
+        if name not in ids:
+            raise KeyError(f"libnvidia-ml double has no function {name}: use the C symbol ({sorted(ids)})")
+        return ids[name]
+
+    def _codes(self) -> dict[str, int]:
+        codes = self._gpu.state.fn_error
+        wanted = (lambda code: code != 0) if self._only is None else (lambda code: code == self._only)
+        return {name: codes[i] for name, i in _function_ids().items() if wanted(codes[i])}
+
+    def __getitem__(self, name: str) -> int:
+        return self._codes()[name]
+
+    def __setitem__(self, name: str, code: int | pynvml.NVMLError) -> None:
+        self._gpu.state.fn_error[self._id(name)] = code.value if isinstance(code, pynvml.NVMLError) else code
+
+    def __delitem__(self, name: str) -> None:
+        self._gpu.state.fn_error[self._id(name)] = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._codes())
+
+    def __len__(self) -> int:
+        return len(self._codes())
+
+    def add(self, name: str) -> None:  # the set face of ``unsupported``
+        self[name] = self._only or pynvml.NVML_ERROR_NOT_SUPPORTED
+
+    def discard(self, name: str) -> None:
+        if name in self:
+            del self[name]
+
+
+class _ArrayMap(MutableMapping[int, int]):
+    """A fixed C array seen as a mapping; ``absent`` marks a key the GPU does not have."""
+
+    def __init__(self, array: Any, keys: dict[int, int], absent: int) -> None:
+        self._array, self._keys, self._absent = array, keys, absent
+
+    def __getitem__(self, key: int) -> int:
+        if key not in self._keys or self._array[self._keys[key]] == self._absent:
+            raise KeyError(key)
+        return self._array[self._keys[key]]
+
+    def __setitem__(self, key: int, value: int) -> None:
+        self._array[self._keys[key]] = value
+
+    def __delitem__(self, key: int) -> None:
+        self._array[self._keys[key]] = self._absent
+
+    def __iter__(self) -> Iterator[int]:
+        return (k for k, i in self._keys.items() if self._array[i] != self._absent)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _EventQueue:
+    """The driver's event queue of one GPU: ``append((nvmlEventType…, data))`` raises an event."""
+
+    def __init__(self, gpu: FakeGpu) -> None:
+        self._gpu = gpu
+
+    def append(self, event: tuple[int, int]) -> None:
+        state = self._gpu.state
+        if state.event_tail - state.event_head >= MAX_EVENTS:
+            raise AssertionError("the double's event queue is full")
+        slot = state.events[state.event_tail % MAX_EVENTS]
+        slot.type, slot.data = event
+        state.event_tail += 1  # published last: the library reads tail, then the entry
+
+    def extend(self, events: Iterable[tuple[int, int]]) -> None:
+        for event in events:
+            self.append(event)
+
+    def __iadd__(self, events: Iterable[tuple[int, int]]) -> _EventQueue:
+        self.extend(events)
+        return self
+
+    def __len__(self) -> int:
+        return self._gpu.state.event_tail - self._gpu.state.event_head
+
+
+_SCALARS = (
+    "memory_total", "memory_used", "memory_reserved", "util_gpu", "util_memory", "temperature",
+    "memory_temperature", "power_limit_mw", "pcie_gen", "supported_reasons", "current_reasons",
+    "supported_events", "handle_error", "mig_mode",
+)  # fmt: skip
+
+
 class FakeGpu:
-    """State of one simulated GPU, in NVML's own units (bytes, %, °C, mW, mJ, MHz, ns)."""
+    """One simulated GPU (an H100 SXM by default). Attributes read and write the shared state."""
 
-    index: int = 0
-    name: str = "NVIDIA H100 80GB HBM3"
-    uuid: str = ""
-    memory_total: int = 80 * GIB
-    memory_used: int = 1 * GIB
-    util_gpu: int = 35
-    util_memory: int = 12
-    temperature: int = 41
-    power_mw: int = 120_000
-    power_limit_mw: int = 700_000
-    energy_mj: int | None = 5_000_000
-    clocks_mhz: dict[int, int] = field(
-        default_factory=lambda: {
-            pynvml.NVML_CLOCK_GRAPHICS: 1980,
-            pynvml.NVML_CLOCK_SM: 1980,
-            pynvml.NVML_CLOCK_MEM: 2619,
-            pynvml.NVML_CLOCK_VIDEO: 1755,
-        }
+    def __init__(  # noqa: PLR0917 - one keyword per simulated property, as the old double took
+        self,
+        index: int = 0,
+        name: str = "NVIDIA H100 80GB HBM3",
+        uuid: str = "",
+        memory_total: int = 80 * GIB,
+        memory_used: int = 1 * GIB,
+        memory_reserved: int = 534 * 2**20,
+        util_gpu: int = 35,
+        util_memory: int = 12,
+        temperature: int = 41,
+        memory_temperature: int = 38,
+        power_mw: int = 120_000,
+        power_limit_mw: int = 700_000,
+        energy_mj: int | None = 5_000_000,
+        clocks_mhz: dict[int, int] | None = None,
+        supported_reasons: int = ALL_REASONS,
+        current_reasons: int = pynvml.nvmlClocksEventReasonGpuIdle,
+        violation_ns: dict[int, int] | None = None,
+        clock_event_ns: dict[int, int] | None = None,
+        compute_capability: tuple[int, int] = (9, 0),
+        pcie_gen: int = 5,
+        supported_events: int = SUPPORTED_EVENTS,
+        processes: list[tuple[int, int | None]] | None = None,
+        unsupported: set[str] | None = None,
+        unsupported_fields: set[int] | None = None,
+        mig_uuids: list[str] | None = None,
+        live: bool = False,
+    ) -> None:
+        self.index = index
+        self.state = GpuState()  # private until a FakeNvml places it in the shared file
+        self.name = name
+        self.uuid = uuid or f"GPU-{index:08x}-1111-2222-3333-{index:012x}"
+        self.memory_total, self.memory_used, self.memory_reserved = memory_total, memory_used, memory_reserved
+        self.util_gpu, self.util_memory = util_gpu, util_memory
+        self.temperature, self.memory_temperature = temperature, memory_temperature
+        self.power_limit_mw = power_limit_mw
+        self.power_mw = power_mw
+        self.energy_mj = energy_mj
+        self.clocks_mhz.update(
+            clocks_mhz
+            if clocks_mhz is not None
+            else {
+                pynvml.NVML_CLOCK_GRAPHICS: 1980,
+                pynvml.NVML_CLOCK_SM: 1980,
+                pynvml.NVML_CLOCK_MEM: 2619,
+                pynvml.NVML_CLOCK_VIDEO: 1755,
+            }
+        )
+        self.supported_reasons, self.current_reasons = supported_reasons, current_reasons
+        for position in range(3):
+            self.state.violation_ns[position] = self.state.clock_event_ns[position] = NOT_COUNTED
+        self.violation_ns.update(
+            violation_ns
+            if violation_ns is not None
+            else {pynvml.NVML_PERF_POLICY_POWER: 0, pynvml.NVML_PERF_POLICY_THERMAL: 0}
+        )
+        if clock_event_ns is None:
+            clock_event_ns = dict.fromkeys(CLOCK_EVENT_FIELDS, 0)
+        self.clock_event_ns.update(clock_event_ns)
+        self.compute_capability = compute_capability
+        self.pcie_gen = pcie_gen
+        self.supported_events = supported_events
+        self.processes = processes or []
+        self.unsupported = unsupported or set()
+        self.unsupported_fields = unsupported_fields or set()
+        self.mig_uuids = mig_uuids or []
+        self.live = live
+        self.pci_bus_id = f"00000000:{0x18 + index:02X}:00.0"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SCALARS:
+            setattr(self.state, name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:  # only for names not set on the object itself
+        if name in _SCALARS:
+            return getattr(self.state, name)
+        raise AttributeError(name)
+
+    def place(self, state: GpuState) -> None:
+        """Move this GPU into a slot of the shared state (copying what was set so far)."""
+        ctypes.memmove(ctypes.addressof(state), ctypes.addressof(self.state), ctypes.sizeof(GpuState))
+        object.__setattr__(self, "state", state)
+
+    # -- identity -------------------------------------------------------------------------------
+    name = property(lambda s: s.state.name.decode(), lambda s, v: setattr(s.state, "name", v.encode()))
+    uuid = property(lambda s: s.state.uuid.decode(), lambda s, v: setattr(s.state, "uuid", v.encode()))
+    pci_bus_id = property(
+        lambda s: s.state.bus_id.decode(), lambda s, v: setattr(s.state, "bus_id", v.encode())
     )
-    supported_reasons: int = ALL_REASONS
-    current_reasons: int = pynvml.nvmlClocksEventReasonGpuIdle
-    violation_ns: dict[int, int] = field(
-        default_factory=lambda: {pynvml.NVML_PERF_POLICY_POWER: 0, pynvml.NVML_PERF_POLICY_THERMAL: 0}
-    )
-    compute_capability: tuple[int, int] = (9, 0)
-    pcie_gen: int = 5
-    #: Event types this GPU can deliver (nvmlDeviceGetSupportedEventTypes).
-    supported_events: int = SUPPORTED_EVENTS
-    #: Events the driver raises, oldest first, as (nvmlEventType…, eventData: the XID of an XID
-    #: event). A wait on a set this GPU registered for that type takes them; other types are dropped.
-    events: list[tuple[int, int]] = field(default_factory=list)
-    #: Running compute processes as (pid, usedGpuMemory bytes, or None where NVML cannot tell).
-    processes: list[tuple[int, int | None]] = field(default_factory=list)
-    #: Function names answering NVML_ERROR_NOT_SUPPORTED on this GPU.
-    unsupported: set[str] = field(default_factory=set)
-    #: Function name -> exception to raise.
-    raises: dict[str, BaseException] = field(default_factory=dict)
-    lost: bool = False
-    #: While set, every call on this GPU blocks until ``release`` is set (a hung driver).
-    hang: threading.Event = field(default_factory=threading.Event)
-    release: threading.Event = field(default_factory=threading.Event)
-    #: When True, the energy counter advances with wall time at the current power (for live daemons).
-    live: bool = False
-    _t0: float = field(default_factory=time.monotonic)
 
-    def __post_init__(self) -> None:
-        self.uuid = self.uuid or f"GPU-{self.index:08x}-1111-2222-3333-{self.index:012x}"
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        return self.state.cc_major, self.state.cc_minor
 
-    def energy_now(self) -> int | None:
-        if self.energy_mj is None:
+    @compute_capability.setter
+    def compute_capability(self, value: tuple[int, int]) -> None:
+        self.state.cc_major, self.state.cc_minor = value
+
+    # -- power and energy -----------------------------------------------------------------------
+    @property
+    def power_mw(self) -> int:
+        """The instantaneous draw (NVML_FI_DEV_POWER_INSTANT); nvmlDeviceGetPowerUsage averages it
+        over the last second."""
+        state = self.state
+        return state.power[(state.power_head - 1) % POWER_HISTORY].mw if state.power_count else 0
+
+    @power_mw.setter
+    def power_mw(self, milliwatts: int) -> None:
+        state, now = self.state, time.monotonic_ns()
+        if state.live and state.power_count:  # bank the energy drawn at the old power
+            state.energy_mj += int((now - state.live_since_ns) / 1e9 * self.power_mw)
+            state.live_since_ns = now
+        point = state.power[state.power_head % POWER_HISTORY]
+        point.t_ns, point.mw = now, milliwatts
+        state.power_head = (state.power_head + 1) % POWER_HISTORY
+        state.power_count = min(state.power_count + 1, POWER_HISTORY)
+
+    @property
+    def energy_mj(self) -> int | None:
+        if self.state.fn_error[_function_ids()["nvmlDeviceGetTotalEnergyConsumption"]]:
             return None
-        if self.live:
-            return self.energy_mj + int((time.monotonic() - self._t0) * self.power_mw)
-        return self.energy_mj
+        return self.state.energy_mj
+
+    @energy_mj.setter
+    def energy_mj(self, millijoules: int | None) -> None:
+        name = "nvmlDeviceGetTotalEnergyConsumption"
+        if millijoules is None:
+            self.raises[name] = pynvml.NVML_ERROR_NOT_SUPPORTED
+        else:
+            self.raises.pop(name, None)
+            self.state.energy_mj = millijoules
+            self.state.live_since_ns = time.monotonic_ns()
+
+    @property
+    def live(self) -> bool:
+        """When True, the energy counter advances with wall time at the instantaneous power."""
+        return bool(self.state.live)
+
+    @live.setter
+    def live(self, value: bool) -> None:
+        self.state.live_since_ns, self.state.live = time.monotonic_ns(), int(value)
+
+    # -- mappings and lists over the C arrays -----------------------------------------------------
+    @property
+    def clocks_mhz(self) -> _ArrayMap:
+        return _ArrayMap(self.state.clocks_mhz, {k: k for k in range(4)}, absent=0)
+
+    @property
+    def violation_ns(self) -> _ArrayMap:
+        """NVML_PERF_POLICY_* -> ns below application clocks (nvmlDeviceGetViolationStatus)."""
+        return _ArrayMap(self.state.violation_ns, {k: k for k in range(3)}, absent=NOT_COUNTED)
+
+    @property
+    def clock_event_ns(self) -> _ArrayMap:
+        """Clock-event reason duration fields (269 SW thermal, 270 HW thermal, 271 HW power brake), ns."""
+        positions = {field_id: i for i, field_id in enumerate(CLOCK_EVENT_FIELDS)}
+        return _ArrayMap(self.state.clock_event_ns, positions, absent=NOT_COUNTED)
+
+    @property
+    def events(self) -> _EventQueue:
+        """Events the driver raises, oldest first, as (nvmlEventType…, eventData: the XID)."""
+        return _EventQueue(self)
+
+    @events.setter
+    def events(self, queue: _EventQueue) -> None:  # ``gpu.events += [...]`` assigns the queue back
+        if not isinstance(queue, _EventQueue):
+            raise TypeError("append or += events; the queue cannot be replaced")
+
+    @property
+    def processes(self) -> list[tuple[int, int | None]]:
+        """Running compute processes as (pid, usedGpuMemory bytes, or None where NVML cannot tell)."""
+        listed = self.state.processes[: self.state.process_count]
+        return [(p.pid, None if p.used == _UNKNOWN_MEMORY else p.used) for p in listed]
+
+    @processes.setter
+    def processes(self, processes: list[tuple[int, int | None]]) -> None:
+        if len(processes) > MAX_PROCS:
+            raise AssertionError(f"the double holds at most {MAX_PROCS} processes per GPU")
+        for slot, (pid, used) in zip(self.state.processes, processes, strict=False):
+            slot.pid, slot.used = pid, _UNKNOWN_MEMORY if used is None else used
+        self.state.process_count = len(processes)
+
+    @property
+    def raises(self) -> _ReturnCodes:
+        """C function name -> the NVML return code (or NVMLError) it answers on this GPU."""
+        return _ReturnCodes(self)
+
+    @property
+    def unsupported(self) -> _ReturnCodes:
+        """C function names answering NVML_ERROR_NOT_SUPPORTED on this GPU."""
+        return _ReturnCodes(self, pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    @unsupported.setter
+    def unsupported(self, names: Iterable[str]) -> None:
+        codes = self.unsupported
+        for name in list(codes):
+            del codes[name]
+        for name in names:
+            codes.add(name)
+
+    @property
+    def unsupported_fields(self) -> set[int]:
+        """Field ids whose value carries nvmlReturn NOT_SUPPORTED (e.g. 186 before Ampere)."""
+        return {i for i, flag in enumerate(self.state.field_unsupported) if flag}
+
+    @unsupported_fields.setter
+    def unsupported_fields(self, fields: Iterable[int]) -> None:
+        wanted = set(fields)
+        for field_id in range(MAX_FIELD):
+            self.state.field_unsupported[field_id] = field_id in wanted
+
+    @property
+    def mig_uuids(self) -> list[str]:
+        """The ``MIG-…`` UUIDs of this GPU's MIG devices; setting some turns MIG mode on."""
+        return [self.state.mig_uuid[i].value.decode() for i in range(self.state.mig_count)]
+
+    @mig_uuids.setter
+    def mig_uuids(self, uuids: list[str]) -> None:
+        for i, uuid in enumerate(uuids[:MAX_MIG]):
+            self.state.mig_uuid[i].value = uuid.encode()
+        self.state.mig_count = min(len(uuids), MAX_MIG)
+        self.state.mig_mode = int(bool(uuids))
+
+    # -- failure modes --------------------------------------------------------------------------
+    @property
+    def lost(self) -> bool:
+        """Off the bus: every call answers GPU_IS_LOST, and so does nvmlDeviceGetHandleByIndex_v2."""
+        return bool(self.state.lost)
+
+    @lost.setter
+    def lost(self, value: bool) -> None:
+        self.state.lost = int(value)
+
+    @property
+    def hang(self) -> _Flag:
+        """While set (and ``release`` is not), every call on this GPU blocks, up to 30 s."""
+        return _Flag(self, "hang")
+
+    @property
+    def release(self) -> _Flag:
+        return _Flag(self, "release")
 
 
-# One opaque device structure per UUID: every handle of a GPU points at it, as NVML's handles do.
-_DEVICES: dict[str, Any] = {}
+class _GpuList(list):
+    """``FakeNvml.gpus``: reordering, removing or adding GPUs changes what the driver enumerates."""
+
+    def __init__(self, fake: FakeNvml, gpus: Iterable[FakeGpu]) -> None:
+        super().__init__(gpus)
+        self._fake = fake
+
+    def _changed(self) -> None:
+        self._fake.sync()
 
 
-def _address(pointer: Any) -> int | None:
-    return ctypes.cast(pointer, ctypes.c_void_p).value
+def _publishing(method: Any) -> Any:
+    def mutator(self: _GpuList, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        self._changed()
+        return result
+
+    return mutator
 
 
-class FakeHandle(pynvml.c_nvmlDevice_t):
-    """Bound to one physical GPU (by UUID), as an NVML handle is: it does not follow re-ordering.
-
-    A real ``c_nvmlDevice_t`` (it fits ``c_nvmlEventData_t.device``) whose address is the GPU's.
-    """
-
-    _type_ = pynvml.struct_c_nvmlDevice_t
-
-    def __init__(self, uuid: str) -> None:
-        super().__init__(_DEVICES.setdefault(uuid, pynvml.struct_c_nvmlDevice_t()))
-        self.uuid = uuid
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FakeHandle) and other.uuid == self.uuid
-
-    def __hash__(self) -> int:
-        return hash(self.uuid)
-
-    def __repr__(self) -> str:
-        return f"FakeHandle({self.uuid!r})"
-
-
-def handle_uuid(handle: Any) -> str | None:
-    """The GPU a handle points at: a FakeHandle, or a plain ``c_nvmlDevice_t`` read from an event."""
-    uuid = getattr(handle, "uuid", None)
-    if uuid is None:
-        address = _address(handle)
-        uuid = next((u for u, struct in _DEVICES.items() if ctypes.addressof(struct) == address), None)
-    return uuid
+for _name in ("append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear",
+              "__setitem__", "__delitem__", "__iadd__"):  # fmt: skip
+    setattr(_GpuList, _name, _publishing(getattr(list, _name)))
 
 
 class FakeNvml:
-    """The simulated driver: a list of GPUs plus init state and call counts."""
+    """The simulated driver: GPUs and driver-wide state in a file shared with the library."""
 
     def __init__(
-        self, gpus: list[FakeGpu] | int = 2, driver_version: str = "570.86.15", record_calls: bool = True
+        self,
+        gpus: list[FakeGpu] | int = 2,
+        driver_version: str = "570.86.15",
+        driver: str = "current",
+        keep: bool = False,
     ) -> None:
-        if isinstance(gpus, int):
-            gpus = [FakeGpu(index=i) for i in range(gpus)]
-        self.gpus = gpus
+        """``keep``: leave the state file when this process ends (a daemon exec'd from it reads it)."""
+        self.driver = driver
+        self._file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the double
+            prefix="warptd-nvml-state-", suffix=".bin", delete=not keep
+        )
+        self._file.truncate(ctypes.sizeof(State))
+        self._map = mmap.mmap(self._file.fileno(), ctypes.sizeof(State))
+        self.state = State.from_buffer(self._map)
+        self.state.magic, self.state.version = 0x4E564D4C, 3
         self.driver_version = driver_version
-        self.initialised = 0
-        self.library_missing = False
-        #: True: ``create_autospec`` mocks that record every call (tests). False: the same signature
-        #: check through ``inspect.signature(real).bind`` with only a call count, so a long benchmark
-        #: or soak neither pays mock's bookkeeping nor grows its call list without bound.
-        self.record_calls = record_calls
-        self.mocks: dict[str, mock.Mock] = {}
-        self.counts: Counter[str] = Counter()
-        #: Live event sets by address: {uuid: registered event mask}.
-        self.event_sets: dict[int, dict[str, int]] = {}
-        self._event_structs: dict[int, Any] = {}
+        self._slots: dict[int, int] = {}  # id(FakeGpu) -> slot
+        self._gpus = _GpuList(self, [])
+        self.gpus = [FakeGpu(index=i) for i in range(gpus)] if isinstance(gpus, int) else gpus
 
-    # -- the implementations --------------------------------------------------------------
-    def _gpu(self, handle: FakeHandle, fn: str) -> FakeGpu:
-        if not self.initialised:
-            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
-        uuid = handle_uuid(handle)
-        gpu = next((g for g in self.gpus if g.uuid == uuid), None)
-        if gpu is None:  # the GPU left the bus: its old handle answers GPU_IS_LOST
-            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
-        if gpu.hang.is_set():
-            gpu.release.wait(timeout=30)
-        if gpu.lost:
-            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
-        if fn in gpu.raises:
-            raise gpu.raises[fn]
-        if fn in gpu.unsupported:
-            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return gpu
+    @property
+    def path(self) -> str:
+        return self._file.name
 
-    def _event_set(self, event_set: Any) -> dict[str, int]:
-        if not self.initialised:
-            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
-        registered = self.event_sets.get(_address(event_set) or 0)
-        if registered is None:
-            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return registered
+    @property
+    def gpus(self) -> _GpuList:
+        return self._gpus
 
-    def _event_impls(self) -> dict[str, Callable[..., Any]]:
-        """Event sets: create, register per GPU, wait (bounded by its timeout), free."""
+    @gpus.setter
+    def gpus(self, gpus: Iterable[FakeGpu]) -> None:
+        self._gpus = _GpuList(self, gpus)
+        self.sync()
 
-        def create() -> Any:
-            if not self.initialised:
-                raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
-            struct = pynvml.struct_c_nvmlEventSet_t()
-            self._event_structs[ctypes.addressof(struct)] = struct
-            self.event_sets[ctypes.addressof(struct)] = {}
-            return pynvml.c_nvmlEventSet_t(struct)
+    def sync(self) -> None:
+        """Publish the GPU list: a new GPU gets a free slot; the order is NVML's enumeration order."""
+        used = set(self._slots.values())
+        for gpu in self._gpus:
+            if id(gpu) not in self._slots:
+                slot = next(s for s in range(MAX_GPUS) if s not in used)
+                used.add(slot)
+                self._slots[id(gpu)] = slot
+                gpu.place(self.state.gpus[slot])
+        for position, gpu in enumerate(self._gpus):
+            self.state.order[position] = self._slots[id(gpu)]
+        self.state.gpu_count = len(self._gpus)
 
-        def register(handle: Any, event_types: int, event_set: Any) -> None:
-            gpu = self._gpu(handle, "nvmlDeviceRegisterEvents")
-            registered = self._event_set(event_set)
-            if event_types & ~gpu.supported_events:
-                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            registered[gpu.uuid] = registered.get(gpu.uuid, 0) | event_types
+    driver_version = property(
+        lambda s: s.state.driver_version.decode(),
+        lambda s, v: setattr(s.state, "driver_version", v.encode()),
+    )
 
-        def next_event(registered: dict[str, int]) -> Any:
-            for gpu in self.gpus:
-                mask = registered.get(gpu.uuid, 0)
-                while mask and gpu.events:
-                    kind, data = gpu.events.pop(0)
-                    if kind & mask:
-                        return pynvml.c_nvmlEventData_t(
-                            device=FakeHandle(gpu.uuid),
-                            eventType=kind,
-                            eventData=data,
-                            gpuInstanceId=NO_INSTANCE,
-                            computeInstanceId=NO_INSTANCE,
-                        )
-            return None
+    @property
+    def library_missing(self) -> bool:
+        """nvmlInit answers LIBRARY_NOT_FOUND, as pynvml does when no libnvidia-ml.so.1 loads."""
+        return bool(self.state.library_missing)
 
-        def wait(event_set: Any, timeout_ms: int) -> Any:
-            deadline = time.monotonic() + timeout_ms / 1000
-            while True:
-                registered = self._event_set(event_set)
-                event = next_event(registered)
-                if event is not None:
-                    return event
-                if any(g.lost for g in self.gpus if g.uuid in registered):
-                    raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
-                # The driver blocks in the kernel. Tests poll the event lists every 50 ms; the light
-                # mode of benchmarks and soaks looks once per timeout, so the double's own CPU stays
-                # out of the daemon's figures.
-                time.sleep(min(0.05 if self.record_calls else left, left))
+    @library_missing.setter
+    def library_missing(self, value: bool) -> None:
+        self.state.library_missing = int(value)
 
-        def free(event_set: Any) -> None:
-            self._event_set(event_set)
-            address = _address(event_set) or 0
-            del self.event_sets[address], self._event_structs[address]
+    @property
+    def initialised(self) -> int:
+        """nvmlInit calls not yet matched by nvmlShutdown."""
+        return self.state.initialised
 
-        return {
-            "nvmlEventSetCreate": create,
-            "nvmlDeviceRegisterEvents": register,
-            "nvmlEventSetWait_v2": wait,
-            "nvmlEventSetFree": free,
-        }
+    @property
+    def use_after_free(self) -> int:
+        """Waits on an event set that the last nvmlShutdown had freed (a crash on a real driver)."""
+        return self.state.use_after_free
 
-    def _impls(self) -> dict[str, Callable[..., Any]]:
-        def device(fn: str, answer: Callable[[FakeGpu], Any]) -> Callable[..., Any]:
-            def impl(handle: FakeHandle, *args: Any) -> Any:
-                return answer(self._gpu(handle, fn), *args)
-
-            return impl
-
-        def init() -> None:
-            if self.library_missing:
-                raise nvml_error(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-            self.initialised += 1
-
-        def shutdown() -> None:
-            if not self.initialised:
-                raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
-            self.initialised -= 1
-
-        def count() -> int:
-            if not self.initialised:
-                raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
-            return len(self.gpus)
-
-        def handle_by_index(index: int) -> FakeHandle:
-            if not 0 <= index < count():
-                raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            if self.gpus[index].lost:  # NVML cannot hand out a handle for a GPU off the bus
-                raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
-            return FakeHandle(self.gpus[index].uuid)
-
-        def driver_version() -> str:
-            count()
-            return self.driver_version
-
-        def pci(g: FakeGpu) -> Any:
-            info = pynvml.nvmlPciInfo_t()
-            info.busId = f"00000000:{0x18 + self.gpus.index(g):02X}:00.0".encode()
-            return info
-
-        def memory(g: FakeGpu, version: Any = None) -> Any:
-            return pynvml.c_nvmlMemory_t(
-                total=g.memory_total, free=g.memory_total - g.memory_used, used=g.memory_used
-            )
-
-        def energy(g: FakeGpu) -> int:
-            value = g.energy_now()
-            if value is None:
-                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return value
-
-        def clock(g: FakeGpu, kind: int) -> int:
-            if kind not in g.clocks_mhz:
-                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return g.clocks_mhz[kind]
-
-        def processes(g: FakeGpu) -> list[Any]:
-            """As pynvml builds them: friendly objects of c_nvmlProcessInfo_t, NOT_AVAILABLE -> None."""
-            unknown = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
-            found = []
-            for pid, used in g.processes:
-                info = pynvml.c_nvmlProcessInfo_t(
-                    pid=pid,
-                    usedGpuMemory=unknown if used is None else used,
-                    gpuInstanceId=NO_INSTANCE,
-                    computeInstanceId=NO_INSTANCE,
-                )
-                process = _friendly_object(info)
-                if process.usedGpuMemory == unknown:
-                    process.usedGpuMemory = None
-                found.append(process)
-            return found
-
-        def violation(g: FakeGpu, policy: int) -> Any:
-            if policy not in g.violation_ns:
-                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            return pynvml.c_nvmlViolationTime_t(
-                referenceTime=time.monotonic_ns(), violationTime=g.violation_ns[policy]
-            )
-
-        return {
-            "nvmlInit": init,
-            "nvmlShutdown": shutdown,
-            "nvmlDeviceGetCount": count,
-            "nvmlDeviceGetHandleByIndex": handle_by_index,
-            "nvmlSystemGetDriverVersion": driver_version,
-            "nvmlDeviceGetName": device("nvmlDeviceGetName", lambda g: g.name),
-            "nvmlDeviceGetUUID": device("nvmlDeviceGetUUID", lambda g: g.uuid),
-            "nvmlDeviceGetCudaComputeCapability": device(
-                "nvmlDeviceGetCudaComputeCapability", lambda g: g.compute_capability
-            ),
-            "nvmlDeviceGetPciInfo": device("nvmlDeviceGetPciInfo", pci),
-            "nvmlDeviceGetMaxPcieLinkGeneration": device(
-                "nvmlDeviceGetMaxPcieLinkGeneration", lambda g: g.pcie_gen
-            ),
-            "nvmlDeviceGetMemoryInfo": device("nvmlDeviceGetMemoryInfo", memory),
-            "nvmlDeviceGetUtilizationRates": device(
-                "nvmlDeviceGetUtilizationRates",
-                lambda g: pynvml.c_nvmlUtilization_t(gpu=g.util_gpu, memory=g.util_memory),
-            ),
-            "nvmlDeviceGetTemperature": device("nvmlDeviceGetTemperature", lambda g, sensor: g.temperature),
-            "nvmlDeviceGetPowerUsage": device("nvmlDeviceGetPowerUsage", lambda g: g.power_mw),
-            "nvmlDeviceGetEnforcedPowerLimit": device(
-                "nvmlDeviceGetEnforcedPowerLimit", lambda g: g.power_limit_mw
-            ),
-            "nvmlDeviceGetTotalEnergyConsumption": device("nvmlDeviceGetTotalEnergyConsumption", energy),
-            "nvmlDeviceGetClockInfo": device("nvmlDeviceGetClockInfo", clock),
-            "nvmlDeviceGetSupportedClocksEventReasons": device(
-                "nvmlDeviceGetSupportedClocksEventReasons", lambda g: g.supported_reasons
-            ),
-            "nvmlDeviceGetCurrentClocksEventReasons": device(
-                "nvmlDeviceGetCurrentClocksEventReasons", lambda g: g.current_reasons
-            ),
-            "nvmlDeviceGetViolationStatus": device("nvmlDeviceGetViolationStatus", violation),
-            "nvmlDeviceGetSupportedEventTypes": device(
-                "nvmlDeviceGetSupportedEventTypes", lambda g: g.supported_events
-            ),
-            "nvmlDeviceGetComputeRunningProcesses": device("nvmlDeviceGetComputeRunningProcesses", processes),
-            "nvmlDeviceGetComputeRunningProcesses_v2": device(
-                "nvmlDeviceGetComputeRunningProcesses_v2", processes
-            ),
-            **self._event_impls(),
-        }
-
-    # -- installing -------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[FakeNvml]:
-        """Patch the real pynvml module for the duration of the block."""
-        counts = None if self.record_calls else self.counts
-        with patched_sdk(pynvml, self._impls(), is_api_function(pynvml, "nvml"), self.mocks, counts):
-            yield self
+    @property
+    def event_sets(self) -> dict[int, dict[str, int]]:
+        """This process's live event sets by address: {GPU uuid: registered event mask}."""
+        library, found = load(self.driver), {}
+        for i in range(MAX_SETS):
+            address = library.double_event_set(i)
+            if address:
+                masks = {gpu.uuid: library.double_event_mask(i, self._slots[id(gpu)]) for gpu in self._gpus}
+                found[address] = {uuid: mask for uuid, mask in masks.items() if mask}
+        return found
 
     def calls(self, name: str) -> int:
-        return self.mocks[name].call_count if self.record_calls else self.counts[name]
+        """How often the library's C function ``name`` was called, in every process."""
+        return self.state.calls[_function_ids()[name]]
+
+    def total_calls(self) -> int:
+        return sum(self.state.calls)
+
+    # -- installing ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[FakeNvml]:
+        """Hand the library to the real pynvml as the one it loaded, for the block."""
+        library = load(self.driver)
+        if library.double_attach(self.path.encode()) != 0:
+            raise AssertionError(f"the NVML double could not map {self.path}")
+        saved = pynvml.nvmlLib
+        pynvml.nvmlLib = library
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        try:
+            yield self
+        finally:
+            pynvml.nvmlLib = saved
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+
+    def environment(self) -> dict[str, str]:
+        """Environment for a daemon in another process: its pynvml loads this library."""
+        directory = str(library_path(self.driver).parent)
+        paths = [directory, *filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":"))]
+        return {"LD_LIBRARY_PATH": ":".join(paths), "WARPTD_NVML_DOUBLE_STATE": self.path}
+
+    def close(self) -> None:
+        """Remove the state file; the mapping stays valid for a library still attached to it."""
+        self._file.close()

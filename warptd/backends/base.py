@@ -74,7 +74,11 @@ class AcceleratorBackend(GuardedSDK, ABC):
 
     @abstractmethod
     def get_power_usage(self, index: int) -> float | None:
-        """Point-in-time power draw in watts."""
+        """The most instantaneous power draw the device reports, in watts."""
+
+    def get_power_average(self, index: int) -> float | None:
+        """The driver's own averaged power in watts, where it keeps one beside the instantaneous."""
+        return None
 
     def get_temperature(self, index: int) -> float | None:
         """The primary sensor's temperature in °C (the first that :meth:`get_temperatures` lists)."""
@@ -111,6 +115,10 @@ class AcceleratorBackend(GuardedSDK, ABC):
     def begin_sample(self) -> None:
         """Called once before each sample's :meth:`read_device` calls: read host-wide data here."""
 
+    def begin_read(self, index: int, power_only: bool) -> None:
+        """Called at the start of each read of one device: batch the device's values here (one SDK
+        call for many), ``power_only`` for :meth:`read_power`."""
+
     def needs_rediscovery(self) -> bool:
         """True when devices may have gone or come back (a lost device, a reset SDK)."""
         return False
@@ -138,6 +146,19 @@ class AcceleratorBackend(GuardedSDK, ABC):
             return None
         return self.guarded((what, index), fn, *args)
 
+    def call_versions(
+        self, index: int, *versions: tuple[str, Callable[..., T], tuple[object, ...]]
+    ) -> T | None:
+        """The first of several versions of one call that the SDK supports: a later one is asked only
+        once the earlier answered "not supported" (an older driver without the newer function)."""
+        for what, fn, args in versions:
+            if (what, index) in self._unsupported:
+                continue
+            value = self.call(index, what, fn, *args)
+            if value is not None or (what, index) not in self._unsupported:
+                return value
+        return None
+
     def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
         if kind is ErrorKind.DEVICE_LOST and isinstance(key, tuple):
             self._lost_now.add(key[1])
@@ -148,10 +169,14 @@ class AcceleratorBackend(GuardedSDK, ABC):
         removed): it is read as down and counted as ``device_lost``."""
         return True
 
+    def absence_kind(self, index: int) -> ErrorKind:
+        """How a read of an absent device is counted: ``device_lost`` unless the SDK said why."""
+        return ErrorKind.DEVICE_LOST
+
     def _absent(self, index: int) -> bool:
         if self.device_present(index):
             return False
-        self.count_error(ErrorKind.DEVICE_LOST)
+        self.count_error(self.absence_kind(index))
         return True
 
     def read_power(self, index: int) -> tuple[float | None, float | None] | None:
@@ -159,6 +184,7 @@ class AcceleratorBackend(GuardedSDK, ABC):
         if self._absent(index):
             return None
         self._lost_now.discard(index)
+        self.begin_read(index, power_only=True)
         power, energy = self.get_power_usage(index), self.get_energy_counter(index)
         return None if index in self._lost_now else (power, energy)
 
@@ -168,6 +194,7 @@ class AcceleratorBackend(GuardedSDK, ABC):
         if self._absent(index):
             return DeviceReading(index=index, up=False)
         self._lost_now.discard(index)
+        self.begin_read(index, power_only=False)
         supported = self.get_supported_throttle_reasons(index)
         active_now = self.get_throttle_reasons(index)
         active = set(active_now or ())
@@ -177,6 +204,7 @@ class AcceleratorBackend(GuardedSDK, ABC):
             memory=self.get_memory_usage(index),
             utilization=self.get_utilization(index),
             power_watts=self.get_power_usage(index),
+            power_average_watts=self.get_power_average(index),
             power_limit_watts=self.get_power_limit(index),
             energy_counter_joules=self.get_energy_counter(index),
             temperatures_celsius=self.get_temperatures(index),

@@ -1,4 +1,9 @@
-"""NVIDIA GPUs through NVML (nvidia-ml-py). NVML reports mW, mJ, MHz and percent; we convert."""
+"""NVIDIA GPUs through NVML (nvidia-ml-py). NVML reports mW, mJ, MHz, ns and percent; we convert.
+
+Readings follow nvml.h rather than the names of the calls: ``nvmlDeviceGetPowerUsage`` is a 1 s average
+on Ampere and newer, so power is the instantaneous field where the GPU has it; v1 memory "used"
+includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where the driver has it.
+"""
 
 from __future__ import annotations
 
@@ -25,12 +30,29 @@ _THROTTLE_BITS: dict[str, str] = {
     "hw_power_brake_slowdown": "nvmlClocksEventReasonHwPowerBrakeSlowdown",
     "display_clock_setting": "nvmlClocksEventReasonDisplayClockSetting",
 }
-# NVML violation counters (ns below application clocks) that back the same reasons.
+# Field ids from nvml.h: the driver's ABI, so fixed here rather than taken from nvidia-ml-py (some
+# 12.57x releases carry 251-253 for the last three, which current drivers read as other fields).
+FI_POWER_AVERAGE = 185  # mW, the driver's 1 s average (Ampere and newer)
+FI_POWER_INSTANT = 186  # mW, instantaneous
+# Time spent in each clock-event reason, ns: the perf-policy counters for the SW power cap (74) and sync
+# boost (76), and NVML_FI_DEV_CLOCKS_EVENT_REASON_{SW_THERM,HW_THERM,HW_POWER_BRAKE}_SLOWDOWN.
+_THROTTLE_FIELDS: dict[str, int] = {
+    "sw_power_cap": 74,
+    "sync_boost": 76,
+    "sw_thermal_slowdown": 269,
+    "hw_thermal_slowdown": 270,
+    "hw_power_brake_slowdown": 271,
+}
+# Where a driver lacks those fields: nvmlDeviceGetViolationStatus (deprecated in CUDA 13) keeps the same
+# counters for these two. Its NVML_PERF_POLICY_THERMAL is not the SW thermal slowdown reason.
 _VIOLATION_POLICIES: dict[str, str] = {
     "sw_power_cap": "NVML_PERF_POLICY_POWER",
-    "sw_thermal_slowdown": "NVML_PERF_POLICY_THERMAL",
     "sync_boost": "NVML_PERF_POLICY_SYNC_BOOST",
 }
+_DEVICE_FIELDS = (FI_POWER_INSTANT, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
+_POWER_FIELDS = (FI_POWER_INSTANT,)
+# nvmlValue_t member by nvmlValueType_t.
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 _CLOCKS: dict[str, str] = {
     "graphics": "NVML_CLOCK_GRAPHICS",
     "sm": "NVML_CLOCK_SM",
@@ -59,6 +81,8 @@ class NvidiaBackend(AcceleratorBackend):
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
         self._uuids: dict[int, str] = {}
+        self._fields: dict[int, dict[int, float]] = {}  # this read's field values per device
+        self._fields_unsupported: dict[int, set[int]] = {}
         self._known: dict[int, GPUInfo] = {}  # last identity read per index
         self._generation = self._session.generation
         self._suspect = False
@@ -78,14 +102,18 @@ class NvidiaBackend(AcceleratorBackend):
         super().on_error(key, kind, exc)
 
     def needs_rediscovery(self) -> bool:
-        return self._suspect
+        return self._suspect or None in self._handles
 
     def rediscover(self) -> bool:
-        """Reopen NVML; stay suspect (retry later) while a GPU is missing or NVML is not back."""
+        """Reopen NVML after a lost GPU or a reset NVML (stay suspect while NVML is not back); else ask
+        again for the handles NVML refused, without disturbing the GPUs that answer."""
         before = len(self._handles)
-        complete = self._session.reopen()
+        if self._suspect:
+            self._session.reopen()
+            self._suspect = len(self._handles) < before
+        elif not self._session.retry_refused():
+            return False
         self._sync_generation()
-        self._suspect = not complete or len(self._handles) < before
         return True
 
     def _sync_generation(self) -> None:
@@ -96,6 +124,7 @@ class NvidiaBackend(AcceleratorBackend):
             self._supported_masks.clear()
             self._unsupported.clear()
             self._uuids.clear()
+            self._fields_unsupported.clear()
 
     def device_identity(self, index: int) -> str | None:
         if self._handles[index] is None:
@@ -119,11 +148,17 @@ class NvidiaBackend(AcceleratorBackend):
             return super().read_power(index)
 
     def device_present(self, index: int) -> bool:
-        """False for an index gone from the list, or a GPU whose handle the last reopen could not get."""
+        """False for an index gone from the list, or a GPU whose handle NVML refused (retried by
+        :meth:`rediscover`)."""
         if index < len(self._handles) and self._handles[index] is not None:
             return True
-        self._suspect = True  # retry the reopen later
+        if index >= len(self._handles):
+            self._suspect = True  # NVML lost devices: reopen later
         return False
+
+    def absence_kind(self, index: int) -> ErrorKind:
+        refused = self._session.refused.get(index)
+        return ErrorKind.DEVICE_LOST if refused is None else self.classify_error(refused)
 
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:
@@ -177,9 +212,55 @@ class NvidiaBackend(AcceleratorBackend):
     def _get(self, index: int, what: str, fn_name: str, *args: object) -> Any:
         return self.call(index, what, getattr(self._nvml, fn_name), self._handles[index], *args)
 
+    def begin_read(self, index: int, power_only: bool) -> None:
+        """One ``nvmlDeviceGetFieldValues`` batch per read. Each value carries its own return code: a
+        field answered "not supported" once is not asked again for this GPU."""
+        field_ids = _POWER_FIELDS if power_only else _DEVICE_FIELDS
+        self._fields[index] = values = {}
+        unsupported = self._fields_unsupported.setdefault(index, set())
+        wanted = [field for field in field_ids if field not in unsupported]
+        if not wanted:
+            return
+        nvml = self._nvml
+        answers = self._get(index, "fields", "nvmlDeviceGetFieldValues", wanted)
+        if answers is None:
+            if ("fields", index) in self._unsupported:  # a driver without field values
+                unsupported.update(field_ids)
+            return
+        for answer in answers:
+            if answer.nvmlReturn == nvml.NVML_SUCCESS:
+                member = (
+                    _VALUE_MEMBERS[answer.valueType] if answer.valueType < len(_VALUE_MEMBERS) else "ullVal"
+                )
+                values[answer.fieldId] = float(getattr(answer.value, member))
+            else:
+                error = nvml.NVMLError(answer.nvmlReturn)
+                kind = self.classify_error(error)
+                if kind is ErrorKind.NOT_SUPPORTED:
+                    unsupported.add(answer.fieldId)
+                else:
+                    self.on_error((f"field_{answer.fieldId}", index), kind, error)
+
+    def _field(self, index: int, field_id: int) -> float | None:
+        return self._fields.get(index, {}).get(field_id)
+
+    def _field_unsupported(self, index: int, field_id: int) -> bool:
+        return field_id in self._fields_unsupported.get(index, ())
+
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        info = self._get(index, "memory", "nvmlDeviceGetMemoryInfo")
-        return MemoryUsage(total=info.total, used=info.used, free=info.free) if info is not None else None
+        """``nvmlMemory_v2``: used as nvidia-smi shows it, reserved apart; v1 on older drivers."""
+        nvml, handle = self._nvml, self._handles[index]
+        v2 = getattr(nvml, "nvmlMemory_v2", None)
+        info = self.call_versions(
+            index,
+            *([("memory_v2", nvml.nvmlDeviceGetMemoryInfo, (handle, v2))] if v2 is not None else []),
+            ("memory", nvml.nvmlDeviceGetMemoryInfo, (handle,)),
+        )
+        if info is None:
+            return None
+        return MemoryUsage(
+            total=info.total, used=info.used, free=info.free, reserved=getattr(info, "reserved", None)
+        )
 
     def get_utilization(self, index: int) -> Utilization | None:
         rates = self._get(index, "utilization", "nvmlDeviceGetUtilizationRates")
@@ -190,7 +271,15 @@ class NvidiaBackend(AcceleratorBackend):
         return {"gpu": float(gpu)} if gpu is not None else {}
 
     def get_power_usage(self, index: int) -> float | None:
-        milliwatts = self._get(index, "power", "nvmlDeviceGetPowerUsage")
+        """The instantaneous field where the GPU has it; else nvmlDeviceGetPowerUsage (which is
+        instantaneous on the GPUs without the field)."""
+        milliwatts = self._field(index, FI_POWER_INSTANT)
+        if milliwatts is None and self._field_unsupported(index, FI_POWER_INSTANT):
+            milliwatts = self._get(index, "power", "nvmlDeviceGetPowerUsage")
+        return milliwatts / 1000 if milliwatts is not None else None
+
+    def get_power_average(self, index: int) -> float | None:
+        milliwatts = self._field(index, FI_POWER_AVERAGE)
         return milliwatts / 1000 if milliwatts is not None else None
 
     def get_power_limit(self, index: int) -> float | None:
@@ -209,9 +298,22 @@ class NvidiaBackend(AcceleratorBackend):
                 clocks[clock] = mhz * 1e6
         return clocks
 
+    def _reasons(self, index: int, which: str) -> int | None:
+        """``nvmlDevice{which}ClocksEventReasons`` (R535+), else the older ``…ClocksThrottleReasons``."""
+        nvml, handle = self._nvml, self._handles[index]
+        return self.call_versions(
+            index,
+            (f"clocks_event_{which}", getattr(nvml, f"nvmlDeviceGet{which}ClocksEventReasons"), (handle,)),
+            (
+                f"clocks_throttle_{which}",
+                getattr(nvml, f"nvmlDeviceGet{which}ClocksThrottleReasons"),
+                (handle,),
+            ),
+        )
+
     def _supported_mask(self, index: int) -> int:
         if index not in self._supported_masks:
-            mask = self._get(index, "throttle_supported", "nvmlDeviceGetSupportedClocksEventReasons")
+            mask = self._reasons(index, "Supported")
             if mask is None:
                 return 0  # lost or failing now: ask again next sample
             self._supported_masks[index] = mask
@@ -222,17 +324,24 @@ class NvidiaBackend(AcceleratorBackend):
         return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
 
     def get_throttle_reasons(self, index: int) -> list[str] | None:
-        mask = self._get(index, "throttle", "nvmlDeviceGetCurrentClocksEventReasons")
+        mask = self._reasons(index, "Current")
         if mask is None:
             return None
         return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
 
     def get_throttle_counters(self, index: int) -> dict[str, float]:
+        """Seconds in each reason from the clock-event duration fields (ns); the violation counters
+        stand in only where the driver lacks a field, and only for the reasons they really count."""
         counters = {}
-        for reason, policy in self._policies.items():
-            status = self._get(index, f"violation_{reason}", "nvmlDeviceGetViolationStatus", policy)
-            if status is not None:
-                counters[reason] = status.violationTime / 1e9
+        for reason, field_id in _THROTTLE_FIELDS.items():
+            nanoseconds = self._field(index, field_id)
+            if nanoseconds is None and reason in self._policies and self._field_unsupported(index, field_id):
+                status = self._get(
+                    index, f"violation_{reason}", "nvmlDeviceGetViolationStatus", self._policies[reason]
+                )
+                nanoseconds = status.violationTime if status is not None else None
+            if nanoseconds is not None:
+                counters[reason] = nanoseconds / 1e9
         return counters
 
     def shutdown(self) -> None:

@@ -41,19 +41,40 @@ DEVICE_INFO = _device(
 )
 DEVICE_UP = _device("warptd_device_up", "gauge", "1 if the device answered its last sample, 0 if it is lost.")
 MEMORY_TOTAL = _device("warptd_device_memory_total_bytes", "gauge", "Device memory capacity.")
-MEMORY_USED = _device("warptd_device_memory_used_bytes", "gauge", "Device memory in use.")
+MEMORY_USED = _device(
+    "warptd_device_memory_used_bytes",
+    "gauge",
+    "Device memory allocated by processes, as nvidia-smi shows it (driver-reserved memory apart where "
+    "the SDK reports it).",
+)
 MEMORY_FREE = _device("warptd_device_memory_free_bytes", "gauge", "Device memory available for allocation.")
+MEMORY_RESERVED = _device(
+    "warptd_device_memory_reserved_bytes",
+    "gauge",
+    "Device memory the driver reserves for itself (NVML memory v2), not available to processes.",
+)
 UTILIZATION = _device(
     "warptd_device_utilization_ratio",
     "gauge",
-    "Fraction of the last sample period the compute cores were busy (0-1).",
+    "Fraction of the last sample period during which the device was busy (0-1). NVML: time one or "
+    "more kernels ran, not how many cores were busy.",
 )
 MEMORY_UTILIZATION = _device(
     "warptd_device_memory_utilization_ratio",
     "gauge",
     "Fraction of the last sample period the memory controller was busy (0-1).",
 )
-POWER = _device("warptd_device_power_watts", "gauge", "Power draw of the device.")
+POWER = _device(
+    "warptd_device_power_watts",
+    "gauge",
+    "Power draw of the device, the most instantaneous reading it offers (NVML: NVML_FI_DEV_POWER_INSTANT "
+    "where supported, else nvmlDeviceGetPowerUsage).",
+)
+POWER_AVERAGE = _device(
+    "warptd_device_power_average_watts",
+    "gauge",
+    "Power draw as averaged by the driver (NVML: over 1 s, Ampere and newer), where it keeps an average.",
+)
 POWER_LIMIT = _device("warptd_device_power_limit_watts", "gauge", "Enforced power limit of the device.")
 ENERGY = _device(
     "warptd_device_energy_joules_total",
@@ -218,9 +239,11 @@ ALL: tuple[MetricSpec, ...] = (
     MEMORY_TOTAL,
     MEMORY_USED,
     MEMORY_FREE,
+    MEMORY_RESERVED,
     UTILIZATION,
     MEMORY_UTILIZATION,
     POWER,
+    POWER_AVERAGE,
     POWER_LIMIT,
     ENERGY,
     TEMPERATURE,

@@ -107,10 +107,12 @@ class SnapshotCollector(Collector):
             families.add(m.MEMORY_TOTAL, ids, reading.memory.total)
             families.add(m.MEMORY_USED, ids, reading.memory.used)
             families.add(m.MEMORY_FREE, ids, reading.memory.free)
+            families.add(m.MEMORY_RESERVED, ids, reading.memory.reserved)
         if reading.utilization is not None:
             families.add(m.UTILIZATION, ids, reading.utilization.compute)
             families.add(m.MEMORY_UTILIZATION, ids, reading.utilization.memory)
         families.add(m.POWER, ids, reading.power_watts)
+        families.add(m.POWER_AVERAGE, ids, reading.power_average_watts)
         families.add(m.POWER_LIMIT, ids, reading.power_limit_watts)
         families.add(m.ENERGY, ids, sample.energy_joules)
         for sensor, celsius in reading.temperatures_celsius.items():

@@ -37,7 +37,8 @@ def _filtered(values: dict[str, float], low: float, high: float, rejected: list[
 def _memory(memory: MemoryUsage | None, rejected: list[int]) -> MemoryUsage | None:
     if memory is None:
         return None
-    if min(memory.total, memory.used, memory.free) < 0 or memory.used > memory.total:
+    reserved = memory.reserved or 0
+    if min(memory.total, memory.used, memory.free, reserved) < 0 or memory.used + reserved > memory.total:
         rejected[0] += 1
         return None
     return memory
@@ -55,6 +56,7 @@ def sanitize_device(reading: DeviceReading) -> int:
     reading.memory = _memory(reading.memory, rejected)
     reading.utilization = _utilization(reading.utilization, rejected)
     reading.power_watts = _check(reading.power_watts, 0.0, MAX_WATTS, rejected)
+    reading.power_average_watts = _check(reading.power_average_watts, 0.0, MAX_WATTS, rejected)
     reading.power_limit_watts = _check(reading.power_limit_watts, 0.0, MAX_WATTS, rejected)
     reading.energy_counter_joules = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
     reading.temperatures_celsius = _filtered(reading.temperatures_celsius, *TEMPERATURE_RANGE, rejected)

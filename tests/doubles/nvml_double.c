@@ -1,0 +1,649 @@
+/*
+ * A stand-in libnvidia-ml.so.1 for warptd's tests and benchmarks.
+ *
+ * The real, unmodified nvidia-ml-py (pynvml) loads this library and calls its C functions through
+ * its own ctypes structs and versioned names, so what pynvml does with the answers is pynvml's own
+ * code. Written from the NVML API reference and nvml.h as pynvml 13.x mirrors them; no NVIDIA code.
+ *
+ * The state of the simulated driver lives in a file mapped MAP_SHARED (layout: struct state, mirrored
+ * by tests/doubles/nvml.py), so a test can change a GPU while a daemon in another process reads it.
+ * The library maps the file named by double_attach() or, at the first nvmlInit, by the environment
+ * variable WARPTD_NVML_DOUBLE_STATE.
+ *
+ * Where the driver surprises, so does this library:
+ *  - nvmlDeviceGetMemoryInfo (v1) counts driver-reserved memory as used; _v2 reports it apart;
+ *  - nvmlDeviceGetPowerUsage is the average of the last second (Ampere and newer), while the field
+ *    NVML_FI_DEV_POWER_INSTANT is the instantaneous draw;
+ *  - nvmlDeviceGetCount_v2 counts GPUs whose handle is then refused (NO_PERMISSION, GPU_IS_LOST);
+ *  - any function can answer any return code per GPU (DEPRECATED, NOT_SUPPORTED ...), and the
+ *    OLD_DRIVER build (an R470-era driver) lacks the functions added since, so pynvml raises
+ *    FUNCTION_NOT_FOUND for them;
+ *  - nvmlShutdown to a zero reference count frees every event set: a wait on one afterwards is
+ *    counted as a use after free (state.use_after_free), which a driver would not survive.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define MAX_GPUS 64
+#define MAX_MIG 7
+#define MAX_EVENTS 64
+#define MAX_PROCS 80
+#define MAX_FIELD 320
+#define POWER_HISTORY 32
+#define MAX_SETS 64
+#define STATE_MAGIC 0x4e564d4cu /* "NVML" */
+#define STATE_VERSION 3u
+
+/* Return codes and constants, as nvml.h defines them. */
+enum {
+    SUCCESS = 0, ERROR_UNINITIALIZED = 1, ERROR_INVALID_ARGUMENT = 2, ERROR_NOT_SUPPORTED = 3,
+    ERROR_NOT_FOUND = 6, ERROR_INSUFFICIENT_SIZE = 7, ERROR_TIMEOUT = 10, ERROR_LIBRARY_NOT_FOUND = 12,
+    ERROR_GPU_IS_LOST = 15, ERROR_ARGUMENT_VERSION_MISMATCH = 25, ERROR_UNKNOWN = 999,
+};
+enum { VALUE_UINT = 1, VALUE_ULL = 3 };
+#define MEMORY_V2 0x02000028u
+#define NOT_COUNTED UINT64_MAX /* a violation counter this GPU does not keep */
+#define FI_MEMORY_TEMP 82
+#define FI_POWER_AVERAGE 185
+#define FI_POWER_INSTANT 186
+#define FI_PERF_POLICY_POWER 74
+#define FI_PERF_POLICY_THERMAL 75
+#define FI_PERF_POLICY_SYNC_BOOST 76
+#define FI_CLOCKS_EVENT_SW_THERMAL 269
+#define FI_CLOCKS_EVENT_HW_THERMAL 270
+#define FI_CLOCKS_EVENT_HW_POWER_BRAKE 271
+
+/* Every function of this library, for per-GPU return codes and call counts (order = ids). */
+#define FUNCTIONS(X)                                                                              \
+    X(nvmlInitWithFlags) X(nvmlInit_v2) X(nvmlShutdown) X(nvmlErrorString)                        \
+    X(nvmlSystemGetDriverVersion) X(nvmlDeviceGetCount_v2) X(nvmlDeviceGetHandleByIndex_v2)        \
+    X(nvmlDeviceGetName) X(nvmlDeviceGetUUID) X(nvmlDeviceGetCudaComputeCapability)                \
+    X(nvmlDeviceGetPciInfo_v3) X(nvmlDeviceGetMaxPcieLinkGeneration) X(nvmlDeviceGetMemoryInfo)    \
+    X(nvmlDeviceGetMemoryInfo_v2) X(nvmlDeviceGetUtilizationRates) X(nvmlDeviceGetTemperature)     \
+    X(nvmlDeviceGetPowerUsage) X(nvmlDeviceGetEnforcedPowerLimit)                                  \
+    X(nvmlDeviceGetTotalEnergyConsumption) X(nvmlDeviceGetClockInfo)                               \
+    X(nvmlDeviceGetSupportedClocksEventReasons) X(nvmlDeviceGetCurrentClocksEventReasons)          \
+    X(nvmlDeviceGetSupportedClocksThrottleReasons) X(nvmlDeviceGetCurrentClocksThrottleReasons)    \
+    X(nvmlDeviceGetViolationStatus) X(nvmlDeviceGetFieldValues) X(nvmlDeviceGetSupportedEventTypes) \
+    X(nvmlEventSetCreate) X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait_v2) X(nvmlEventSetFree)   \
+    X(nvmlDeviceGetComputeRunningProcesses_v2) X(nvmlDeviceGetComputeRunningProcesses_v3)          \
+    X(nvmlDeviceGetMigMode) X(nvmlDeviceGetMaxMigDeviceCount) X(nvmlDeviceGetMigDeviceHandleByIndex) \
+    X(nvmlDeviceIsMigDeviceHandle) X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)
+
+#define AS_ID(name) FN_##name,
+enum { FUNCTIONS(AS_ID) FN_COUNT };
+#define AS_NAME(name) #name,
+static const char *function_names[] = {FUNCTIONS(AS_NAME)};
+#define MAX_FN 64
+
+struct power_point { uint64_t t_ns; uint32_t mw; uint32_t pad; };
+struct event { uint64_t type; uint64_t data; };
+struct process { uint32_t pid; uint32_t pad; uint64_t used; };
+
+/* One GPU, in NVML's own units: bytes, %, °C, mW, mJ, MHz, ns. Mirrored by GpuState in nvml.py. */
+struct gpu {
+    char name[96];
+    char uuid[96];
+    char bus_id[32];
+    uint64_t memory_total, memory_used, memory_reserved;
+    uint32_t util_gpu, util_memory, temperature, memory_temperature;
+    uint32_t power_limit_mw, pcie_gen;
+    int32_t cc_major, cc_minor;
+    uint64_t energy_mj;
+    uint32_t power_count, power_head; /* ring of instant power changes, newest at head-1 */
+    struct power_point power[POWER_HISTORY];
+    uint32_t clocks_mhz[4]; /* NVML_CLOCK_GRAPHICS, SM, MEM, VIDEO; 0 = not supported */
+    uint64_t supported_reasons, current_reasons;
+    uint64_t violation_ns[3];   /* NVML_PERF_POLICY_POWER, THERMAL, SYNC_BOOST */
+    uint64_t clock_event_ns[3]; /* fields 269 SW thermal, 270 HW thermal, 271 HW power brake */
+    uint64_t supported_events;
+    uint32_t event_head, event_tail; /* the driver's event queue of this GPU */
+    struct event events[MAX_EVENTS];
+    uint32_t process_count, pad0;
+    struct process processes[MAX_PROCS];
+    uint32_t mig_mode, mig_count;
+    char mig_uuid[MAX_MIG][96];
+    int32_t handle_error; /* nvmlDeviceGetHandleByIndex_v2 answers this (e.g. NO_PERMISSION) */
+    int32_t lost;         /* every call answers GPU_IS_LOST */
+    int32_t hang, release; /* while hang && !release, every call blocks (up to 30 s) */
+    int32_t live;         /* energy advances with time at the instant power */
+    int32_t pad1;
+    uint64_t live_since_ns;
+    int32_t fn_error[MAX_FN];          /* a return code per function, 0 = answer normally */
+    uint8_t field_unsupported[MAX_FIELD]; /* per field id: nvmlReturn NOT_SUPPORTED in the value */
+};
+
+struct state {
+    uint32_t magic, version;
+    uint32_t gpu_count, library_missing;
+    int32_t init_error, pad;
+    char driver_version[80];
+    int32_t order[MAX_GPUS]; /* NVML index -> slot in gpus[] */
+    uint64_t calls[MAX_FN];
+    uint64_t use_after_free;
+    int64_t initialised;
+    struct gpu gpus[MAX_GPUS];
+};
+
+/* Handles point into these: one per slot (a GPU keeps its handle wherever its index moves). */
+struct device_tag { int slot; int mig; };
+static struct device_tag gpu_tags[MAX_GPUS];
+static struct device_tag mig_tags[MAX_GPUS][MAX_MIG];
+/* Event sets: registered masks per slot; valid until freed or torn down by the last nvmlShutdown. */
+struct event_set { int used; int torn_down; const void *owner; uint64_t mask[MAX_GPUS]; };
+static struct event_set sets[MAX_SETS];
+
+_Static_assert(FN_COUNT <= MAX_FN, "raise MAX_FN");
+
+static struct state *st;
+
+static uint64_t now_ns(int clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(unsigned ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Map the state file; called by the tests (ctypes) or at the first nvmlInit from the environment. */
+int double_attach(const char *path) {
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return -1;
+    void *mapped = mmap(NULL, sizeof(struct state), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mapped == MAP_FAILED) return -1;
+    if (((struct state *)mapped)->magic != STATE_MAGIC || ((struct state *)mapped)->version != STATE_VERSION) {
+        munmap(mapped, sizeof(struct state));
+        return -2;
+    }
+    /* An earlier mapping stays: a read still blocked in it (a hung GPU of an earlier test) must not
+     * fault. Event sets stay too: they belong to this process's NVML, not to one state file. */
+    st = mapped;
+    return 0;
+}
+
+size_t double_state_size(void) { return sizeof(struct state); }
+size_t double_gpu_size(void) { return sizeof(struct gpu); }
+/* The live event sets of this process, for tests: the set's address (0 = free slot) and its masks. */
+void *double_event_set(int i) { /* only sets created on the state attached now (this test's driver) */
+    return i >= 0 && i < MAX_SETS && sets[i].used && sets[i].owner == st ? &sets[i] : NULL;
+}
+uint64_t double_event_mask(int i, int slot) { return sets[i].mask[slot]; }
+int double_function_count(void) { return FN_COUNT; }
+const char *double_function_name(int id) { return id >= 0 && id < FN_COUNT ? function_names[id] : NULL; }
+
+static void count(int fn) {
+    if (st) __atomic_fetch_add(&st->calls[fn], 1, __ATOMIC_RELAXED);
+}
+
+static int ready(int fn) {
+    count(fn);
+    if (!st || st->initialised <= 0) return ERROR_UNINITIALIZED;
+    return SUCCESS;
+}
+
+/* The GPU a handle names, after the checks every device call makes; *ret is its return code. */
+static struct gpu *device(int fn, void *handle, int *ret) {
+    *ret = ready(fn);
+    if (*ret) return NULL;
+    struct device_tag *tag = handle;
+    if (!tag || tag->slot < 0 || tag->slot >= MAX_GPUS) {
+        *ret = ERROR_INVALID_ARGUMENT;
+        return NULL;
+    }
+    struct gpu *g = &st->gpus[tag->slot];
+    int listed = 0;
+    for (uint32_t i = 0; i < st->gpu_count; i++) listed |= st->order[i] == tag->slot;
+    if (!listed) { /* the GPU left the bus: its old handle answers GPU_IS_LOST */
+        *ret = ERROR_GPU_IS_LOST;
+        return NULL;
+    }
+    for (int waited = 0; g->hang && !g->release && waited < 3000; waited++) sleep_ms(10);
+    if (g->lost) *ret = ERROR_GPU_IS_LOST;
+    else if (g->fn_error[fn]) *ret = g->fn_error[fn];
+    return *ret ? NULL : g;
+}
+
+#define DEVICE_CALL(name, handle)               \
+    int ret;                                    \
+    struct gpu *g = device(FN_##name, handle, &ret); \
+    if (!g) return ret
+
+static int copy_string(char *out, unsigned length, const char *value) {
+    if (!out) return ERROR_INVALID_ARGUMENT;
+    if (strlen(value) + 1 > length) return ERROR_INSUFFICIENT_SIZE;
+    strcpy(out, value);
+    return SUCCESS;
+}
+
+/* -- init ------------------------------------------------------------------------------------- */
+int nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    if (!st) {
+        const char *path = getenv("WARPTD_NVML_DOUBLE_STATE");
+        if (!path || double_attach(path) != 0) return ERROR_LIBRARY_NOT_FOUND;
+    }
+    count(FN_nvmlInitWithFlags);
+    if (st->library_missing) return ERROR_LIBRARY_NOT_FOUND;
+    if (st->init_error) return st->init_error;
+    if (__atomic_fetch_add(&st->initialised, 1, __ATOMIC_SEQ_CST) == 0) {
+        for (int i = 0; i < MAX_SETS; i++) sets[i].torn_down = 0;
+    }
+    return SUCCESS;
+}
+
+int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
+int nvmlShutdown(void) {
+    int ret = ready(FN_nvmlShutdown);
+    if (ret) return ret;
+    if (__atomic_sub_fetch(&st->initialised, 1, __ATOMIC_SEQ_CST) == 0) {
+        for (int i = 0; i < MAX_SETS; i++) /* the last shutdown frees every event set */
+            if (sets[i].used) sets[i].used = 0, sets[i].torn_down = 1;
+    }
+    return SUCCESS;
+}
+
+const char *nvmlErrorString(int result) {
+    count(FN_nvmlErrorString);
+    switch (result) {
+    case SUCCESS: return "Success";
+    case ERROR_UNINITIALIZED: return "Uninitialized";
+    case ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case ERROR_NOT_SUPPORTED: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case ERROR_NOT_FOUND: return "Not Found";
+    case ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case ERROR_TIMEOUT: return "Timeout";
+    case ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case ERROR_GPU_IS_LOST: return "GPU is lost";
+    case 26: return "Deprecated";
+    default: return "Unknown Error";
+    }
+}
+
+int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    int ret = ready(FN_nvmlSystemGetDriverVersion);
+    return ret ? ret : copy_string(version, length, st->driver_version);
+}
+
+int nvmlDeviceGetCount_v2(unsigned int *n) {
+    int ret = ready(FN_nvmlDeviceGetCount_v2);
+    if (ret) return ret;
+    *n = st->gpu_count; /* refused and lost GPUs are counted too, as the driver does */
+    return SUCCESS;
+}
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **handle) {
+    int ret = ready(FN_nvmlDeviceGetHandleByIndex_v2);
+    if (ret) return ret;
+    if (index >= st->gpu_count) return ERROR_INVALID_ARGUMENT;
+    int slot = st->order[index];
+    struct gpu *g = &st->gpus[slot];
+    if (g->lost) return ERROR_GPU_IS_LOST;
+    if (g->handle_error) return g->handle_error;
+    if (g->fn_error[FN_nvmlDeviceGetHandleByIndex_v2]) return g->fn_error[FN_nvmlDeviceGetHandleByIndex_v2];
+    gpu_tags[slot].slot = slot;
+    gpu_tags[slot].mig = -1;
+    *handle = &gpu_tags[slot];
+    return SUCCESS;
+}
+
+/* -- identity ---------------------------------------------------------------------------------- */
+int nvmlDeviceGetName(void *h, char *name, unsigned int length) {
+    DEVICE_CALL(nvmlDeviceGetName, h);
+    return copy_string(name, length, g->name);
+}
+
+int nvmlDeviceGetUUID(void *h, char *uuid, unsigned int length) {
+    DEVICE_CALL(nvmlDeviceGetUUID, h);
+    struct device_tag *tag = h;
+    return copy_string(uuid, length, tag->mig >= 0 ? g->mig_uuid[tag->mig] : g->uuid);
+}
+
+int nvmlDeviceGetCudaComputeCapability(void *h, int *major, int *minor) {
+    DEVICE_CALL(nvmlDeviceGetCudaComputeCapability, h);
+    *major = g->cc_major, *minor = g->cc_minor;
+    return SUCCESS;
+}
+
+struct pci_info { /* nvmlPciInfo_t */
+    char bus_id_legacy[16];
+    uint32_t domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+};
+
+int nvmlDeviceGetPciInfo_v3(void *h, struct pci_info *pci) {
+    DEVICE_CALL(nvmlDeviceGetPciInfo_v3, h);
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->bus_id, sizeof pci->bus_id, "%s", g->bus_id);
+    snprintf(pci->bus_id_legacy, sizeof pci->bus_id_legacy, "%s", g->bus_id + 4);
+    unsigned domain = 0, bus = 0, dev = 0;
+    sscanf(g->bus_id, "%x:%x:%x", &domain, &bus, &dev);
+    pci->domain = domain, pci->bus = bus, pci->device = dev;
+    pci->pci_device_id = 0x233010de; /* H100 SXM5 */
+    return SUCCESS;
+}
+
+int nvmlDeviceGetMaxPcieLinkGeneration(void *h, unsigned int *gen) {
+    DEVICE_CALL(nvmlDeviceGetMaxPcieLinkGeneration, h);
+    *gen = g->pcie_gen;
+    return SUCCESS;
+}
+
+/* -- memory, utilization, temperature ----------------------------------------------------------- */
+struct memory_v1 { uint64_t total, free, used; };
+struct memory_v2 { uint32_t version; uint32_t pad; uint64_t total, reserved, free, used; };
+
+int nvmlDeviceGetMemoryInfo(void *h, struct memory_v1 *m) {
+    DEVICE_CALL(nvmlDeviceGetMemoryInfo, h);
+    m->total = g->memory_total;
+    m->used = g->memory_used + g->memory_reserved; /* v1 "used" includes what the driver reserves */
+    m->free = g->memory_total - m->used;
+    return SUCCESS;
+}
+
+#ifndef OLD_DRIVER
+int nvmlDeviceGetMemoryInfo_v2(void *h, struct memory_v2 *m) {
+    DEVICE_CALL(nvmlDeviceGetMemoryInfo_v2, h);
+    if (m->version != MEMORY_V2) return ERROR_ARGUMENT_VERSION_MISMATCH;
+    m->total = g->memory_total;
+    m->reserved = g->memory_reserved;
+    m->used = g->memory_used;
+    m->free = g->memory_total - g->memory_reserved - g->memory_used;
+    return SUCCESS;
+}
+#endif
+
+int nvmlDeviceGetUtilizationRates(void *h, uint32_t *rates) {
+    DEVICE_CALL(nvmlDeviceGetUtilizationRates, h);
+    rates[0] = g->util_gpu, rates[1] = g->util_memory;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetTemperature(void *h, int sensor, unsigned int *temperature) {
+    DEVICE_CALL(nvmlDeviceGetTemperature, h);
+    if (sensor != 0) return ERROR_INVALID_ARGUMENT; /* NVML_TEMPERATURE_GPU only */
+    *temperature = g->temperature;
+    return SUCCESS;
+}
+
+/* -- power and energy --------------------------------------------------------------------------- */
+static uint32_t instant_mw(const struct gpu *g) {
+    return g->power_count ? g->power[(g->power_head + POWER_HISTORY - 1) % POWER_HISTORY].mw : 0;
+}
+
+/* The time-weighted mean of the instant power over the last second: what Ampere+ drivers report. */
+static uint32_t average_mw(const struct gpu *g) {
+    if (!g->power_count) return 0;
+    uint64_t now = now_ns(CLOCK_MONOTONIC), window = 1000000000ull, start = now - window;
+    double weighted = 0;
+    uint64_t until = now;
+    for (uint32_t k = 0; k < g->power_count && until > start; k++) {
+        const struct power_point *p = &g->power[(g->power_head + POWER_HISTORY - 1 - k) % POWER_HISTORY];
+        uint64_t from = p->t_ns > start ? p->t_ns : start;
+        if (k == g->power_count - 1) from = start; /* the oldest value held before the history */
+        if (until > from) weighted += (double)p->mw * (double)(until - from);
+        until = from;
+    }
+    return (uint32_t)(weighted / (double)window + 0.5);
+}
+
+int nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) {
+    DEVICE_CALL(nvmlDeviceGetPowerUsage, h);
+    *mw = average_mw(g);
+    return SUCCESS;
+}
+
+int nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *mw) {
+    DEVICE_CALL(nvmlDeviceGetEnforcedPowerLimit, h);
+    *mw = g->power_limit_mw;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetTotalEnergyConsumption(void *h, unsigned long long *mj) {
+    DEVICE_CALL(nvmlDeviceGetTotalEnergyConsumption, h);
+    uint64_t energy = g->energy_mj;
+    if (g->live) energy += (uint64_t)((double)(now_ns(CLOCK_MONOTONIC) - g->live_since_ns) / 1e9 * instant_mw(g));
+    *mj = energy;
+    return SUCCESS;
+}
+
+/* -- clocks and clock-event (throttle) reasons ------------------------------------------------- */
+int nvmlDeviceGetClockInfo(void *h, int type, unsigned int *mhz) {
+    DEVICE_CALL(nvmlDeviceGetClockInfo, h);
+    if (type < 0 || type > 3 || !g->clocks_mhz[type]) return ERROR_NOT_SUPPORTED;
+    *mhz = g->clocks_mhz[type];
+    return SUCCESS;
+}
+
+#define REASONS(name, field)                                   \
+    int name(void *h, unsigned long long *reasons) {           \
+        DEVICE_CALL(name, h);                                  \
+        *reasons = g->field;                                   \
+        return SUCCESS;                                        \
+    }
+#ifndef OLD_DRIVER /* the ClocksEvent names arrived in R535 */
+REASONS(nvmlDeviceGetSupportedClocksEventReasons, supported_reasons)
+REASONS(nvmlDeviceGetCurrentClocksEventReasons, current_reasons)
+#endif
+REASONS(nvmlDeviceGetSupportedClocksThrottleReasons, supported_reasons)
+REASONS(nvmlDeviceGetCurrentClocksThrottleReasons, current_reasons)
+
+struct violation { uint64_t reference_time, violation_time; };
+
+int nvmlDeviceGetViolationStatus(void *h, int policy, struct violation *v) {
+    DEVICE_CALL(nvmlDeviceGetViolationStatus, h);
+    if (policy < 0 || policy > 2 || g->violation_ns[policy] == NOT_COUNTED) return ERROR_NOT_SUPPORTED;
+    v->reference_time = now_ns(CLOCK_REALTIME) / 1000; /* µs, per the header */
+    v->violation_time = g->violation_ns[policy];
+    return SUCCESS;
+}
+
+struct field_value { /* nvmlFieldValue_t */
+    uint32_t field_id, scope_id;
+    int64_t timestamp, latency_usec;
+    uint32_t value_type, nvml_return;
+    uint64_t value;
+};
+
+static int field(const struct gpu *g, struct field_value *v) {
+    uint32_t id = v->field_id;
+    if (id >= MAX_FIELD || g->field_unsupported[id]) return ERROR_NOT_SUPPORTED;
+    v->value_type = VALUE_UINT;
+    switch (id) {
+    case FI_POWER_INSTANT: v->value = instant_mw(g); return SUCCESS;
+    case FI_POWER_AVERAGE: v->value = average_mw(g); return SUCCESS;
+    case FI_MEMORY_TEMP: v->value = g->memory_temperature; return SUCCESS;
+    }
+    v->value_type = VALUE_ULL;
+    switch (id) {
+    case FI_PERF_POLICY_POWER: v->value = g->violation_ns[0]; break;
+    case FI_PERF_POLICY_THERMAL: v->value = g->violation_ns[1]; break;
+    case FI_PERF_POLICY_SYNC_BOOST: v->value = g->violation_ns[2]; break;
+    case FI_CLOCKS_EVENT_SW_THERMAL: v->value = g->clock_event_ns[0]; break;
+    case FI_CLOCKS_EVENT_HW_THERMAL: v->value = g->clock_event_ns[1]; break;
+    case FI_CLOCKS_EVENT_HW_POWER_BRAKE: v->value = g->clock_event_ns[2]; break;
+    default: return ERROR_NOT_SUPPORTED;
+    }
+    return v->value == NOT_COUNTED ? ERROR_NOT_SUPPORTED : SUCCESS;
+}
+
+int nvmlDeviceGetFieldValues(void *h, int n, struct field_value *values) {
+    DEVICE_CALL(nvmlDeviceGetFieldValues, h);
+    if (n < 0 || !values) return ERROR_INVALID_ARGUMENT;
+    int64_t now_us = (int64_t)(now_ns(CLOCK_REALTIME) / 1000);
+    for (int i = 0; i < n; i++) { /* the call succeeds; each value carries its own return code */
+        values[i].value = 0;
+        values[i].timestamp = now_us;
+        values[i].latency_usec = 0;
+        values[i].nvml_return = field(g, &values[i]);
+    }
+    return SUCCESS;
+}
+
+/* -- events ------------------------------------------------------------------------------------- */
+int nvmlDeviceGetSupportedEventTypes(void *h, unsigned long long *types) {
+    DEVICE_CALL(nvmlDeviceGetSupportedEventTypes, h);
+    *types = g->supported_events;
+    return SUCCESS;
+}
+
+int nvmlEventSetCreate(struct event_set **out) {
+    int ret = ready(FN_nvmlEventSetCreate);
+    if (ret) return ret;
+    static int next; /* round robin, so a new set is never at a just-freed set's address */
+    for (int k = 0; k < MAX_SETS; k++) {
+        struct event_set *set = &sets[(next + k) % MAX_SETS];
+        if (!set->used) {
+            memset(set, 0, sizeof *set);
+            set->used = 1;
+            set->owner = st;
+            next = (next + k + 1) % MAX_SETS;
+            *out = set;
+            return SUCCESS;
+        }
+    }
+    return ERROR_UNKNOWN;
+}
+
+static int valid_set(struct event_set *set) {
+    if (set < sets || set >= sets + MAX_SETS) return ERROR_INVALID_ARGUMENT;
+    if (!set->used) {
+        if (set->torn_down) __atomic_fetch_add(&st->use_after_free, 1, __ATOMIC_RELAXED);
+        return set->torn_down ? ERROR_UNINITIALIZED : ERROR_INVALID_ARGUMENT;
+    }
+    return SUCCESS;
+}
+
+int nvmlDeviceRegisterEvents(void *h, unsigned long long types, struct event_set *set) {
+    DEVICE_CALL(nvmlDeviceRegisterEvents, h);
+    if ((ret = valid_set(set))) return ret;
+    if (types & ~g->supported_events) return ERROR_NOT_SUPPORTED;
+    set->mask[((struct device_tag *)h)->slot] |= types;
+    return SUCCESS;
+}
+
+struct event_data { void *device; uint64_t type, data; uint32_t gpu_instance, compute_instance; };
+
+static int next_event(struct event_set *set, struct event_data *out) {
+    for (uint32_t i = 0; i < st->gpu_count; i++) {
+        int slot = st->order[i];
+        struct gpu *g = &st->gpus[slot];
+        uint64_t mask = set->mask[slot];
+        while (mask && g->event_head != g->event_tail) {
+            struct event e = g->events[g->event_head % MAX_EVENTS];
+            g->event_head++;
+            if (e.type & mask) {
+                gpu_tags[slot].slot = slot, gpu_tags[slot].mig = -1;
+                out->device = &gpu_tags[slot];
+                out->type = e.type, out->data = e.data;
+                out->gpu_instance = out->compute_instance = 0xFFFFFFFFu;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int nvmlEventSetWait_v2(struct event_set *set, struct event_data *data, unsigned int timeout_ms) {
+    int ret = ready(FN_nvmlEventSetWait_v2);
+    if (ret) return ret;
+    if ((ret = valid_set(set))) return ret;
+    for (unsigned waited = 0;; waited += 10) { /* the driver blocks in the kernel; we poll */
+        if (!set->used) { /* torn down under a wait in progress */
+            __atomic_fetch_add(&st->use_after_free, 1, __ATOMIC_RELAXED);
+            return ERROR_UNINITIALIZED;
+        }
+        if (next_event(set, data)) return SUCCESS;
+        for (uint32_t i = 0; i < st->gpu_count; i++)
+            if (set->mask[st->order[i]] && st->gpus[st->order[i]].lost) return ERROR_GPU_IS_LOST;
+        if (waited >= timeout_ms) return ERROR_TIMEOUT;
+        sleep_ms(10);
+    }
+}
+
+int nvmlEventSetFree(struct event_set *set) {
+    int ret = ready(FN_nvmlEventSetFree);
+    if (ret) return ret;
+    if ((ret = valid_set(set))) return ret;
+    set->used = 0;
+    return SUCCESS;
+}
+
+/* -- processes ---------------------------------------------------------------------------------- */
+struct process_info { uint32_t pid; uint32_t pad; uint64_t used; uint32_t gpu_instance, compute_instance; };
+
+static int processes(struct gpu *g, unsigned int *n, struct process_info *infos) {
+    if (!n) return ERROR_INVALID_ARGUMENT;
+    if (*n < g->process_count || (!infos && g->process_count)) {
+        *n = g->process_count;
+        return ERROR_INSUFFICIENT_SIZE;
+    }
+    for (uint32_t i = 0; i < g->process_count; i++) {
+        infos[i].pid = g->processes[i].pid;
+        infos[i].used = g->processes[i].used;
+        infos[i].gpu_instance = infos[i].compute_instance = 0xFFFFFFFFu;
+    }
+    *n = g->process_count;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetComputeRunningProcesses_v2(void *h, unsigned int *n, struct process_info *infos) {
+    DEVICE_CALL(nvmlDeviceGetComputeRunningProcesses_v2, h);
+    return processes(g, n, infos);
+}
+
+#ifndef OLD_DRIVER
+int nvmlDeviceGetComputeRunningProcesses_v3(void *h, unsigned int *n, struct process_info *infos) {
+    DEVICE_CALL(nvmlDeviceGetComputeRunningProcesses_v3, h);
+    return processes(g, n, infos);
+}
+#endif
+
+/* -- MIG ---------------------------------------------------------------------------------------- */
+int nvmlDeviceGetMigMode(void *h, unsigned int *current, unsigned int *pending) {
+    DEVICE_CALL(nvmlDeviceGetMigMode, h);
+    *current = *pending = g->mig_mode;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetMaxMigDeviceCount(void *h, unsigned int *n) {
+    DEVICE_CALL(nvmlDeviceGetMaxMigDeviceCount, h);
+    *n = g->mig_mode ? MAX_MIG : 0;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetMigDeviceHandleByIndex(void *h, unsigned int index, void **mig) {
+    DEVICE_CALL(nvmlDeviceGetMigDeviceHandleByIndex, h);
+    if (!g->mig_mode) return ERROR_INVALID_ARGUMENT;
+    if (index >= MAX_MIG) return ERROR_INVALID_ARGUMENT;
+    if (index >= g->mig_count) return ERROR_NOT_FOUND; /* no MIG device at this index */
+    int slot = ((struct device_tag *)h)->slot;
+    mig_tags[slot][index].slot = slot, mig_tags[slot][index].mig = (int)index;
+    *mig = &mig_tags[slot][index];
+    return SUCCESS;
+}
+
+int nvmlDeviceIsMigDeviceHandle(void *h, unsigned int *is_mig) {
+    DEVICE_CALL(nvmlDeviceIsMigDeviceHandle, h);
+    *is_mig = ((struct device_tag *)h)->mig >= 0;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void *h, void **parent) {
+    DEVICE_CALL(nvmlDeviceGetDeviceHandleFromMigDeviceHandle, h);
+    int slot = ((struct device_tag *)h)->slot;
+    *parent = &gpu_tags[slot];
+    return SUCCESS;
+}
