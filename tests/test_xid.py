@@ -132,6 +132,23 @@ def test_reopened_nvml_is_registered_again_and_counts_survive(monitor, fake_nvml
     assert wait_until(lambda: xid_count(monitor, 1, 94) == 2, timeout=5)
 
 
+def test_reopen_never_frees_a_set_while_it_is_waited_on(fake_nvml):
+    """A reopen (after a lost GPU) shuts NVML down, which frees every event set: it must wait for a
+    wait in progress and let none start, else the driver is asked to wait on freed memory."""
+    monitor = open_xid_monitor(timeout_ms=200)
+    monitor.start()
+    try:
+        for _ in range(5):
+            time.sleep(0.05)  # inside a wait
+            assert monitor._session.reopen()
+        fake_nvml.gpus[0].events.append((XID, 79))
+        assert wait_until(lambda: xid_count(monitor, 0, 79) == 1, timeout=5)
+    finally:
+        monitor.stop()
+    assert fake_nvml.use_after_free == 0
+    assert fake_nvml.event_sets == {}
+
+
 def test_a_lost_gpu_does_not_end_the_thread(monitor, fake_nvml):
     fake_nvml.gpus[1].events.append((XID, 79))
     fake_nvml.gpus[1].lost = True  # fell off the bus: every wait now answers GPU_IS_LOST

@@ -75,8 +75,8 @@ class XidMonitor:
         """(Re)create the event set over the session's current handles; returns the GPUs registered."""
         nvml = self._nvml
         with self._session.lock:
-            self._generation = self._session.generation
             self._free_set()
+            self._generation = self._session.generation
             try:
                 event_set = nvml.nvmlEventSetCreate()
             except nvml.NVMLError as exc:
@@ -113,10 +113,11 @@ class XidMonitor:
             return device
 
     def _free_set(self) -> None:
-        if self._set is not None:
+        """Free the set; one from before a reopen was freed with that NVML already and is dropped."""
+        if self._set is not None and self._generation == self._session.generation:
             with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlEventSetFree(self._set)
-            self._set = None
+        self._set = None
 
     # -- the event thread ----------------------------------------------------------------------
     def start(self) -> None:
@@ -132,7 +133,12 @@ class XidMonitor:
                 self._stop.wait(self.timeout_ms / 1000)
                 continue
             try:
-                data = nvml.nvmlEventSetWait_v2(self._set, self.timeout_ms)
+                # A reopen frees every event set: it waits for this wait, and none starts meanwhile.
+                with self._session.event_wait(self._generation) as allowed:
+                    data = nvml.nvmlEventSetWait_v2(self._set, self.timeout_ms) if allowed else None
+                if data is None:  # a reopen is under way: re-register once it is done
+                    self._stop.wait(0.01)
+                    continue
             except nvml.NVMLError as exc:
                 if exc.value != nvml.NVML_ERROR_TIMEOUT:
                     if failing != exc.value:  # e.g. GPU_IS_LOST until the GPU is gone from the set
