@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pynvml
 import pytest
 import structlog
 from prometheus_client import CollectorRegistry
