@@ -69,6 +69,7 @@ def test_health_devices_landing(daemon, fake_nvml):
     gpus = backends["nvidia"]["devices"]
     assert [g["uuid"] for g in gpus] == [g.uuid for g in fake_nvml.gpus]
     assert gpus[0]["up"] is True and gpus[0]["memory_total_bytes"] == fake_nvml.gpus[0].memory_total
+    assert gpus[0]["aliases"] is None  # unknown: null, like every identity field the backend cannot read
     assert backends["rapl"]["domains"] == ["package-0", "core-0"]
     status, headers, body = http(daemon.port, "GET", "/")
     assert status == 200 and headers["content-type"].startswith("text/html") and b"/metrics" in body
