@@ -108,6 +108,23 @@ def test_readyz_waits_for_first_sample(settings):
         d.stop()
 
 
+def test_readyz_is_503_with_the_reasons_when_no_backend_loaded(settings):
+    """Serving nothing is not ready: a readiness probe must not route to a daemon with no backend."""
+    from warptd.backends.registry import Loaded
+
+    reason = "libnvidia-ml.so.1 not found: no NVIDIA driver on this host"
+    d = Daemon(settings, Loaded(unavailable={"nvidia": reason}))
+    d.start()
+    try:
+        status, _, body = http(d.port, "GET", "/readyz")
+        assert status == 503
+        assert json.loads(body) == {"status": "no backend loaded", "unavailable": {"nvidia": reason}}
+        assert not d.snapshot.ready()
+        assert http(d.port, "GET", "/healthz")[0] == 200  # alive, though
+    finally:
+        d.stop()
+
+
 def test_stale_backend_series_dropped_at_scrape(settings, fake_nvml):
     settings.backends = ["nvidia", "cpu"]
     settings.sample_timeout = 0.2
