@@ -16,6 +16,21 @@ from warptd.k8s import podresources_pb2_grpc as pb_grpc
 Pods = dict[tuple[str, str, str], dict[str, list[str]]]
 
 
+def replica(gpu_uuid: str, n: int) -> str:
+    """The ID NVIDIA's device plugin gives replica ``n`` of a time-sliced GPU."""
+    return f"{gpu_uuid}::{n}"
+
+
+def mig_device(mig_uuid: str) -> str:
+    """A MIG device as the plugin names it with current drivers: its own UUID, not naming its GPU."""
+    return f"MIG-{mig_uuid}"
+
+
+def legacy_mig_device(gpu_uuid: str, gpu_instance: int, compute_instance: int) -> str:
+    """A MIG device as older drivers name it: ``MIG-GPU-<uuid>/<gi>/<ci>``."""
+    return f"MIG-{gpu_uuid}/{gpu_instance}/{compute_instance}"
+
+
 class FakeKubelet(pb_grpc.PodResourcesListerServicer):
     """Answers ``List`` from :attr:`pods`; :attr:`delay` makes it slow (a kubelet under load)."""
 

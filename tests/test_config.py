@@ -74,6 +74,14 @@ def test_cli_unknown_backend(capsys, monkeypatch):
     assert "unknown backend(s) tpu9000" in capsys.readouterr().err
 
 
+def test_cli_default_backends_that_cannot_load_are_skipped(capsys, tmp_path):
+    """No --backend: every backend is tried, and one that cannot load is a log line, not an error."""
+    assert main(["--sysfs", str(tmp_path), "--log-level", "error", "list"]) == 0
+    captured = capsys.readouterr()
+    assert "cpu:0" in captured.out
+    assert "# rapl: " in captured.err  # no RAPL zone under --sysfs
+
+
 def test_cli_list_json(capsys):
     assert main(["--backend", "cpu", "--log-level", "error", "list", "--json"]) == 0
     import json

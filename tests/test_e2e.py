@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -163,3 +164,81 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m warptd`` to its end (bounded): a start that must fail, not serve."""
+    return subprocess.run(
+        [sys.executable, "-m", "warptd", "--listen", "127.0.0.1:0", *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _nvml_library_present() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_named_backend_without_its_package_stops_the_start(tmp_path, how):
+    """--backend nvidia (or WARPTD_BACKENDS=nvidia) without nvidia-ml-py: exit 2 and one line saying
+    why and how to install it, instead of serving nothing and reporting ready."""
+    missing = tmp_path / "missing"
+    missing.mkdir()
+    (missing / "pynvml.py").write_text('raise ImportError("No module named \'pynvml\'", name="pynvml")\n')
+    env = {"PYTHONPATH": str(missing)}
+    args = ["--sysfs", str(tmp_path)]
+    if how == "flag":
+        args += ["--backend", "nvidia"]
+    else:
+        env["WARPTD_BACKENDS"] = "nvidia"
+    result = _run(*args, env=env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    message = (
+        "warptd: backend nvidia cannot load: nvidia-ml-py is not installed: pip install 'warptd[nvidia]'"
+    )
+    assert lines[-1] == message
+    assert [line for line in lines if line.startswith("warptd:")] == [message]
+    assert "warptd_started" not in result.stderr
+
+
+def test_a_named_backend_without_its_driver_stops_the_start(tmp_path):
+    """This machine's real state: nvidia-ml-py installed, libnvidia-ml.so.1 absent."""
+    if _nvml_library_present():
+        pytest.skip("an NVIDIA driver is installed here")
+    result = _run("--backend", "nvidia", "--backend", "cpu", "--sysfs", str(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "warptd: backend nvidia cannot load: libnvidia-ml.so.1 not found: no NVIDIA driver on this host"
+    )
+
+
+def test_an_unavailable_companion_does_not_stop_the_start(tmp_path):
+    """--backend cpu also loads rapl, its power companion; no RAPL zone under --sysfs: cpu serves."""
+    args = ["--listen", "127.0.0.1:0", "--backend", "cpu", "--interval", "0.2", "--sysfs", str(tmp_path)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warptd", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        started = _events(proc, "warptd_started", timeout=20)[-1]
+        assert started["backends"] == ["cpu"] and set(started["unavailable"]) == {"rapl"}
+        port = int(started["listen"].rpartition(":")[2])
+        assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -69,6 +69,7 @@ def test_health_devices_landing(daemon, fake_nvml):
     gpus = backends["nvidia"]["devices"]
     assert [g["uuid"] for g in gpus] == [g.uuid for g in fake_nvml.gpus]
     assert gpus[0]["up"] is True and gpus[0]["memory_total_bytes"] == fake_nvml.gpus[0].memory_total
+    assert gpus[0]["aliases"] is None  # unknown: null, like every identity field the backend cannot read
     assert backends["rapl"]["domains"] == ["package-0", "core-0"]
     status, headers, body = http(daemon.port, "GET", "/")
     assert status == 200 and headers["content-type"].startswith("text/html") and b"/metrics" in body
@@ -103,6 +104,23 @@ def test_readyz_waits_for_first_sample(settings):
         assert status == 503 and json.loads(body)["pending"] == ["cpu"]
         d.sampler.start()
         assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
+    finally:
+        d.stop()
+
+
+def test_readyz_is_503_with_the_reasons_when_no_backend_loaded(settings):
+    """Serving nothing is not ready: a readiness probe must not route to a daemon with no backend."""
+    from warptd.backends.registry import Loaded
+
+    reason = "libnvidia-ml.so.1 not found: no NVIDIA driver on this host"
+    d = Daemon(settings, Loaded(unavailable={"nvidia": reason}))
+    d.start()
+    try:
+        status, _, body = http(d.port, "GET", "/readyz")
+        assert status == 503
+        assert json.loads(body) == {"status": "no backend loaded", "unavailable": {"nvidia": reason}}
+        assert not d.snapshot.ready()
+        assert http(d.port, "GET", "/healthz")[0] == 200  # alive, though
     finally:
         d.stop()
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import Rig, http, parse, select, value, wait_until
-from tests.kubelet import FakeKubelet
+from tests.kubelet import FakeKubelet, legacy_mig_device, mig_device, replica
 from warptd.config import load_settings
 from warptd.daemon import Daemon
 from warptd.exporter.kubernetes import KubernetesCollector
@@ -82,6 +82,51 @@ def test_devices_map_to_their_containers_by_uuid(pod_rig, kubelet, fake_nvml):
     assert info.value == 1 and info.labels["backend"] == "nvidia" and info.labels["uuid"] == gpu0
     assert value(samples, "warptd_podresources_up") == 1
     assert value(samples, "warptd_podresources_last_success_timestamp_seconds") > time.time() - 60
+
+
+def test_time_sliced_and_mig_devices_match_their_gpu(settings, kubelet, monkeypatch):
+    """Replicas ``GPU-<uuid>::<n>`` and legacy ``MIG-GPU-<uuid>/<gi>/<ci>`` IDs count as their GPU; a
+    ``MIG-<uuid>`` matches the GPU listing it in ``aliases``. Parts of one GPU held by several
+    containers share the GPU: allocation_info for each, the GPU's energy split evenly."""
+    from warptd.backends.nvidia import NvidiaBackend
+
+    mig_uuid = "7b3c2a10-5d4e-5f6a-8b9c-0d1e2f3a4b5c"
+    listed = NvidiaBackend.list_devices
+
+    def with_mig_aliases(self):  # as the NVIDIA backend will fill them, from NVML's MIG handles
+        aliases = {"aliases": [mig_device(mig_uuid)]}
+        return [i.model_copy(update=aliases) if i.index == 1 else i for i in listed(self)]
+
+    monkeypatch.setattr(NvidiaBackend, "list_devices", with_mig_aliases)
+    fake = FakeNvml(gpus=3)
+    gpu0, gpu1, gpu2 = (g.uuid for g in fake.gpus)
+    kubelet.pods = {
+        ("ml", "a", "main"): {GPU: [replica(gpu0, 0)]},
+        ("ml", "b", "main"): {GPU: [replica(gpu0, 3), replica(gpu0, 4)]},  # two replicas, one owner
+        ("ml", "c", "main"): {"nvidia.com/mig-1g.10gb": [mig_device(mig_uuid)]},
+        ("ml", "d", "main"): {"nvidia.com/mig-3g.40gb": [legacy_mig_device(gpu2, 1, 0)]},
+        ("ml", "e", "main"): {"nvidia.com/mig-3g.40gb": [legacy_mig_device(gpu2, 2, 0)]},
+    }
+    with fake.installed():
+        rig = PodRig(settings, kubelet)
+        try:
+            samples = rig.poll_and_tick()
+            assert allocations(samples) == [
+                ("0", "ml", "a", "main"),
+                ("0", "ml", "b", "main"),
+                ("1", "ml", "c", "main"),
+                ("2", "ml", "d", "main"),
+                ("2", "ml", "e", "main"),
+            ]
+            mig = select(samples, "warptd_device_allocation_info", pod="c")
+            assert [s.labels["uuid"] for s in mig] == [gpu1]
+            for gpu, joules in zip(fake.gpus, (100.0, 30.0, 60.0), strict=True):
+                gpu.energy_mj += int(joules * 1000)
+            samples = rig.rig.tick()
+        finally:
+            rig.close()
+    energy = {s.labels["pod"]: s.value for s in select(samples, "warptd_pod_energy_joules_total")}
+    assert energy == pytest.approx({"a": 50.0, "b": 50.0, "c": 30.0, "d": 30.0, "e": 30.0}, rel=0.01)
 
 
 def test_a_pod_going_away_drops_its_allocation(pod_rig, kubelet, fake_nvml):
@@ -277,6 +322,22 @@ def test_committed_stubs_match_the_proto(tmp_path):
     assert fresh == committed, "regenerate: see the header of warptd/k8s/podresources.proto"
     service = committed.service[0]
     assert (committed.package, service.name, service.method[0].name) == ("v1", "PodResourcesLister", "List")
+
+
+def test_device_ids_normalise_to_the_device_they_name():
+    from warptd.k8s.attribution import _normalise, device_keys
+    from warptd.models import GPUInfo
+
+    uuid = "GPU-8f3c0a2e-1b2c-3d4e-5f60-718293a4b5c6"
+    assert _normalise(f"{uuid}::3") == _normalise(f"{uuid.upper()}::12") == uuid.lower()
+    assert _normalise(f"MIG-{uuid}/7/0") == uuid.lower()
+    assert _normalise("0000:C1:00.0::1") == "0000:c1:00.0"
+    mig = "MIG-4a1d2e3f-0000-5111-8222-333344445555"
+    assert _normalise(mig) == mig.lower()  # does not name its GPU: matched through aliases
+    assert _normalise("weird::name") == "weird::name"  # only a numeric suffix is a replica
+    info = GPUInfo(index=0, model="A100", uuid=uuid, aliases=["MIG-4A1D", "MIG-5b2e"])
+    assert device_keys(info) == {uuid.lower(), "mig-4a1d", "mig-5b2e"}
+    assert device_keys(GPUInfo(index=0, model="A100", uuid=uuid)) == {uuid.lower()}
 
 
 def test_devices_match_by_uuid_pci_address_or_serial():

@@ -87,6 +87,24 @@ def test_entry_point_plugin_is_loaded(settings, monkeypatch):
     assert "acme_not_installed" in loaded.unavailable["missing"]
 
 
+def test_strict_loading_refuses_a_named_backend_that_cannot_load(settings, monkeypatch):
+    """The CLI's mode: a named backend that fails stops the start, after what did load is released."""
+    _entry_points(monkeypatch, EntryPoint("broken", "tests.test_registry:BrokenBackend", "warptd.backends"))
+    shut: list[str] = []
+    monkeypatch.setattr(CpuBackend, "shutdown", lambda self: shut.append(self.name))
+    settings.backends = ["cpu", "broken"]
+    with pytest.raises(registry.BackendLoadError) as raised:
+        registry.load_backends(settings, strict=True)
+    assert str(raised.value) == "backend broken cannot load: No module named 'acme_sdk'"
+    assert isinstance(raised.value, SettingsError) and shut == ["cpu"]
+    settings.backends = ["cpu"]  # rapl, its companion, has no zone under this sysfs: skipped
+    loaded = registry.load_backends(settings, strict=True)
+    assert [b.name for b in loaded.accelerators] == ["cpu"] and "rapl" in loaded.unavailable
+    settings.backends = None  # by default, a backend that cannot load is skipped
+    loaded = registry.load_backends(settings, strict=True)
+    assert "broken" in loaded.unavailable and "cpu" in [b.name for b in loaded.accelerators]
+
+
 def test_plugin_cannot_hijack_a_builtin_name(settings, monkeypatch):
     _entry_points(monkeypatch, EntryPoint("cpu", "tests.test_registry:PluginBackend", "warptd.backends"))
     settings.backends = ["cpu"]

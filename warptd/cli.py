@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         configure_logging(settings.log_level, settings.log_format)
-        loaded = load_backends(settings)
+        loaded = load_backends(settings, strict=True)  # a backend named with --backend must load
     except SettingsError as exc:
         print(f"warptd: {exc}", file=sys.stderr)
         return 2

@@ -65,7 +65,7 @@ class Daemon:
             self.sampler.listeners.append(pod_energy.on_sample)
             self.exposition.registry.register(KubernetesCollector(self.pods, pod_energy, self.snapshot))
         self.router = Router()
-        add_core_routes(self.router, self.snapshot, self.exposition)
+        add_core_routes(self.router, self.snapshot, self.exposition, self.loaded.unavailable)
         self._token = settings.stress_token_value()
         add_stress_routes(self.router, self.stress, lambda: self._token)
         add_openapi_route(self.router)
@@ -124,9 +124,10 @@ class Daemon:
         return http_alive and self.sampler.scheduler.running and not self._stopped.is_set()
 
     def _announce_ready(self) -> None:
-        """READY=1 once every backend finished its first sample (bounded by one timeout)."""
+        """READY=1 once every backend finished its first sample (bounded by one timeout); at once
+        when none loaded (the process is up; /readyz says 503 and why)."""
         deadline = time.monotonic() + self.settings.interval + self.settings.sample_timeout + 5
-        while not self.snapshot.ready() and time.monotonic() < deadline and not self._stopped.is_set():
+        while self.snapshot.pending() and time.monotonic() < deadline and not self._stopped.is_set():
             time.sleep(0.05)
         if not self._stopped.is_set():
             self.notifier.ready(f"serving {len(self.sampler.backends)} backends on port {self.port}")

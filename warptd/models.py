@@ -23,6 +23,8 @@ class GPUInfo(BaseModel):
     pci_bus_id: str | None = None
     driver_version: str | None = None
     extra_metrics: dict[str, Any] | None = None
+    #: Other IDs device plugins may use for this device, e.g. the ``MIG-<uuid>`` of its MIG instances.
+    aliases: list[str] | None = None
 
     @staticmethod
     def memory_fields(total_bytes: int | None) -> dict[str, Any]:

@@ -98,9 +98,19 @@ def _wanted(candidate: Candidate, cls: type, names: list[str] | None) -> bool:
     return not names or candidate.name in names or getattr(cls, "companion", None) in names
 
 
-def load_backends(settings: Settings) -> Loaded:
-    """Construct every selected backend; each failure is logged with its reason and skipped."""
+class BackendLoadError(SettingsError):
+    """A backend the user named (``--backend``, ``WARPTD_BACKENDS``) cannot load: the start stops."""
+
+
+def load_backends(settings: Settings, *, strict: bool = False) -> Loaded:
+    """Construct every selected backend; each failure is logged with its reason and skipped.
+
+    ``strict`` (the CLI): a failure of a backend named in ``settings.backends`` raises
+    :class:`BackendLoadError` instead, after releasing what did load. Backends loaded by default
+    and companions loaded with a named backend (``nvidia`` -> ``nvml``) are still skipped.
+    """
     loaded = Loaded()
+    named_failures: list[str] = []
     candidates = discover()
     check_selection(candidates, settings.backends)
     for candidate in candidates:
@@ -121,10 +131,15 @@ def load_backends(settings: Settings) -> Loaded:
             reason = str(exc) or type(exc).__name__
             loaded.unavailable[candidate.name] = reason
             log.info("backend_unavailable", backend=candidate.name, kind=candidate.kind, reason=reason)
+            if strict and candidate.name in (settings.backends or ()):
+                named_failures.append(f"backend {candidate.name} cannot load: {' '.join(reason.split())}")
             continue
         backend.name = candidate.name
         (loaded.accelerators if candidate.kind == "accelerator" else loaded.power).append(backend)
         log.info("backend_loaded", backend=candidate.name, kind=candidate.kind, origin=candidate.origin)
+    if named_failures:
+        loaded.shutdown()
+        raise BackendLoadError("; ".join(named_failures))
     deduplicate(loaded)
     return loaded
 

@@ -87,7 +87,10 @@ def openapi_document() -> dict[str, Any]:
             "/readyz": {
                 "get": {
                     "summary": "every backend has sampled once",
-                    "responses": {"200": _status("ready"), "503": _status("waiting")},
+                    "responses": {
+                        "200": _status("ready"),
+                        "503": _status("waiting for a first sample, or no backend loaded"),
+                    },
                 }
             },
             "/devices": {

@@ -21,8 +21,11 @@ _LANDING = """<!doctype html>
 """
 
 
-def add_core_routes(router: Router, snapshot: Snapshot, exposition: Exposition) -> None:
-    """Register the endpoints that only read the snapshot."""
+def add_core_routes(
+    router: Router, snapshot: Snapshot, exposition: Exposition, unavailable: dict[str, str] | None = None
+) -> None:
+    """Register the endpoints that only read the snapshot; ``unavailable``: why each skipped backend
+    did not load, for /readyz when none did."""
 
     def metrics(request: Request) -> Response:
         body, content_type, gzipped = exposition.render(
@@ -35,6 +38,8 @@ def add_core_routes(router: Router, snapshot: Snapshot, exposition: Exposition) 
         return json_response(200, {"status": "ok"})
 
     def readyz(_: Request) -> Response:
+        if not snapshot.states():  # serving nothing is not ready
+            return json_response(503, {"status": "no backend loaded", "unavailable": dict(unavailable or {})})
         pending = snapshot.pending()
         if pending:
             return json_response(503, {"status": "waiting for first sample", "pending": pending})

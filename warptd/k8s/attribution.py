@@ -1,7 +1,11 @@
 """Which container each device is allocated to, polled from the kubelet off the scrape path.
 
 Device plugins name devices differently: NVIDIA by GPU UUID, AMD by PCI address, others by serial
-or UUID. A device matches an allocated ID by any of its UUID, PCI address or ``serial``.
+or UUID. A device matches an allocated ID by any of its UUID, PCI address, ``serial`` or
+``aliases``. NVIDIA's plugin also hands out parts of a GPU: a time-slicing replica
+``GPU-<uuid>::<n>`` and a legacy MIG device ``MIG-GPU-<uuid>/<gi>/<ci>`` both count as the GPU
+itself; a new-style MIG device ``MIG-<uuid>`` does not name its GPU and matches by the GPU's
+``aliases``. Parts of one GPU held by several containers make the GPU shared by them.
 """
 
 from __future__ import annotations
@@ -27,12 +31,23 @@ log = structlog.get_logger("warptd.k8s")
 def device_keys(info: GPUInfo) -> set[str]:
     """The names a device plugin may give this device, normalised as :func:`_normalise` does."""
     serial = (info.extra_metrics or {}).get("serial")
-    names = (info.uuid, info.pci_bus_id, serial if isinstance(serial, str) else None)
+    names = (info.uuid, info.pci_bus_id, serial if isinstance(serial, str) else None, *(info.aliases or ()))
     return {_normalise(name) for name in names if name}
 
 
 def _normalise(device_id: str) -> str:
-    return pci_address(device_id) or device_id.strip().lower()
+    """The key of the device an ID names: a PCI address in one spelling, else the ID lower-cased,
+    without a time-slicing replica suffix (``::<n>``), a legacy MIG ID read as its parent GPU."""
+    key = device_id.strip().lower()
+    base, separator, replica = key.rpartition("::")
+    if separator and replica.isdigit():  # GPU-<uuid>::<n>: replica n of the GPU
+        key = base
+    address = pci_address(key)
+    if address is not None:
+        return address
+    if key.startswith("mig-gpu-") and "/" in key:  # MIG-GPU-<uuid>/<gi>/<ci>: an instance of GPU-<uuid>
+        return key.removeprefix("mig-").partition("/")[0]
+    return key
 
 
 @dataclass(slots=True)

@@ -99,4 +99,5 @@ class Snapshot:
         return [s.name for s in self.states() if s.last_attempt_done is None]
 
     def ready(self) -> bool:
-        return not self.pending()
+        """At least one backend, and every backend finished (or gave up on) its first sample."""
+        return bool(self.states()) and not self.pending()
