@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from warptd.models import CLOCK_EVENT_REASONS, DeviceReading
 from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleTracker
 
 
@@ -103,3 +104,15 @@ def test_wrap_plausibility_by_implied_power():
     assert c.wraps == 1
     c.update(30_000.0, dt=1.0)  # a 64.5 kJ "wrap" in 1 s is no wrap: a reset
     assert c.resets == 1
+
+
+def test_a_reading_keeps_clock_events_out_of_its_throttle_fields():
+    reading = DeviceReading(
+        index=0,
+        throttle_active={"gpu_idle": True, "applications_clocks_setting": False, "sw_power_cap": True},
+        throttle_counter_seconds={"gpu_idle": 9.0, "sw_power_cap": 1.5},
+    )
+    assert reading.throttle_active == {"sw_power_cap": True}
+    assert reading.throttle_counter_seconds == {"sw_power_cap": 1.5}
+    assert reading.clock_events_active == {"gpu_idle": True, "applications_clocks_setting": False}
+    assert set(reading.clock_events_active) <= CLOCK_EVENT_REASONS

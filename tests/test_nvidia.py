@@ -7,6 +7,7 @@ import time
 import pynvml
 import pytest
 
+from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml, nvml_error
 from tests.helpers import Rig, select, value
 from warptd.backends.nvidia import NvidiaBackend
@@ -37,7 +38,7 @@ def test_values_in_base_units(rig, fake_nvml):
     assert value(samples, "warptd_device_temperature_celsius", sensor="gpu", **DEV0) == 41
     assert value(samples, "warptd_device_clock_hertz", clock="sm", **DEV0) == 1980e6
     assert value(samples, "warptd_device_clock_hertz", clock="memory", **DEV0) == 2619e6
-    assert value(samples, "warptd_device_throttle_active", reason="gpu_idle", **DEV0) == 1
+    assert value(samples, "warptd_device_clock_event_active", reason="gpu_idle", **DEV0) == 1
     assert value(samples, "warptd_device_throttle_active", reason="hw_thermal_slowdown", **DEV0) == 0
     info = select(samples, "warptd_device_info", **DEV0)[0].labels
     assert info["uuid"] == gpu.uuid
@@ -85,6 +86,7 @@ def test_not_supported_fields_are_absent_not_zero(rig, fake_nvml):
         "warptd_device_temperature_celsius",
         "warptd_device_energy_joules_total",
         "warptd_device_throttle_active",
+        "warptd_device_clock_event_active",
     ):
         assert not select(samples, name, **DEV1), name
         assert select(samples, name, **DEV0), name
@@ -187,6 +189,66 @@ def test_throttle_seconds_from_violation_counters_and_samples(rig, fake_nvml):
     sampled = value(samples, "warptd_device_throttle_seconds_total", reason="hw_slowdown", **DEV0)
     assert 0.05 < sampled < 1.0
     assert value(samples, "warptd_device_throttle_active", reason="hw_slowdown", **DEV0) == 1
+
+
+CLOCK_EVENTS = ("gpu_idle", "applications_clocks_setting", "display_clock_setting")
+THROTTLING = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+
+
+def by_reason(samples, name: str, device: dict[str, str]) -> dict[str, float]:
+    return {s.labels["reason"]: s.value for s in select(samples, name, **device)}
+
+
+def test_an_idle_gpu_is_a_clock_event_not_throttling(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.current_reasons = pynvml.nvmlClocksEventReasonGpuIdle
+    rig.tick()
+    time.sleep(0.1)
+    samples = rig.tick()
+    assert value(samples, "warptd_device_clock_event_active", reason="gpu_idle", **DEV0) == 1
+    for reason in ("applications_clocks_setting", "display_clock_setting"):
+        assert value(samples, "warptd_device_clock_event_active", reason=reason, **DEV0) == 0
+    for reason in CLOCK_EVENTS:  # neither a throttle series nor sampled throttle time
+        assert not select(samples, "warptd_device_throttle_active", reason=reason), reason
+        assert not select(samples, "warptd_device_throttle_seconds_total", reason=reason), reason
+    active = by_reason(samples, "warptd_device_throttle_active", DEV0)
+    assert active == dict.fromkeys(THROTTLING, 0)
+    throttled = select(samples, "warptd_device_throttle_seconds_total", **DEV0)
+    assert throttled and all(s.value == 0 for s in throttled)
+    assert_promtool_clean(rig.exposition.render(None, None)[0])
+
+
+def test_clock_events_beside_real_throttling(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.current_reasons = (
+        pynvml.nvmlClocksEventReasonApplicationsClocksSetting | pynvml.nvmlClocksEventReasonHwSlowdown
+    )
+    rig.tick()
+    time.sleep(0.1)
+    samples = rig.tick()
+    events = by_reason(samples, "warptd_device_clock_event_active", DEV0)
+    assert events == {"gpu_idle": 0, "applications_clocks_setting": 1, "display_clock_setting": 0}
+    assert value(samples, "warptd_device_throttle_active", reason="hw_slowdown", **DEV0) == 1
+    assert value(samples, "warptd_device_throttle_seconds_total", reason="hw_slowdown", **DEV0) > 0.05
+    assert not select(samples, "warptd_device_throttle_seconds_total", reason="applications_clocks_setting")
+
+
+def test_clock_events_only_where_supported(rig, fake_nvml):
+    gpu = fake_nvml.gpus[1]
+    gpu.supported_reasons = pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonGpuIdle
+    gpu.current_reasons = pynvml.nvmlClocksEventReasonGpuIdle
+    samples = rig.tick()
+    events = by_reason(samples, "warptd_device_clock_event_active", DEV1)
+    assert events == {"gpu_idle": 1}
+    active = by_reason(samples, "warptd_device_throttle_active", DEV1)
+    assert active == {"sw_power_cap": 0}
 
 
 def test_nvml_power_backend_domains(settings, fake_nvml):

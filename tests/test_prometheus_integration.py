@@ -25,6 +25,7 @@ from tests.helpers import http, wait_until
 from tests.kubelet import FakeKubelet
 from tests.sysfs_tree import drm_card
 from warptd.daemon import Daemon
+from warptd.models import CLOCK_EVENT_REASONS
 
 ROOT = Path(__file__).parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "warptd.json"
@@ -54,6 +55,14 @@ def dashboard_queries() -> list[tuple[str, str]]:
 def rule_queries() -> list[tuple[str, str]]:
     groups = yaml.safe_load(ALERTS.read_text())["groups"]
     return [(rule["alert"], rule["expr"]) for group in groups for rule in group["rules"]]
+
+
+def test_throttle_queries_leave_out_no_reason_by_hand():
+    """Throttle series carry only throttling, so no dashboard or alert query excludes idle or set
+    clocks itself; a query that names such a reason reads warptd_device_clock_event_active."""
+    for title, expr in [*dashboard_queries(), *rule_queries()]:
+        if any(reason in expr for reason in CLOCK_EVENT_REASONS):
+            assert "warptd_device_clock_event_active" in expr and "throttle" not in expr, (title, expr)
 
 
 def free_port() -> int:

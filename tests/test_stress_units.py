@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -85,6 +86,33 @@ def test_summary_from_rapl_packages_for_the_cpu():
     s = rec.summary()
     assert s.energy_joules == 60 and s.energy_source == "rapl"
     assert s.power_mean_watts == 55 and s.power_peak_watts == 60
+
+
+def test_idle_and_clock_settings_are_not_throttling_in_the_summary():
+    rec = TelemetryRecorder(recording=True)
+    idle = {"gpu_idle": True, "applications_clocks_setting": True, "display_clock_setting": True}
+    rec.add_device(_sample(100, 10.0, 10.0, 0.0, 40, active=idle))
+    rec.add_device(_sample(100, 20.0, 20.0, 0.0, 40, active={**idle, "sw_power_cap": False}))
+    assert rec.summary().throttle_seconds == {}
+
+
+def test_a_run_on_an_idle_gpu_records_no_throttling(make_rig, fake_nvml):
+    """Through the sampler, as the stress jobs get their samples: gpu_idle accumulates nothing."""
+    rig = make_rig("nvidia")
+    rec = TelemetryRecorder(recording=True)
+
+    def listener(backend, devices, domains):
+        for sample in devices or ():
+            if sample.reading.index == 0:
+                rec.add_device(sample)
+
+    rig.sampler.listeners.append(listener)
+    for _ in range(3):
+        rig.tick("nvidia")
+        time.sleep(0.05)
+    summary = rec.summary()
+    assert summary.samples == 3
+    assert summary.throttle_seconds == {}
 
 
 def test_recorder_ignores_samples_outside_the_run():

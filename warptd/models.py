@@ -48,6 +48,15 @@ def pci_address(bus_id: str | None) -> str | None:
     return f"{domain:04x}:{parts[1]}:{parts[2]}"
 
 
+#: Clock-event reasons that are not throttling: the clocks are low because the device is idle, or
+#: because an administrator (application clocks) or the display set them. Backends report them with
+#: the throttle reasons; :class:`DeviceReading` keeps them apart, so they are exported as
+#: ``warptd_device_clock_event_active`` and never counted as throttled time.
+CLOCK_EVENT_REASONS: frozenset[str] = frozenset(
+    {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
+)
+
+
 @dataclass(slots=True)
 class MemoryUsage:
     """Device memory in bytes: ``used`` by allocations, as nvidia-smi shows it; ``reserved`` by the
@@ -85,7 +94,22 @@ class DeviceReading:
     energy_counter_joules: float | None = None
     temperatures_celsius: dict[str, float] = field(default_factory=dict)
     clocks_hertz: dict[str, float] = field(default_factory=dict)
-    # Every reason the device can report, mapped to whether it is active now.
+    # Every throttle reason the device can report, mapped to whether it is active now. Given every
+    # reason the backend knows, it keeps only real throttling: see __post_init__.
     throttle_active: dict[str, bool] = field(default_factory=dict)
-    # Hardware violation counters in seconds, as read (cumulative, may reset).
+    # Hardware violation counters in seconds, as read (cumulative, may reset); throttling reasons only.
     throttle_counter_seconds: dict[str, float] = field(default_factory=dict)
+    # The CLOCK_EVENT_REASONS the device can report, mapped to whether each is active now.
+    clock_events_active: dict[str, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Move the clock-event reasons that are not throttling out of the throttle fields, once,
+        here, whatever built the reading: no backend, exporter or summary has to leave them out."""
+        events = {r: on for r, on in self.throttle_active.items() if r in CLOCK_EVENT_REASONS}
+        if events:
+            self.throttle_active = {r: on for r, on in self.throttle_active.items() if r not in events}
+            self.clock_events_active = {**self.clock_events_active, **events}
+        if not CLOCK_EVENT_REASONS.isdisjoint(self.throttle_counter_seconds):
+            self.throttle_counter_seconds = {
+                r: s for r, s in self.throttle_counter_seconds.items() if r not in CLOCK_EVENT_REASONS
+            }

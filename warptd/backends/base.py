@@ -97,7 +97,8 @@ class AcceleratorBackend(GuardedSDK, ABC):
         return {}
 
     def get_supported_throttle_reasons(self, index: int) -> list[str]:
-        """Every throttle reason the device can report; each becomes a 0/1 series."""
+        """Every throttle reason the device can report; each becomes a 0/1 series (those of
+        :data:`~warptd.models.CLOCK_EVENT_REASONS`, idle or clocks set, as clock events, not throttling)."""
         return []
 
     def get_throttle_reasons(self, index: int) -> list[str] | None:

@@ -87,13 +87,22 @@ CLOCK = _device("warptd_device_clock_hertz", "gauge", "Current clock frequency b
 THROTTLE_ACTIVE = _device(
     "warptd_device_throttle_active",
     "gauge",
-    "1 while a clock throttle reason is active, 0 otherwise; one series per reason the device supports.",
+    "1 while a clock throttle reason is active, 0 otherwise; one series per reason the device supports. "
+    "Clock events that are not throttling (idle, clocks set) are in warptd_device_clock_event_active.",
     "reason",
 )
 THROTTLE_SECONDS = _device(
     "warptd_device_throttle_seconds_total",
     "counter",
     "Time spent throttled by reason: the hardware violation counter where one exists, else sampled time.",
+    "reason",
+)
+CLOCK_EVENT_ACTIVE = _device(
+    "warptd_device_clock_event_active",
+    "gauge",
+    "1 while a clock-event reason that is not throttling is active, 0 otherwise; one series per such "
+    "reason the device supports: gpu_idle (clocks low because the device is idle), "
+    "applications_clocks_setting and display_clock_setting (clocks set by an administrator or the display).",
     "reason",
 )
 DOMAIN_POWER = MetricSpec(
@@ -250,6 +259,7 @@ ALL: tuple[MetricSpec, ...] = (
     CLOCK,
     THROTTLE_ACTIVE,
     THROTTLE_SECONDS,
+    CLOCK_EVENT_ACTIVE,
     DOMAIN_POWER,
     DOMAIN_ENERGY,
     DOMAIN_UP,

@@ -123,6 +123,8 @@ class SnapshotCollector(Collector):
             families.add(m.THROTTLE_ACTIVE, [*ids, reason], 1 if active else 0)
         for reason, seconds in sample.throttle_seconds.items():
             families.add(m.THROTTLE_SECONDS, [*ids, reason], seconds)
+        for reason, active in reading.clock_events_active.items():
+            families.add(m.CLOCK_EVENT_ACTIVE, [*ids, reason], 1 if active else 0)
 
     @staticmethod
     def _domains(families: Families, state: BackendState) -> None:
