@@ -26,6 +26,21 @@ class SysfsTree:
         self.write(f"{base}/max_energy_range_uj", max_range_uj)
         return self.write(f"{base}/energy_uj", energy_uj)
 
+    def rapl_multi_die(self, sockets: int = 2, dies: int = 2) -> dict[str, int]:
+        """The layout of a multi-die part (e.g. Cascade Lake-AP, 2 sockets x 2 dies): one top-level
+        zone per die, ``intel-rapl:N`` named ``package-S-die-D``, each with subzones ``dram`` (:0)
+        and ``core`` (:1). Returns the energy_uj written (all different) by zone directory."""
+        energies = {}
+        for socket in range(sockets):
+            for die in range(dies):
+                n = socket * dies + die
+                names = {"": f"package-{socket}-die-{die}", ":0": "dram", ":1": "core"}
+                for offset, (sub, name) in enumerate(names.items()):
+                    zone = f"intel-rapl:{n}{sub}"
+                    energies[zone] = 1_000_000 * (10 * n + 10 + offset)
+                    self.rapl_zone(zone, name, energies[zone])
+        return energies
+
     def set_energy(self, zone: str, energy_uj: int) -> None:
         self.write(f"class/powercap/{zone}/energy_uj", energy_uj)
 

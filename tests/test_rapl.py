@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 
 import pytest
@@ -136,3 +137,51 @@ def test_a_state_file_of_the_wrong_shape_is_ignored(settings, two_sockets, tmp_p
         rig = Rig(settings)
     assert any(e["event"] == "state_file_ignored" for e in logs)
     rig.close()
+
+
+# -- multi-die parts: package-N-die-M ------------------------------------------------------------
+NODE_POWER = re.compile(r"package-.*|dram-.*")  # the README's and dashboard's domain=~ (anchored, as PromQL)
+
+
+def test_multi_die_subzones_carry_socket_and_die(settings, sysfs):
+    sysfs.rapl_multi_die(sockets=2, dies=2)
+    domains = [z.domain for z in RaplPowerBackend(settings).zones]
+    assert domains == [
+        f"{kind}-{socket}-die-{die}"
+        for socket in (0, 1)
+        for die in (0, 1)
+        for kind in ("package", "dram", "core")
+    ]
+
+
+def test_a_name_the_kernel_repeats_still_gives_unique_domains(settings, sysfs):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 1)
+    sysfs.rapl_zone("intel-rapl:1", "psys", 2)
+    sysfs.rapl_zone("intel-rapl:2", "psys", 3)
+    domains = [z.domain for z in RaplPowerBackend(settings).zones]
+    assert domains == ["package-0", "psys", "psys-intel-rapl:2"]
+
+
+def test_multi_die_end_to_end_has_no_duplicate_series_and_sums_right(make_rig, sysfs):
+    energies = sysfs.rapl_multi_die(sockets=2, dies=2)
+    rig = make_rig("rapl")
+    samples = rig.tick()
+    keys = [(s.name, tuple(sorted(s.labels.items()))) for s in samples]
+    assert len(keys) == len(set(keys)), "duplicate series"
+    rapl = select(samples, "warptd_energy_joules_total", source="rapl")
+    assert len(rapl) == len(energies) == 12
+    by_domain = {s.labels["domain"]: s.value for s in rapl}
+    assert by_domain["dram-0-die-1"] == pytest.approx(energies["intel-rapl:1:0"] * 1e-6)
+    assert by_domain["dram-1-die-0"] == pytest.approx(energies["intel-rapl:2:0"] * 1e-6)
+    node = sum(v for d, v in by_domain.items() if NODE_POWER.fullmatch(d))
+    packages_and_drams = sum(e for zone, e in energies.items() if zone.count(":") == 1 or zone.endswith(":0"))
+    assert node == pytest.approx(packages_and_drams * 1e-6)  # each die counted once, core never
+    # One die's DRAM moves: only its own series does (a shared tracker would see phantom resets).
+    sysfs.set_energy("intel-rapl:1:0", energies["intel-rapl:1:0"] + 5_000_000)
+    later = {
+        s.labels["domain"]: s.value for s in select(rig.tick(), "warptd_energy_joules_total", source="rapl")
+    }
+    assert later["dram-0-die-1"] == pytest.approx(by_domain["dram-0-die-1"] + 5.0)
+    assert {d: v for d, v in later.items() if d != "dram-0-die-1"} == pytest.approx(
+        {d: v for d, v in by_domain.items() if d != "dram-0-die-1"}
+    )

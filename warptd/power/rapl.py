@@ -32,7 +32,10 @@ class RaplZone:
 
 
 class RaplPowerBackend(PowerBackend):
-    """Domains ``package-0``, ``core-0``, ``uncore-0``, ``dram-0``, ``psys`` from ``--sysfs``."""
+    """Domains ``package-0``, ``core-0``, ``uncore-0``, ``dram-0``, ``psys`` from ``--sysfs``.
+
+    On multi-die parts: ``package-0-die-1``, ``dram-0-die-1`` and so on.
+    """
 
     name: ClassVar[str] = "rapl"
     companion: ClassVar[str | None] = "cpu"
@@ -96,11 +99,15 @@ def _discover(root: Path) -> list[RaplZone]:
             continue
         parent = packages.get(match.group(1)) if match.group(2) is not None else None
         zones.append(RaplZone(domain=_domain_name(name, parent), path=path, range_joules=_range(path)))
-    return zones
+    return _unique(zones)
 
 
 def _domain_name(name: str, parent: Path | None) -> str:
-    """``package-0`` and ``psys`` stay; a subzone takes its package's number: ``core-0``, ``dram-1``."""
+    """``package-0`` and ``psys`` stay; a subzone takes its package's suffix: ``core-0``, ``dram-1``.
+
+    On multi-die parts the kernel names packages ``package-N-die-M``; a subzone then carries both
+    numbers (``dram-0-die-1``), so two dies' subzones never share a name.
+    """
     if parent is None:
         return name
     try:
@@ -108,11 +115,30 @@ def _domain_name(name: str, parent: Path | None) -> str:
     except OSError:
         parent_name = ""
     suffix = (
-        parent_name.rpartition("-")[2]
+        parent_name.removeprefix("package-")
         if parent_name.startswith("package-")
         else parent.name.partition(":")[2]
     )
     return f"{name}-{suffix}"
+
+
+def _unique(zones: list[RaplZone]) -> list[RaplZone]:
+    """A name the kernel repeats anyway (two ``psys``) keeps its first holder; later ones add their
+    zone directory (``psys-intel-rapl:3``), so no two zones ever share one series and one tracker."""
+    seen: set[str] = set()
+    unique = []
+    for zone in zones:
+        named = zone
+        if zone.domain in seen:
+            named = RaplZone(
+                domain=f"{zone.domain}-{zone.path.name}", path=zone.path, range_joules=zone.range_joules
+            )
+            log.warning(
+                "rapl_domain_name_repeated", domain=zone.domain, path=str(zone.path), renamed=named.domain
+            )
+        seen.add(named.domain)
+        unique.append(named)
+    return unique
 
 
 def _range(path: Path) -> float | None:
