@@ -6,6 +6,16 @@ import os
 from pathlib import Path
 from unittest import mock
 
+#: AMD EPYC's max_energy_range_uj: a 32-bit counter of 2^-16 J units.
+AMD_RANGE_UJ = 65_532_610_987
+
+
+def cpuinfo(procfs: Path, vendor: str, cpus: int = 2) -> None:
+    """``<procfs>/cpuinfo`` of an x86 machine whose CPUs are from ``vendor`` (``AuthenticAMD`` …)."""
+    procfs.mkdir(parents=True, exist_ok=True)
+    blocks = (f"processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: 25\n" for n in range(cpus))
+    (procfs / "cpuinfo").write_text("\n".join(blocks))
+
 
 class SysfsTree:
     """A fake ``/sys`` with helpers that write the files the kernel would expose."""
@@ -40,6 +50,13 @@ class SysfsTree:
                     energies[zone] = 1_000_000 * (10 * n + 10 + offset)
                     self.rapl_zone(zone, name, energies[zone])
         return energies
+
+    def rapl_amd(self, sockets: int = 1) -> None:
+        """The layout AMD EPYC exposes: ``intel-rapl:N`` named ``package-N`` with one subzone
+        ``core`` (one core's counter), no dram, all wrapping at 65.5 kJ."""
+        for n in range(sockets):
+            self.rapl_zone(f"intel-rapl:{n}", f"package-{n}", 10_000_000 * (n + 1), AMD_RANGE_UJ)
+            self.rapl_zone(f"intel-rapl:{n}:0", "core", 1_000_000 * (n + 1), AMD_RANGE_UJ)
 
     def set_energy(self, zone: str, energy_uj: int) -> None:
         self.write(f"class/powercap/{zone}/energy_uj", energy_uj)

@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.helpers import Rig, select, value
-from tests.sysfs_tree import unreadable
+from tests.sysfs_tree import cpuinfo, unreadable
 from warptd.errors import BackendUnavailableError
 from warptd.power.rapl import RaplPowerBackend
 
@@ -185,3 +185,27 @@ def test_multi_die_end_to_end_has_no_duplicate_series_and_sums_right(make_rig, s
     assert {d: v for d, v in later.items() if d != "dram-0-die-1"} == pytest.approx(
         {d: v for d, v in by_domain.items() if d != "dram-0-die-1"}
     )
+
+
+# -- AMD: the core zone is one core's counter ----------------------------------------------------
+@pytest.mark.parametrize("vendor", ["AuthenticAMD", "HygonGenuine"])
+def test_amd_core_zone_is_not_exported(make_rig, sysfs, procfs, vendor):
+    sysfs.rapl_amd(sockets=2)
+    cpuinfo(procfs, vendor)
+    with capture_logs() as logs:
+        rig = make_rig("rapl")
+    samples = rig.tick()
+    domains = {s.labels["domain"] for s in select(samples, "warptd_power_domain_up", source="rapl")}
+    assert domains == {"package-0", "package-1"}
+    assert value(samples, "warptd_energy_joules_total", domain="package-1") == pytest.approx(20.0)
+    skipped = [e for e in logs if e["event"] == "rapl_domains_skipped"]
+    assert len(skipped) == 1 and skipped[0]["log_level"] == "debug"
+    assert skipped[0]["domains"] == ["core-0", "core-1"] and "one core" in skipped[0]["reason"]
+
+
+@pytest.mark.parametrize("vendor", ["GenuineIntel", None])
+def test_core_zone_is_kept_elsewhere(settings, sysfs, procfs, vendor):
+    sysfs.rapl_amd(sockets=1)  # the same layout on an Intel CPU (or without a cpuinfo): all cores
+    if vendor is not None:
+        cpuinfo(procfs, vendor)
+    assert [z.domain for z in RaplPowerBackend(settings).zones] == ["package-0", "core-0"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -22,6 +22,8 @@ log = structlog.get_logger("warptd.rapl")
 # the package counter on recent Intel parts and is skipped, so a package is never counted twice.
 _ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
 _UJ = 1e-6
+#: CPU vendors whose powercap zones the kernel fills from AMD's MSRs (Hygon's Dhyana is a Zen).
+_AMD_VENDORS = frozenset({"AuthenticAMD", "HygonGenuine"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +31,15 @@ class RaplZone:
     domain: str
     path: Path
     range_joules: float | None
+    #: The kernel's name for the zone (``package-0``, ``core``, ``dram`` …).
+    kind: str = ""
 
 
 class RaplPowerBackend(PowerBackend):
     """Domains ``package-0``, ``core-0``, ``uncore-0``, ``dram-0``, ``psys`` from ``--sysfs``.
 
-    On multi-die parts: ``package-0-die-1``, ``dram-0-die-1`` and so on.
+    On multi-die parts: ``package-0-die-1``, ``dram-0-die-1`` and so on. On AMD CPUs there is no
+    ``core-N`` (see :func:`_without_amd_core`).
     """
 
     name: ClassVar[str] = "rapl"
@@ -45,6 +50,8 @@ class RaplPowerBackend(PowerBackend):
         super().__init__(settings)
         root = settings.sysfs / "class" / "powercap"
         self.zones = _discover(root)
+        if _cpu_vendor(settings.procfs) in _AMD_VENDORS:
+            self.zones = _without_amd_core(self.zones)
         if not self.zones:
             raise BackendUnavailableError(f"no RAPL zones under {root}")
         self._reported_unreadable: set[str] = set()
@@ -98,7 +105,9 @@ def _discover(root: Path) -> list[RaplZone]:
         except OSError:
             continue
         parent = packages.get(match.group(1)) if match.group(2) is not None else None
-        zones.append(RaplZone(domain=_domain_name(name, parent), path=path, range_joules=_range(path)))
+        zones.append(
+            RaplZone(domain=_domain_name(name, parent), path=path, range_joules=_range(path), kind=name)
+        )
     return _unique(zones)
 
 
@@ -130,15 +139,46 @@ def _unique(zones: list[RaplZone]) -> list[RaplZone]:
     for zone in zones:
         named = zone
         if zone.domain in seen:
-            named = RaplZone(
-                domain=f"{zone.domain}-{zone.path.name}", path=zone.path, range_joules=zone.range_joules
-            )
+            named = replace(zone, domain=f"{zone.domain}-{zone.path.name}")
             log.warning(
                 "rapl_domain_name_repeated", domain=zone.domain, path=str(zone.path), renamed=named.domain
             )
         seen.add(named.domain)
         unique.append(named)
     return unique
+
+
+def _cpu_vendor(procfs: Path) -> str | None:
+    """``vendor_id`` of the first CPU in ``<procfs>/cpuinfo``; None when unreadable (not x86)."""
+    try:
+        for line in (procfs / "cpuinfo").read_text().splitlines():
+            key, _, vendor = line.partition(":")
+            if key.strip() == "vendor_id":
+                return vendor.strip()
+    except OSError:
+        pass
+    return None
+
+
+def _without_amd_core(zones: list[RaplZone]) -> list[RaplZone]:
+    """Drop the ``core`` subzones of an AMD (or Hygon) CPU.
+
+    There the kernel reads ``core`` from MSR_AMD_CORE_ENERGY_STATUS of the package's lead CPU:
+    one core's energy, not all cores' as on Intel. Exported as ``core-N`` it would be summed and
+    compared as all cores, so it is skipped rather than relabelled: one arbitrary core says nothing
+    about the package, and a new domain name would be one more exception for every query.
+    The vendor decides because the kernel itself chooses AMD's MSRs by vendor; /proc/cpuinfo shows
+    the host CPU's vendor in any container. The zone layout (package + core, no dram) and AMD's
+    65.5 kJ range are only heuristics that an Intel part could match.
+    """
+    core = [z for z in zones if z.kind == "core" and z.path.name.count(":") == 2]
+    if core:
+        log.debug(
+            "rapl_domains_skipped",
+            domains=[z.domain for z in core],
+            reason="on AMD the RAPL core counter is one core's (the package's lead CPU), not all cores'",
+        )
+    return [z for z in zones if z not in core]
 
 
 def _range(path: Path) -> float | None:
