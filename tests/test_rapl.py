@@ -11,9 +11,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.helpers import Rig, select, value
-from tests.sysfs_tree import cpuinfo, unreadable
+from tests.sysfs_tree import AMD_RANGE_UJ, cpuinfo, unreadable
+from warptd.config import load_settings
 from warptd.errors import BackendUnavailableError
-from warptd.power.rapl import RaplPowerBackend
+from warptd.power.rapl import MAX_DOMAIN_WATTS, READS_PER_WRAP, RaplPowerBackend
 
 RANGE_UJ = 65_532_610_987  # AMD EPYC's max_energy_range_uj
 
@@ -209,3 +210,49 @@ def test_core_zone_is_kept_elsewhere(settings, sysfs, procfs, vendor):
     if vendor is not None:
         cpuinfo(procfs, vendor)
     assert [z.domain for z in RaplPowerBackend(settings).zones] == ["package-0", "core-0"]
+
+
+# -- sampling often enough to see every wrap -----------------------------------------------------
+def test_max_interval_comes_from_the_smallest_range(settings, sysfs):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 1)  # Intel's 262 kJ
+    assert RaplPowerBackend(settings).max_interval == pytest.approx(262_143.328850 / 4000)
+    sysfs.rapl_zone("intel-rapl:1", "package-1", 1, AMD_RANGE_UJ)
+    backend = RaplPowerBackend(settings)
+    assert backend.max_interval == pytest.approx(65_532.610987 / 4000)  # 16.4 s
+    # at MAX_DOMAIN_WATTS a zone wraps once per READS_PER_WRAP reads, at most
+    assert backend.max_interval * MAX_DOMAIN_WATTS * READS_PER_WRAP <= AMD_RANGE_UJ * 1e-6
+
+
+def test_max_interval_without_ranges_or_with_a_tiny_one(settings, sysfs):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 1)
+    (sysfs.root / "class/powercap/intel-rapl:0/max_energy_range_uj").unlink()
+    assert RaplPowerBackend(settings).max_interval is None
+    sysfs.rapl_zone("intel-rapl:1", "package-1", 1, 1000)  # 1 mJ: garbled, never a busy loop
+    assert RaplPowerBackend(settings).max_interval == 1.0
+
+
+def _job_seconds(sampler, name):
+    return sampler.scheduler.get_job(f"sample-{name}").trigger.interval.total_seconds()
+
+
+def test_rapl_is_scheduled_within_its_max_interval_other_backends_at_interval(sysfs, procfs):
+    sysfs.rapl_amd(sockets=1)
+    settings = load_settings(
+        listen="127.0.0.1:0", sysfs=sysfs.root, procfs=procfs, interval=3600, backends=["rapl", "cpu"]
+    )
+    rig = Rig(settings)
+    cap = rig.sampler.backends["rapl"].max_interval
+    with capture_logs() as logs:
+        rig.sampler.start()
+    try:
+        assert _job_seconds(rig.sampler, "rapl") == pytest.approx(cap) and cap < 20
+        assert _job_seconds(rig.sampler, "cpu") == 3600
+        capped = [e for e in logs if e["event"] == "sample_interval_capped"]
+        assert len(capped) == 1 and capped[0]["backend"] == "rapl" and capped[0]["log_level"] == "info"
+        rig.sampler.reconfigure(settings.model_copy(update={"interval": 5.0}))
+        assert _job_seconds(rig.sampler, "rapl") == 5.0 and _job_seconds(rig.sampler, "cpu") == 5.0
+        rig.sampler.reconfigure(settings.model_copy(update={"interval": 600.0}))
+        assert _job_seconds(rig.sampler, "rapl") == pytest.approx(cap)
+        assert _job_seconds(rig.sampler, "cpu") == 600
+    finally:
+        rig.close()

@@ -22,6 +22,16 @@ log = structlog.get_logger("warptd.rapl")
 # the package counter on recent Intel parts and is skipped, so a package is never counted twice.
 _ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
 _UJ = 1e-6
+#: The most one RAPL domain is assumed to draw when choosing how often to read it: twice the TDP of
+#: the largest server packages (500 W: EPYC 9005, Xeon 6900P), so boosts above TDP stay below it.
+#: (counters.MAX_PLAUSIBLE_WATTS, 5000 W, is the bound for telling a wrap from a reset instead.)
+MAX_DOMAIN_WATTS = 1000.0
+#: Reads per shortest wrap period at MAX_DOMAIN_WATTS: up to three late or failed samples in a row
+#: (a timeout, a hung read) still leave at most one wrap between two readings, which is all a
+#: counter can tell. On AMD's 65.5 kJ range that is a read every 16 s; on Intel's 262 kJ, 65 s.
+READS_PER_WRAP = 4
+#: Never read more often than this on account of the range, whatever a zone reports.
+MIN_INTERVAL_S = 1.0
 #: CPU vendors whose powercap zones the kernel fills from AMD's MSRs (Hygon's Dhyana is a Zen).
 _AMD_VENDORS = frozenset({"AuthenticAMD", "HygonGenuine"})
 
@@ -52,6 +62,7 @@ class RaplPowerBackend(PowerBackend):
         self.zones = _discover(root)
         if _cpu_vendor(settings.procfs) in _AMD_VENDORS:
             self.zones = _without_amd_core(self.zones)
+        self.max_interval = _max_interval(self.zones)
         if not self.zones:
             raise BackendUnavailableError(f"no RAPL zones under {root}")
         self._reported_unreadable: set[str] = set()
@@ -179,6 +190,14 @@ def _without_amd_core(zones: list[RaplZone]) -> list[RaplZone]:
             reason="on AMD the RAPL core counter is one core's (the package's lead CPU), not all cores'",
         )
     return [z for z in zones if z not in core]
+
+
+def _max_interval(zones: list[RaplZone]) -> float | None:
+    """Seconds between two reads that keep every zone to at most one wrap between readings."""
+    ranges = [z.range_joules for z in zones if z.range_joules]
+    if not ranges:
+        return None
+    return max(MIN_INTERVAL_S, min(ranges) / (MAX_DOMAIN_WATTS * READS_PER_WRAP))
 
 
 def _range(path: Path) -> float | None:
