@@ -114,6 +114,44 @@ def test_energy_totals_survive_a_daemon_restart(settings, two_sockets, tmp_path)
     rig.close()
 
 
+def _boot(procfs, boot_id):
+    (procfs / "sys/kernel/random").mkdir(parents=True, exist_ok=True)
+    (procfs / "sys/kernel/random/boot_id").write_text(f"{boot_id}\n")
+
+
+def test_a_restart_on_the_same_boot_counts_a_lower_counter_as_a_wrap(settings, two_sockets, procfs, tmp_path):
+    _boot(procfs, "0f6c1b2e-boot-a")
+    settings.backends = ["rapl"]
+    settings.state_dir = tmp_path / "state"
+    rig = Rig(settings)
+    two_sockets.set_energy("intel-rapl:1", RANGE_UJ - 1_000_000)  # 1 J below the wrap
+    before = value(rig.tick(), "warptd_energy_joules_total", domain="package-1")
+    rig.close()
+    saved = json.loads((tmp_path / "state" / "counters.json").read_text())
+    assert saved["boot_id"] == "0f6c1b2e-boot-a"  # from --procfs
+    two_sockets.set_energy("intel-rapl:1", 2_000_000)  # wrapped while the daemon was down: +3 J
+    rig = Rig(settings)
+    after = value(rig.tick(), "warptd_energy_joules_total", domain="package-1")
+    assert after == pytest.approx(before + 3.0)  # not a reset (+2 J)
+    rig.close()
+
+
+def test_a_restart_after_a_reboot_counts_the_counter_from_the_boot(settings, two_sockets, procfs, tmp_path):
+    _boot(procfs, "0f6c1b2e-boot-a")
+    settings.backends = ["rapl"]
+    settings.state_dir = tmp_path / "state"
+    rig = Rig(settings)
+    two_sockets.set_energy("intel-rapl:1", 5_000_000)
+    before = value(rig.tick(), "warptd_energy_joules_total", domain="package-1")
+    rig.close()
+    _boot(procfs, "77d0a9c4-boot-b")  # rebooted: the counter restarted from 0
+    two_sockets.set_energy("intel-rapl:1", 9_000_000)
+    rig = Rig(settings)
+    after = value(rig.tick(), "warptd_energy_joules_total", domain="package-1")
+    assert after == pytest.approx(before + 9.0)  # all 9 J are new, not 9 - 5
+    rig.close()
+
+
 def test_a_corrupt_state_file_is_ignored(settings, two_sockets, tmp_path):
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "counters.json").write_text("{not json")

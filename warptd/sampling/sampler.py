@@ -95,7 +95,7 @@ class Sampler:
         #: Called after every completed sample with (backend, device samples or None, domains or None).
         self.listeners: list[Callable[[str, list[DeviceSample] | None, list[DomainPower] | None], None]] = []
         self._energy: dict[str, EnergyTracker] = {}
-        self.state = CounterState(settings.state_dir)
+        self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
