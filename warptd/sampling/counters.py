@@ -16,7 +16,8 @@ class MonotonicCounter:
     and the wrapped delta is plausible (an implied power under ``MAX_PLAUSIBLE_WATTS``, or
     without a time base under half the range); otherwise it is a reset (driver reload), after
     which the new raw value is the amount counted since the reset. Sampling must be faster than
-    one wrap period (about 160 s at 400 W on AMD's 65.5 kJ range) to see every wrap.
+    one wrap period (about 160 s at 400 W on AMD's 65.5 kJ range) to see every wrap: the sampler
+    reads a backend at least every ``max_interval`` (RAPL's, see ``warptd.power.rapl``).
     The total starts at the first raw value, so a daemon restart is invisible while the
     hardware counter itself does not reset.
     """
