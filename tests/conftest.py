@@ -56,9 +56,22 @@ def sysfs(tmp_path: Path) -> SysfsTree:
 
 
 @pytest.fixture
-def settings(sysfs: SysfsTree) -> Settings:
+def procfs(tmp_path: Path) -> Path:
+    """An empty fixture ``/proc``: tests never depend on the host's CPU vendor or boot id."""
+    root = tmp_path / "proc"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@pytest.fixture
+def settings(sysfs: SysfsTree, procfs: Path) -> Settings:
     return load_settings(
-        listen="127.0.0.1:0", sysfs=sysfs.root, interval=0.2, sample_timeout=0.5, node="node-a"
+        listen="127.0.0.1:0",
+        sysfs=sysfs.root,
+        procfs=procfs,
+        interval=0.2,
+        sample_timeout=0.5,
+        node="node-a",
     )
 
 

@@ -6,6 +6,16 @@ import os
 from pathlib import Path
 from unittest import mock
 
+#: AMD EPYC's max_energy_range_uj: a 32-bit counter of 2^-16 J units.
+AMD_RANGE_UJ = 65_532_610_987
+
+
+def cpuinfo(procfs: Path, vendor: str, cpus: int = 2) -> None:
+    """``<procfs>/cpuinfo`` of an x86 machine whose CPUs are from ``vendor`` (``AuthenticAMD`` …)."""
+    procfs.mkdir(parents=True, exist_ok=True)
+    blocks = (f"processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: 25\n" for n in range(cpus))
+    (procfs / "cpuinfo").write_text("\n".join(blocks))
+
 
 class SysfsTree:
     """A fake ``/sys`` with helpers that write the files the kernel would expose."""
@@ -25,6 +35,28 @@ class SysfsTree:
         self.write(f"{base}/name", name)
         self.write(f"{base}/max_energy_range_uj", max_range_uj)
         return self.write(f"{base}/energy_uj", energy_uj)
+
+    def rapl_multi_die(self, sockets: int = 2, dies: int = 2) -> dict[str, int]:
+        """The layout of a multi-die part (e.g. Cascade Lake-AP, 2 sockets x 2 dies): one top-level
+        zone per die, ``intel-rapl:N`` named ``package-S-die-D``, each with subzones ``dram`` (:0)
+        and ``core`` (:1). Returns the energy_uj written (all different) by zone directory."""
+        energies = {}
+        for socket in range(sockets):
+            for die in range(dies):
+                n = socket * dies + die
+                names = {"": f"package-{socket}-die-{die}", ":0": "dram", ":1": "core"}
+                for offset, (sub, name) in enumerate(names.items()):
+                    zone = f"intel-rapl:{n}{sub}"
+                    energies[zone] = 1_000_000 * (10 * n + 10 + offset)
+                    self.rapl_zone(zone, name, energies[zone])
+        return energies
+
+    def rapl_amd(self, sockets: int = 1) -> None:
+        """The layout AMD EPYC exposes: ``intel-rapl:N`` named ``package-N`` with one subzone
+        ``core`` (one core's counter), no dram, all wrapping at 65.5 kJ."""
+        for n in range(sockets):
+            self.rapl_zone(f"intel-rapl:{n}", f"package-{n}", 10_000_000 * (n + 1), AMD_RANGE_UJ)
+            self.rapl_zone(f"intel-rapl:{n}:0", "core", 1_000_000 * (n + 1), AMD_RANGE_UJ)
 
     def set_energy(self, zone: str, energy_uj: int) -> None:
         self.write(f"class/powercap/{zone}/energy_uj", energy_uj)

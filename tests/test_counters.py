@@ -116,3 +116,37 @@ def test_a_reading_keeps_clock_events_out_of_its_throttle_fields():
     assert reading.throttle_counter_seconds == {"sw_power_cap": 1.5}
     assert reading.clock_events_active == {"gpu_idle": True, "applications_clocks_setting": False}
     assert set(reading.clock_events_active) <= CLOCK_EVENT_REASONS
+
+
+# -- resuming an earlier run's total (--state-dir) -------------------------------------------------
+def test_resume_on_the_same_boot_counts_a_lower_counter_as_a_wrap():
+    t = EnergyTracker()
+    t.resume_from(500.0, 900.0, same_boot=True)
+    assert t.update(0.0, None, 50.0, wrap_range=1000.0) == (None, 650.0)  # 500 + (1000 - 900) + 50
+    assert t.counter is not None and t.counter.wraps == 1
+    assert t.update(2.0, None, 60.0, wrap_range=1000.0) == (5.0, 660.0)
+
+
+def test_resume_on_the_same_boot_with_a_higher_counter_adds_the_difference():
+    t = EnergyTracker()
+    t.resume_from(500.0, 900.0, same_boot=True)
+    assert t.update(0.0, None, 950.0, wrap_range=1000.0) == (None, 550.0)
+
+
+@pytest.mark.parametrize(
+    ("same_boot", "wrap_range"),
+    [(False, 1000.0), (True, None)],
+    ids=["boot-unknown", "no-wrap-range"],
+)
+def test_resume_with_a_lower_counter_is_a_reset_unless_a_wrap_is_known(same_boot, wrap_range):
+    t = EnergyTracker()
+    t.resume_from(500.0, 900.0, same_boot=same_boot)
+    assert t.update(0.0, None, 50.0, wrap_range=wrap_range) == (None, 550.0)  # as before: + the new raw
+
+
+def test_resume_after_a_reboot_adds_the_whole_counter():
+    # After a reboot the state file's raw values are dropped: the counter counts from the boot.
+    for energy in (50.0, 950.0):
+        t = EnergyTracker()
+        t.resume_from(500.0, None, same_boot=False)
+        assert t.update(0.0, None, energy, wrap_range=1000.0) == (None, 500.0 + energy)

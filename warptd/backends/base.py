@@ -32,6 +32,8 @@ class AcceleratorBackend(GuardedSDK, ABC):
     is_accelerator: ClassVar[bool] = True
     #: True for a backend that may see devices an SDK backend also serves (sysfs): the SDK's copy wins.
     fallback: ClassVar[bool] = False
+    #: The longest the sampler may wait between two reads (s), whatever ``--interval`` says; None: no limit.
+    max_interval: float | None = None
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()

@@ -109,13 +109,15 @@ DOMAIN_POWER = MetricSpec(
     "warptd_power_watts",
     "gauge",
     "Power of a power domain (RAPL package/core/uncore/dram/psys, GPU boards). Domains nest: "
-    "psys > package > core/uncore.",
+    "psys > package > core/uncore. RAPL core is all cores of a package; AMD's core counter is one "
+    "core's and is not exported.",
     DOMAIN_LABELS,
 )
 DOMAIN_ENERGY = MetricSpec(
     "warptd_energy_joules_total",
     "counter",
-    "Energy of a power domain, monotonic across counter wraps and resets.",
+    "Energy of a power domain, monotonic across counter wraps and resets. RAPL core is all cores "
+    "of a package; AMD's core counter is one core's and is not exported.",
     DOMAIN_LABELS,
 )
 DOMAIN_UP = MetricSpec(

@@ -93,6 +93,9 @@ class PowerBackend(GuardedSDK, ABC):
     source: ClassVar[PowerSource]
     #: The accelerator backend this source measures: ``--backend nvidia`` also loads ``nvml``.
     companion: ClassVar[str | None] = None
+    #: The longest the sampler may wait between two reads (s), whatever ``--interval`` says: e.g.
+    #: a counter that wraps must be read before it can wrap twice. None: no limit.
+    max_interval: float | None = None
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -22,6 +22,18 @@ log = structlog.get_logger("warptd.rapl")
 # the package counter on recent Intel parts and is skipped, so a package is never counted twice.
 _ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
 _UJ = 1e-6
+#: The most one RAPL domain is assumed to draw when choosing how often to read it: twice the TDP of
+#: the largest server packages (500 W: EPYC 9005, Xeon 6900P), so boosts above TDP stay below it.
+#: (counters.MAX_PLAUSIBLE_WATTS, 5000 W, is the bound for telling a wrap from a reset instead.)
+MAX_DOMAIN_WATTS = 1000.0
+#: Reads per shortest wrap period at MAX_DOMAIN_WATTS: up to three late or failed samples in a row
+#: (a timeout, a hung read) still leave at most one wrap between two readings, which is all a
+#: counter can tell. On AMD's 65.5 kJ range that is a read every 16 s; on Intel's 262 kJ, 65 s.
+READS_PER_WRAP = 4
+#: Never read more often than this on account of the range, whatever a zone reports.
+MIN_INTERVAL_S = 1.0
+#: CPU vendors whose powercap zones the kernel fills from AMD's MSRs (Hygon's Dhyana is a Zen).
+_AMD_VENDORS = frozenset({"AuthenticAMD", "HygonGenuine"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +41,16 @@ class RaplZone:
     domain: str
     path: Path
     range_joules: float | None
+    #: The kernel's name for the zone (``package-0``, ``core``, ``dram`` …).
+    kind: str = ""
 
 
 class RaplPowerBackend(PowerBackend):
-    """Domains ``package-0``, ``core-0``, ``uncore-0``, ``dram-0``, ``psys`` from ``--sysfs``."""
+    """Domains ``package-0``, ``core-0``, ``uncore-0``, ``dram-0``, ``psys`` from ``--sysfs``.
+
+    On multi-die parts: ``package-0-die-1``, ``dram-0-die-1`` and so on. On AMD CPUs there is no
+    ``core-N`` (see :func:`_without_amd_core`).
+    """
 
     name: ClassVar[str] = "rapl"
     companion: ClassVar[str | None] = "cpu"
@@ -42,6 +60,9 @@ class RaplPowerBackend(PowerBackend):
         super().__init__(settings)
         root = settings.sysfs / "class" / "powercap"
         self.zones = _discover(root)
+        if _cpu_vendor(settings.procfs) in _AMD_VENDORS:
+            self.zones = _without_amd_core(self.zones)
+        self.max_interval = _max_interval(self.zones)
         if not self.zones:
             raise BackendUnavailableError(f"no RAPL zones under {root}")
         self._reported_unreadable: set[str] = set()
@@ -95,12 +116,18 @@ def _discover(root: Path) -> list[RaplZone]:
         except OSError:
             continue
         parent = packages.get(match.group(1)) if match.group(2) is not None else None
-        zones.append(RaplZone(domain=_domain_name(name, parent), path=path, range_joules=_range(path)))
-    return zones
+        zones.append(
+            RaplZone(domain=_domain_name(name, parent), path=path, range_joules=_range(path), kind=name)
+        )
+    return _unique(zones)
 
 
 def _domain_name(name: str, parent: Path | None) -> str:
-    """``package-0`` and ``psys`` stay; a subzone takes its package's number: ``core-0``, ``dram-1``."""
+    """``package-0`` and ``psys`` stay; a subzone takes its package's suffix: ``core-0``, ``dram-1``.
+
+    On multi-die parts the kernel names packages ``package-N-die-M``; a subzone then carries both
+    numbers (``dram-0-die-1``), so two dies' subzones never share a name.
+    """
     if parent is None:
         return name
     try:
@@ -108,11 +135,69 @@ def _domain_name(name: str, parent: Path | None) -> str:
     except OSError:
         parent_name = ""
     suffix = (
-        parent_name.rpartition("-")[2]
+        parent_name.removeprefix("package-")
         if parent_name.startswith("package-")
         else parent.name.partition(":")[2]
     )
     return f"{name}-{suffix}"
+
+
+def _unique(zones: list[RaplZone]) -> list[RaplZone]:
+    """A name the kernel repeats anyway (two ``psys``) keeps its first holder; later ones add their
+    zone directory (``psys-intel-rapl:3``), so no two zones ever share one series and one tracker."""
+    seen: set[str] = set()
+    unique = []
+    for zone in zones:
+        named = zone
+        if zone.domain in seen:
+            named = replace(zone, domain=f"{zone.domain}-{zone.path.name}")
+            log.warning(
+                "rapl_domain_name_repeated", domain=zone.domain, path=str(zone.path), renamed=named.domain
+            )
+        seen.add(named.domain)
+        unique.append(named)
+    return unique
+
+
+def _cpu_vendor(procfs: Path) -> str | None:
+    """``vendor_id`` of the first CPU in ``<procfs>/cpuinfo``; None when unreadable (not x86)."""
+    try:
+        for line in (procfs / "cpuinfo").read_text().splitlines():
+            key, _, vendor = line.partition(":")
+            if key.strip() == "vendor_id":
+                return vendor.strip()
+    except OSError:
+        pass
+    return None
+
+
+def _without_amd_core(zones: list[RaplZone]) -> list[RaplZone]:
+    """Drop the ``core`` subzones of an AMD (or Hygon) CPU.
+
+    There the kernel reads ``core`` from MSR_AMD_CORE_ENERGY_STATUS of the package's lead CPU:
+    one core's energy, not all cores' as on Intel. Exported as ``core-N`` it would be summed and
+    compared as all cores, so it is skipped rather than relabelled: one arbitrary core says nothing
+    about the package, and a new domain name would be one more exception for every query.
+    The vendor decides because the kernel itself chooses AMD's MSRs by vendor; /proc/cpuinfo shows
+    the host CPU's vendor in any container. The zone layout (package + core, no dram) and AMD's
+    65.5 kJ range are only heuristics that an Intel part could match.
+    """
+    core = [z for z in zones if z.kind == "core" and z.path.name.count(":") == 2]
+    if core:
+        log.debug(
+            "rapl_domains_skipped",
+            domains=[z.domain for z in core],
+            reason="on AMD the RAPL core counter is one core's (the package's lead CPU), not all cores'",
+        )
+    return [z for z in zones if z not in core]
+
+
+def _max_interval(zones: list[RaplZone]) -> float | None:
+    """Seconds between two reads that keep every zone to at most one wrap between readings."""
+    ranges = [z.range_joules for z in zones if z.range_joules]
+    if not ranges:
+        return None
+    return max(MIN_INTERVAL_S, min(ranges) / (MAX_DOMAIN_WATTS * READS_PER_WRAP))
 
 
 def _range(path: Path) -> float | None:

@@ -16,7 +16,8 @@ class MonotonicCounter:
     and the wrapped delta is plausible (an implied power under ``MAX_PLAUSIBLE_WATTS``, or
     without a time base under half the range); otherwise it is a reset (driver reload), after
     which the new raw value is the amount counted since the reset. Sampling must be faster than
-    one wrap period (about 160 s at 400 W on AMD's 65.5 kJ range) to see every wrap.
+    one wrap period (about 160 s at 400 W on AMD's 65.5 kJ range) to see every wrap: the sampler
+    reads a backend at least every ``max_interval`` (RAPL's, see ``warptd.power.rapl``).
     The total starts at the first raw value, so a daemon restart is invisible while the
     hardware counter itself does not reset.
     """
@@ -69,11 +70,19 @@ class EnergyTracker:
     integrated: float | None = None
     last_power: float | None = None
     last_time: float | None = None
-    #: A total saved by an earlier run of the daemon (and the raw counter then), not yet applied.
-    resumed: tuple[float, float | None] | None = None
+    #: A total saved by an earlier run of the daemon, the raw counter then, and whether that run was
+    #: on this same boot; not yet applied.
+    resumed: tuple[float, float | None, bool] | None = None
 
-    def resume_from(self, total: float, raw: float | None) -> None:
-        self.resumed = (total, raw)
+    def resume_from(self, total: float, raw: float | None, same_boot: bool = False) -> None:
+        """Continue from an earlier run's ``total``, computed up to the raw counter ``raw``.
+
+        ``raw`` is None after a reboot (the counter restarted: all of its value is new). On the
+        same boot a lower raw counter with a known wrap range is a wrap, else a reset. A counter
+        that wrapped more than once while the daemon was down cannot be told from one that wrapped
+        once.
+        """
+        self.resumed = (total, raw, same_boot)
 
     def snapshot(self) -> dict[str, float | None]:
         """What a restart needs: the total, and the raw counter it was computed from."""
@@ -90,10 +99,7 @@ class EnergyTracker:
             if self.counter is None:
                 self.counter = MonotonicCounter(wrap_range=wrap_range)
                 if self.resumed is not None:  # continue an earlier run's total
-                    total, raw = self.resumed
-                    self.counter.rebase(
-                        energy, total + (energy - raw if raw is not None and energy >= raw else energy)
-                    )
+                    self.counter.rebase(energy, self._resumed_total(energy, wrap_range))
                     self.resumed = None
                 elif self.integrated is not None:  # the counter appeared late: continue, don't jump
                     self.counter.rebase(energy, self.integrated)
@@ -116,6 +122,18 @@ class EnergyTracker:
             self.integrated += (self.last_power + power) / 2 * dt
         self.last_power, self.last_time = power, now
         return power, self.integrated
+
+    def _resumed_total(self, energy: float, wrap_range: float | None) -> float:
+        assert self.resumed is not None and self.counter is not None
+        total, raw, same_boot = self.resumed
+        if raw is None:  # after a reboot: the counter counts from the boot
+            return total + energy
+        if energy >= raw:
+            return total + energy - raw
+        if same_boot and wrap_range:  # it wrapped while the daemon was down
+            self.counter.wraps += 1
+            return total + (wrap_range - raw) + energy
+        return total + energy  # a reset (driver reload), or the boot is unknown
 
     def gap(self) -> None:
         """The device or domain was not read this time: integrate nothing across the hole.

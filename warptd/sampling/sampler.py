@@ -1,5 +1,8 @@
 """APScheduler jobs, one per backend, each reading its backend on a worker thread with a timeout.
 
+Every job runs at ``--interval``, except that a backend declaring a ``max_interval`` (RAPL: its
+counters must not wrap twice between two reads) runs at that where it is shorter.
+
 A hung SDK call blocks only that backend's worker: its job gives up after ``sample_timeout``,
 marks the backend stale (its series are dropped) and counts a ``timeout``; later ticks count
 ``hung`` until the call returns. Other backends keep their own workers and schedule.
@@ -92,11 +95,12 @@ class Sampler:
         #: Called after every completed sample with (backend, device samples or None, domains or None).
         self.listeners: list[Callable[[str, list[DeviceSample] | None, list[DomainPower] | None], None]] = []
         self._energy: dict[str, EnergyTracker] = {}
-        self.state = CounterState(settings.state_dir)
+        self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
+        self._capped: set[str] = set()  # backends sampled more often than --interval, logged once
         for backend in accelerators:
             self._add(
                 backend,
@@ -123,24 +127,50 @@ class Sampler:
         self.snapshot.count_errors(backend.name, backend.take_errors())
 
     # -- lifecycle --------------------------------------------------------------------------
+    def interval(self, name: str, settings: Settings | None = None) -> float:
+        """Seconds between two samples of backend ``name``: ``--interval``, or the backend's
+        ``max_interval`` where that is shorter (a counter that must not wrap unseen)."""
+        interval = (settings or self.settings).interval
+        cap = self.backends[name].max_interval
+        return min(interval, cap) if cap else interval
+
+    def _log_capped(self, name: str) -> None:
+        """Say once per backend that it is sampled more often than ``--interval``."""
+        interval = self.interval(name)
+        if interval < self.settings.interval and name not in self._capped:
+            self._capped.add(name)
+            log.info(
+                "sample_interval_capped",
+                backend=name,
+                interval_s=interval,
+                configured_interval_s=self.settings.interval,
+                reason="the backend must be read at least this often (e.g. its counters would wrap unseen)",
+            )
+
     def start(self) -> None:
         for name in self.backends:
+            self._log_capped(name)
             self.scheduler.add_job(
                 self.tick,
                 "interval",
                 args=[name],
-                seconds=self.settings.interval,
+                seconds=self.interval(name),
                 next_run_time=datetime.now(UTC),
                 id=f"sample-{name}",
             )
         self.scheduler.start()
 
     def reconfigure(self, settings: Settings) -> None:
-        """Apply reloaded settings: a new interval reschedules every job; the timeout applies next tick."""
+        """Apply reloaded settings: a new interval reschedules the jobs it changes; the timeout
+        applies next tick."""
         old, self.settings = self.settings, settings
-        if settings.interval != old.interval and self.scheduler.running:
-            for name in self.backends:
-                self.scheduler.reschedule_job(f"sample-{name}", trigger="interval", seconds=settings.interval)
+        if not self.scheduler.running:
+            return
+        for name in self.backends:
+            seconds = self.interval(name)
+            if seconds != self.interval(name, old):
+                self._log_capped(name)
+                self.scheduler.reschedule_job(f"sample-{name}", trigger="interval", seconds=seconds)
 
     def stop(self) -> None:
         """Stop scheduling, save the energy totals, shut the SDKs down; a backend whose read hangs is

@@ -23,9 +23,10 @@ SAVE_EVERY_S = 10.0
 _VERSION = 1
 
 
-def _boot_id() -> str:
+def _boot_id(procfs: Path) -> str:
+    """This boot's id (``<procfs>/sys/kernel/random/boot_id``); empty when unreadable."""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return (procfs / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
     except OSError:
         return ""
 
@@ -41,9 +42,14 @@ def _entry(entry: object) -> dict[str, float | None]:
 class CounterState:
     """Loads saved totals at start, hands them to new trackers, and saves the live ones."""
 
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(self, directory: Path | None, procfs: Path = Path("/proc")) -> None:
         self.path = directory / "counters.json" if directory is not None else None
+        self.boot_id = _boot_id(procfs)  # saved with the totals; a running daemon never changes boot
         self.saved: dict[str, dict[str, float | None]] = {}
+        #: The saved raw counters are from this very boot (both boot ids known and equal), so a
+        #: lower raw counter now is a wrap. An unknown boot id keeps the raw values, as before,
+        #: but a lower one then counts as a reset.
+        self.same_boot = False
         self._last_save = time.monotonic()
         if self.path is not None:
             try:
@@ -59,7 +65,7 @@ class CounterState:
             if not isinstance(document, dict) or document.get("version") != _VERSION:
                 raise ValueError("not a warptd counters file of version 1")
             counters = {str(key): _entry(entry) for key, entry in dict(document["counters"]).items()}
-            same_boot = document.get("boot_id") == _boot_id()
+            same_boot = document.get("boot_id") == self.boot_id
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -69,13 +75,14 @@ class CounterState:
             # Hardware counters restarted with the machine: the saved raw values mean nothing now.
             for entry in counters.values():
                 entry["raw"] = None
+        self.same_boot = same_boot and bool(self.boot_id)
         return counters
 
     def resume(self, key: str, tracker: EnergyTracker) -> None:
         """Give a new tracker its saved total, applied at its first reading."""
         entry = self.saved.get(key)
         if entry is not None and entry.get("total") is not None:
-            tracker.resume_from(float(entry["total"]), entry.get("raw"))
+            tracker.resume_from(float(entry["total"]), entry.get("raw"), same_boot=self.same_boot)
 
     def maybe_save(self, trackers: dict[str, EnergyTracker], force: bool = False) -> None:
         if self.path is None or (not force and time.monotonic() - self._last_save < SAVE_EVERY_S):
@@ -83,7 +90,12 @@ class CounterState:
         self._last_save = time.monotonic()
         live = {key: t.snapshot() for key, t in tuple(trackers.items())}  # ticks may add keys meanwhile
         counters = {**self.saved, **{key: s for key, s in live.items() if s["total"] is not None}}
-        document = {"version": _VERSION, "boot_id": _boot_id(), "saved_at": time.time(), "counters": counters}
+        document = {
+            "version": _VERSION,
+            "boot_id": self.boot_id,
+            "saved_at": time.time(),
+            "counters": counters,
+        }
         try:
             fd, tmp = tempfile.mkstemp(prefix=".counters.", dir=self.path.parent)
             with os.fdopen(fd, "w") as handle:
