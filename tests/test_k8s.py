@@ -84,21 +84,13 @@ def test_devices_map_to_their_containers_by_uuid(pod_rig, kubelet, fake_nvml):
     assert value(samples, "warptd_podresources_last_success_timestamp_seconds") > time.time() - 60
 
 
-def test_time_sliced_and_mig_devices_match_their_gpu(settings, kubelet, monkeypatch):
+def test_time_sliced_and_mig_devices_match_their_gpu(settings, kubelet):
     """Replicas ``GPU-<uuid>::<n>`` and legacy ``MIG-GPU-<uuid>/<gi>/<ci>`` IDs count as their GPU; a
-    ``MIG-<uuid>`` matches the GPU listing it in ``aliases``. Parts of one GPU held by several
-    containers share the GPU: allocation_info for each, the GPU's energy split evenly."""
-    from warptd.backends.nvidia import NvidiaBackend
-
+    ``MIG-<uuid>`` matches the GPU whose MIG devices NVML lists it among (``GPUInfo.aliases``). Parts of
+    one GPU held by several containers share the GPU: allocation_info for each, its energy split evenly."""
     mig_uuid = "7b3c2a10-5d4e-5f6a-8b9c-0d1e2f3a4b5c"
-    listed = NvidiaBackend.list_devices
-
-    def with_mig_aliases(self):  # as the NVIDIA backend will fill them, from NVML's MIG handles
-        aliases = {"aliases": [mig_device(mig_uuid)]}
-        return [i.model_copy(update=aliases) if i.index == 1 else i for i in listed(self)]
-
-    monkeypatch.setattr(NvidiaBackend, "list_devices", with_mig_aliases)
     fake = FakeNvml(gpus=3)
+    fake.gpus[1].mig_uuids = [mig_device(mig_uuid), mig_device("0e1f2a3b-4c5d-5e6f-8a9b-0c1d2e3f4a5b")]
     gpu0, gpu1, gpu2 = (g.uuid for g in fake.gpus)
     kubelet.pods = {
         ("ml", "a", "main"): {GPU: [replica(gpu0, 0)]},

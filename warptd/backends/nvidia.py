@@ -193,10 +193,31 @@ class NvidiaBackend(AcceleratorBackend):
                     pcie_gen=self.call(index, "pcie_gen", nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
                     pci_bus_id=nvml_session.text(pci.busId) if pci is not None else None,
                     driver_version=driver,
+                    aliases=self._mig_uuids(index, handle),
                 )
             )
             self._known[index] = devices[-1]
         return devices
+
+    def _mig_uuids(self, index: int, handle: Any) -> list[str] | None:
+        """The ``MIG-…`` UUIDs of the GPU's MIG devices: the IDs NVIDIA's device plugin gives pods that
+        hold a MIG slice, so their allocation and energy are matched to this GPU."""
+        nvml = self._nvml
+        mode = self.call(index, "mig_mode", nvml.nvmlDeviceGetMigMode, handle)
+        if not mode or not mode[0]:  # MIG off, or a GPU without MIG
+            return None
+        uuids = []
+        for slot in range(self.call(index, "mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError as exc:
+                if exc.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no MIG device in this slot
+                    self.on_error(("mig_device", index), self.classify_error(exc), exc)
+                continue
+            uuid = self.call(index, "mig_uuid", nvml.nvmlDeviceGetUUID, mig)
+            if uuid is not None:
+                uuids.append(nvml_session.text(uuid))
+        return uuids or None
 
     def get_pytorch_device_string(self, device_id: int) -> str:
         return f"cuda:{device_id}"
