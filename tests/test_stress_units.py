@@ -115,6 +115,27 @@ def test_a_run_on_an_idle_gpu_records_no_throttling(make_rig, fake_nvml):
     assert summary.throttle_seconds == {}
 
 
+def test_peak_power_is_the_peak_of_instant_readings_not_of_one_second_averages(make_rig, fake_nvml):
+    """On Ampere and newer nvmlDeviceGetPowerUsage averages a second: a short spike barely shows there."""
+    rig = make_rig("nvidia")
+    rec = TelemetryRecorder(recording=True)
+
+    def listener(backend, devices, domains):
+        for sample in devices or ():
+            if sample.reading.index == 0:
+                rec.add_device(sample)
+
+    rig.sampler.listeners.append(listener)
+    gpu = fake_nvml.gpus[0]
+    time.sleep(1.0)  # a second at 120 W
+    rig.tick("nvidia")
+    gpu.power_mw = 650_000  # a spike the sample lands in
+    rig.tick("nvidia")
+    gpu.power_mw = 120_000
+    rig.tick("nvidia")
+    assert rec.summary().power_peak_watts == 650  # the 1 s average at that instant was under 200 W
+
+
 def test_recorder_ignores_samples_outside_the_run():
     rec = TelemetryRecorder()
     rec.add_device(_sample(100, 1.0, 1.0, 0.1, 40))
