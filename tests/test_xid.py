@@ -149,6 +149,25 @@ def test_reopen_never_frees_a_set_while_it_is_waited_on(fake_nvml):
     assert fake_nvml.event_sets == {}
 
 
+def test_a_recovered_handle_is_registered_and_the_old_set_freed():
+    """A refused handle that comes back (no reopen) re-registers: the old set is still NVML's to free."""
+    fake = FakeNvml(gpus=2)
+    fake.gpus[1].handle_error = pynvml.NVML_ERROR_NO_PERMISSION
+    with fake.installed():
+        monitor = open_xid_monitor(timeout_ms=100)
+        monitor.start()
+        try:
+            assert [d.index for d in monitor.devices()] == [0]
+            fake.gpus[1].handle_error = 0
+            assert monitor._session.retry_refused()
+            assert wait_until(lambda: [d.index for d in monitor.devices()] == [0, 1], timeout=5)
+            assert list(fake.event_sets.values()) == [{g.uuid: XID | DBE for g in fake.gpus}]
+        finally:
+            monitor.stop()
+        assert fake.event_sets == {} and fake.use_after_free == 0
+    fake.close()
+
+
 def test_a_lost_gpu_does_not_end_the_thread(monitor, fake_nvml):
     fake_nvml.gpus[1].events.append((XID, 79))
     fake_nvml.gpus[1].lost = True  # fell off the bus: every wait now answers GPU_IS_LOST

@@ -56,8 +56,10 @@ class NvmlSession:
             raise BackendUnavailableError(f"NVML device enumeration failed: {exc}") from exc
         #: Held while NVML is reopened and while a device is read, so no read meets a half-reset NVML.
         self.lock = threading.RLock()
-        #: Bumped by every reopen: per-device caches of every backend on this session are stale then.
+        #: Bumped by every reopen and every recovered handle: per-device caches are stale then.
         self.generation = 0
+        #: Bumped by every reopen only: event sets created before it were freed by its nvmlShutdown.
+        self.initialisation = 0
         # Event waits run outside ``lock`` (they block for up to their timeout); a reopen waits for
         # them to return before it shuts NVML down, which frees every event set.
         self._waits = 0
@@ -102,6 +104,7 @@ class NvmlSession:
                     self.handles[:] = []
                     complete = False
                 self.generation += 1
+                self.initialisation += 1
             finally:
                 with self._waits_done:
                     self._reopening = False

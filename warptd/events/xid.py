@@ -61,6 +61,7 @@ class XidMonitor:
         # Double-bit ECC events are only logged: the driver reports them as XID 48 too.
         self._wanted = self._xid | nvml.nvmlEventTypeDoubleBitEccError
         self._set: Any = None
+        self._set_initialisation = 0  # the NVML initialisation the set belongs to
         self._targets: dict[int | None, XidDevice] = {}  # handle address -> device
         self._devices: dict[str, XidDevice] = {}
         self._generation = self._session.generation
@@ -97,7 +98,7 @@ class XidMonitor:
                     continue
                 targets[_address(handle)] = self._device(index, uuid)
             if targets:
-                self._set = event_set
+                self._set, self._set_initialisation = event_set, self._session.initialisation
             else:
                 with contextlib.suppress(nvml.NVMLError):
                     nvml.nvmlEventSetFree(event_set)
@@ -114,7 +115,7 @@ class XidMonitor:
 
     def _free_set(self) -> None:
         """Free the set; one from before a reopen was freed with that NVML already and is dropped."""
-        if self._set is not None and self._generation == self._session.generation:
+        if self._set is not None and self._set_initialisation == self._session.initialisation:
             with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlEventSetFree(self._set)
         self._set = None
