@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import assert_promtool_clean
 from tests.helpers import http, parse, select, value, wait_until
+from warptd.install import install_command
 
 ROOT = Path(__file__).parents[1]
 
@@ -206,7 +207,7 @@ def test_a_named_backend_without_its_package_stops_the_start(tmp_path, how):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     message = (
-        "warptd: backend nvidia cannot load: nvidia-ml-py is not installed: pip install 'warptd[nvidia]'"
+        f"warptd: backend nvidia cannot load: nvidia-ml-py is not installed: {install_command('nvidia')}"
     )
     assert lines[-1] == message
     assert [line for line in lines if line.startswith("warptd:")] == [message]

@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from warptd.config import SettingsError
+from warptd.install import install_command
 
 ClientAuth = Literal[
     "NoClientCert",
@@ -66,7 +67,7 @@ def load_web_config(path: Path) -> WebConfig:
     try:
         import yaml
     except ImportError:
-        raise SettingsError("web_config_file needs the web extra: pip install 'warptd[web]'") from None
+        raise SettingsError(f"web_config_file needs the web extra: {install_command('web')}") from None
     try:
         config = WebConfig.model_validate(yaml.safe_load(path.read_text()) or {})
     except (OSError, yaml.YAMLError) as exc:
@@ -80,7 +81,7 @@ def load_web_config(path: Path) -> WebConfig:
         try:
             import bcrypt
         except ImportError:
-            raise SettingsError("basic_auth_users needs the web extra: pip install 'warptd[web]'") from None
+            raise SettingsError(f"basic_auth_users needs the web extra: {install_command('web')}") from None
         for user, hashed in config.basic_auth_users.items():
             try:
                 bcrypt.checkpw(b"", hashed.encode())

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from warptd.install import install_command
 from warptd.k8s.podresources import Allocation, Owner, PodResourcesClient, PodResourcesError
 from warptd.models import GPUInfo, pci_address
 from warptd.sampling.poller import PollingThread
@@ -138,7 +139,7 @@ def from_settings(settings: Settings) -> PodAttribution | None:
         try:
             client = PodResourcesClient(settings.kubelet_socket)
         except ImportError:
-            reason = "grpcio is not installed: pip install 'warptd[kubernetes]'"
+            reason = f"grpcio is not installed: {install_command('kubernetes')}"
         else:
             return PodAttribution(client, settings.pod_resources_interval)
     log.info("pod_attribution_off", reason=reason)
