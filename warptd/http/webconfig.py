@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from warptd.config import SettingsError
+from warptd.config import SettingsError, plain_message
 from warptd.install import install_command
 
 ClientAuth = Literal[
@@ -73,7 +73,7 @@ def load_web_config(path: Path) -> WebConfig:
     except (OSError, yaml.YAMLError) as exc:
         raise SettingsError(f"invalid setting web_config_file: {exc}") from None
     except ValidationError as exc:
-        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {plain_message(e)}" for e in exc.errors())
         raise SettingsError(f"invalid setting web_config_file: {problem}") from None
     if config.tls_server_config is not None:
         ssl_context(config.tls_server_config)  # unreadable or mismatched key/cert: fail now
