@@ -36,7 +36,7 @@ def main() -> int:
     pods = ["--window", "10", "--scrapes", "50"] if args.quick else []
     status |= subprocess.call([sys.executable, str(HERE / "pods_bench.py"), *pods])
     if importlib.util.find_spec("torch") is None:
-        print("\n## stress benchmarks skipped: torch is not installed (pip install 'warptd[stress]')")
+        print(f"\n## stress benchmarks skipped: torch is not installed (pip install '{HERE.parent}[stress]')")
     else:
         status |= subprocess.call([sys.executable, str(HERE / "stress_bench.py"), *stress])
     return status

@@ -34,3 +34,45 @@ def test_catalog_follows_prometheus_naming():
             assert not spec.name.endswith("_total"), spec.name
             assert spec.name.endswith(units), f"{spec.name} has no base-unit suffix"
         assert "percent" not in spec.name
+
+
+ROOT = Path(__file__).parents[1]
+README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+
+
+def test_every_setting_and_flag_is_in_the_configuration_reference():
+    """The settings table names each setting's environment variable and every flag the CLI takes."""
+    from warptd.arguments import build_parser
+    from warptd.config import Settings
+
+    text = CONFIGURATION.read_text()
+    for name in Settings.model_fields:
+        if name != "config":
+            assert f"`WARPTD_{name.upper()}" in text, (
+                f"WARPTD_{name.upper()} missing from docs/configuration.md"
+            )
+    flags = {
+        flag for action in build_parser()._actions for flag in action.option_strings if flag.startswith("--")
+    }
+    for flag in flags - {"--help", "--version"}:
+        assert f"`{flag}" in text, f"{flag} missing from docs/configuration.md"
+
+
+def test_readme_opens_with_what_warptd_is_then_the_two_commands():
+    lines = README.read_text().splitlines()
+    intro = " ".join(lines[2 : lines.index("```sh")]).strip()
+    assert intro.startswith("warptd is ") and intro.count(". ") == 1 and intro.endswith(".")
+    commands = [lines[i + 1] for i, line in enumerate(lines) if line == "```sh"][:2]
+    assert commands[0] == "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/warptd"
+    assert commands[1].startswith("python3 -m venv .venv && ") and commands[1].endswith("pytest")  # .ci/run
+    first_screen = "\n".join(lines[:50])
+    assert ".venv/bin/pip install '.[amd]'" in first_screen  # how to add a vendor
+
+
+def test_readme_and_docs_links_resolve():
+    import re
+
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).is_file(), f"{page.name} links to missing {target}"

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import http, parse, value, wait_until
 from warptd.daemon import Daemon
+from warptd.install import install_command
 from warptd.stress import jobs
 
 pytest.importorskip("torch")
@@ -180,7 +181,7 @@ def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
 def test_no_torch_is_503_with_install_hint(daemon, monkeypatch):
     monkeypatch.setattr(jobs, "torch_installed", lambda: False)
     status, _, body = post(daemon.port, {"test": "matmul"})
-    assert status == 503 and "pip install 'warptd[stress]'" in body["error"]
+    assert status == 503 and install_command("stress") in body["error"]
 
 
 def test_no_stress_turns_the_endpoints_off(settings):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.helpers import select, value
 from warptd.backends.registry import load_backends
 from warptd.backends.tenstorrent import TenstorrentBackend, asic_celsius, limit
 from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.install import install_command
 
 N300 = 0x0100014111712034
 P150 = 0x0000004310234567
@@ -269,7 +271,7 @@ def test_absent_on_this_machine_is_a_log_line(settings):
 
 def test_pyluwen_not_installed_is_unavailable(settings, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyluwen", None)
-    with pytest.raises(BackendUnavailableError, match=r"pip install 'warptd\[tenstorrent\]'"):
+    with pytest.raises(BackendUnavailableError, match=re.escape(install_command("tenstorrent"))):
         TenstorrentBackend(settings)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -95,8 +96,10 @@ class Settings(BaseSettings):
     @classmethod
     def _check_listen(cls, value: str) -> str:
         host, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        if not sep or not port.isdigit():
             raise ValueError("expected HOST:PORT, e.g. ':9465' or '127.0.0.1:9465'")
+        if not 0 <= int(port) <= 65535:  # 0: any free port, as the tests use
+            raise ValueError(f"port out of range: {int(port)} (1-65535)")
         if host.startswith("[") != host.endswith("]"):
             raise ValueError("an IPv6 host must be bracketed, e.g. '[::1]:9465'")
         return value
@@ -176,5 +179,17 @@ def _one_line(exc: ValidationError) -> str:
         value = err.get("input")
         secret = any("token" in str(part).lower() or "secret" in str(part).lower() for part in err["loc"])
         shown = f"={value!r}" if not isinstance(value, dict) and not secret else ""
-        parts.append(f"{name}{shown}: {err['msg']}")
+        parts.append(f"{name}{shown}: {plain_message(err)}")
     return "invalid setting " + "; ".join(parts)
+
+
+#: What pydantic puts before the message of an exception raised in a validator.
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def plain_message(error: Mapping[str, Any]) -> str:
+    """One pydantic error's message without the library's own prefix (``Value error, ``)."""
+    message = str(error["msg"])
+    for prefix in _PYDANTIC_PREFIXES:
+        message = message.removeprefix(prefix)
+    return message

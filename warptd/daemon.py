@@ -71,6 +71,7 @@ class Daemon:
         add_openapi_route(self.router)
         host, port = settings.listen_address
         web = load_web_config(settings.web_config_file) if settings.web_config_file else None
+        self._scheme = "https" if web and web.tls_server_config else "http"
         self.server = WarptdHTTPServer(
             host,
             port,
@@ -111,12 +112,19 @@ class Daemon:
         self.notifier.start_watchdog(self.healthy)
         log.info(
             "warptd_started",
+            url=self.url,
             version=__version__,
             listen=f"{self.settings.listen_address[0] or '*'}:{self.port}",
             backends=sorted(self.sampler.backends),
-            unavailable=self.loaded.unavailable,
             interval_s=self.settings.interval,
         )
+
+    @property
+    def url(self) -> str:
+        """Where the metrics are served, as a URL to paste (``localhost`` when every address listens)."""
+        host = self.settings.listen_address[0] or "localhost"
+        host = f"[{host}]" if ":" in host else host
+        return f"{self._scheme}://{host}:{self.port}/metrics"
 
     def healthy(self) -> bool:
         """Alive for the watchdog: the HTTP thread serves and the scheduler runs."""

@@ -15,7 +15,9 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
     """Route structlog (and stdlib loggers of our dependencies) to ``stream`` in the chosen format."""
     stream = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and stream.isatty())
-    renderer = structlog.dev.ConsoleRenderer(colors=False) if console else structlog.processors.JSONRenderer()
+    renderer: structlog.typing.Processor = structlog.processors.JSONRenderer()
+    if console:  # keys in the order logged: what a line is about first
+        renderer = structlog.dev.ConsoleRenderer(colors=False, sort_keys=False)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

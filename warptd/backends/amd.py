@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from warptd.backends.base import AcceleratorBackend
 from warptd.backends.shared_session import SharedSession
 from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.install import install_command
 from warptd.models import GPUInfo, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def _import_amdsmi() -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name != "amdsmi":
             raise BackendUnavailableError(f"amdsmi import failed: {exc}") from exc
-        raise BackendUnavailableError("amdsmi is not installed: pip install 'warptd[amd]'") from exc
+        raise BackendUnavailableError(f"amdsmi is not installed: {install_command('amd')}") from exc
     except Exception as exc:
         raise BackendUnavailableError("libamd_smi.so not found (install ROCm's amd-smi-lib)") from exc
     return amdsmi

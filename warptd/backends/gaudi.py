@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from warptd.backends.base import AcceleratorBackend
 from warptd.backends.shared_session import SharedSession
 from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.install import install_command
 from warptd.models import GPUInfo, MemoryUsage, Utilization, pci_address
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class HlmlSession:
             import pyhlml
             from pyhlml import hlml_error, hlml_types
         except ImportError as exc:
-            raise BackendUnavailableError("pyhlml is not installed: pip install 'warptd[gaudi]'") from exc
+            raise BackendUnavailableError(f"pyhlml is not installed: {install_command('gaudi')}") from exc
         self.hlml: Any = pyhlml
         self.types: Any = hlml_types
         self.error: type[Exception] = hlml_error.HLMLError

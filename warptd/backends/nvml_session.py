@@ -16,6 +16,7 @@ import structlog
 
 from warptd.backends.shared_session import SharedSession
 from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.install import install_command
 
 log = structlog.get_logger("warptd.nvml")
 #: How long a reopen waits for event waits in progress to return (they use a 1 s timeout).
@@ -35,7 +36,7 @@ class NvmlSession:
             import pynvml
         except ImportError as exc:
             raise BackendUnavailableError(
-                "nvidia-ml-py is not installed: pip install 'warptd[nvidia]'"
+                f"nvidia-ml-py is not installed: {install_command('nvidia')}"
             ) from exc
         self.nvml: ModuleType = pynvml
         try:

@@ -111,6 +111,7 @@ def load_backends(settings: Settings, *, strict: bool = False) -> Loaded:
     """
     loaded = Loaded()
     named_failures: list[str] = []
+    origins: dict[str, str] = {}
     candidates = discover()
     check_selection(candidates, settings.backends)
     for candidate in candidates:
@@ -130,18 +131,34 @@ def load_backends(settings: Settings, *, strict: bool = False) -> Loaded:
         except Exception as exc:
             reason = str(exc) or type(exc).__name__
             loaded.unavailable[candidate.name] = reason
-            log.info("backend_unavailable", backend=candidate.name, kind=candidate.kind, reason=reason)
-            if strict and candidate.name in (settings.backends or ()):
+            named = candidate.name in (settings.backends or ())
+            # Only a backend the user asked for is news; the others are every node's normal state.
+            (log.info if named else log.debug)(
+                "backend_unavailable", backend=candidate.name, kind=candidate.kind, reason=reason
+            )
+            if strict and named:
                 named_failures.append(f"backend {candidate.name} cannot load: {' '.join(reason.split())}")
             continue
         backend.name = candidate.name
         (loaded.accelerators if candidate.kind == "accelerator" else loaded.power).append(backend)
-        log.info("backend_loaded", backend=candidate.name, kind=candidate.kind, origin=candidate.origin)
+        origins[backend.name] = candidate.origin
     if named_failures:
         loaded.shutdown()
         raise BackendLoadError("; ".join(named_failures))
     deduplicate(loaded)
+    _log_loaded(loaded, origins)
     return loaded
+
+
+def _log_loaded(loaded: Loaded, origins: dict[str, str]) -> None:
+    """One line per backend that came up: accelerators with their device count (after deduplication)."""
+    for backend in [*loaded.accelerators, *loaded.power]:
+        fields: dict[str, object] = {"kind": "power"}
+        if isinstance(backend, AcceleratorBackend):
+            fields = {"kind": "accelerator", "devices": backend.get_device_count()}
+        if origins[backend.name] != "builtin":
+            fields["origin"] = origins[backend.name]
+        log.info("backend_loaded", backend=backend.name, **fields)
 
 
 def deduplicate(loaded: Loaded) -> None:
@@ -159,11 +176,11 @@ def deduplicate(loaded: Loaded) -> None:
     for backend in fallbacks:
         released = backend.release_devices(set(served))
         for address in sorted(released):
-            log.info(
+            log.debug(
                 "device_deduplicated", pci_bus_id=address, kept_by=served[address], released_by=backend.name
             )
         if backend.get_device_count() == 0:
             backend.shutdown()
             loaded.accelerators.remove(backend)
             loaded.unavailable[backend.name] = "every device is served by an SDK backend"
-            log.info("backend_unavailable", backend=backend.name, reason=loaded.unavailable[backend.name])
+            log.debug("backend_unavailable", backend=backend.name, reason=loaded.unavailable[backend.name])

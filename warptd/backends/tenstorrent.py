@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from warptd.backends.base import AcceleratorBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.install import install_command
 from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization, pci_address
 from warptd.sysfs import read_text
 
@@ -139,7 +140,9 @@ class TenstorrentBackend(AcceleratorBackend):
         try:
             import pyluwen
         except ImportError as exc:
-            raise BackendUnavailableError("pyluwen not installed: pip install 'warptd[tenstorrent]'") from exc
+            raise BackendUnavailableError(
+                f"pyluwen is not installed: {install_command('tenstorrent')}"
+            ) from exc
         self._luwen = pyluwen
         self._sample: dict[int, Any] = {}  # telemetry read once per device and sample
         self._suspect = False

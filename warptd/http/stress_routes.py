@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from warptd.config import plain_message
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.stress.jobs import Job, JobManager, JobStatus, StressError
 from warptd.stress.torch_device import DTYPES
@@ -65,7 +66,8 @@ def is_loopback(address: str) -> bool:
 
 def _validation_error(exc: ValidationError) -> HttpError:
     problems = [
-        {"field": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]} for e in exc.errors()
+        {"field": ".".join(str(p) for p in e["loc"]) or "body", "message": plain_message(e)}
+        for e in exc.errors()
     ]
     summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
     return HttpError(422, f"invalid stress request: {summary}", problems=problems)

@@ -25,7 +25,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from warptd.config import SettingsError
+from warptd.config import SettingsError, plain_message
+from warptd.install import install_command
 
 ClientAuth = Literal[
     "NoClientCert",
@@ -66,13 +67,13 @@ def load_web_config(path: Path) -> WebConfig:
     try:
         import yaml
     except ImportError:
-        raise SettingsError("web_config_file needs the web extra: pip install 'warptd[web]'") from None
+        raise SettingsError(f"web_config_file needs the web extra: {install_command('web')}") from None
     try:
         config = WebConfig.model_validate(yaml.safe_load(path.read_text()) or {})
     except (OSError, yaml.YAMLError) as exc:
         raise SettingsError(f"invalid setting web_config_file: {exc}") from None
     except ValidationError as exc:
-        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {plain_message(e)}" for e in exc.errors())
         raise SettingsError(f"invalid setting web_config_file: {problem}") from None
     if config.tls_server_config is not None:
         ssl_context(config.tls_server_config)  # unreadable or mismatched key/cert: fail now
@@ -80,7 +81,7 @@ def load_web_config(path: Path) -> WebConfig:
         try:
             import bcrypt
         except ImportError:
-            raise SettingsError("basic_auth_users needs the web extra: pip install 'warptd[web]'") from None
+            raise SettingsError(f"basic_auth_users needs the web extra: {install_command('web')}") from None
         for user, hashed in config.basic_auth_users.items():
             try:
                 bcrypt.checkpw(b"", hashed.encode())

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from warptd.install import install_command
 from warptd.k8s.podresources import Allocation, Owner, PodResourcesClient, PodResourcesError
 from warptd.models import GPUInfo, pci_address
 from warptd.sampling.poller import PollingThread
@@ -129,17 +130,19 @@ def _order(owner: Owner) -> tuple[str, str, str]:
 
 def from_settings(settings: Settings) -> PodAttribution | None:
     """The attribution to run, or None (with one log line saying why) when it is off."""
-    reason = None
+    reason, level = None, log.info
     if not settings.pod_attribution:
         reason = "turned off (--no-pod-attribution)"
     elif not settings.kubelet_socket.exists():
         reason = f"no kubelet PodResources socket at {settings.kubelet_socket}"
+        if "kubelet_socket" not in settings.model_fields_set:
+            level = log.debug  # the default path on a node without a kubelet: nothing to say
     if reason is None:
         try:
             client = PodResourcesClient(settings.kubelet_socket)
         except ImportError:
-            reason = "grpcio is not installed: pip install 'warptd[kubernetes]'"
+            reason = f"grpcio is not installed: {install_command('kubernetes')}"
         else:
             return PodAttribution(client, settings.pod_resources_interval)
-    log.info("pod_attribution_off", reason=reason)
+    level("pod_attribution_off", reason=reason)
     return None

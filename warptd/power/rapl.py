@@ -99,7 +99,7 @@ class RaplPowerBackend(PowerBackend):
         self._reported_unreadable.add(key.domain)
         reason = (
             "energy_uj is readable by root only (Linux >= 5.10): run warptd as root, or grant read "
-            "access with a udev rule / systemd-tmpfiles (see README)"
+            "access with a udev rule / systemd-tmpfiles (see docs/hardware.md)"
             if kind is ErrorKind.PERMISSION
             else repr(exc)
         )

@@ -189,8 +189,10 @@ class JobManager:
         """Validate, then spawn; raises :class:`StressError` and starts nothing on bad input."""
         self._refresh_devices()
         if not torch_installed():
+            from warptd.install import install_command
+
             raise StressError(
-                503, "torch is not installed; install the stress extra: pip install 'warptd[stress]'"
+                503, f"torch is not installed; install the stress extra: {install_command('stress')}"
             )
         target = self.tests.get(params.test)
         if target is None:

@@ -1,0 +1,106 @@
+"""The ``warptd`` command as a newcomer meets it: short output, each command's own help, one-line errors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from warptd.cli import main
+
+DAEMON_ONLY = ("--listen", "--kubelet-socket", "--stress-token", "--web-config-file", "--no-xid-events")
+
+
+def _help(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def _options(text: str) -> list[str]:
+    """The long options of a help text, in the order it lists them."""
+    return re.findall(r"^  (--[a-z-]+)", text, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize(
+    ("command", "own"),
+    [
+        ("list", ["--json", "--verbose"]),
+        ("sample", ["--json"]),
+        ("stress", ["--test", "--device", "--duration", "--dtype", "--size", "--json"]),
+    ],
+)
+def test_a_commands_help_shows_its_own_options_first_and_no_daemon_flags(capsys, command, own):
+    options = _options(_help(capsys, command))
+    assert options[: len(own)] == own
+    assert "--backend" in options and "--log-level" in options
+    assert not set(DAEMON_ONLY) & set(options)
+
+
+def test_serve_help_has_the_daemon_flags(capsys):
+    for args in (["serve"], []):
+        options = _options(_help(capsys, *args))
+        assert set(DAEMON_ONLY) <= set(options) and "--procfs" in options
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--interval", "abc"], "warptd: --interval: not a number: 'abc'"),
+        (["sample", "--sample-timeout", "x"], "warptd sample: --sample-timeout: not a number: 'x'"),
+        (["stress", "--size", "big"], "warptd stress: --size: not a whole number: 'big'"),
+        (
+            ["list", "--listen", ":9465"],
+            "warptd list: unrecognized arguments: --listen :9465 (see warptd list --help)",
+        ),
+        (
+            ["--listen", ":99999"],
+            "warptd: invalid setting listen=':99999': port out of range: 99999 (1-65535)",
+        ),
+        (
+            ["--listen", "9465"],
+            "warptd: invalid setting listen='9465': expected HOST:PORT, e.g. ':9465' or '127.0.0.1:9465'",
+        ),
+    ],
+)
+def test_a_bad_flag_is_one_line_and_exit_2(capsys, args, message):
+    with pytest.raises(SystemExit) as exited:
+        code = main(args)
+        raise SystemExit(code)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == message + "\n"
+
+
+def test_pydantic_prefixes_never_reach_a_stress_client():
+    from warptd.http.stress_routes import StressRequest, _validation_error
+
+    with pytest.raises(ValidationError) as info:
+        StressRequest.model_validate({"dtype": "fp8"})
+    error = _validation_error(info.value)
+    assert error.message == "invalid stress request: dtype: must be one of float32, tf32, bfloat16, float16"
+
+
+def test_list_prints_the_table_alone_and_why_others_did_not_load_with_verbose(capsys, tmp_path):
+    assert main(["--sysfs", str(tmp_path), "list"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].split()[0] == "DEVICE" and any(line.startswith("cpu:0 ") for line in lines)
+    assert captured.err == ""
+    assert main(["list", "--sysfs", str(tmp_path), "--verbose"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == lines
+    assert "# rapl: no RAPL zones under" in captured.err and "{" not in captured.err
+
+
+def test_sample_prints_only_the_snapshot(capsys, tmp_path):
+    assert main(["sample", "--backend", "cpu", "--interval", "0.1", "--sysfs", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.startswith("# HELP ")
+
+
+def test_an_explicit_log_level_still_logs(capsys, tmp_path):
+    assert main(["list", "--sysfs", str(tmp_path), "--log-level", "debug"]) == 0
+    assert '"event": "backend_unavailable"' in capsys.readouterr().err

@@ -1,0 +1,183 @@
+"""The command line: each subcommand's own flags, then the shared ones it uses, named after settings."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from warptd import __version__
+from warptd.stress.torch_device import DTYPES
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line and exit 2, without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message.removeprefix('argument ')}\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        """As argparse, but an unknown flag is reported by the command it was given to."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            prog = f"{self.prog} {parsed.command}" if getattr(parsed, "command", None) else self.prog
+            self.exit(2, f"{prog}: unrecognized arguments: {' '.join(extras)} (see {prog} --help)\n")
+        return parsed
+
+
+def _number(text: str) -> float:
+    """A flag's number, or one line saying what was wrong with it."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+#: Shared flags, named after the settings they set, in the groups each command takes.
+#: Every command loads backends and logs; serve, sample and stress also sample.
+LOADING = "backends and logging"
+SAMPLING = "sampling"
+SERVING = "serving"
+_FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
+    SERVING: [
+        (("--listen",), {"metavar": "HOST:PORT", "help": "address to serve on (default :9465)"}),
+        (
+            ("--web-config-file",),
+            {"type": Path, "metavar": "FILE", "help": "TLS/basic auth config (exporter-toolkit format)"},
+        ),
+        (
+            ("--state-dir",),
+            {"type": Path, "metavar": "DIR", "help": "keep energy totals here across restarts"},
+        ),
+        (
+            ("--no-stress",),
+            {"dest": "stress", "action": "store_const", "const": False, "help": "turn /stress off"},
+        ),
+        (
+            ("--stress-token",),
+            {
+                "metavar": "TOKEN",
+                "help": "bearer token for POST/DELETE /stress (visible in ps: prefer the file)",
+            },
+        ),
+        (
+            ("--stress-token-file",),
+            {"type": Path, "metavar": "FILE", "help": "file holding the stress token"},
+        ),
+        (("--kubelet-socket",), {"type": Path, "metavar": "PATH", "help": "kubelet PodResources socket"}),
+        (
+            ("--no-pod-attribution",),
+            {
+                "dest": "pod_attribution",
+                "action": "store_const",
+                "const": False,
+                "help": "do not map devices to pods",
+            },
+        ),
+        (
+            ("--pod-labels",),
+            {
+                "action": "store_const",
+                "const": True,
+                "help": "add namespace/pod/container labels to device series",
+            },
+        ),
+        (
+            ("--processes",),
+            {"action": "store_const", "const": True, "help": "export per-process memory (NVIDIA)"},
+        ),
+        (
+            ("--no-xid-events",),
+            {"dest": "xid_events", "action": "store_const", "const": False, "help": "ignore XID events"},
+        ),
+    ],
+    SAMPLING: [
+        (("--interval",), {"type": _number, "metavar": "SECONDS", "help": "between two samples (default 1)"}),
+        (
+            ("--sample-timeout",),
+            {"type": _number, "metavar": "SECONDS", "help": "a sample may take (default 2)"},
+        ),
+    ],
+    LOADING: [
+        (("--config",), {"type": Path, "metavar": "FILE", "help": "TOML config file (env WARPTD_CONFIG)"}),
+        (
+            ("--backend",),
+            {
+                "dest": "backends",
+                "action": "append",
+                "metavar": "NAME",
+                "help": "load only this backend (repeatable; env WARPTD_BACKENDS=nvidia,cpu); default all",
+            },
+        ),
+        (("--sysfs",), {"type": Path, "metavar": "DIR", "help": "sysfs root (default /sys)"}),
+        (("--procfs",), {"type": Path, "metavar": "DIR", "help": "procfs root (default /proc)"}),
+        (
+            ("--tpu-runtime-address",),
+            {"metavar": "HOST:PORT", "help": "libtpu metrics (default localhost:8431)"},
+        ),
+        (("--log-level",), {"choices": ["debug", "info", "warning", "error"]}),
+        (("--log-format",), {"choices": ["auto", "json", "console"]}),
+    ],
+}
+_COMMAND_GROUPS = {
+    "serve": (SERVING, SAMPLING, LOADING),
+    "list": (LOADING,),
+    "sample": (SAMPLING, LOADING),
+    "stress": (SAMPLING, LOADING),
+}
+
+
+def _add_flags(parser: argparse.ArgumentParser, command: str, default: object) -> None:
+    """The shared flags ``command`` uses, after its own; a subcommand's must not reset earlier ones."""
+    for title in _COMMAND_GROUPS[command]:
+        group = parser.add_argument_group(f"{title} options")
+        for names, options in _FLAGS[title]:
+            group.add_argument(*names, default=default, **options)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The daemon's flags, and each subcommand with its own flags and the shared ones it uses."""
+    parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
+    parser.add_argument("--version", action="version", version=f"warptd {__version__}")
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="{serve,list,sample,stress}")
+    serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
+    listing = sub.add_parser(
+        "list", help="list the devices of every backend", description="List every device."
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument(
+        "--verbose", action="store_true", help="also say why the other backends did not load"
+    )
+    sample = sub.add_parser("sample", help="print one snapshot", description="Print one snapshot on stdout.")
+    sample.add_argument("--json", action="store_true", help="print JSON")
+    stress = sub.add_parser(
+        "stress", help="run a stress test here and print its result", description="Run a stress test here."
+    )
+    stress.add_argument(
+        "--test",
+        metavar="NAME",
+        help="matmul, memory or tt_matmul (default matmul, tt_matmul on Tenstorrent chips)",
+    )
+    stress.add_argument(
+        "--device", metavar="BACKEND:INDEX", help="BACKEND:INDEX (default: first accelerator, else cpu:0)"
+    )
+    stress.add_argument(
+        "--duration", type=_number, default=10.0, metavar="SECONDS", help="seconds (default 10)"
+    )
+    stress.add_argument("--dtype", choices=DTYPES)
+    stress.add_argument(
+        "--size", type=_integer, metavar="N", help="matmul: matrix side; memory: MiB per buffer"
+    )
+    stress.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_flags(parser, "serve", None)  # `warptd` alone serves
+    for name, command in (("serve", serve), ("list", listing), ("sample", sample), ("stress", stress)):
+        _add_flags(command, name, argparse.SUPPRESS)
+    return parser

@@ -1,0 +1,67 @@
+"""Install hints that work for how this warptd was installed: from a checkout, a wheel file or an index."""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import warptd
+
+_NAME = "warptd"
+
+
+def install_command(extra: str) -> str:
+    """The command adding ``extra`` here, e.g. ``.venv/bin/pip install '/src/warptd[amd]'``."""
+    return f"{_pip()} install '{requirement(extra)}'"
+
+
+def requirement(extra: str) -> str:
+    """What pip must be given: the checkout or wheel this copy came from, else the package name."""
+    tree = _checkout()
+    if tree is not None:
+        return f"{tree}[{extra}]"
+    origin = _direct_url()
+    if origin is not None:
+        return origin.replace("{extra}", extra)
+    return f"{_NAME}[{extra}]"
+
+
+def _pip() -> str:
+    """The pip of the running interpreter (a venv's ``bin/pip``), never whichever ``pip`` is on PATH."""
+    beside = Path(sys.executable).with_name("pip")
+    return str(beside) if beside.is_file() else f"{sys.executable} -m pip"
+
+
+def _checkout() -> Path | None:
+    """The source tree the running package is imported from (an editable install, or ``python -m``)."""
+    root = Path(warptd.__file__).resolve().parents[1]
+    pyproject = root / "pyproject.toml"
+    try:
+        declared = f'name = "{_NAME}"' in pyproject.read_text()
+    except OSError:
+        return None
+    return root if declared else None
+
+
+def _direct_url() -> str | None:
+    """PEP 610: where pip installed this distribution from, when not from an index ({extra} left open)."""
+    try:
+        text = metadata.distribution(_NAME).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    if not text:
+        return None
+    try:
+        origin = json.loads(text)
+        url = str(origin["url"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return f"{unquote(parsed.path)}[{{extra}}]"  # a local directory or wheel file
+    if isinstance(origin.get("vcs_info"), dict):
+        url = f"{origin['vcs_info'].get('vcs', 'git')}+{url}"
+    return f"{_NAME}[{{extra}}] @ {url}"
