@@ -442,10 +442,13 @@ def test_xid_and_processes_survive_a_refused_handle(settings, tmp_path):
     fake = FakeNvml(gpus=2)
     fake.gpus[0].handle_error = pynvml.NVML_ERROR_UNKNOWN
     with fake.installed():
+        fake.gpus[1].processes = [(4242, 2**30)]
         xid = open_xid_monitor(timeout_ms=100)
         processes = open_process_monitor(tmp_path)
         assert xid is not None and [d.index for d in xid.devices()] == [1]
         assert processes is not None
+        processes.poll()
+        assert [(p.index, p.pid) for p in processes.processes()] == [(1, 4242)]
         xid.stop()
         processes.stop()
     fake.close()
@@ -538,3 +541,90 @@ def test_drivers_before_r535_keep_throttle_reasons(settings):
         assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
         rig.close()
     fake.close()
+
+
+def test_a_failed_reopen_keeps_the_gpus_down_and_is_retried(rig, fake_nvml, rediscover_now):
+    """A driver that does not come back at once: GPUs read down (not gone), and NVML is reopened later."""
+    rig.tick()
+    fake_nvml.state.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    pynvml.nvmlShutdown()  # e.g. the driver is being reloaded
+    for _ in range(3):  # unreadable, then reopens that fail
+        samples = rig.tick("nvidia")
+        up = {s.labels["device"]: s.value for s in select(samples, "warptd_device_up", backend="nvidia")}
+        assert up == {"0": 0, "1": 0}
+    fake_nvml.state.init_error = 0  # the driver is back
+    rig.tick("nvidia")
+    samples = rig.tick("nvidia")
+    assert value(samples, "warptd_device_up", **DEV0) == 1
+    assert value(samples, "warptd_device_power_watts", **DEV1) == 120
+
+
+def test_a_pynvml_without_the_deprecated_wrappers_still_reads(rig, fake_nvml, monkeypatch):
+    """nvidia-ml-py drops …ClocksThrottleReasons and nvmlDeviceGetViolationStatus with CUDA 14."""
+    for name in (
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlDeviceGetSupportedClocksThrottleReasons",
+        "nvmlDeviceGetViolationStatus",
+    ):
+        monkeypatch.delattr(pynvml, name)
+    for gpu in fake_nvml.gpus:
+        gpu.unsupported_fields = {74, 76}  # so the violation-status fallback would be asked
+    samples = rig.tick()
+    assert value(samples, "warptd_backend_up", backend="nvidia") == 1
+    assert value(samples, "warptd_device_throttle_active", reason="sw_power_cap", **DEV0) == 0
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="unexpected") == 0
+
+
+def test_field_ids_an_old_driver_does_not_know_fall_back_quietly(settings):
+    """An R470 NVML answers INVALID_ARGUMENT for ids past its NVML_FI_MAX: power comes from
+    nvmlDeviceGetPowerUsage, the fields are not asked again, and nothing counts as an error."""
+    fake = FakeNvml(gpus=1, driver="r470")
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        for _ in range(3):
+            samples = rig.tick()
+        assert value(samples, "warptd_device_power_watts", **DEV0) == 120
+        assert not select(samples, "warptd_device_power_average_watts", **DEV0)
+        assert value(samples, "warptd_device_throttle_seconds_total", reason="sw_power_cap", **DEV0) == 0
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+        assert fake.calls("nvmlDeviceGetPowerUsage") == 3 * 2  # the nvidia and nvml backends, each tick
+        rig.close()
+    fake.close()
+
+
+def test_a_field_id_numbered_as_another_field_is_not_read_as_throttling(rig, fake_nvml):
+    """Some R57x headers put power smoothing at 269-271: a profile number is not nanoseconds."""
+    gpu = fake_nvml.gpus[0]
+    gpu.smoothing_fields = 1
+    gpu.current_reasons = pynvml.nvmlClocksEventReasonSwThermalSlowdown
+    rig.tick()
+    time.sleep(0.1)
+    samples = rig.tick()
+    sampled = value(samples, "warptd_device_throttle_seconds_total", reason="sw_thermal_slowdown", **DEV0)
+    assert 0.05 < sampled < 1.0  # sampled time, not 2 ns from a "profile 2"
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+def test_a_memory_struct_version_the_driver_refuses_falls_back_to_v1(rig, fake_nvml):
+    for gpu in fake_nvml.gpus:
+        gpu.raises["nvmlDeviceGetMemoryInfo_v2"] = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    rig.tick()
+    samples = rig.tick()
+    gpu = fake_nvml.gpus[0]
+    assert value(samples, "warptd_device_memory_used_bytes", **DEV0) == gpu.memory_used + gpu.memory_reserved
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+def test_mig_instances_created_after_start_are_listed(make_rig, fake_nvml, rediscover_now):
+    """With MIG on, instances come and go (mig-manager): every rediscovery re-reads their UUIDs."""
+    gpu = fake_nvml.gpus[0]
+    gpu.mig_uuids = ["MIG-11111111-2222-5333-8444-555555555555"]
+    rig = make_rig("nvidia")
+    rig.tick()
+    assert rig.snapshot.get("nvidia").devices_info[0].aliases == gpu.mig_uuids
+    assert rig.snapshot.get("nvidia").devices_info[1].aliases is None  # MIG off there
+    gpu.mig_uuids = [*gpu.mig_uuids, "MIG-66666666-7777-5888-9999-000000000000"]
+    rig.tick("nvidia")
+    assert rig.snapshot.get("nvidia").devices_info[0].aliases == gpu.mig_uuids
+    assert fake_nvml.calls("nvmlInitWithFlags") == 1  # re-listed, never reopened

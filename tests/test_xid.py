@@ -168,6 +168,31 @@ def test_a_recovered_handle_is_registered_and_the_old_set_freed():
     fake.close()
 
 
+def test_a_registration_that_failed_is_tried_again(monkeypatch):
+    """Right after a reset a GPU may refuse RegisterEvents: it is asked again, not left out for good;
+    a GPU that cannot deliver events at all is not asked again."""
+    from warptd.events import xid
+
+    monkeypatch.setattr(xid, "RETRY_REGISTER_S", 0.2)
+    fake = FakeNvml(gpus=3)
+    fake.gpus[1].raises["nvmlDeviceRegisterEvents"] = pynvml.NVML_ERROR_UNKNOWN
+    fake.gpus[2].supported_events = 0
+    with fake.installed():
+        monitor = open_xid_monitor(timeout_ms=50)
+        monitor.start()
+        try:
+            assert [d.index for d in monitor.devices()] == [0]
+            del fake.gpus[1].raises["nvmlDeviceRegisterEvents"]
+            assert wait_until(lambda: [d.index for d in monitor.devices()] == [0, 1], timeout=5)
+            calls = fake.calls("nvmlDeviceGetSupportedEventTypes")
+            time.sleep(0.5)
+            assert fake.calls("nvmlDeviceGetSupportedEventTypes") == calls  # complete: no more retries
+        finally:
+            monitor.stop()
+        assert fake.use_after_free == 0
+    fake.close()
+
+
 def test_a_lost_gpu_does_not_end_the_thread(monitor, fake_nvml):
     fake_nvml.gpus[1].events.append((XID, 79))
     fake_nvml.gpus[1].lost = True  # fell off the bus: every wait now answers GPU_IS_LOST

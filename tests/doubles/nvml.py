@@ -126,7 +126,7 @@ class GpuState(ctypes.Structure):
         ("hang", _I32),
         ("release", _I32),
         ("live", _I32),
-        ("pad1", _I32),
+        ("smoothing_fields", _I32),
         ("live_since_ns", _U64),
         ("fn_error", _I32 * MAX_FN),
         ("field_unsupported", ctypes.c_uint8 * MAX_FIELD),
@@ -302,7 +302,7 @@ class _EventQueue:
 _SCALARS = (
     "memory_total", "memory_used", "memory_reserved", "util_gpu", "util_memory", "temperature",
     "memory_temperature", "power_limit_mw", "pcie_gen", "supported_reasons", "current_reasons",
-    "supported_events", "handle_error", "mig_mode",
+    "supported_events", "handle_error", "mig_mode", "smoothing_fields",
 )  # fmt: skip
 
 

@@ -36,6 +36,11 @@
 #define MAX_PROCS 80
 #define MAX_FIELD 320
 #define POWER_HISTORY 32
+#ifdef OLD_DRIVER
+#define FIELD_IDS 160 /* an R470-era NVML_FI_MAX: later ids answer INVALID_ARGUMENT */
+#else
+#define FIELD_IDS MAX_FIELD
+#endif
 #define MAX_SETS 64
 #define STATE_MAGIC 0x4e564d4cu /* "NVML" */
 #define STATE_VERSION 3u
@@ -113,7 +118,7 @@ struct gpu {
     int32_t lost;         /* every call answers GPU_IS_LOST */
     int32_t hang, release; /* while hang && !release, every call blocks (up to 30 s) */
     int32_t live;         /* energy advances with time at the instant power */
-    int32_t pad1;
+    int32_t smoothing_fields; /* 269-271 are power smoothing fields, as some R57x headers number them */
     uint64_t live_since_ns;
     int32_t fn_error[MAX_FN];          /* a return code per function, 0 = answer normally */
     uint8_t field_unsupported[MAX_FIELD]; /* per field id: nvmlReturn NOT_SUPPORTED in the value */
@@ -235,10 +240,8 @@ int nvmlInitWithFlags(unsigned int flags) {
     count(FN_nvmlInitWithFlags);
     if (st->library_missing) return ERROR_LIBRARY_NOT_FOUND;
     if (st->init_error) return st->init_error;
-    if (__atomic_fetch_add(&st->initialised, 1, __ATOMIC_SEQ_CST) == 0) {
-        for (int i = 0; i < MAX_SETS; i++) sets[i].torn_down = 0;
-    }
-    return SUCCESS;
+    __atomic_fetch_add(&st->initialised, 1, __ATOMIC_SEQ_CST);
+    return SUCCESS; /* sets torn down by an earlier shutdown stay dead until their slot is reused */
 }
 
 int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
@@ -459,8 +462,13 @@ struct field_value { /* nvmlFieldValue_t */
 
 static int field(const struct gpu *g, struct field_value *v) {
     uint32_t id = v->field_id;
-    if (id >= MAX_FIELD || g->field_unsupported[id]) return ERROR_NOT_SUPPORTED;
+    if (id >= FIELD_IDS) return ERROR_INVALID_ARGUMENT;
+    if (g->field_unsupported[id]) return ERROR_NOT_SUPPORTED;
     v->value_type = VALUE_UINT;
+    if (g->smoothing_fields && id >= FI_CLOCKS_EVENT_SW_THERMAL && id <= FI_CLOCKS_EVENT_HW_POWER_BRAKE) {
+        v->value = id == FI_CLOCKS_EVENT_SW_THERMAL ? 2 : 40; /* a preset profile, a percent */
+        return SUCCESS;
+    }
     switch (id) {
     case FI_POWER_INSTANT: v->value = instant_mw(g); return SUCCESS;
     case FI_POWER_AVERAGE: v->value = average_mw(g); return SUCCESS;

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import structlog
+
 from warptd.backends import nvml_session
 from warptd.backends.base import AcceleratorBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
@@ -17,6 +19,8 @@ from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
+
+log = structlog.get_logger("warptd.nvidia")
 
 # NVML clock-event (throttle) bits, by the reason names warptd exports for every vendor.
 _THROTTLE_BITS: dict[str, str] = {
@@ -51,8 +55,18 @@ _VIOLATION_POLICIES: dict[str, str] = {
 }
 _DEVICE_FIELDS = (FI_POWER_INSTANT, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
 _POWER_FIELDS = (FI_POWER_INSTANT,)
-# nvmlValue_t member by nvmlValueType_t.
+# nvmlValue_t member by nvmlValueType_t (NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6).
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+_INTEGERS = frozenset({1, 2, 3, 4, 5, 6})
+_64_BIT_INTEGERS = frozenset({2, 3, 4})
+# The value types a field must have: a duration counter is 64-bit. A field answering another type is
+# another field under the same id (drivers whose headers number power smoothing at 269-271), and is
+# treated as not supported.
+_FIELD_TYPES: dict[int, frozenset[int]] = {
+    FI_POWER_INSTANT: _INTEGERS,
+    FI_POWER_AVERAGE: _INTEGERS,
+    **dict.fromkeys(_THROTTLE_FIELDS.values(), _64_BIT_INTEGERS),
+}
 _CLOCKS: dict[str, str] = {
     "graphics": "NVML_CLOCK_GRAPHICS",
     "sm": "NVML_CLOCK_SM",
@@ -86,6 +100,7 @@ class NvidiaBackend(AcceleratorBackend):
         self._known: dict[int, GPUInfo] = {}  # last identity read per index
         self._generation = self._session.generation
         self._suspect = False
+        self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         return self._session.classify(exc)
@@ -102,19 +117,23 @@ class NvidiaBackend(AcceleratorBackend):
         super().on_error(key, kind, exc)
 
     def needs_rediscovery(self) -> bool:
-        return self._suspect or None in self._handles
+        """After a lost GPU or a reset NVML, while a handle is refused, and while MIG is on anywhere:
+        MIG instances come and go at any time (mig-manager), and pods are allocated by their UUIDs."""
+        return self._suspect or None in self._handles or self._mig_on
 
     def rediscover(self) -> bool:
-        """Reopen NVML after a lost GPU or a reset NVML (stay suspect while NVML is not back); else ask
-        again for the handles NVML refused, without disturbing the GPUs that answer."""
+        """Reopen NVML after a lost GPU or a reset NVML (stay suspect until NVML is back); else ask
+        again for the handles NVML refused, without disturbing the GPUs that answer. True when the
+        devices should be listed again (MIG on: their MIG UUIDs are re-read then)."""
         before = len(self._handles)
         if self._suspect:
-            self._session.reopen()
-            self._suspect = len(self._handles) < before
-        elif not self._session.retry_refused():
-            return False
+            back = self._session.reopen()
+            self._suspect = not back or len(self._handles) < before
+            self._sync_generation()
+            return back
+        recovered = None in self._handles and self._session.retry_refused()
         self._sync_generation()
-        return True
+        return recovered or self._mig_on
 
     def _sync_generation(self) -> None:
         """After a reopen (by this or another backend on the session) per-device caches are stale."""
@@ -127,6 +146,13 @@ class NvidiaBackend(AcceleratorBackend):
             self._fields_unsupported.clear()
 
     def device_identity(self, index: int) -> str | None:
+        with self._session.lock:
+            self._sync_generation()
+            return self._identity(index)
+
+    def _identity(self, index: int) -> str | None:
+        if index >= len(self._handles):
+            return None
         if self._handles[index] is None:
             known = self._known.get(index)
             return known.uuid if known else None
@@ -172,6 +198,13 @@ class NvidiaBackend(AcceleratorBackend):
         return nvml_session.text(version) if version is not None else None
 
     def list_devices(self) -> list[GPUInfo]:
+        with self._session.lock:  # never beside a reopen
+            self._sync_generation()
+            devices = self._list_devices()
+        self._mig_on = any(info.aliases for info in devices)
+        return devices
+
+    def _list_devices(self) -> list[GPUInfo]:
         nvml, driver = self._nvml, self.get_driver_version()
         devices = []
         for index, handle in enumerate(self._handles):
@@ -230,8 +263,17 @@ class NvidiaBackend(AcceleratorBackend):
         return "cuda:0", {"CUDA_VISIBLE_DEVICES": info.uuid, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
     # -- telemetry --------------------------------------------------------------------------
+    def _function(self, name: str) -> Any:
+        """A pynvml function, or None where this nvidia-ml-py no longer has it (its deprecated names,
+        such as ``…ClocksThrottleReasons`` and ``nvmlDeviceGetViolationStatus``, go in CUDA 14)."""
+        return getattr(self._nvml, name, None)
+
     def _get(self, index: int, what: str, fn_name: str, *args: object) -> Any:
-        return self.call(index, what, getattr(self._nvml, fn_name), self._handles[index], *args)
+        function = self._function(fn_name)
+        if function is None:
+            self._unsupported.add((what, index))
+            return None
+        return self.call(index, what, function, self._handles[index], *args)
 
     def begin_read(self, index: int, power_only: bool) -> None:
         """One ``nvmlDeviceGetFieldValues`` batch per read. Each value carries its own return code: a
@@ -249,18 +291,20 @@ class NvidiaBackend(AcceleratorBackend):
                 unsupported.update(field_ids)
             return
         for answer in answers:
-            if answer.nvmlReturn == nvml.NVML_SUCCESS:
-                member = (
-                    _VALUE_MEMBERS[answer.valueType] if answer.valueType < len(_VALUE_MEMBERS) else "ullVal"
-                )
-                values[answer.fieldId] = float(getattr(answer.value, member))
+            field_id, code = answer.fieldId, answer.nvmlReturn
+            if code == nvml.NVML_SUCCESS and answer.valueType in _FIELD_TYPES.get(field_id, _INTEGERS):
+                values[field_id] = float(getattr(answer.value, _VALUE_MEMBERS[answer.valueType]))
+                continue
+            error = nvml.NVMLError(code)
+            # An id this driver does not know answers INVALID_ARGUMENT; one that it numbers as another
+            # field answers a value of the wrong type: neither is this field, now or later.
+            if code in (nvml.NVML_SUCCESS, nvml.NVML_ERROR_INVALID_ARGUMENT):
+                unsupported.add(field_id)
+                log.debug("nvml_field_unsupported", device=index, field=field_id, type=answer.valueType)
+            elif (kind := self.classify_error(error)) is ErrorKind.NOT_SUPPORTED:
+                unsupported.add(field_id)
             else:
-                error = nvml.NVMLError(answer.nvmlReturn)
-                kind = self.classify_error(error)
-                if kind is ErrorKind.NOT_SUPPORTED:
-                    unsupported.add(answer.fieldId)
-                else:
-                    self.on_error((f"field_{answer.fieldId}", index), kind, error)
+                self.on_error((f"field_{field_id}", index), kind, error)
 
     def _field(self, index: int, field_id: int) -> float | None:
         return self._fields.get(index, {}).get(field_id)
@@ -295,7 +339,7 @@ class NvidiaBackend(AcceleratorBackend):
         """The instantaneous field where the GPU has it; else nvmlDeviceGetPowerUsage (which is
         instantaneous on the GPUs without the field)."""
         milliwatts = self._field(index, FI_POWER_INSTANT)
-        if milliwatts is None and self._field_unsupported(index, FI_POWER_INSTANT):
+        if milliwatts is None:  # not supported, or failing this read: the driver's own reading
             milliwatts = self._get(index, "power", "nvmlDeviceGetPowerUsage")
         return milliwatts / 1000 if milliwatts is not None else None
 
@@ -321,16 +365,12 @@ class NvidiaBackend(AcceleratorBackend):
 
     def _reasons(self, index: int, which: str) -> int | None:
         """``nvmlDevice{which}ClocksEventReasons`` (R535+), else the older ``…ClocksThrottleReasons``."""
-        nvml, handle = self._nvml, self._handles[index]
-        return self.call_versions(
-            index,
-            (f"clocks_event_{which}", getattr(nvml, f"nvmlDeviceGet{which}ClocksEventReasons"), (handle,)),
-            (
-                f"clocks_throttle_{which}",
-                getattr(nvml, f"nvmlDeviceGet{which}ClocksThrottleReasons"),
-                (handle,),
-            ),
+        handle = self._handles[index]
+        versions = (
+            (f"clocks_{kind}_{which}", self._function(f"nvmlDeviceGet{which}Clocks{name}Reasons"), (handle,))
+            for kind, name in (("event", "Event"), ("throttle", "Throttle"))
         )
+        return self.call_versions(index, *(v for v in versions if v[1] is not None))
 
     def _supported_mask(self, index: int) -> int:
         if index not in self._supported_masks:

@@ -87,8 +87,8 @@ class NvmlSession:
 
         Recovers from a driver reload, or an ``nvmlShutdown`` by other code in this process. A GPU
         whose handle cannot be had (still lost) keeps its index with a ``None`` handle, so it stays
-        visible as down; the others are read as usual. Returns True when NVML came back and every
-        device it counts has a handle.
+        visible as down; the others are read as usual. Returns False when NVML did not come back:
+        then every GPU keeps its index with no handle (down, not gone) until a later reopen.
         """
         nvml = self.nvml
         with self.lock:
@@ -100,16 +100,18 @@ class NvmlSession:
                     nvml.nvmlShutdown()
                 try:
                     nvml.nvmlInit()
-                    complete = self._enumerate(nvml.nvmlDeviceGetCount())
-                except nvml.NVMLError:
-                    self.handles[:] = []
-                    complete = False
+                    self._enumerate(nvml.nvmlDeviceGetCount())
+                    back = True
+                except nvml.NVMLError as exc:
+                    self.refused = dict.fromkeys(range(len(self.handles)), exc)
+                    self.handles[:] = [None] * len(self.handles)
+                    back = False
                 self.generation += 1
                 self.initialisation += 1
             finally:
                 with self._waits_done:
                     self._reopening = False
-            return complete
+            return back
 
     def retry_refused(self) -> bool:
         """Ask again for the handles NVML refused, leaving the others as they are; True when one came."""
@@ -159,6 +161,7 @@ class NvmlSession:
             nvml.NVML_ERROR_NOT_SUPPORTED,
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
             getattr(nvml, "NVML_ERROR_DEPRECATED", 26),
+            getattr(nvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25),  # this struct version: not here
         ):
             return ErrorKind.NOT_SUPPORTED
         if value in (nvml.NVML_ERROR_GPU_IS_LOST, nvml.NVML_ERROR_RESET_REQUIRED):

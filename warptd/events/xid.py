@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from warptd.backends import nvml_session
-from warptd.errors import BackendUnavailableError
+from warptd.errors import BackendUnavailableError, ErrorKind
 
 log = structlog.get_logger("warptd.xid")
 
@@ -29,6 +29,8 @@ ALERTED_XIDS = (48, 63, 64, 74, 79, 94, 95, 119, 120)
 MAX_CODES = 256
 #: One log line per (GPU, XID) in this many seconds, however many events arrive.
 LOG_EVERY_S = 60.0
+#: After a registration that failed for a reason other than "not supported", try again this often.
+RETRY_REGISTER_S = 30.0
 
 
 @dataclass
@@ -70,6 +72,7 @@ class XidMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._released = False
+        self._retry_at: float | None = None  # when to register again after a transient failure
 
     # -- registration -------------------------------------------------------------------------
     def register(self) -> int:
@@ -78,10 +81,12 @@ class XidMonitor:
         with self._session.lock:
             self._free_set()
             self._generation = self._session.generation
+            self._retry_at = None
             try:
                 event_set = nvml.nvmlEventSetCreate()
             except nvml.NVMLError as exc:
                 log.info("xid_events_unavailable", backend=self.backend, reason=str(exc))
+                self._retry_later(exc)
                 return 0
             targets: dict[int | None, XidDevice] = {}
             for index, handle in enumerate(self._session.handles):
@@ -95,6 +100,7 @@ class XidMonitor:
                     nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
                 except nvml.NVMLError as exc:
                     log.info("xid_events_unavailable", backend=self.backend, device=index, reason=str(exc))
+                    self._retry_later(exc)
                     continue
                 targets[_address(handle)] = self._device(index, uuid)
             if targets:
@@ -104,6 +110,11 @@ class XidMonitor:
                     nvml.nvmlEventSetFree(event_set)
             self._targets = targets
         return len(targets)
+
+    def _retry_later(self, exc: BaseException) -> None:
+        """A GPU that cannot deliver events is not asked again; one that failed otherwise is."""
+        if self._session.classify(exc) is not ErrorKind.NOT_SUPPORTED:
+            self._retry_at = time.monotonic() + RETRY_REGISTER_S
 
     def _device(self, index: int, uuid: str) -> XidDevice:
         with self._lock:
@@ -128,7 +139,8 @@ class XidMonitor:
     def _run(self) -> None:
         nvml, failing = self._nvml, None
         while not self._stop.is_set():
-            if self._session.generation != self._generation:  # NVML was reopened: old set and handles
+            retry = self._retry_at is not None and time.monotonic() >= self._retry_at
+            if retry or self._session.generation != self._generation:  # e.g. NVML was reopened
                 self.register()
             if self._set is None:
                 self._stop.wait(self.timeout_ms / 1000)

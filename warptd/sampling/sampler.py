@@ -261,8 +261,11 @@ class Sampler:
             return None
         infos = backend.list_devices()
         # Published from here, the worker: even if this tick timed out, the new identities apply.
+        state = self.snapshot.get(name)
+        changed = state is None or infos != state.devices_info
         self.snapshot.update(name, devices_info=infos)
-        log.info("devices_rediscovered", backend=name, uuids=[i.uuid for i in infos])
+        if changed:
+            log.info("devices_rediscovered", backend=name, uuids=[i.uuid for i in infos])
         return infos
 
     def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
