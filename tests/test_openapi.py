@@ -92,3 +92,8 @@ def test_openapi_document_lists_every_route(live):
     request = document["paths"]["/stress"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request == {"$ref": "#/components/schemas/StressRequest"}
     assert document["components"]["schemas"]["StressRequest"]["additionalProperties"] is False
+    schemas = document["components"]["schemas"]
+    assert schemas["JobStatus"]["enum"] == ["starting", "running", "succeeded", "failed", "cancelled"]
+    devices = document["paths"]["/devices"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert devices["schema"] == {"$ref": "#/components/schemas/DevicesView"}
+    assert "power_watts" in schemas["LatestReading"]["properties"]

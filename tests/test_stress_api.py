@@ -38,7 +38,8 @@ def job(port: int, job_id: str) -> dict:
 
 
 def wait_done(port: int, job_id: str, timeout: float = 90) -> dict:
-    assert wait_until(lambda: job(port, job_id)["status"] != "running", timeout=timeout, interval=0.2)
+    active = ("starting", "running")
+    assert wait_until(lambda: job(port, job_id)["status"] not in active, timeout=timeout, interval=0.2)
     return job(port, job_id)
 
 
@@ -60,8 +61,11 @@ def test_matmul_through_the_api_records_cpu_load(daemon):
         parse(http(port, "GET", "/metrics")[2].decode()), "warptd_device_utilization_ratio", backend="cpu"
     )
     status, headers, body = post(port, {"test": "matmul", "device": "cpu:0", "duration_s": 2, "size": 512})
-    assert status == 202 and body["status"] == "running"
+    assert status == 202 and body["status"] == "starting" and body["started_at"] is None
     assert headers["location"] == f"/stress/{body['id']}"
+    assert wait_until(lambda: job(port, body["id"])["status"] != "starting", timeout=60, interval=0.05)
+    running = job(port, body["id"])
+    assert running["status"] == "running" and running["started_at"] is not None, running
     result = wait_done(port, body["id"])
     assert result["status"] == "succeeded", result["error"]
     workload = result["workload"]
@@ -115,6 +119,7 @@ def test_busy_device_409_and_cancel_within_2s(daemon):
         (b"{not json", 400, "malformed JSON"),
         (b"[1, 2]", 400, "JSON object"),
         ({"test": "fft"}, 422, "unknown test 'fft'"),
+        ({"test": "tt_matmul"}, 422, "tt_matmul runs on Tenstorrent chips; cpu:0 is a CPU"),
         ({"device": "tpu:7"}, 422, "unknown device 'tpu:7'"),
         ({"device": "cpu"}, 422, "device"),
         ({"duration_s": "30"}, 422, "duration_s"),
@@ -247,3 +252,23 @@ def test_history_keeps_exactly_the_configured_number(settings):
         assert all(j.recorder is None for j in d.stress.list()[1:])  # finished jobs keep only a summary
     finally:
         d.stop()
+
+
+def test_the_first_response_has_the_resolved_dtype_and_size(daemon):
+    """The defaults are chosen before the job exists: float32 and n=2048 on the CPU, at once."""
+    status, _, body = post(daemon.port, {"test": "matmul", "duration_s": 30})
+    assert status == 202 and body["status"] == "starting", body
+    assert body["params"]["dtype"] == "float32" and body["params"]["size"] == 2048
+    assert http(daemon.port, "DELETE", f"/stress/{body['id']}")[0] == 200
+    status, _, body = post(daemon.port, {"test": "memory", "duration_s": 1, "size": 8})
+    assert status == 202 and (body["params"]["dtype"], body["params"]["size"]) == ("float32", 8)
+    assert wait_done(daemon.port, body["id"])["workload"]["dtype"] == "float32"
+
+
+def test_a_cpu_only_node_names_no_workload_it_cannot_run(daemon):
+    """No tt_matmul series, and the list of tests in an error leaves it out too."""
+    body = http(daemon.port, "GET", "/metrics")[2].decode()
+    assert 'test="matmul"' in body and 'test="memory"' in body
+    assert "tt_matmul" not in body
+    status, _, error = post(daemon.port, {"test": "fft"})
+    assert status == 422 and "matmul" in error["error"] and "tt_matmul" not in error["error"]

@@ -267,3 +267,39 @@ def test_the_default_test_is_the_one_that_runs_on_the_device():
     assert manager.parameters(None, None, 1.0, None, None).test == "tt_matmul"  # first accelerator
     assert manager.parameters(None, "cpu:0", 1.0, None, None).test == "matmul"
     assert manager.parameters("memory", "cpu:0", 1.0, None, None).test == "memory"  # as asked
+
+
+def test_defaults_are_resolved_in_the_daemon_without_torch():
+    """bfloat16 from NVIDIA compute capability 8.0 and on ROCm, float16 before, float32 on the CPU."""
+    from warptd.stress.base import DeviceRef
+    from warptd.stress.matmul import MatmulTest
+    from warptd.stress.memory import MemoryBandwidthTest
+
+    def gpu(capability: str | None) -> DeviceRef:
+        return DeviceRef("nvidia", 0, "cuda:0", True, compute_capability=capability)
+
+    cpu = DeviceRef("cpu", 0, "cpu", False)
+    assert MatmulTest.resolve_parameters(gpu("9.0"), None, None) == ("bfloat16", 8192)
+    assert MatmulTest.resolve_parameters(gpu("7.0"), None, None) == ("float16", 8192)
+    assert MatmulTest.resolve_parameters(gpu("gfx90a"), None, None) == ("bfloat16", 8192)
+    assert MatmulTest.resolve_parameters(cpu, None, None) == ("float32", 2048)
+    assert MatmulTest.resolve_parameters(cpu, "bfloat16", 64) == ("bfloat16", 64)
+    assert MemoryBandwidthTest.resolve_parameters(cpu, None, None) == ("float32", 256)
+    assert MemoryBandwidthTest.resolve_parameters(gpu("8.0"), None, None) == ("float32", 2048)
+    probe = (
+        "import sys; from warptd.stress.base import DeviceRef; from warptd.stress.matmul import MatmulTest;"
+        "MatmulTest.resolve_parameters(DeviceRef('nvidia', 0, 'cuda:0', True, compute_capability='8.0'),"
+        " None, None); assert 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)  # the daemon never imports torch
+
+
+def test_only_workloads_a_device_runs_are_offered():
+    from warptd.stress.base import DeviceRef
+
+    cpu = DeviceRef("cpu", 0, "cpu", False)
+    tt = DeviceRef("tenstorrent", 0, "tt:0", True)
+    assert "tt_matmul" not in JobManager([cpu], {}).usable_tests()
+    both = JobManager([cpu, tt], {})
+    assert both.tests_for(tt) == ["tt_matmul"] and "tt_matmul" not in both.tests_for(cpu)
+    assert {"matmul", "memory", "tt_matmul"} <= set(both.usable_tests())

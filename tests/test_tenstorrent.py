@@ -355,18 +355,25 @@ def test_tt_matmul_runs_on_the_chip_and_counts_flop_exactly(fake_ttnn):
 
 
 def test_tt_matmul_parameters_are_checked_before_anything_starts(fake_ttnn):
+    from warptd.stress.base import DeviceRef
     from warptd.stress.tt_matmul import TtnnMatmulTest
 
+    gpu = DeviceRef(backend="nvidia", index=0, torch_device="cuda:0", is_accelerator=True)
     with pytest.raises(ValueError, match="multiple of 32"):
-        TtnnMatmulTest.check_parameters("tt:0", "bfloat16", 100)
-    with pytest.raises(ValueError, match=r"tt_matmul does not run on cuda:0 \(cuda\); it runs on: tt"):
-        TtnnMatmulTest.check_parameters("cuda:0", None, 64)
+        TtnnMatmulTest.check_parameters(_tt_ref(0), "bfloat16", 100)
+    with pytest.raises(
+        ValueError, match=r"^tt_matmul runs on Tenstorrent chips; nvidia:0 is a CUDA or ROCm GPU$"
+    ):
+        TtnnMatmulTest.resolve_parameters(gpu, None, 64)
     from warptd.stress.matmul import MatmulTest
 
-    with pytest.raises(ValueError, match="matmul does not run on tt:0"):
-        MatmulTest.check_parameters("tt:0", None, 64)  # a 422 before any worker starts
+    with pytest.raises(
+        ValueError, match=r"^matmul runs on CPUs, CUDA and ROCm GPUs, .* tenstorrent:0 is a Tenstorrent chip$"
+    ):
+        MatmulTest.resolve_parameters(_tt_ref(0), None, 64)  # a 422 before any worker starts
     with pytest.raises(ValueError, match="dtype"):
-        TtnnMatmulTest.check_parameters("tt:0", "float16", 64)
+        TtnnMatmulTest.check_parameters(_tt_ref(0), "float16", 64)
+    assert TtnnMatmulTest.resolve_parameters(_tt_ref(0), None, None) == ("bfloat16", 4096)
     assert fake_ttnn.calls == {}
 
 

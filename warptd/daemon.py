@@ -239,6 +239,7 @@ def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> 
                         index=info.index,
                         torch_device=torch_device,
                         is_accelerator=backend.is_accelerator,
+                        compute_capability=info.compute_capability,
                         backend_target=f"{type(backend).__module__}:{type(backend).__qualname__}",
                         environment=environment,
                     )

@@ -155,7 +155,10 @@ LAST_SAMPLE = MetricSpec(
 )
 STRESS_LABELS = ("backend", "device", "test")
 STRESS_RUNNING = MetricSpec(
-    "warptd_stress_running", "gauge", "1 while a stress job runs on the device, else 0.", STRESS_LABELS
+    "warptd_stress_running",
+    "gauge",
+    "1 while a stress job is starting or running on the device, else 0; only for tests the device runs.",
+    STRESS_LABELS,
 )
 STRESS_RUNS = MetricSpec(
     "warptd_stress_runs_total",

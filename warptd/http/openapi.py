@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from warptd import __version__
+from warptd.http.devices_view import DevicesView
 from warptd.http.stress_routes import StressRequest
 from warptd.stress.jobs import JobView
 
@@ -65,6 +66,7 @@ def openapi_document() -> dict[str, Any]:
             (JobView, "serialization"),
             (JobList, "serialization"),
             (ErrorBody, "serialization"),
+            (DevicesView, "serialization"),
         ],
         ref_template=_REF,
     )
@@ -83,10 +85,12 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {"200": _plain("text/plain", "the latest snapshot")},
                 }
             },
-            "/healthz": {"get": {"summary": "process alive", "responses": {"200": _status("alive")}}},
+            "/healthz": {
+                "get": {"summary": "200 while the process serves", "responses": {"200": _status("alive")}}
+            },
             "/readyz": {
                 "get": {
-                    "summary": "every backend has sampled once",
+                    "summary": "200 once every backend has sampled once, 503 before",
                     "responses": {
                         "200": _status("ready"),
                         "503": _status("waiting for a first sample, or no backend loaded"),
@@ -95,19 +99,19 @@ def openapi_document() -> dict[str, Any]:
             },
             "/devices": {
                 "get": {
-                    "summary": "device identity of every backend",
-                    "responses": {
-                        "200": {
-                            "description": "backends and devices",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        }
-                    },
+                    "summary": "every backend's devices: identity and latest reading (from the last sample)",
+                    "responses": {"200": _json("DevicesView", "backends and devices")},
                 }
             },
-            "/": {"get": {"summary": "landing page", "responses": {"200": _plain("text/html", "links")}}},
+            "/": {
+                "get": {
+                    "summary": "this list, and a live device table",
+                    "responses": {"200": _plain("text/html", "the landing page")},
+                }
+            },
             "/openapi.json": {
                 "get": {
-                    "summary": "this document",
+                    "summary": "OpenAPI 3.1 description of this API",
                     "responses": {
                         "200": {
                             "description": "OpenAPI 3.1",

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import html
-
 from warptd import __version__
 from warptd.exporter.exposition import Exposition
+from warptd.http import landing
 from warptd.http.app import Request, Response, Router, json_response
+from warptd.http.devices_view import devices_view
 from warptd.sampling.snapshot import Snapshot
-
-_LANDING = """<!doctype html>
-<html><head><meta charset="utf-8"><title>warptd</title></head>
-<body><h1>warptd {version}</h1>
-<p>Vendor-agnostic accelerator telemetry for Prometheus. Backends: {backends}.</p>
-<ul>
-<li><a href="/metrics">/metrics</a> (Prometheus text or OpenMetrics, gzip)</li>
-<li><a href="/devices">/devices</a> (JSON device list)</li>
-<li><a href="/healthz">/healthz</a>, <a href="/readyz">/readyz</a></li>
-</ul></body></html>
-"""
 
 
 def add_core_routes(
@@ -46,33 +35,22 @@ def add_core_routes(
         return json_response(200, {"status": "ready"})
 
     def devices(_: Request) -> Response:
-        backends = []
-        for state in snapshot.states():
-            entry: dict[str, object] = {
-                "backend": state.name,
-                "kind": state.kind,
-                "up": snapshot.is_fresh(state),
-            }
-            if state.kind == "accelerator":
-                up = {s.reading.index: s.reading.up for s in state.devices}
-                entry["devices"] = [
-                    {**info.model_dump(mode="json"), "up": up.get(info.index)} for info in state.devices_info
-                ]
-            else:
-                entry["domains"] = [d.domain for d in state.domains]
-            backends.append(entry)
-        return json_response(200, {"backends": backends})
+        return json_response(200, devices_view(snapshot))
 
-    def landing(_: Request) -> Response:
-        names = ", ".join(html.escape(s.name) for s in snapshot.states()) or "none"
-        page = _LANDING.format(version=__version__, backends=names).encode()
-        return Response(200, page, "text/html; charset=utf-8")
+    from warptd.http.openapi import openapi_document
+
+    document = openapi_document()
+    csp = {"Content-Security-Policy": landing.CONTENT_SECURITY_POLICY}
+
+    def landing_page(_: Request) -> Response:
+        page = landing.render(__version__, [s.name for s in snapshot.states()], document)
+        return Response(200, page, "text/html; charset=utf-8", dict(csp))
 
     router.add("GET", "/metrics", metrics)
     router.add("GET", "/healthz", healthz)
     router.add("GET", "/readyz", readyz)
     router.add("GET", "/devices", devices)
-    router.add("GET", "/", landing)
+    router.add("GET", "/", landing_page)
 
 
 def add_openapi_route(router: Router) -> None:

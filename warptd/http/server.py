@@ -32,7 +32,7 @@ _BUSY = (
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = f"warptd/{__version__}"
-    sys_version = ""
+    version_string = lambda self: self.server_version  # noqa: E731 - Server header: no trailing space
     timeout = 15  # seconds a client may idle mid-request before its socket is closed
     # Headers and body are two writes; with Nagle on, a keep-alive client (Prometheus) would wait
     # for the delayed ACK of the first: ~40 ms per scrape.

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from warptd.config import plain_message
 from warptd.http.app import HttpError, Request, Response, Router, json_response
-from warptd.stress.jobs import Job, JobManager, JobStatus, StressError
+from warptd.stress.jobs import Job, JobManager, StressError
 from warptd.stress.torch_device import DTYPES
 
 
@@ -154,7 +154,7 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
     def cancel(request: Request) -> Response:
         authorize(request, token())
         job = find(request)
-        if job.status is not JobStatus.RUNNING:
+        if not job.status.active:
             raise HttpError(409, f"stress job {job.id} already ended: {job.status}")
         manager.cancel(job.id)
         return json_response(200, job.view())

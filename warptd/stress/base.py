@@ -9,8 +9,35 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
+
+@dataclass(frozen=True, slots=True)
+class DeviceKind:
+    """How a person names one kind of device (the ``cuda`` of ``cuda:0``): ``a CPU``, ``CPUs``."""
+
+    one: str
+    many: str
+
+
+#: Every device kind a workload can name, with its name in words.
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "cpu": DeviceKind("a CPU", "CPUs"),
+    "cuda": DeviceKind("a CUDA or ROCm GPU", "CUDA and ROCm GPUs"),
+    "xpu": DeviceKind("an Intel GPU", "Intel GPUs"),
+    "hpu": DeviceKind("a Gaudi accelerator", "Gaudi accelerators"),
+    "xla": DeviceKind("a TPU", "TPUs"),
+    "mps": DeviceKind("an Apple GPU", "Apple GPUs"),
+    "tt": DeviceKind("a Tenstorrent chip", "Tenstorrent chips"),  # no torch device: Path B only
+}
 #: Device kinds that torch itself (or its vendor plugin: Habana, torch_xla) provides.
 TORCH_DEVICE_TYPES = ("cpu", "cuda", "xpu", "hpu", "xla", "mps")
+
+
+def kind_words(kind: str, *, many: bool = False) -> str:
+    """A device kind in words; an undeclared kind (a plugin's) as itself."""
+    known = DEVICE_KINDS.get(kind)
+    if known is None:
+        return f"{kind} devices" if many else f"a {kind} device"
+    return known.many if many else known.one
 
 
 class TestCategory(StrEnum):
@@ -31,6 +58,8 @@ class DeviceRef:
     torch_device: str
     is_accelerator: bool
     backend_target: str = ""
+    #: The vendor's compute capability (NVIDIA ``8.0``, AMD ``gfx90a``); picks the default dtype.
+    compute_capability: str | None = None
     #: Set in the worker before torch loads, e.g. ``CUDA_VISIBLE_DEVICES=<uuid>`` so that the
     #: GPU that runs is the one the samplers measure whatever CUDA's own device order is.
     environment: dict[str, str] = field(default_factory=dict, hash=False)
@@ -38,6 +67,11 @@ class DeviceRef:
     @property
     def key(self) -> str:
         return f"{self.backend}:{self.index}"
+
+    @property
+    def kind(self) -> str:
+        """The device kind: ``cuda`` of ``cuda:0``."""
+        return self.torch_device.partition(":")[0]
 
     def get_pytorch_device_string(self, device_id: int | None = None) -> str:
         return self.torch_device
@@ -115,12 +149,43 @@ class StressTest(ABC):
         return None
 
     @classmethod
-    def check_parameters(cls, torch_device: str, dtype: str | None, size: int | None) -> None:
+    def runs_on(cls, device: DeviceRef) -> bool:
+        return device.kind in cls.device_types
+
+    @classmethod
+    def default_dtype(cls, device: DeviceRef) -> str | None:
+        """The dtype a run uses when the request names none; pure Python, runs in the daemon."""
+        return cls.dtypes[0] if cls.dtypes else None
+
+    @classmethod
+    def default_size(cls, device: DeviceRef) -> int | None:
+        """The size a run uses when the request names none; pure Python, runs in the daemon."""
+        return None
+
+    @classmethod
+    def resolve_parameters(
+        cls, device: DeviceRef, dtype: str | None, size: int | None
+    ) -> tuple[str | None, int | None]:
+        """The dtype and size this run uses (the request's, else the defaults), checked; the only
+        place defaults are chosen, before the job exists, so its first view shows them."""
+        cls.check_device(device)
+        dtype = dtype or cls.default_dtype(device)
+        size = size or cls.default_size(device)
+        cls.check_parameters(device, dtype, size)
+        return dtype, size
+
+    @classmethod
+    def check_device(cls, device: DeviceRef) -> None:
+        """Refuse a device of a kind this workload does not run on, naming both kinds in words."""
+        if not cls.runs_on(device):
+            kinds = [kind_words(k, many=True) for k in cls.device_types]
+            listed = ", ".join(kinds[:-1]) + f" and {kinds[-1]}" if len(kinds) > 1 else kinds[0]
+            raise ValueError(f"{cls.name} runs on {listed}; {device.key} is {kind_words(device.kind)}")
+
+    @classmethod
+    def check_parameters(cls, device: DeviceRef, dtype: str | None, size: int | None) -> None:
         """Reject impossible parameters before anything starts; pure Python, runs in the daemon."""
-        kind = torch_device.partition(":")[0]
-        if kind not in cls.device_types:
-            others = ", ".join(cls.device_types)
-            raise ValueError(f"{cls.name} does not run on {torch_device} ({kind}); it runs on: {others}")
+        cls.check_device(device)
         if dtype is not None and dtype not in cls.dtypes:
             allowed = ", ".join(cls.dtypes) or "none"
             raise ValueError(f"dtype {dtype!r} is not valid for {cls.name} (allowed: {allowed})")
@@ -133,9 +198,10 @@ class StressTest(ABC):
     def is_available(self) -> bool:
         """True when the device can run this workload (checked in the worker)."""
 
-    @abstractmethod
     def validate_configuration(self) -> None:
-        """Resolve defaults and raise ``ValueError`` on a configuration the device cannot run."""
+        """Raise ``ValueError`` on a configuration the device cannot run (defaults filled in if the
+        daemon did not: a test built directly)."""
+        self.dtype, self.size = self.resolve_parameters(self.backend, self.dtype, self.size)
 
     @abstractmethod
     def setup(self) -> None:

@@ -29,8 +29,9 @@ def _progress_line(job: Job, unit: str) -> str:
     elapsed = (job.progress or {}).get("elapsed_s", 0.0)
     share = min(1.0, elapsed / job.params.duration_s)
     filled = int(share * BAR)
-    power = job.recorder.summary().power_mean_watts if job.started_at else None
-    phase = "running" if job.started_at else "starting"
+    recorder = job.recorder
+    power = recorder.summary().power_mean_watts if job.started_at and recorder else None
+    phase = str(job.status)  # starting (torch import, allocation, warm-up), then running
     return (
         f"\r[{'#' * filled}{'.' * (BAR - filled)}] {elapsed:5.1f}/{job.params.duration_s:g} s "
         f"{phase:8} {_si((job.progress or {}).get('throughput'), unit):>14}  power {_si(power, 'W'):>9}"
@@ -42,7 +43,7 @@ def print_table(view: JobView, out: TextIO) -> None:
     rows = [
         ("status", str(view.status)),
         ("test", f"{view.params.test} on {view.params.device}"),
-        ("dtype / size", f"{w.dtype} / {w.size}" if w else "-"),
+        ("dtype / size", f"{view.params.dtype} / {view.params.size}"),
         ("throughput", _si(w.throughput, w.unit) if w else "-"),
         ("iterations", str(w.iterations) if w else "-"),
         ("timed seconds", f"{w.elapsed_s:.2f}" if w else "-"),

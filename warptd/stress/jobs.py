@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
-from warptd.stress.base import DeviceRef, WorkloadResult
+from warptd.stress.base import DeviceRef, StressTest, WorkloadResult
 from warptd.stress.registry import discover_tests, resolve_test
 from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder
 from warptd.stress.worker import WorkerJob, run_job
@@ -39,10 +39,19 @@ STARTUP_GRACE_S = 120.0
 
 
 class JobStatus(StrEnum):
+    """``starting`` until the worker begins the timed part (torch import, allocation, warm-up),
+    then ``running``, then one of the final three."""
+
+    STARTING = "starting"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+    @property
+    def active(self) -> bool:
+        """The worker exists and holds the device."""
+        return self in (JobStatus.STARTING, JobStatus.RUNNING)
 
 
 class StressError(Exception):
@@ -88,7 +97,7 @@ class Job:
     params: StressParameters
     device: DeviceRef
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    status: JobStatus = JobStatus.RUNNING
+    status: JobStatus = JobStatus.STARTING
     started_at: datetime | None = None
     ended_at: datetime | None = None
     error: str | None = None
@@ -147,6 +156,7 @@ class JobManager:
         self.companions = companions  # accelerator backend -> power backends that measure it
         self.max_duration_s = max_duration_s
         self.tests = discover_tests()
+        self._classes: dict[str, type[StressTest]] = {}  # target -> class
         self.history = history
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._busy: dict[str, str] = {}  # device key -> job id
@@ -170,12 +180,24 @@ class JobManager:
     def default_test(self, device: str) -> str:
         """``matmul`` where it runs, else the first workload that runs on the device (Path B)."""
         ref = self.devices.get(device)
-        kind = ref.torch_device.partition(":")[0] if ref is not None else "cpu"
-        for name in ("matmul", *sorted(self.tests)):
-            target = self.tests.get(name)
-            if target is not None and kind in resolve_test(target).device_types:
-                return name
-        return "matmul"
+        suitable = self.tests_for(ref) if ref is not None else []
+        return "matmul" if "matmul" in suitable or not suitable else suitable[0]
+
+    def test_class(self, name: str) -> type[StressTest]:
+        """The class of a discovered test, imported once per target."""
+        target = self.tests[name]
+        if target not in self._classes:
+            self._classes[target] = resolve_test(target)
+        return self._classes[target]
+
+    def tests_for(self, device: DeviceRef) -> list[str]:
+        """The workloads that run on this device, sorted."""
+        return [name for name in sorted(self.tests) if self.test_class(name).runs_on(device)]
+
+    def usable_tests(self) -> list[str]:
+        """The workloads some device of this node runs: the only ones series and messages name."""
+        devices = list(self.devices.values())
+        return [name for name in sorted(self.tests) if any(self.test_class(name).runs_on(d) for d in devices)]
 
     def _refresh_devices(self) -> None:
         if self._refresh is not None:
@@ -196,20 +218,20 @@ class JobManager:
             )
         target = self.tests.get(params.test)
         if target is None:
-            raise StressError(
-                422, f"unknown test {params.test!r}; available: {', '.join(sorted(self.tests))}"
-            )
+            available = ", ".join(self.usable_tests()) or "none"
+            raise StressError(422, f"unknown test {params.test!r}; available: {available}")
         device = self.devices.get(params.device)
         if device is None:
             raise StressError(422, f"unknown device {params.device!r}; available: {', '.join(self.devices)}")
         if not 1 <= params.duration_s <= self.max_duration_s:
             raise StressError(422, f"duration_s must be between 1 and {self.max_duration_s:g}")
-        test_cls = resolve_test(target)
+        test_cls = self.test_class(params.test)
         try:
-            test_cls.check_parameters(device.torch_device, params.dtype, params.size)
+            dtype, size = test_cls.resolve_parameters(device, params.dtype, params.size)
         except ValueError as exc:
             raise StressError(422, str(exc)) from None
-        self._check_memory(device, test_cls.estimate_bytes(params.dtype, params.size))
+        params = params.model_copy(update={"dtype": dtype, "size": size})
+        self._check_memory(device, test_cls.estimate_bytes(dtype, size))
         with self._lock:
             if self._closing:
                 raise StressError(503, "the daemon is shutting down")
@@ -261,7 +283,7 @@ class JobManager:
             child.close()
 
     def _trim(self) -> None:
-        finished = [jid for jid, j in self._jobs.items() if j.status is not JobStatus.RUNNING]
+        finished = [jid for jid, j in self._jobs.items() if not j.status.active]
         for jid in finished[: max(0, len(finished) - self.history)]:  # keep the newest `history`
             del self._jobs[jid]
 
@@ -305,6 +327,8 @@ class JobManager:
         kind, payload = message["kind"], message["payload"]
         if kind == "started":
             job.started_at = datetime.fromtimestamp(payload["at"], UTC)
+            if job.status is JobStatus.STARTING:
+                job.status = JobStatus.RUNNING
             if job.recorder is not None:
                 job.recorder.recording = True
         elif kind == "progress":
@@ -359,8 +383,9 @@ class JobManager:
 
     # -- queries and cancel -------------------------------------------------------------------
     def running(self) -> list[Job]:
+        """Jobs starting or running."""
         with self._lock:
-            return [j for j in self._jobs.values() if j.status is JobStatus.RUNNING]
+            return [j for j in self._jobs.values() if j.status.active]
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
@@ -378,7 +403,7 @@ class JobManager:
             running = {
                 (j.device.backend, str(j.device.index), j.params.test)
                 for j in self._jobs.values()
-                if j.status is JobStatus.RUNNING
+                if j.status.active
             }
             return running, dict(self.runs), list(self.last.items())
 
@@ -387,7 +412,7 @@ class JobManager:
         job = self.get(job_id)
         if job is None:
             return None
-        if job.status is JobStatus.RUNNING:
+        if job.status.active:
             job.cancel_requested = True
             _terminate(job.process)
             job.done.wait(timeout)

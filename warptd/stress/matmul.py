@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from warptd.stress import torch_device
-from warptd.stress.base import StressTest, TestCategory, WorkloadResult
+from warptd.stress.base import DeviceRef, StressTest, TestCategory, WorkloadResult
 
 
 class MatmulTest(StressTest):
@@ -17,9 +17,17 @@ class MatmulTest(StressTest):
     size_help: ClassVar[str] = "matrix side n"
 
     @classmethod
-    def check_parameters(cls, torch_device_string: str, dtype: str | None, size: int | None) -> None:
-        super().check_parameters(torch_device_string, dtype, size)
-        if dtype == "tf32" and not torch_device_string.startswith("cuda"):
+    def default_dtype(cls, device: DeviceRef) -> str | None:
+        return torch_device.fastest_dtype(device.kind, device.compute_capability)
+
+    @classmethod
+    def default_size(cls, device: DeviceRef) -> int | None:
+        return 2048 if device.kind == "cpu" else 8192
+
+    @classmethod
+    def check_parameters(cls, device: DeviceRef, dtype: str | None, size: int | None) -> None:
+        super().check_parameters(device, dtype, size)
+        if dtype == "tf32" and device.kind != "cuda":
             raise ValueError("dtype 'tf32' needs an NVIDIA/AMD GPU (cuda device)")
 
     @classmethod
@@ -36,12 +44,6 @@ class MatmulTest(StressTest):
 
     def is_available(self) -> bool:
         return torch_device.available(self.backend.torch_device)
-
-    def validate_configuration(self) -> None:
-        device = self.backend.torch_device
-        self.dtype = self.dtype or torch_device.fastest_dtype(device)
-        self.size = self.size or (2048 if device == "cpu" else 8192)
-        self.check_parameters(device, self.dtype, self.size)
 
     def setup(self) -> None:
         torch = torch_device.torch()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from warptd.stress import torch_device
-from warptd.stress.base import StressTest, TestCategory, WorkloadResult
+from warptd.stress.base import DeviceRef, StressTest, TestCategory, WorkloadResult
 
 MIB = 2**20
 
@@ -22,16 +22,15 @@ class MemoryBandwidthTest(StressTest):
     size_help: ClassVar[str] = "MiB per buffer"
 
     @classmethod
+    def default_size(cls, device: DeviceRef) -> int | None:
+        return 256 if device.kind == "cpu" else 2048
+
+    @classmethod
     def estimate_bytes(cls, dtype: str | None, size: int | None) -> int | None:
         return 2 * size * MIB if size is not None else None  # source and destination
 
     def is_available(self) -> bool:
         return torch_device.available(self.backend.torch_device)
-
-    def validate_configuration(self) -> None:
-        self.size = self.size or (256 if self.backend.torch_device == "cpu" else 2048)
-        self.dtype = "float32"
-        self.check_parameters(self.backend.torch_device, self.dtype, self.size)
 
     def setup(self) -> None:
         torch = torch_device.torch()

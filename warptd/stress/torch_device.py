@@ -44,13 +44,14 @@ def synchronizer(device: str) -> Callable[[], None]:
     return lambda: sync(dev)
 
 
-def fastest_dtype(device: str) -> str:
-    """bfloat16 on GPUs that have it, else float16 on GPUs; float32 on the CPU."""
-    t, dev = torch(), resolve(device)
-    if dev.type == "cuda":
-        return "bfloat16" if t.cuda.is_bf16_supported() else "float16"
-    if dev.type == "cpu":
+def fastest_dtype(kind: str, compute_capability: str | None) -> str:
+    """bfloat16 on GPUs that have it (NVIDIA from compute capability 8.0, every ROCm GPU), else
+    float16; float32 on the CPU. Pure Python: the daemon picks it without torch."""
+    if kind == "cpu":
         return "float32"
+    major = (compute_capability or "").partition(".")[0]
+    if kind == "cuda" and major.isdigit() and int(major) < 8:
+        return "float16"
     return "bfloat16"
 
 

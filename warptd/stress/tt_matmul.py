@@ -10,7 +10,7 @@ import importlib.util
 from typing import Any, ClassVar
 
 from warptd.stress import torch_device
-from warptd.stress.base import StressTest, TestCategory, WorkloadResult
+from warptd.stress.base import DeviceRef, StressTest, TestCategory, WorkloadResult
 from warptd.stress.matmul import MatmulTest
 
 TILE = 32  # TT-NN's tile side: matrix sides are multiples of it
@@ -28,8 +28,12 @@ class TtnnMatmulTest(StressTest):
     size_help: ClassVar[str] = f"matrix side n, a multiple of {TILE}"
 
     @classmethod
-    def check_parameters(cls, torch_device_string: str, dtype: str | None, size: int | None) -> None:
-        super().check_parameters(torch_device_string, dtype, size)
+    def default_size(cls, device: DeviceRef) -> int | None:
+        return 4096
+
+    @classmethod
+    def check_parameters(cls, device: DeviceRef, dtype: str | None, size: int | None) -> None:
+        super().check_parameters(device, dtype, size)
         if size is not None and size % TILE:
             raise ValueError(f"size {size} is not a multiple of {TILE}, TT-NN's tile side")
 
@@ -43,11 +47,6 @@ class TtnnMatmulTest(StressTest):
 
     def is_available(self) -> bool:
         return self.backend.torch_device.startswith("tt:") and importlib.util.find_spec("ttnn") is not None
-
-    def validate_configuration(self) -> None:
-        self.dtype = self.dtype or "bfloat16"
-        self.size = self.size or 4096
-        self.check_parameters(self.backend.torch_device, self.dtype, self.size)
 
     def setup(self) -> None:
         import ttnn

@@ -1,0 +1,78 @@
+"""The ``GET /devices`` answer: each backend's device identities and latest readings, from the snapshot."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from warptd.models import DeviceReading, GPUInfo
+from warptd.sampling.snapshot import Snapshot
+
+
+class LatestReading(BaseModel):
+    """The last sample of one device as the samplers recorded it (no SDK call); null = unsupported."""
+
+    power_watts: float | None = None
+    temperature_celsius: float | None = None  # the hottest sensor
+    temperatures_celsius: dict[str, float] = {}
+    utilization_ratio: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+
+
+class DeviceView(GPUInfo):
+    """A device's identity, whether it answers, and its latest reading (null while its backend is stale)."""
+
+    up: bool | None = None
+    latest: LatestReading | None = None
+
+
+class BackendView(BaseModel):
+    backend: str
+    kind: Literal["accelerator", "power"]
+    up: bool
+    devices: list[DeviceView] | None = None  # accelerator backends
+    domains: list[str] | None = None  # power backends
+
+
+class DevicesView(BaseModel):
+    backends: list[BackendView]
+
+
+def latest(reading: DeviceReading) -> LatestReading:
+    temperatures = dict(reading.temperatures_celsius)
+    memory, utilization = reading.memory, reading.utilization
+    return LatestReading(
+        power_watts=reading.power_watts,
+        temperature_celsius=max(temperatures.values(), default=None),
+        temperatures_celsius=temperatures,
+        utilization_ratio=utilization.compute if utilization is not None else None,
+        memory_used_bytes=memory.used if memory is not None else None,
+        memory_total_bytes=memory.total if memory is not None else None,
+    )
+
+
+def devices_view(snapshot: Snapshot) -> DevicesView:
+    """Every loaded backend with its devices (accelerators) or power domains."""
+    backends = []
+    for state in snapshot.states():
+        fresh = snapshot.is_fresh(state)
+        if state.kind != "accelerator":
+            domains = [d.domain for d in state.domains]
+            backends.append(BackendView(backend=state.name, kind=state.kind, up=fresh, domains=domains))
+            continue
+        readings = {s.reading.index: s.reading for s in state.devices}
+        devices = []
+        for info in state.devices_info:
+            reading = readings.get(info.index)
+            live = reading is not None and reading.up and fresh
+            devices.append(
+                DeviceView(
+                    **info.model_dump(),
+                    up=reading.up if reading is not None else None,
+                    latest=latest(reading) if live and reading is not None else None,
+                )
+            )
+        backends.append(BackendView(backend=state.name, kind=state.kind, up=fresh, devices=devices))
+    return DevicesView(backends=backends)
