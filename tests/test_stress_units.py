@@ -96,9 +96,8 @@ def test_idle_and_clock_settings_are_not_throttling_in_the_summary():
     assert rec.summary().throttle_seconds == {}
 
 
-def test_a_run_on_an_idle_gpu_records_no_throttling(make_rig, fake_nvml):
-    """Through the sampler, as the stress jobs get their samples: gpu_idle accumulates nothing."""
-    rig = make_rig("nvidia")
+def _record_gpu0(rig) -> TelemetryRecorder:
+    """A recorder fed by the rig's sampler with GPU 0's samples, as a stress job is."""
     rec = TelemetryRecorder(recording=True)
 
     def listener(backend, devices, domains):
@@ -107,6 +106,13 @@ def test_a_run_on_an_idle_gpu_records_no_throttling(make_rig, fake_nvml):
                 rec.add_device(sample)
 
     rig.sampler.listeners.append(listener)
+    return rec
+
+
+def test_a_run_on_an_idle_gpu_records_no_throttling(make_rig, fake_nvml):
+    """Through the sampler, as the stress jobs get their samples: gpu_idle accumulates nothing."""
+    rig = make_rig("nvidia")
+    rec = _record_gpu0(rig)
     for _ in range(3):
         rig.tick("nvidia")
         time.sleep(0.05)
@@ -118,14 +124,7 @@ def test_a_run_on_an_idle_gpu_records_no_throttling(make_rig, fake_nvml):
 def test_peak_power_is_the_peak_of_instant_readings_not_of_one_second_averages(make_rig, fake_nvml):
     """On Ampere and newer nvmlDeviceGetPowerUsage averages a second: a short spike barely shows there."""
     rig = make_rig("nvidia")
-    rec = TelemetryRecorder(recording=True)
-
-    def listener(backend, devices, domains):
-        for sample in devices or ():
-            if sample.reading.index == 0:
-                rec.add_device(sample)
-
-    rig.sampler.listeners.append(listener)
+    rec = _record_gpu0(rig)
     gpu = fake_nvml.gpus[0]
     time.sleep(1.0)  # a second at 120 W
     rig.tick("nvidia")
