@@ -154,13 +154,14 @@ def test_connection_cap_answers_503_without_a_thread(settings):
     import socket as sockets
 
     from warptd.http.app import Router
+    from warptd.http.limits import HttpLimits
     from warptd.http.server import WarptdHTTPServer
 
-    server = WarptdHTTPServer("127.0.0.1", 0, Router(), max_connections=2)
+    server = WarptdHTTPServer("127.0.0.1", 0, Router(), limits=HttpLimits(max_connections=2))
     server.start()
     idle = [sockets.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
     try:
-        assert wait_until(lambda: server._slots._value == 0, timeout=5)
+        assert wait_until(lambda: server.connections == 2, timeout=5)
         status, headers, body = http(server.port, "GET", "/metrics")
         assert (
             status == 503
@@ -172,7 +173,7 @@ def test_connection_cap_answers_503_without_a_thread(settings):
             conn.close()
         server.shutdown()
         server.server_close()
-    assert wait_until(lambda: server._slots._value == 2, timeout=5)  # slots come back
+    assert wait_until(lambda: server.connections == 0, timeout=5)  # slots come back
 
 
 def test_bad_content_length_is_400(daemon):

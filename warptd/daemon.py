@@ -18,6 +18,7 @@ from warptd.exporter.exposition import Exposition
 from warptd.exporter.kubernetes import KubernetesCollector
 from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
 from warptd.http.app import Router
+from warptd.http.limits import HttpLimits, raise_nofile_limit
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
@@ -71,10 +72,12 @@ class Daemon:
         add_openapi_route(self.router)
         host, port = settings.listen_address
         web = load_web_config(settings.web_config_file) if settings.web_config_file else None
+        raise_nofile_limit()  # thousands of connections need thousands of descriptors
         self.server = WarptdHTTPServer(
             host,
             port,
             self.router,
+            limits=http_limits(settings),
             tls=ssl_context(web.tls_server_config) if web and web.tls_server_config else None,
             basic_auth=BasicAuth(web.basic_auth_users) if web and web.basic_auth_users else None,
         )
@@ -211,8 +214,28 @@ _RESTART_ONLY = frozenset(
         "processes",
         "xid_events",
         "pod_resources_interval",
+        "http_header_timeout",
+        "http_body_timeout",
+        "http_idle_timeout",
+        "http_max_connections",
+        "http_max_requests",
+        "http_backlog",
+        "http_max_header_bytes",
     }
 )
+
+
+def http_limits(settings: Settings) -> HttpLimits:
+    """The HTTP server's limits from the ``http_*`` settings."""
+    return HttpLimits(
+        header_timeout=settings.http_header_timeout,
+        body_timeout=settings.http_body_timeout,
+        idle_timeout=settings.http_idle_timeout,
+        max_connections=settings.http_max_connections,
+        max_requests=settings.http_max_requests,
+        backlog=settings.http_backlog,
+        max_header_bytes=settings.http_max_header_bytes,
+    )
 
 
 def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> JobManager:
