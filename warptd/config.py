@@ -67,7 +67,8 @@ class Settings(BaseSettings):
         40,
         ge=1,
         le=10_000,
-        description="Requests handled at once (node_exporter's --web.max-requests); then 503",
+        description="Requests handled at once (node_exporter's --web.max-requests); others wait, "
+        "up to http_header_timeout, then 503",
     )
     http_backlog: int = Field(
         1024, ge=128, le=65535, description="Listen backlog (capped by net.core.somaxconn)"

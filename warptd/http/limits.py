@@ -21,7 +21,7 @@ class HttpLimits:
     body_timeout: float = 10.0  # seconds to receive a request body, and again to send a response
     idle_timeout: float = 120.0  # seconds a keep-alive connection may wait for its next request
     max_connections: int = 4096  # open connections; the next one gets 503 and is closed
-    max_requests: int = 40  # requests handled at once (node_exporter's --web.max-requests); then 503
+    max_requests: int = 40  # requests handled at once (node_exporter's --web.max-requests)
     backlog: int = 1024  # listen backlog (the kernel caps it at net.core.somaxconn)
     max_header_bytes: int = 16 * 1024  # request line and headers; over it: 431
     max_body_bytes: int = MAX_BODY_BYTES

@@ -50,6 +50,7 @@ class WarptdHTTPServer:
         self._pool = ThreadPoolExecutor(self.limits.max_requests, thread_name_prefix="warptd-handler")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._slots: asyncio.Semaphore | None = None  # made on the loop's thread
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
@@ -109,8 +110,14 @@ class WarptdHTTPServer:
             self._tasks.discard(task)  # type: ignore[arg-type]
 
     async def _dispatch(self, request: Request) -> Response:
-        """Basic auth and the router in the thread pool, at most ``max_requests`` at once."""
-        if self.requests >= self.limits.max_requests:
+        """Basic auth and the router in the thread pool, at most ``max_requests`` at once; the rest
+        wait for a slot, up to ``header_timeout``, then 503."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limits.max_requests)
+        try:
+            async with asyncio.timeout(self.limits.header_timeout):
+                await self._slots.acquire()
+        except TimeoutError:
             return json_response(503, {"error": "too many concurrent requests"}, headers={"Retry-After": "1"})
         self.requests += 1
         try:
@@ -118,6 +125,7 @@ class WarptdHTTPServer:
             return await self._loop.run_in_executor(self._pool, self._handle, request)
         finally:
             self.requests -= 1
+            self._slots.release()
 
     def _handle(self, request: Request) -> Response:
         auth = self.basic_auth
