@@ -29,8 +29,16 @@ class _Closed(Exception):
     """The client hung up, or took too long before its request was read: close without a response."""
 
 
+_date_cache: tuple[int, bytes] = (0, b"")
+
+
 def _date() -> bytes:
-    return email.utils.formatdate(time.time(), usegmt=True).encode()
+    """The Date header, formatted once a second."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, email.utils.formatdate(now, usegmt=True).encode())
+    return _date_cache[1]
 
 
 class Connection:

@@ -110,8 +110,11 @@ class WarptdHTTPServer:
             self._tasks.discard(task)  # type: ignore[arg-type]
 
     async def _dispatch(self, request: Request) -> Response:
-        """Basic auth and the router in the thread pool, at most ``max_requests`` at once; the rest
-        wait for a slot, up to ``header_timeout``, then 503."""
+        """Cache readers (/metrics …) inline on the loop; basic auth (bcrypt) and routes added with
+        ``offload`` in the thread pool, at most ``max_requests`` at once; the rest wait for a slot,
+        up to ``header_timeout``, then 503."""
+        if self.basic_auth is None and not self.router.offloaded(request):
+            return self._handle(request)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.max_requests)
         try:
