@@ -160,7 +160,7 @@ def _bind(host: str, port: int) -> socket.socket:
         host = "0.0.0.0"
     if host in ("", "::") or ":" in host:
         try:
-            sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         except OSError:
             if host != "":
                 raise
@@ -175,7 +175,8 @@ def _bind(host: str, port: int) -> socket.socket:
                 raise
             return _bind("0.0.0.0", port)
         return sock
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that name it.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
