@@ -28,9 +28,12 @@ def attack(
     stop = threading.Event()
     deadline = time.monotonic() + limit_s
     try:
+        opening_until = time.monotonic() + 5  # a server that drops SYNs must not stretch the attack
         for i in range(idle + trickle):
+            if time.monotonic() > opening_until:
+                break
             try:
-                conn = socket.create_connection(("127.0.0.1", port), timeout=2)
+                conn = socket.create_connection(("127.0.0.1", port), timeout=0.25)
                 conn.sendall(b"GET /metr" if i < idle else b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")
             except OSError:
                 continue  # refused or reset: the server's own policy, counted by open_count()
@@ -53,12 +56,12 @@ def attack(
 
 
 def open_count(socks: list[socket.socket]) -> int:
-    """How many of these the server still holds open."""
+    """How many of these the server still holds open, unanswered (a 503 or a close is not held)."""
     alive = 0
     for conn in socks:
         conn.setblocking(False)
         try:
-            alive += conn.recv(1, socket.MSG_PEEK) != b""
+            conn.recv(1, socket.MSG_PEEK)
         except BlockingIOError:
             alive += 1
         except OSError:
