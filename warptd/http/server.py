@@ -8,7 +8,6 @@ import contextlib
 import socket
 import ssl
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
@@ -16,6 +15,7 @@ from warptd.http.app import Request, Response, Router, json_response
 from warptd.http.connection import Connection
 from warptd.http.limits import HttpLimits
 from warptd.http.webconfig import BasicAuth
+from warptd.http.workers import Workers
 
 log = structlog.get_logger("warptd.http")
 _BUSY_BODY = b'{"error":"too many concurrent connections"}\n'
@@ -47,7 +47,7 @@ class WarptdHTTPServer:
         self.socket.listen(self.limits.backlog)  # connections queue from here on, served once started
         self.address_family = self.socket.family
         self.server_address = self.socket.getsockname()
-        self._pool = ThreadPoolExecutor(self.limits.max_requests, thread_name_prefix="warptd-handler")
+        self._pool = Workers(self.limits.max_requests)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None  # made on the loop's thread
