@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import re
 import shutil
 import subprocess
@@ -26,7 +27,6 @@ from common import (
     cpu_seconds,
     emit,
     free_port,
-    keepalive_latencies,
     latencies,
     pct,
     rss_bytes,
@@ -64,26 +64,51 @@ def wrk_rps(port: int, seconds: int) -> float:
     return float(found.group(1)) if found and not errors else float("nan")
 
 
-def steady(name: str, proc: subprocess.Popen[bytes], port: int, *, scrapes_n: int, idle: float, wrk_s: int):
+def steady(
+    servers: dict[str, tuple[subprocess.Popen[bytes], int]], *, scrapes_n: int, idle: float, wrk_s: int
+):
+    """Latencies interleaved request by request, so every server sees the same machine; idle CPU
+    over one shared window; wrk one server at a time."""
     time.sleep(2)
-    latencies(port, 20)
-    fresh = latencies(port, scrapes_n)
-    kept = keepalive_latencies(port, scrapes_n)
-    rss = rss_bytes(proc.pid)
-    cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
-    time.sleep(idle)
-    idle_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
-    rps = wrk_rps(port, wrk_s)
-    return {
-        "server": name,
-        "p50_ms": pct(fresh, 50) * 1e3,
-        "p99_ms": pct(fresh, 99) * 1e3,
-        "keepalive_p50_ms": pct(kept, 50) * 1e3,
-        "wrk_c32_rps": rps,
-        "rss_mib": rss / 2**20,
-        "rss_after_wrk_mib": rss_bytes(proc.pid) / 2**20,
-        "idle_cpu_pct": idle_cpu * 100,
+    fresh: dict[str, list[float]] = {name: [] for name in servers}
+    kept: dict[str, list[float]] = {name: [] for name in servers}
+    conns = {
+        name: http.client.HTTPConnection("127.0.0.1", port, timeout=10) for name, (_, port) in servers.items()
     }
+    for i in range(scrapes_n + 20):
+        for name, (_, port) in servers.items():
+            fresh_s = latencies(port, 1)[0]
+            started = time.perf_counter()
+            conns[name].request("GET", "/metrics")
+            conns[name].getresponse().read()
+            if i >= 20:  # the first 20 warm up
+                fresh[name].append(fresh_s)
+                kept[name].append(time.perf_counter() - started)
+    for conn in conns.values():
+        conn.close()
+    rss = {name: rss_bytes(proc.pid) for name, (proc, _) in servers.items()}
+    cpu0, t0 = {name: cpu_seconds(proc.pid) for name, (proc, _) in servers.items()}, time.monotonic()
+    time.sleep(idle)
+    window = time.monotonic() - t0
+    idle_cpu = {
+        name: (cpu_seconds(proc.pid) - cpu0[name]) / window * 100 for name, (proc, _) in servers.items()
+    }
+    rows = []
+    for name, (proc, port) in servers.items():
+        rows.append(
+            {
+                "server": name,
+                "p50_ms": pct(fresh[name], 50) * 1e3,
+                "p99_ms": pct(fresh[name], 99) * 1e3,
+                "keepalive_p50_ms": pct(kept[name], 50) * 1e3,
+                "keepalive_p99_ms": pct(kept[name], 99) * 1e3,
+                "wrk_c32_rps": wrk_rps(port, wrk_s),
+                "rss_mib": rss[name] / 2**20,
+                "rss_after_wrk_mib": rss_bytes(proc.pid) / 2**20,
+                "idle_cpu_pct": idle_cpu[name],
+            }
+        )
+    return rows
 
 
 def slow(name: str, port: int) -> dict[str, object]:
@@ -109,25 +134,22 @@ def main() -> int:
         print(f"today's server skipped: no worktree at {args.old} (git worktree add {args.old} 15089dc)")
     slow_rows = []
     for gpus in (8, 64):
-        rows = []
-        for name, root in servers:
-            port = free_port()
-            proc = start(root, gpus, port)
-            try:
-                rows.append(steady(name, proc, port, scrapes_n=n, idle=idle, wrk_s=wrk_s))
-                if gpus == 8:
-                    slow_rows.append(slow(name, port))
-            finally:
+        running: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+        try:
+            for name, root in servers:
+                port = free_port()
+                running[name] = (start(root, gpus, port), port)
+            if gpus == 8:
+                node_port = free_port()
+                node = start_node_exporter(node_port)
+                if node is not None:
+                    running["node_exporter"] = (node, node_port)
+            rows = steady(running, scrapes_n=n, idle=idle, wrk_s=wrk_s)
+            if gpus == 8:
+                slow_rows += [slow(name, port) for name, (_, port) in running.items()]
+        finally:
+            for proc, _ in running.values():
                 stop(proc)
-        if gpus == 8:
-            node_port = free_port()
-            node = start_node_exporter(node_port)
-            if node is not None:
-                try:
-                    rows.append(steady("node_exporter", node, node_port, scrapes_n=n, idle=idle, wrk_s=wrk_s))
-                    slow_rows.append(slow("node_exporter", node_port))
-                finally:
-                    stop(node)
         emit(rows, f"/metrics at {gpus} GPUs: latency, wrk -c32, RSS, idle CPU")
     emit(slow_rows, "100 scrapes during 1,000 silent + 200 one-byte-a-second clients (8 GPUs)")
     return 0
