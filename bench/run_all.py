@@ -9,7 +9,10 @@
 3. stress harness throughput vs a bare torch loop, sampler jitter and /metrics latency under a
    CPU stress (bench/stress_bench.py; skipped without torch);
 4. pod attribution with 8 GPUs and 100 pods: CPU in process and of two daemons side by side, and
-   /metrics latency with and without it (bench/pods_bench.py).
+   /metrics latency with and without it (bench/pods_bench.py);
+5. the HTTP server against today's (a worktree of 15089dc at /tmp/old-warptd) and node_exporter:
+   latency, wrk -c32, RSS, idle CPU at 8 and 64 GPUs, and scrapes under 1,200 slow clients
+   (bench/http_bench.py).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ def main() -> int:
     status |= subprocess.call([sys.executable, str(HERE / "load_bench.py")])
     pods = ["--window", "10", "--scrapes", "50"] if args.quick else []
     status |= subprocess.call([sys.executable, str(HERE / "pods_bench.py"), *pods])
+    status |= subprocess.call(
+        [sys.executable, str(HERE / "http_bench.py"), *(["--quick"] if args.quick else [])]
+    )
     if importlib.util.find_spec("torch") is None:
         print(f"\n## stress benchmarks skipped: torch is not installed (pip install '{HERE.parent}[stress]')")
     else:

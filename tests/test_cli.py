@@ -104,3 +104,14 @@ def test_sample_prints_only_the_snapshot(capsys, tmp_path):
 def test_an_explicit_log_level_still_logs(capsys, tmp_path):
     assert main(["list", "--sysfs", str(tmp_path), "--log-level", "debug"]) == 0
     assert '"event": "backend_unavailable"' in capsys.readouterr().err
+
+
+def test_http_limits_are_flags_of_serve_only():
+    from warptd.arguments import build_parser
+    from warptd.cli import _settings
+
+    args = build_parser().parse_args(["serve", "--http-max-connections", "100", "--http-idle-timeout", "5"])
+    settings = _settings(args)
+    assert settings.http_max_connections == 100 and settings.http_idle_timeout == 5
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["list", "--http-backlog", "256"])

@@ -154,13 +154,14 @@ def test_connection_cap_answers_503_without_a_thread(settings):
     import socket as sockets
 
     from warptd.http.app import Router
+    from warptd.http.limits import HttpLimits
     from warptd.http.server import WarptdHTTPServer
 
-    server = WarptdHTTPServer("127.0.0.1", 0, Router(), max_connections=2)
+    server = WarptdHTTPServer("127.0.0.1", 0, Router(), limits=HttpLimits(max_connections=2))
     server.start()
     idle = [sockets.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
     try:
-        assert wait_until(lambda: server._slots._value == 0, timeout=5)
+        assert wait_until(lambda: server.connections == 2, timeout=5)
         status, headers, body = http(server.port, "GET", "/metrics")
         assert (
             status == 503
@@ -172,7 +173,7 @@ def test_connection_cap_answers_503_without_a_thread(settings):
             conn.close()
         server.shutdown()
         server.server_close()
-    assert wait_until(lambda: server._slots._value == 2, timeout=5)  # slots come back
+    assert wait_until(lambda: server.connections == 0, timeout=5)  # slots come back
 
 
 def test_bad_content_length_is_400(daemon):
@@ -213,3 +214,68 @@ def test_unknown_methods_are_json_405_not_501(daemon):
         status, headers, body = http(daemon.port, method, "/metrics")
         assert status == 405 and headers["content-type"] == "application/json" and "GET" in headers["allow"]
         assert json.loads(body)["error"].startswith(f"method {method} not allowed")
+
+
+@pytest.fixture
+def small_server():
+    """A bare server with short limits and one route."""
+    from warptd.http.app import Response, Router
+    from warptd.http.limits import HttpLimits
+    from warptd.http.server import WarptdHTTPServer
+
+    router = Router()
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
+    router.add("POST", "/echo", lambda r: Response(200, r.body, "text/plain"))
+    limits = HttpLimits(header_timeout=0.5, body_timeout=0.5, idle_timeout=0.5, max_header_bytes=2048)
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=limits)
+    server.start()
+    yield server
+    server.server_close()
+
+
+def _raw(port: int, data: bytes, wait: float = 5.0) -> bytes:
+    """Send ``data`` and read until the server closes (bounded by ``wait``)."""
+    import socket as sockets
+
+    with sockets.create_connection(("127.0.0.1", port), timeout=wait) as conn:
+        conn.sendall(data)
+        out = b""
+        while chunk := conn.recv(65536):
+            out += chunk
+        return out
+
+
+def test_head_body_and_idle_timeouts_close_connections(small_server):
+    import time
+
+    started = time.monotonic()
+    assert _raw(small_server.port, b"GET /metr") == b""  # half a head: closed, no response
+    assert 0.4 < time.monotonic() - started < 3
+    reply = _raw(small_server.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+    assert reply.startswith(b"HTTP/1.1 408 ") and b'"error"' in reply
+    started = time.monotonic()  # a full request, then idle: answered, then closed by the idle limit
+    reply = _raw(small_server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"up 1\n")
+    assert 0.4 < time.monotonic() - started < 3
+
+
+def test_oversized_head_is_431_and_chunked_body_is_read(small_server):
+    reply = _raw(
+        small_server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 4096 + b"\r\n\r\n"
+    )
+    assert reply.startswith(b"HTTP/1.1 431 ") and b'"error"' in reply
+    chunked = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    reply = _raw(small_server.port, chunked + b"5\r\nhello\r\n0\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"hello")
+
+
+def test_http_settings_reach_the_server(monkeypatch):
+    from warptd.config import SettingsError, load_settings
+    from warptd.daemon import http_limits
+
+    monkeypatch.setenv("WARPTD_HTTP_MAX_REQUESTS", "7")
+    monkeypatch.setenv("WARPTD_HTTP_HEADER_TIMEOUT", "2.5")
+    limits = http_limits(load_settings())
+    assert limits.max_requests == 7 and limits.header_timeout == 2.5 and limits.backlog == 1024
+    with pytest.raises(SettingsError, match="http_backlog"):
+        load_settings(http_backlog=5)  # the old default, too short for a burst

@@ -206,25 +206,37 @@ def test_configs_that_would_lock_everyone_out_are_refused(settings, tmp_path, pk
         Daemon(settings)
 
 
-def test_over_the_cap_a_silent_tls_client_cannot_freeze_accept(pki):
+def test_tls_clients_that_never_handshake_do_not_delay_scrapes(pki):
+    """200 sockets that never start their handshake and 50 that stop halfway through the ClientHello:
+    HTTPS scrapes meanwhile are served at once, and the stalled ones hold no connection slot."""
     import socket
     import time
 
-    from warptd.http.app import Router
+    from warptd.http.app import Response, Router
+    from warptd.http.limits import HttpLimits, raise_nofile_limit
     from warptd.http.server import WarptdHTTPServer
     from warptd.http.webconfig import TLSServerConfig, ssl_context
 
+    raise_nofile_limit()
+    router = Router()
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
     tls = ssl_context(TLSServerConfig(cert_file=pki / "server.crt", key_file=pki / "server.key"))
-    server = WarptdHTTPServer("127.0.0.1", 0, Router(), max_connections=1, tls=tls)
+    limits = HttpLimits(header_timeout=2.0, max_connections=100)
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=limits, tls=tls)
     server.start()
-    idle = socket.create_connection(("127.0.0.1", server.port), timeout=5)  # holds the one slot
-    silent = socket.create_connection(("127.0.0.1", server.port), timeout=5)  # over the cap, sends nothing
+    stalled = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(250)]
     try:
-        assert silent.recv(1) == b""  # closed at once, not waited on
-        started = time.monotonic()
-        server.shutdown()  # the accept loop is free to stop
-        assert time.monotonic() - started < 3
+        for conn in stalled[200:]:
+            conn.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello's first bytes
+        context = _client(pki)
+        for _ in range(20):
+            started = time.monotonic()
+            assert _get(server.port, context)[0] == 200
+            assert time.monotonic() - started < 1.0
+        assert wait_until(lambda: server.connections == 0, timeout=2)  # 250 stalled, none holds a slot
+        stalled[0].settimeout(limits.header_timeout + 5)
+        assert stalled[0].recv(1) == b""  # closed by the handshake timeout
     finally:
-        idle.close()
-        silent.close()
+        for conn in stalled:
+            conn.close()
         server.server_close()

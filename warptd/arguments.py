@@ -53,6 +53,23 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             ("--web-config-file",),
             {"type": Path, "metavar": "FILE", "help": "TLS/basic auth config (exporter-toolkit format)"},
         ),
+        *(
+            ((f"--{name.replace('_', '-')}",), {"type": kind, "metavar": metavar, "help": text})
+            for name, kind, metavar, text in (
+                (
+                    "http_header_timeout",
+                    _number,
+                    "SECONDS",
+                    "request head or TLS handshake (default 10)",
+                ),
+                ("http_body_timeout", _number, "SECONDS", "for a request body (default 10)"),
+                ("http_idle_timeout", _number, "SECONDS", "a keep-alive connection may idle (default 120)"),
+                ("http_max_connections", _integer, "N", "open connections (default 4096)"),
+                ("http_max_requests", _integer, "N", "requests handled in the pool at once (default 40)"),
+                ("http_backlog", _integer, "N", "listen backlog (default 1024)"),
+                ("http_max_header_bytes", _integer, "BYTES", "request line and headers (default 16384)"),
+            )
+        ),
         (
             ("--state-dir",),
             {"type": Path, "metavar": "DIR", "help": "keep energy totals here across restarts"},

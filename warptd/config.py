@@ -49,6 +49,34 @@ class Settings(BaseSettings):
     web_config_file: Path | None = Field(
         None, description="TLS and basic auth for every endpoint (exporter-toolkit web-config YAML)"
     )
+    http_header_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Seconds from a new connection (or a request's first byte) to its full head",
+    )
+    http_body_timeout: float = Field(
+        10.0, gt=0, le=3600, description="Seconds to receive a request body, and again to send a response"
+    )
+    http_idle_timeout: float = Field(
+        120.0, gt=0, le=86400, description="Seconds a keep-alive connection may wait for its next request"
+    )
+    http_max_connections: int = Field(
+        4096, ge=1, le=1_000_000, description="Open connections; beyond this a new one gets 503 and is closed"
+    )
+    http_max_requests: int = Field(
+        40,
+        ge=1,
+        le=10_000,
+        description="Requests handled at once (node_exporter's --web.max-requests); others wait, "
+        "up to http_header_timeout, then 503",
+    )
+    http_backlog: int = Field(
+        1024, ge=128, le=65535, description="Listen backlog (capped by net.core.somaxconn)"
+    )
+    http_max_header_bytes: int = Field(
+        16 * 1024, ge=1024, le=1024 * 1024, description="Largest request line plus headers; beyond it 431"
+    )
     state_dir: Path | None = Field(
         None, description="Directory to keep energy totals in across restarts (systemd: /var/lib/warptd)"
     )

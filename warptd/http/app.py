@@ -68,14 +68,26 @@ class Router:
 
     def __init__(self) -> None:
         self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = []
+        self._offloaded: set[Handler] = set()
 
-    def add(self, method: str, pattern: str, handler: Handler) -> None:
+    def add(self, method: str, pattern: str, handler: Handler, *, offload: bool = False) -> None:
+        """``offload``: the handler may block (spawn, locks), so it runs in a worker thread, never
+        on the event loop; the others only read caches and run inline."""
+        if offload:
+            self._offloaded.add(handler)
         regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
         for existing, methods in self._routes:
             if existing.pattern == regex.pattern:
                 methods[method] = handler
                 return
         self._routes.append((regex, {method: handler}))
+
+    def offloaded(self, request: Request) -> bool:
+        """Whether the handler this request reaches was added with ``offload=True``."""
+        for regex, methods in self._routes:
+            if regex.match(request.path):
+                return methods.get(request.method, methods.get("GET")) in self._offloaded
+        return False
 
     def dispatch(self, request: Request) -> Response:
         for regex, methods in self._routes:

@@ -159,7 +159,7 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
         manager.cancel(job.id)
         return json_response(200, job.view())
 
-    router.add("POST", "/stress", start)
-    router.add("GET", "/stress", listing)
-    router.add("GET", "/stress/{job_id}", show)
-    router.add("DELETE", "/stress/{job_id}", cancel)
+    router.add("POST", "/stress", start, offload=True)  # spawns a process
+    router.add("GET", "/stress", listing, offload=True)  # the job manager's lock
+    router.add("GET", "/stress/{job_id}", show, offload=True)
+    router.add("DELETE", "/stress/{job_id}", cancel, offload=True)

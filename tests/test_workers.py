@@ -1,0 +1,41 @@
+"""The handler thread pool: bounded, loses no work, and its idle threads end."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.helpers import wait_until
+from warptd.http.workers import Workers
+
+
+def test_bounded_pool_runs_everything_and_idle_threads_end():
+    workers = Workers(4, idle_s=0.2)
+    gate = threading.Event()
+    peak = [0]
+
+    def job(i: int) -> int:
+        peak[0] = max(peak[0], workers.threads)
+        gate.wait(timeout=5)
+        return i * 2
+
+    futures = [workers.submit(job, i) for i in range(50)]
+    assert wait_until(lambda: workers.threads == 4, timeout=5)
+    gate.set()
+    assert [f.result(timeout=10) for f in futures] == [i * 2 for i in range(50)]
+    assert peak[0] <= 4
+    assert wait_until(lambda: workers.threads == 0, timeout=5)  # idle ones end
+    assert workers.submit(lambda: "again").result(timeout=5) == "again"  # and come back on demand
+    workers.shutdown(cancel_futures=True)
+
+
+def test_errors_reach_the_caller_and_shutdown_refuses_work():
+    workers = Workers(2, idle_s=5)
+    with pytest.raises(ZeroDivisionError):
+        workers.submit(lambda: 1 / 0).result(timeout=5)
+    workers.shutdown(cancel_futures=True)
+    assert wait_until(lambda: workers.threads == 0, timeout=5)
+    with pytest.raises(RuntimeError):
+        workers.submit(time.time)

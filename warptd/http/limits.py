@@ -1,0 +1,39 @@
+"""The HTTP server's resource limits, and raising the open-file limit the connection cap needs."""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+
+import structlog
+
+log = structlog.get_logger("warptd.http")
+
+#: Request bodies (POST /stress) larger than this are refused with 413 before they are read.
+MAX_BODY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """Bounds on what one client can hold; the defaults match the settings' (docs/security.md)."""
+
+    header_timeout: float = 10.0  # seconds from a new connection (or a request's first byte) to its full head
+    body_timeout: float = 10.0  # seconds to receive a request body, and again to send a response
+    idle_timeout: float = 120.0  # seconds a keep-alive connection may wait for its next request
+    max_connections: int = 4096  # open connections; the next one gets 503 and is closed
+    max_requests: int = 40  # requests handled at once (node_exporter's --web.max-requests)
+    backlog: int = 1024  # listen backlog (the kernel caps it at net.core.somaxconn)
+    max_header_bytes: int = 16 * 1024  # request line and headers; over it: 431
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as Go programs do at start; returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("nofile_limit_not_raised", soft=soft, hard=hard, error=str(exc))
+    return soft
