@@ -42,7 +42,6 @@ class WarptdHTTPServer:
         self.router, self.tls, self.basic_auth = router, tls, basic_auth
         self.limits = limits or HttpLimits()
         self.connections = 0  #: open connections (TLS: once the handshake is done)
-        self.requests = 0  #: requests being handled
         self.socket = _bind(host, port)
         self.socket.listen(self.limits.backlog)  # connections queue from here on, served once started
         self.address_family = self.socket.family
@@ -122,12 +121,10 @@ class WarptdHTTPServer:
                 await self._slots.acquire()
         except TimeoutError:
             return json_response(503, {"error": "too many concurrent requests"}, headers={"Retry-After": "1"})
-        self.requests += 1
         try:
             assert self._loop is not None
             return await self._loop.run_in_executor(self._pool, self._handle, request)
         finally:
-            self.requests -= 1
             self._slots.release()
 
     def _handle(self, request: Request) -> Response:
