@@ -57,6 +57,10 @@ CLOCK_EVENT_REASONS: frozenset[str] = frozenset(
 )
 
 
+#: Values of one metric by the values of its own labels (``()`` for a metric with none).
+LabelledValues = dict[tuple[str, ...], float]
+
+
 @dataclass(slots=True)
 class MemoryUsage:
     """Device memory in bytes: ``used`` by allocations, as nvidia-smi shows it; ``reserved`` by the
@@ -101,6 +105,12 @@ class DeviceReading:
     throttle_counter_seconds: dict[str, float] = field(default_factory=dict)
     # The CLOCK_EVENT_REASONS the device can report, mapped to whether each is active now.
     clock_events_active: dict[str, bool] = field(default_factory=dict)
+    # Further gauges by catalog metric name, then by the values of the metric's own labels (those after
+    # the device labels): {"warptd_device_pipe_active_ratio": {("tensor",): 0.4}}.
+    gauges: dict[str, LabelledValues] = field(default_factory=dict)
+    # Further cumulative hardware counters as read (they may reset, e.g. at a driver reload), keyed like
+    # ``gauges``; the sampler makes them monotonic totals.
+    counters: dict[str, LabelledValues] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Move the clock-event reasons that are not throttling out of the throttle fields, once,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from warptd.backends.guard import GuardedSDK
 from warptd.errors import ErrorKind
-from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
+from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -109,6 +109,15 @@ class AcceleratorBackend(GuardedSDK, ABC):
 
     def get_throttle_counters(self, index: int) -> dict[str, float]:
         """Cumulative hardware violation time in seconds by reason, where the SDK keeps one."""
+        return {}
+
+    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        """Further gauges by catalog metric name (``warptd_device_sm_active_ratio``), then label values."""
+        return {}
+
+    def get_counters(self, index: int) -> dict[str, LabelledValues]:
+        """Further cumulative counters as read (they may reset), keyed like :meth:`get_gauges`; the
+        sampler makes them monotonic (``warptd_device_ecc_errors_total``)."""
         return {}
 
     def device_identity(self, index: int) -> str | None:
@@ -214,6 +223,8 @@ class AcceleratorBackend(GuardedSDK, ABC):
             clocks_hertz=self.get_clocks(index),
             throttle_active=throttle,
             throttle_counter_seconds=self.get_throttle_counters(index),
+            gauges=self.get_gauges(index),
+            counters=self.get_counters(index),
         )
         if index in self._lost_now:
             return DeviceReading(index=index, up=False)

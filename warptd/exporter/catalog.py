@@ -105,6 +105,139 @@ CLOCK_EVENT_ACTIVE = _device(
     "applications_clocks_setting and display_clock_setting (clocks set by an administrator or the display).",
     "reason",
 )
+# -- health: ECC, row remapping, page retirement, link errors ------------------------------------
+ECC_ERRORS = _device(
+    "warptd_device_ecc_errors_total",
+    "counter",
+    "ECC errors counted since the driver loaded (NVML volatile counts), monotonic across driver reloads; "
+    "kind corrected (single-bit) or uncorrected (double-bit). AMD: summed over the RAS blocks.",
+    "kind",
+)
+ECC_LIFETIME_ERRORS = _device(
+    "warptd_device_ecc_lifetime_errors_total",
+    "counter",
+    "ECC errors over the device's lifetime as the device stores them (NVML aggregate counts, kept across "
+    "reboots); kind corrected or uncorrected.",
+    "kind",
+)
+REMAPPED_ROWS = _device(
+    "warptd_device_remapped_rows",
+    "gauge",
+    "Memory rows remapped by the row-remapping mechanism, by the kind of error that caused it "
+    "(correctable, uncorrectable).",
+    "kind",
+)
+ROW_REMAP_PENDING = _device(
+    "warptd_device_row_remap_pending",
+    "gauge",
+    "1 while a row remap is pending (it takes effect at the next GPU reset), else 0.",
+)
+ROW_REMAP_FAILURE = _device(
+    "warptd_device_row_remap_failure",
+    "gauge",
+    "1 if a row remap has failed (the GPU should be serviced), else 0.",
+)
+RETIRED_PAGES = _device(
+    "warptd_device_retired_pages",
+    "gauge",
+    "Memory pages retired, on GPUs that retire pages instead of remapping rows; cause single_bit_ecc "
+    "(multiple single-bit errors) or double_bit_ecc.",
+    "cause",
+)
+RETIRED_PAGES_PENDING = _device(
+    "warptd_device_retired_pages_pending",
+    "gauge",
+    "1 while a page retirement is pending (it takes effect at the next reboot or driver reload), else 0.",
+)
+PCIE_REPLAYS = _device(
+    "warptd_device_pcie_replays_total",
+    "counter",
+    "PCIe replays (link-level retransmissions) of the device, monotonic across driver reloads.",
+)
+NVLINK_ERRORS = _device(
+    "warptd_device_nvlink_errors_total",
+    "counter",
+    "NVLink errors per link by kind: crc_flit, crc_data, replay, recovery; monotonic across driver reloads.",
+    "link",
+    "kind",
+)
+RECOVERY_ACTION = _device(
+    "warptd_device_recovery_action",
+    "gauge",
+    "1 for the recovery action the driver recommends now, 0 for the others: none, gpu_reset, "
+    "node_reboot, drain_p2p, drain_and_reset.",
+    "action",
+)
+# -- activity: what the device's units are doing, beyond "a kernel ran" -------------------------------
+SM_ACTIVE = _device(
+    "warptd_device_sm_active_ratio",
+    "gauge",
+    "Fraction of time at least one warp was resident on an SM, averaged over all SMs, over the last "
+    "sample period (NVIDIA GPM SM_UTIL, Hopper and newer; DCGM's SM activity).",
+)
+SM_OCCUPANCY = _device(
+    "warptd_device_sm_occupancy_ratio",
+    "gauge",
+    "Resident warps relative to the SMs' maximum, over the last sample period (NVIDIA GPM SM_OCCUPANCY).",
+)
+DRAM_BANDWIDTH = _device(
+    "warptd_device_dram_bandwidth_ratio",
+    "gauge",
+    "Fraction of the peak device-memory bandwidth used over the last sample period (NVIDIA GPM "
+    "DRAM_BW_UTIL; DCGM's DRAM activity).",
+)
+PIPE_ACTIVE = _device(
+    "warptd_device_pipe_active_ratio",
+    "gauge",
+    "Fraction of cycles a compute pipe was active over the last sample period, by pipe: tensor, fp64, "
+    "fp32, fp16, integer (NVIDIA GPM).",
+    "pipe",
+)
+ENGINE_ACTIVE = _device(
+    "warptd_device_engine_active_ratio",
+    "gauge",
+    "Fraction of the last sample period a media engine instance was busy, by engine (nvdec, nvjpg, ofa) "
+    "and instance (NVIDIA GPM).",
+    "engine",
+    "instance",
+)
+ENCODER_UTILIZATION = _device(
+    "warptd_device_encoder_utilization_ratio",
+    "gauge",
+    "Fraction of the driver's last sampling period the video encoder was busy (nvidia-smi's enc).",
+)
+DECODER_UTILIZATION = _device(
+    "warptd_device_decoder_utilization_ratio",
+    "gauge",
+    "Fraction of the driver's last sampling period the video decoder was busy (nvidia-smi's dec).",
+)
+FAN_SPEED = _device(
+    "warptd_device_fan_speed_ratio",
+    "gauge",
+    "Fan speed relative to the fan's maximum, by fan; absent on boards without fans.",
+    "fan",
+)
+PERFORMANCE_STATE = _device(
+    "warptd_device_performance_state",
+    "gauge",
+    "Performance state: 0 (P0, maximum performance) to 15 (P15, minimum).",
+)
+# -- traffic ------------------------------------------------------------------------------------------
+PCIE_BYTES = _device(
+    "warptd_device_pcie_bytes_total",
+    "counter",
+    "Bytes over the device's PCIe link by direction (tx from the device, rx to it): the driver's "
+    "counter where it keeps one, else its throughput integrated over the sample period.",
+    "direction",
+)
+NVLINK_BYTES = _device(
+    "warptd_device_nvlink_bytes_total",
+    "counter",
+    "Bytes over an NVLink (AMD: XGMI) link by link and direction (tx, rx): the driver's counter where it "
+    "keeps one, else its throughput integrated over the sample period.",
+    "link",
+    "direction",
+)
 DOMAIN_POWER = MetricSpec(
     "warptd_power_watts",
     "gauge",
@@ -223,6 +356,16 @@ PODRESOURCES_LAST_SUCCESS = MetricSpec(
     "Unix time of the last successful kubelet PodResources List call.",
     (),
 )
+PROCESS_UTILIZATION = _device(
+    "warptd_device_process_utilization_ratio",
+    "gauge",
+    "A running process's share of the device over the last sample period (--processes), by engine: "
+    "sm, memory, encoder, decoder (NVML process utilization).",
+    "pid",
+    "pod_uid",
+    "container_id",
+    "engine",
+)
 PROCESS_MEMORY = _device(
     "warptd_device_process_memory_bytes",
     "gauge",
@@ -265,6 +408,27 @@ ALL: tuple[MetricSpec, ...] = (
     THROTTLE_ACTIVE,
     THROTTLE_SECONDS,
     CLOCK_EVENT_ACTIVE,
+    ECC_ERRORS,
+    ECC_LIFETIME_ERRORS,
+    REMAPPED_ROWS,
+    ROW_REMAP_PENDING,
+    ROW_REMAP_FAILURE,
+    RETIRED_PAGES,
+    RETIRED_PAGES_PENDING,
+    PCIE_REPLAYS,
+    NVLINK_ERRORS,
+    RECOVERY_ACTION,
+    SM_ACTIVE,
+    SM_OCCUPANCY,
+    DRAM_BANDWIDTH,
+    PIPE_ACTIVE,
+    ENGINE_ACTIVE,
+    ENCODER_UTILIZATION,
+    DECODER_UTILIZATION,
+    FAN_SPEED,
+    PERFORMANCE_STATE,
+    PCIE_BYTES,
+    NVLINK_BYTES,
     DOMAIN_POWER,
     DOMAIN_ENERGY,
     DOMAIN_UP,
@@ -290,7 +454,10 @@ KUBERNETES: tuple[MetricSpec, ...] = (
     PODRESOURCES_ERRORS,
     PODRESOURCES_LAST_SUCCESS,
     PROCESS_MEMORY,
+    PROCESS_UTILIZATION,
 )
 EVENTS: tuple[MetricSpec, ...] = (XID_ERRORS, LAST_XID)
 #: Every metric, in the order docs/metrics.md lists them.
 EVERY: tuple[MetricSpec, ...] = (*ALL, *STRESS, *KUBERNETES, *EVENTS)
+#: Every metric by its exposed name: backends name their further gauges and counters this way.
+BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in EVERY}

@@ -125,6 +125,11 @@ class SnapshotCollector(Collector):
             families.add(m.THROTTLE_SECONDS, [*ids, reason], seconds)
         for reason, active in reading.clock_events_active.items():
             families.add(m.CLOCK_EVENT_ACTIVE, [*ids, reason], 1 if active else 0)
+        for values_by_metric in (reading.gauges, sample.counters):
+            for name, values in values_by_metric.items():
+                spec = m.BY_NAME[name]
+                for labels, value in values.items():
+                    families.add(spec, [*ids, *labels], value)
 
     @staticmethod
     def _domains(families: Families, state: BackendState) -> None:

@@ -28,7 +28,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from warptd.errors import ErrorKind
 from warptd.power.base import DomainPower, DomainReading, PowerBackend
-from warptd.sampling.counters import EnergyTracker, ThrottleTracker
+from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleTracker
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
 from warptd.sampling.state import CounterState
 from warptd.sampling.validate import sanitize_device, sanitize_domain
@@ -36,7 +36,7 @@ from warptd.sampling.validate import sanitize_device, sanitize_domain
 if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
     from warptd.config import Settings
-    from warptd.models import DeviceReading, GPUInfo
+    from warptd.models import DeviceReading, GPUInfo, LabelledValues
 
 log = structlog.get_logger("warptd.sampler")
 #: How often a backend with lost devices (or a reset SDK) may re-enumerate them.
@@ -97,6 +97,7 @@ class Sampler:
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
+        self._counters: dict[tuple[str, str, str, tuple[str, ...]], MonotonicCounter] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
@@ -303,6 +304,7 @@ class Sampler:
                     reading=reading,
                     energy_joules=energy,
                     throttle_seconds=self._throttle_seconds(name, raw.at, reading),
+                    counters=self._counter_totals(name, reading),
                 )
             )
         return samples
@@ -318,6 +320,21 @@ class Sampler:
                 at, reading.throttle_active.get(reason, False), reading.throttle_counter_seconds.get(reason)
             )
         return seconds
+
+    def _counter_totals(self, name: str, reading: DeviceReading) -> dict[str, LabelledValues]:
+        """The reading's further counters made monotonic: a decrease is a reset (driver reload)."""
+        totals: dict[str, LabelledValues] = {}
+        device = reading.uuid or str(reading.index)
+        for metric, values in reading.counters.items():
+            totals[metric] = metric_totals = {}
+            for labels, raw in values.items():
+                key = (name, device, metric, labels)
+                counter = self._counters.get(key)
+                if counter is None:
+                    counter = self._counters[key] = MonotonicCounter()
+                counter.update(raw)
+                metric_totals[labels] = counter.total or 0.0
+        return totals
 
     def _domains(self, name: str, raw: _Raw) -> list[DomainPower]:
         source = self.backends[name].source  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from warptd.errors import ErrorKind
-from warptd.models import DeviceReading, GPUInfo
+from warptd.models import DeviceReading, GPUInfo, LabelledValues
 from warptd.power.base import DomainPower, PowerSource
 
 
@@ -20,6 +20,8 @@ class DeviceSample:
     reading: DeviceReading
     energy_joules: float | None = None
     throttle_seconds: dict[str, float] = field(default_factory=dict)
+    #: The reading's ``counters`` made monotonic (across driver reloads), keyed the same way.
+    counters: dict[str, LabelledValues] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from warptd.models import DeviceReading, MemoryUsage, Utilization
+from warptd.exporter.catalog import BY_NAME, DEVICE_LABELS
+from warptd.models import DeviceReading, LabelledValues, MemoryUsage, Utilization
 from warptd.power.base import DomainReading
 
 MAX_WATTS = 10_000.0  # no single accelerator, board or CPU package draws 10 kW
@@ -50,6 +51,21 @@ def _utilization(util: Utilization | None, rejected: list[int]) -> Utilization |
     return Utilization(_check(util.compute, 0.0, 1.0, rejected), _check(util.memory, 0.0, 1.0, rejected))
 
 
+def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) -> dict[str, LabelledValues]:
+    """Further gauges and counters: metrics of the catalog only, finite, never negative, and
+    ``_ratio`` metrics within 0..1."""
+    kept = {}
+    for metric, values in values_by_metric.items():
+        spec = BY_NAME.get(metric)
+        if spec is None or any(len(labels) != len(spec.labels) - len(DEVICE_LABELS) for labels in values):
+            rejected[0] += len(values)  # a backend naming a metric the exporter does not know
+            continue
+        high = 1.0 if metric.endswith("_ratio") else math.inf
+        kept[metric] = {labels: v for labels, v in values.items() if _ok(v, 0.0, high)}
+        rejected[0] += len(values) - len(kept[metric])
+    return kept
+
+
 def sanitize_device(reading: DeviceReading) -> int:
     """Drop impossible values from ``reading`` in place; return how many were dropped."""
     rejected = [0]
@@ -62,6 +78,8 @@ def sanitize_device(reading: DeviceReading) -> int:
     reading.temperatures_celsius = _filtered(reading.temperatures_celsius, *TEMPERATURE_RANGE, rejected)
     reading.clocks_hertz = _filtered(reading.clocks_hertz, 0.0, MAX_HERTZ, rejected)
     reading.throttle_counter_seconds = _filtered(reading.throttle_counter_seconds, 0.0, math.inf, rejected)
+    reading.gauges = _labelled(reading.gauges, rejected)
+    reading.counters = _labelled(reading.counters, rejected)
     return rejected[0]
 
 

@@ -1,0 +1,122 @@
+"""The further gauges and counters any backend may report: validated, made monotonic, exported."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+from tests.conftest import assert_promtool_clean
+from tests.helpers import parse, select, value
+from warptd.backends.base import AcceleratorBackend
+from warptd.exporter.exposition import Exposition
+from warptd.models import GPUInfo, LabelledValues, MemoryUsage, Utilization
+from warptd.sampling.sampler import Sampler
+from warptd.sampling.snapshot import Snapshot
+
+
+class ScriptedBackend(AcceleratorBackend):
+    """One device whose further gauges and counters the test sets before each tick."""
+
+    name: ClassVar[str] = "scripted"
+    source: ClassVar[str] = "test"
+
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.gauges: dict[str, LabelledValues] = {}
+        self.counters: dict[str, LabelledValues] = {}
+
+    def is_available(self) -> bool:
+        return True
+
+    def get_device_count(self) -> int:
+        return 1
+
+    def list_devices(self) -> list[GPUInfo]:
+        return [GPUInfo(index=0, model="Scripted", uuid="S-0")]
+
+    def get_driver_version(self) -> str | None:
+        return None
+
+    def get_pytorch_device_string(self, device_id: int) -> str:
+        return "cpu"
+
+    def get_memory_usage(self, index: int) -> MemoryUsage | None:
+        return None
+
+    def get_utilization(self, index: int) -> Utilization | None:
+        return None
+
+    def get_temperatures(self, index: int) -> dict[str, float]:
+        return {}
+
+    def get_power_usage(self, index: int) -> float | None:
+        return None
+
+    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        return {name: dict(values) for name, values in self.gauges.items()}
+
+    def get_counters(self, index: int) -> dict[str, LabelledValues]:
+        return {name: dict(values) for name, values in self.counters.items()}
+
+
+@pytest.fixture
+def scripted(settings):
+    backend = ScriptedBackend(settings)
+    snapshot = Snapshot(stale_after=60)
+    sampler = Sampler(settings, snapshot, [backend], [])
+    exposition = Exposition(snapshot)
+
+    def tick():
+        sampler.tick("scripted")
+        return exposition.render(None, None)[0]
+
+    yield backend, tick
+    sampler.stop()
+
+
+DEV = {"backend": "scripted", "device": "0", "uuid": "S-0"}
+
+
+def test_gauges_are_exported_with_their_own_labels(scripted):
+    backend, tick = scripted
+    backend.gauges = {
+        "warptd_device_sm_active_ratio": {(): 0.5},
+        "warptd_device_pipe_active_ratio": {("tensor",): 0.25, ("fp64",): 0.0},
+        "warptd_device_remapped_rows": {("correctable",): 3, ("uncorrectable",): 0},
+    }
+    body = tick()
+    samples = parse(body.decode())
+    assert value(samples, "warptd_device_sm_active_ratio", **DEV) == 0.5
+    assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **DEV) == 0.25
+    assert value(samples, "warptd_device_pipe_active_ratio", pipe="fp64", **DEV) == 0.0
+    assert value(samples, "warptd_device_remapped_rows", kind="correctable", **DEV) == 3
+    assert not select(samples, "warptd_device_sm_occupancy_ratio")  # not reported: absent, not 0
+    assert_promtool_clean(body)
+
+
+def test_counters_stay_monotonic_across_a_driver_reload(scripted):
+    backend, tick = scripted
+    totals = []
+    # Volatile ECC counts: 5, 7, then the driver reloads and counts from 0 again: 1, 4.
+    for raw in (5, 7, 1, 4):
+        backend.counters = {"warptd_device_ecc_errors_total": {("corrected",): raw}}
+        samples = parse(tick().decode())
+        totals.append(value(samples, "warptd_device_ecc_errors_total", kind="corrected", **DEV))
+    assert totals == [5, 7, 8, 11]
+
+
+def test_impossible_or_unknown_values_are_rejected_and_counted(scripted):
+    backend, tick = scripted
+    backend.gauges = {
+        "warptd_device_sm_active_ratio": {(): 1.7},  # a ratio over 1
+        "warptd_device_dram_bandwidth_ratio": {(): float("nan")},
+        "warptd_device_made_up": {(): 1.0},  # not in the catalog
+        "warptd_device_pipe_active_ratio": {(): 0.5},  # missing its pipe label
+        "warptd_device_sm_occupancy_ratio": {(): 0.3},
+    }
+    samples = parse(tick().decode())
+    assert value(samples, "warptd_device_sm_occupancy_ratio", **DEV) == 0.3
+    for name in ("warptd_device_sm_active_ratio", "warptd_device_dram_bandwidth_ratio"):
+        assert not select(samples, name)
+    assert value(samples, "warptd_sample_errors_total", backend="scripted", kind="invalid_value") == 4
