@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from warptd.recording.schema import Point, Recording, TargetRecording
+from warptd.stress.base import DeviceRef
+from warptd.stress.jobs import Job, JobManager, JobStatus, StressParameters
 
 HOSTILE = '<img id="evil" src=x onerror="document.title=1">'
 
@@ -89,3 +91,19 @@ def sample_recording(count: int = 40, interval: float = 0.5, name: str = "matmul
         energy_joules=sum(t.energy_joules or 0 for t in targets),
         workload={"throughput": 4.1e14, "unit": "FLOP/s"},
     )
+
+
+def finished_job(manager: JobManager, recording: Recording | None, status: str = "succeeded") -> Job:
+    """A stress job as the manager holds it once ended, carrying ``recording`` the way finished jobs
+    will (``Job.recording``), put straight into ``manager``'s history."""
+    job = Job(
+        id=recording.id if recording is not None else "0123456789ab",
+        params=StressParameters(test="matmul", device="cpu:0", duration_s=20.0),
+        device=DeviceRef("cpu", 0, "cpu", False),
+        status=JobStatus(status),
+        recorder=None,
+    )
+    job.recording = recording  # type: ignore[attr-defined] - until jobs carry one themselves
+    with manager._lock:
+        manager._jobs[job.id] = job
+    return job

@@ -31,4 +31,4 @@ def report_response(recording: Recording) -> Response:
         "Content-Security-Policy": CONTENT_SECURITY_POLICY,
         "Content-Disposition": f'inline; filename="{filename}"',
     }
-    return Response(200, page.encode(), "text/html; charset=utf-8", headers)
+    return Response(200, page, "text/html; charset=utf-8", headers)

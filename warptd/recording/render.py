@@ -40,8 +40,9 @@ def _child_environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
 
 
-def render_report(recording: Recording, timeout: float = RENDER_TIMEOUT_S) -> str:
-    """The recording's HTML report, rendered by a child process; raises :class:`ReportError`."""
+def render_report(recording: Recording, timeout: float = RENDER_TIMEOUT_S) -> bytes:
+    """The recording's HTML report (UTF-8), rendered by a child process; raises :class:`ReportError`.
+    Bytes, as the child wrote them: a 5 MB page is not decoded and encoded again on the way out."""
     if not _slots.acquire(timeout=timeout):
         raise ReportError(503, f"{MAX_RENDERS} reports are already rendering; retry shortly")
     try:
@@ -60,7 +61,7 @@ def render_report(recording: Recording, timeout: float = RENDER_TIMEOUT_S) -> st
     finally:
         _slots.release()
     if result.returncode == 0:
-        return result.stdout.decode()
+        return result.stdout
     reason = (result.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
     status = 503 if result.returncode == EXIT_NO_PLOTLY else 500
     if result.returncode == EXIT_BAD_RECORDING:
