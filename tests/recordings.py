@@ -93,11 +93,13 @@ def sample_recording(count: int = 40, interval: float = 0.5, name: str = "matmul
     )
 
 
-def finished_job(manager: JobManager, recording: Recording | None, status: str = "succeeded") -> Job:
+def finished_job(
+    manager: JobManager, recording: Recording | None, status: str = "succeeded", job_id: str | None = None
+) -> Job:
     """A stress job as the manager holds it once ended, carrying ``recording`` the way finished jobs
     will (``Job.recording``), put straight into ``manager``'s history."""
     job = Job(
-        id=recording.id if recording is not None else "0123456789ab",
+        id=job_id or (recording.id if recording is not None else "0123456789ab"),
         params=StressParameters(test="matmul", device="cpu:0", duration_s=20.0),
         device=DeviceRef("cpu", 0, "cpu", False),
         status=JobStatus(status),

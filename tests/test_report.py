@@ -284,11 +284,10 @@ def test_stress_report_over_http_is_the_page_and_errors_are_json(daemon):
     bare = finished_job(daemon.stress, None)
     status, _, body = http(daemon.port, "GET", f"/stress/{bare.id}/report")
     assert (status, json.loads(body)) == (404, {"error": f"no recording for stress job {bare.id}"})
-    running = finished_job(daemon.stress, sample_recording(count=3, name="running"), status="running")
-    running.id = "running00000"
-    daemon.stress._jobs[running.id] = running
+    running = finished_job(daemon.stress, sample_recording(count=3), status="running", job_id="running00000")
     status, _, body = http(daemon.port, "GET", f"/stress/{running.id}/report")
     assert status == 409 and "still running" in json.loads(body)["error"]
+    running.done.set()  # nothing to wait for when the daemon stops
 
 
 def test_stress_report_served_by_the_daemon_draws_in_chromium_under_its_csp(daemon):
