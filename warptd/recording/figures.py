@@ -48,15 +48,17 @@ def _line(name: str, xs: list[float], ys: list[float]) -> go.Scatter:
     return go.Scatter(x=xs, y=ys, name=label(name), mode="lines+markers", marker={"size": 4})
 
 
-def _time_figure(
-    recording: Recording, title: str, unit: str, traces: list[go.Scatter], **yaxis: object
-) -> go.Figure | None:
+def _styled(figure: go.Figure, **layout: object) -> go.Figure:
+    """The look every figure shares; the section's heading above it is its title."""
+    figure.update_layout(template=TEMPLATE, margin={"t": 24, "b": 48}, **layout)
+    return figure
+
+
+def _time_figure(unit: str, traces: list[go.Scatter], **yaxis: object) -> go.Figure | None:
     if not traces:
         return None
-    figure = go.Figure(traces)
-    figure.update_layout(
-        template=TEMPLATE,
-        title=label(title),
+    figure = _styled(
+        go.Figure(traces),
         xaxis_title=TIME_AXIS,
         yaxis_title=unit,
         hovermode="x unified",
@@ -90,17 +92,17 @@ def _keyed_traces(recording: Recording, keys: Callable[[Point], dict[str, float]
 
 def power_figure(recording: Recording) -> go.Figure | None:
     traces = _reading_traces(recording, lambda p: p.power_watts)
-    return _time_figure(recording, "Power per device and domain", "W", traces, rangemode="tozero")
+    return _time_figure("W", traces, rangemode="tozero")
 
 
 def temperature_figure(recording: Recording) -> go.Figure | None:
     traces = _reading_traces(recording, lambda p: p.temperature_celsius)
-    return _time_figure(recording, "Temperature (hottest sensor)", "°C", traces)
+    return _time_figure("°C", traces)
 
 
 def clocks_figure(recording: Recording) -> go.Figure | None:
     traces = list(_keyed_traces(recording, lambda p: p.clocks_hertz))
-    return _time_figure(recording, "Clocks", "Hz", traces, tickformat=".3s")
+    return _time_figure("Hz", traces, tickformat=".3s")
 
 
 def utilization_figure(recording: Recording) -> go.Figure | None:
@@ -109,9 +111,7 @@ def utilization_figure(recording: Recording) -> go.Figure | None:
         *_reading_traces(recording, lambda p: p.utilization_ratio, " utilization"),
         *_keyed_traces(recording, lambda p: p.activity),
     ]
-    return _time_figure(
-        recording, "Utilization and activity", "ratio", traces, range=[0, 1.05], tickformat=".0%"
-    )
+    return _time_figure("ratio", traces, range=[0, 1.05], tickformat=".0%")
 
 
 def throttle_intervals(points: list[Point], reason: str, tail: float) -> list[tuple[float, float]]:
@@ -158,10 +158,8 @@ def throttle_figure(recording: Recording) -> go.Figure | None:
             )
     if not bars:
         return None
-    figure = go.Figure(bars)
-    figure.update_layout(
-        template=TEMPLATE,
-        title="Throttle reasons (active spans)",
+    figure = _styled(
+        go.Figure(bars),
         xaxis_title=TIME_AXIS,
         showlegend=False,
         barmode="overlay",
@@ -185,18 +183,22 @@ def energy_figure(recording: Recording) -> go.Figure | None:
             name="energy",
         )
     )
-    figure.update_layout(template=TEMPLATE, title="Energy per device and domain", yaxis_title="J")
-    return figure
+    return _styled(figure, yaxis_title="J")
 
 
 #: Every section in the order the report shows them: anchor, heading, builder, text when empty.
 SECTIONS: tuple[tuple[str, str, Callable[[Recording], go.Figure | None], str], ...] = (
-    ("power", "Power", power_figure, "No power readings in this recording."),
-    ("temperature", "Temperature", temperature_figure, "No temperature readings in this recording."),
+    ("power", "Power per device and domain", power_figure, "No power readings in this recording."),
+    (
+        "temperature",
+        "Temperature (hottest sensor)",
+        temperature_figure,
+        "No temperature readings in this recording.",
+    ),
     ("clocks", "Clocks", clocks_figure, "No clock readings in this recording."),
     ("utilization", "Utilization and activity", utilization_figure, "No utilization readings."),
-    ("throttle", "Throttle reasons", throttle_figure, "No throttle reason was active."),
-    ("energy", "Energy", energy_figure, "No energy figure for any device or domain."),
+    ("throttle", "Throttle reasons, when each was active", throttle_figure, "No throttle reason was active."),
+    ("energy", "Energy per device and domain", energy_figure, "No energy figure for any device or domain."),
 )
 
 

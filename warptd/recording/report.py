@@ -45,6 +45,13 @@ def _percent(value: float | None) -> str:
     return ABSENT if value is None else f"{value:.0%}"
 
 
+def _value(value: float | str | None) -> str:
+    """A workload figure: numbers to six significant digits (4.1e+14 FLOP/s), text as it is."""
+    if value is None:
+        return ABSENT
+    return f"{value:.6g}" if isinstance(value, float) else value
+
+
 def _when(unix: float | None) -> str:
     if unix is None:
         return ABSENT
@@ -76,9 +83,7 @@ def _overview(recording: Recording) -> str:
         ("cost", _number(recording.cost, "", 4)),
     ]
     items += [(f"label {key}", value) for key, value in sorted(recording.labels.items())]
-    items += [
-        (f"workload {key}", ABSENT if v is None else str(v)) for key, v in sorted(recording.workload.items())
-    ]
+    items += [(f"workload {key}", _value(v)) for key, v in sorted(recording.workload.items())]
     return '<table id="overview">\n' + _rows([(k, False), (v, False)] for k, v in items) + "\n</table>"
 
 
