@@ -44,8 +44,13 @@ def _series(
     return [t for t, _ in pairs], [v for _, v in pairs]
 
 
+#: Up to this many samples a line also marks each sample; beyond, the marks would hide the line.
+MARKED_SAMPLES = 300
+
+
 def _line(name: str, xs: list[float], ys: list[float]) -> go.Scatter:
-    return go.Scatter(x=xs, y=ys, name=label(name), mode="lines+markers", marker={"size": 4})
+    mode = "lines+markers" if len(xs) <= MARKED_SAMPLES else "lines"
+    return go.Scatter(x=xs, y=ys, name=label(name), mode=mode, marker={"size": 4})
 
 
 def _styled(figure: go.Figure, **layout: object) -> go.Figure:
