@@ -88,6 +88,7 @@ def test_openapi_document_lists_every_route(live):
         "/openapi.json",
         "/stress",
         "/stress/{job_id}",
+        "/stress/{job_id}/report",
     }
     request = document["paths"]["/stress"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request == {"$ref": "#/components/schemas/StressRequest"}

@@ -149,6 +149,7 @@ _COMMAND_GROUPS = {
     "list": (LOADING,),
     "sample": (SAMPLING, LOADING),
     "stress": (SAMPLING, LOADING),
+    "report": (),
 }
 
 
@@ -164,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The daemon's flags, and each subcommand with its own flags and the shared ones it uses."""
     parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
     parser.add_argument("--version", action="version", version=f"warptd {__version__}")
-    sub = parser.add_subparsers(dest="command", title="commands", metavar="{serve,list,sample,stress}")
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="{serve,list,sample,stress,report}")
     serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
     listing = sub.add_parser(
         "list", help="list the devices of every backend", description="List every device."
@@ -194,7 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--size", type=_integer, metavar="N", help="matmul: matrix side; memory: MiB per buffer"
     )
     stress.add_argument("--json", action="store_true", help="print the result as JSON")
+    report = sub.add_parser(
+        "report",
+        help="render a saved recording as an HTML report",
+        description="Render a recording's JSON (a stress run, window or profile) as a self-contained HTML "
+        "report; needs the report extra (plotly).",
+    )
+    report.add_argument("recording", metavar="RECORDING.json", help="the recording's JSON; - for stdin")
+    report.add_argument("-o", "--output", metavar="FILE", help="where to write the HTML (default: stdout)")
     _add_flags(parser, "serve", None)  # `warptd` alone serves
-    for name, command in (("serve", serve), ("list", listing), ("sample", sample), ("stress", stress)):
+    for name, command in (
+        ("serve", serve),
+        ("list", listing),
+        ("sample", sample),
+        ("stress", stress),
+        ("report", report),
+    ):
         _add_flags(command, name, argparse.SUPPRESS)
     return parser

@@ -1,4 +1,4 @@
-"""The ``warptd`` command: serve (default), list, sample, stress."""
+"""The ``warptd`` command: serve (default), list, sample, stress, report."""
 
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = args.command or "serve"
+    if command == "report":  # a file in, a file out: no settings, no backends
+        from warptd.recording.cli import run_report
+
+        return run_report(args.recording, args.output)
     try:
         settings = _settings(args)
         configure_logging(_log_level(settings, command), settings.log_format)

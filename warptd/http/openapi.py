@@ -37,15 +37,16 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "malformed request",
         401: "missing or wrong bearer token",
         403: "not allowed from this client",
-        404: "no such job, or stress disabled",
+        404: "no such job, no recording for it, or stress disabled",
         405: "method not allowed",
         408: "body not received in time",
-        409: "device busy, or job already ended",
+        409: "device busy, job already ended, or (report) job still running",
         411: "chunked body",
         413: "body over 64 KiB",
         415: "body is not application/json",
         422: "invalid parameters",
-        503: "torch missing or shutting down",
+        500: "the report renderer failed",
+        503: "torch or plotly missing, shutting down, or reports busy",
     }
     return {str(code): _json("ErrorBody", texts[code]) for code in codes}
 
@@ -150,6 +151,16 @@ def openapi_document() -> dict[str, Any]:
                     "summary": "cancel a running job",
                     "security": [{}, {"bearer": []}],
                     "responses": {"200": _json("JobView", "cancelled"), **_errors(401, 403, 404, 409)},
+                },
+            },
+            "/stress/{job_id}/report": {
+                "parameters": job_id,
+                "get": {
+                    "summary": "an ended job's recording as a self-contained HTML report (report extra)",
+                    "responses": {
+                        "200": _plain("text/html", "the report: plots and summary, works offline"),
+                        **_errors(404, 409, 500, 503),
+                    },
                 },
             },
         },

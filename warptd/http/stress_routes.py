@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from warptd.config import plain_message
 from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.reports import report_response
+from warptd.recording.schema import Recording
 from warptd.stress.jobs import Job, JobManager, StressError
 from warptd.stress.torch_device import DTYPES
 
@@ -113,6 +115,12 @@ def parse_request(request: Request) -> StressRequest:
         raise _validation_error(exc) from None
 
 
+def job_recording(job: Job) -> Recording | None:
+    """The recording a finished job carries, where jobs carry one (``Job.recording``), else None."""
+    recording = getattr(job, "recording", None)
+    return recording if isinstance(recording, Recording) else None
+
+
 def _disabled(_: Request) -> Response:
     raise HttpError(404, "stress endpoints are disabled on this daemon (--no-stress)")
 
@@ -125,6 +133,7 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
             ("POST", "/stress"),
             ("GET", "/stress/{job_id}"),
             ("DELETE", "/stress/{job_id}"),
+            ("GET", "/stress/{job_id}/report"),
         ):
             router.add(method, path, _disabled)
         return
@@ -159,7 +168,19 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
         manager.cancel(job.id)
         return json_response(200, job.view())
 
+    def report(request: Request) -> Response:
+        job = find(request)
+        if job.status.active:
+            raise HttpError(
+                409, f"stress job {job.id} is still {job.status}; its report is ready when it ends"
+            )
+        recording = job_recording(job)
+        if recording is None:
+            raise HttpError(404, f"no recording for stress job {job.id}")
+        return report_response(recording)
+
     router.add("POST", "/stress", start, offload=True)  # spawns a process
     router.add("GET", "/stress", listing, offload=True)  # the job manager's lock
     router.add("GET", "/stress/{job_id}", show, offload=True)
     router.add("DELETE", "/stress/{job_id}", cancel, offload=True)
+    router.add("GET", "/stress/{job_id}/report", report, offload=True)  # a child process renders it
