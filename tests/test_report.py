@@ -325,4 +325,6 @@ def test_the_daemon_serves_reports_without_importing_plotly():
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert measured["statuses"] == [200, 200, 200] and measured["report_bytes"] > 4_000_000
     assert measured["plotly_in_daemon"] is False
-    assert measured["rss_after_mib"] - measured["rss_before_mib"] < 80, measured
+    # Three 5 MB reports (the client in the same process) add ~11 MiB with glibc's mmap threshold
+    # pinned; unpinned, or with plotly imported here, it is 26 MiB or more.
+    assert measured["rss_after_mib"] - measured["rss_before_mib"] < 22, measured

@@ -19,7 +19,7 @@ from warptd.exporter.exposition import Exposition
 from warptd.exporter.kubernetes import KubernetesCollector
 from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
 from warptd.http.app import Router
-from warptd.http.limits import HttpLimits, raise_nofile_limit
+from warptd.http.limits import HttpLimits, raise_nofile_limit, return_large_buffers
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
@@ -75,6 +75,7 @@ class Daemon:
         web = load_web_config(settings.web_config_file) if settings.web_config_file else None
         self._scheme = "https" if web and web.tls_server_config else "http"
         raise_nofile_limit()  # thousands of connections need thousands of descriptors
+        return_large_buffers()  # report bodies are megabytes: give their memory back once sent
         self.server = WarptdHTTPServer(
             host,
             port,
