@@ -13,7 +13,7 @@ from warptd.backends.base import AcceleratorBackend
 from warptd.backends.shared_session import SharedSession
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.install import install_command
-from warptd.models import GPUInfo, MemoryUsage, Utilization
+from warptd.models import GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -45,6 +45,14 @@ _SENTINELS = frozenset({0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
 #: ``power_cap`` is µW on Linux bare metal but W from the virtualisation-host build (amdsmi.h):
 #: no GPU is capped below this many µW (0.1 W), so a smaller number is watts.
 _POWER_CAP_MICROWATTS_MIN = 100_000
+#: Media-engine activity arrays of the GPU metrics table (% per instance) by the engine label exported.
+_ENGINES = {"vcn": "vcn_activity", "jpeg": "jpeg_activity"}
+#: XGMI per-link accumulators of the GPU metrics table (KB) by direction, from this GPU's side.
+_XGMI = {"rx": "xgmi_read_data_acc", "tx": "xgmi_write_data_acc"}
+#: amdsmi's KB, like its MB, is binary (the kernel header says "KiloBytes").
+_KB = 1024
+#: The fan sensor read: amdsmi has no fan count, and boards with fans report them as sensor 0.
+_FAN_SENSOR = 0
 
 
 @dataclass
@@ -112,6 +120,12 @@ def _int(value: object) -> int | None:
     return int(number) if number is not None else None
 
 
+def _per_instance(values: object, scale: float = 1.0) -> dict[str, float]:
+    """A metrics-table array by instance number (``"0"``…), leaving out the "N/A" entries."""
+    numbers = [_number(v) for v in values] if isinstance(values, list) else []
+    return {str(i): n * scale for i, n in enumerate(numbers) if n is not None}
+
+
 def _text(value: object) -> str | None:
     """A reported string, or None for amdsmi's ``"N/A"`` and empty strings."""
     if not isinstance(value, str) or value.strip() in ("", "N/A"):
@@ -141,6 +155,9 @@ class AmdBackend(AcceleratorBackend):
         self._uuids: dict[int, str] = {}
         self._hip_ids: dict[int, int] = {}
         self._throttle_supported: dict[int, list[str]] = {}
+        self._fan_max: dict[int, float] = {}
+        #: This read's GPU metrics table (``amdsmi_get_gpu_metrics_info``), fetched once in begin_read.
+        self._table: dict[str, Any] = {}
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         sdk = self._sdk
@@ -306,6 +323,53 @@ class AmdBackend(AcceleratorBackend):
         if percents is None:
             return None
         return [reason for reason, pct in percents.items() if pct > 0]
+
+    # -- health, activity and traffic -------------------------------------------------------
+    def begin_read(self, index: int, power_only: bool) -> None:
+        """One GPU metrics table per full read: the engine activities and XGMI counters share it."""
+        table = None if power_only else self._get(index, "metrics_table", "amdsmi_get_gpu_metrics_info")
+        self._table = table or {}
+
+    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        engines = {
+            (engine, instance): percent / 100
+            for engine, key in _ENGINES.items()
+            for instance, percent in _per_instance(self._table.get(key)).items()
+        }
+        fan = self._fan_speed(index)
+        gauges = {
+            "warptd_device_engine_active_ratio": engines,
+            "warptd_device_fan_speed_ratio": {(str(_FAN_SENSOR),): fan} if fan is not None else {},
+        }
+        return {name: values for name, values in gauges.items() if values}
+
+    def _fan_speed(self, index: int) -> float | None:
+        """Fan speed over its maximum, both on the PWM scale (0..255); the maximum is read once."""
+        if index not in self._fan_max:
+            top = _number(self._get(index, "fan_speed_max", "amdsmi_get_gpu_fan_speed_max", _FAN_SENSOR))
+            if not top:
+                return None  # no fan (NOT_SUPPORTED, remembered by call) or failing now: asked again
+            self._fan_max[index] = top
+        speed = _number(self._get(index, "fan_speed", "amdsmi_get_gpu_fan_speed", _FAN_SENSOR))
+        return speed / self._fan_max[index] if speed is not None else None
+
+    def get_counters(self, index: int) -> dict[str, LabelledValues]:
+        ecc = self._get(index, "ecc", "amdsmi_get_gpu_total_ecc_count") or {}
+        kinds = {"corrected": "correctable_count", "uncorrected": "uncorrectable_count"}
+        replays = _number(self._get(index, "pcie_replays", "amdsmi_get_gpu_pci_replay_counter"))
+        xgmi = {
+            (link, direction): kb
+            for direction, key in _XGMI.items()
+            for link, kb in _per_instance(self._table.get(key), _KB).items()
+        }
+        counters = {
+            "warptd_device_ecc_errors_total": {
+                (kind,): count for kind, key in kinds.items() if (count := _number(ecc.get(key))) is not None
+            },
+            "warptd_device_pcie_replays_total": {(): replays} if replays is not None else {},
+            "warptd_device_nvlink_bytes_total": xgmi,
+        }
+        return {name: values for name, values in counters.items() if values}
 
     def shutdown(self) -> None:
         self._lease.release()
