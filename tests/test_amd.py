@@ -38,8 +38,12 @@ def fake() -> FakeAmdsmi:
         fan_speed=102,  # of 255
         pcie_replays=0,
     )
-    # MI300 and newer only; a consumer card without ECC
-    navi.unsupported = {"amdsmi_get_violation_status", "amdsmi_get_gpu_total_ecc_count"}
+    # MI300 and newer only; a consumer card without ECC, so without bad pages
+    navi.unsupported = {
+        "amdsmi_get_violation_status",
+        "amdsmi_get_gpu_total_ecc_count",
+        "amdsmi_get_gpu_bad_page_info",
+    }
     fake = FakeAmdsmi([FakeGpu(index=0), navi])
     with fake.installed():
         yield fake
@@ -471,6 +475,17 @@ def test_health_activity_and_traffic_in_base_units(rig, fake):
     assert value(samples, "warptd_sample_errors_total", backend="amd", kind="invalid_value") == 0
 
 
+def test_retired_pages_pending_from_the_bad_pages(rig, fake):
+    status = wrapper.AMDSMI_MEM_PAGE_STATUS_RESERVED, wrapper.AMDSMI_MEM_PAGE_STATUS_PENDING
+    samples = rig.tick()
+    assert value(samples, "warptd_device_retired_pages_pending", **DEV0) == 0  # no bad pages
+    assert not select(samples, "warptd_device_retired_pages_pending", **DEV1)  # no ECC, no RAS
+    fake.gpus[0].bad_pages = [status[0], status[0]]  # retired already: nothing pending
+    assert value(rig.tick(), "warptd_device_retired_pages_pending", **DEV0) == 0
+    fake.gpus[0].bad_pages.append(status[1])  # retired at the next driver load
+    assert value(rig.tick(), "warptd_device_retired_pages_pending", **DEV0) == 1
+
+
 def test_one_metrics_table_per_read_and_unsupported_asked_once(rig, fake):
     fake.gpus[1].unsupported.add("amdsmi_get_gpu_metrics_info")
     rig.tick()
@@ -483,6 +498,7 @@ def test_one_metrics_table_per_read_and_unsupported_asked_once(rig, fake):
     assert delta["amdsmi_get_gpu_fan_speed"] == 3  # GPU 1 only
     assert delta["amdsmi_get_gpu_fan_speed_max"] == 0  # static: read at the first sample only
     assert delta["amdsmi_get_gpu_pci_replay_counter"] == 6
+    assert delta["amdsmi_get_gpu_bad_page_info"] == 3  # GPU 1: NOT_SUPPORTED, asked once
     assert select(samples, "warptd_device_engine_active_ratio", **DEV0)
     assert not select(samples, "warptd_device_engine_active_ratio", **DEV1)
     assert value(samples, "warptd_device_fan_speed_ratio", fan="0", **DEV1) == pytest.approx(0.4)

@@ -106,6 +106,7 @@ API = (
     "amdsmi_get_gpu_pci_replay_counter",
     "amdsmi_get_gpu_fan_speed",
     "amdsmi_get_gpu_fan_speed_max",
+    "amdsmi_get_gpu_bad_page_info",
 )
 _REAL = {name: getattr(amdsmi, name) for name in API}
 _handle_values = itertools.count(0x7F00_0000_1000, 0x1000)
@@ -169,6 +170,8 @@ class FakeGpu:
     #: Fan sensor 0 on the PWM scale; None: no fan (MI300X is passively cooled), NOT_SUPPORTED.
     fan_speed: int | None = None
     fan_speed_max: int = 255
+    #: ``amdsmi_get_gpu_bad_page_info``: the status of each retired page (``AMDSMI_MEM_PAGE_STATUS_*``).
+    bad_pages: list[int] = field(default_factory=list)
     #: C function names answering AMDSMI_STATUS_NOT_SUPPORTED on this GPU.
     unsupported: set[str] = field(default_factory=set)
     #: C function name -> a status code to answer, or an exception to raise.
@@ -343,6 +346,12 @@ class FakeAmdsmi:
                 raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
             out._obj.value = g.fan_speed_max
 
+        def bad_pages(g: FakeGpu, count: Any, records: Any) -> None:
+            if records:  # the second call, with room for count._obj.value records
+                for record, status in zip(records, g.bad_pages, strict=False):
+                    record.page_address, record.page_size, record.status = 0x1000 * status, 4096, status
+            count._obj.value = len(g.bad_pages)
+
         # --- end amd-alerts ---
         per_gpu = {
             "amdsmi_get_gpu_asic_info": asic,
@@ -363,6 +372,7 @@ class FakeAmdsmi:
             "amdsmi_get_gpu_pci_replay_counter": replays,
             "amdsmi_get_gpu_fan_speed": fan,
             "amdsmi_get_gpu_fan_speed_max": fan_max,
+            "amdsmi_get_gpu_bad_page_info": bad_pages,
         }
         system = {
             "amdsmi_init": init,

@@ -336,10 +336,11 @@ class AmdBackend(AcceleratorBackend):
             for engine, key in _ENGINES.items()
             for instance, percent in _per_instance(self._table.get(key)).items()
         }
-        fan = self._fan_speed(index)
+        fan, pending = self._fan_speed(index), self._retirement_pending(index)
         gauges = {
             "warptd_device_engine_active_ratio": engines,
             "warptd_device_fan_speed_ratio": {(str(_FAN_SENSOR),): fan} if fan is not None else {},
+            "warptd_device_retired_pages_pending": {(): pending} if pending is not None else {},
         }
         return {name: values for name, values in gauges.items() if values}
 
@@ -352,6 +353,14 @@ class AmdBackend(AcceleratorBackend):
             self._fan_max[index] = top
         speed = _number(self._get(index, "fan_speed", "amdsmi_get_gpu_fan_speed", _FAN_SENSOR))
         return speed / self._fan_max[index] if speed is not None else None
+
+    def _retirement_pending(self, index: int) -> float | None:
+        """1 while a bad page waits for retirement (it is reserved at the next driver load), else 0."""
+        pages = self._get(index, "bad_pages", "amdsmi_get_gpu_bad_page_info")
+        if pages is None:
+            return None
+        pending = self._sdk.amdsmi_wrapper.AMDSMI_MEM_PAGE_STATUS_PENDING
+        return float(any(page.get("status") == pending for page in pages))
 
     def get_counters(self, index: int) -> dict[str, LabelledValues]:
         ecc = self._get(index, "ecc", "amdsmi_get_gpu_total_ecc_count") or {}
