@@ -47,6 +47,8 @@ _SENTINELS = frozenset({0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
 _POWER_CAP_MICROWATTS_MIN = 100_000
 #: Media-engine activity arrays of the GPU metrics table (% per instance) by the engine label exported.
 _ENGINES = {"vcn": "vcn_activity", "jpeg": "jpeg_activity"}
+#: ``amdsmi_get_gpu_total_ecc_count`` keys by the ``kind`` exported (deferred errors are not: hardware.md).
+_ECC_KINDS = {"corrected": "correctable_count", "uncorrected": "uncorrectable_count"}
 #: XGMI per-link accumulators of the GPU metrics table (KB) by direction, from this GPU's side.
 _XGMI = {"rx": "xgmi_read_data_acc", "tx": "xgmi_write_data_acc"}
 #: amdsmi's KB, like its MB, is binary (the kernel header says "KiloBytes").
@@ -124,6 +126,16 @@ def _per_instance(values: object, scale: float = 1.0) -> dict[str, float]:
     """A metrics-table array by instance number (``"0"``…), leaving out the "N/A" entries."""
     numbers = [_number(v) for v in values] if isinstance(values, list) else []
     return {str(i): n * scale for i, n in enumerate(numbers) if n is not None}
+
+
+def _one(value: float | None, *labels: str) -> LabelledValues:
+    """One series with these label values, or none for an absent value."""
+    return {labels: value} if value is not None else {}
+
+
+def _reported(metrics: dict[str, LabelledValues]) -> dict[str, LabelledValues]:
+    """The metrics that have at least one series: a metric the GPU lacks is absent."""
+    return {name: values for name, values in metrics.items() if values}
 
 
 def _text(value: object) -> str | None:
@@ -336,13 +348,13 @@ class AmdBackend(AcceleratorBackend):
             for engine, key in _ENGINES.items()
             for instance, percent in _per_instance(self._table.get(key)).items()
         }
-        fan, pending = self._fan_speed(index), self._retirement_pending(index)
-        gauges = {
-            "warptd_device_engine_active_ratio": engines,
-            "warptd_device_fan_speed_ratio": {(str(_FAN_SENSOR),): fan} if fan is not None else {},
-            "warptd_device_retired_pages_pending": {(): pending} if pending is not None else {},
-        }
-        return {name: values for name, values in gauges.items() if values}
+        return _reported(
+            {
+                "warptd_device_engine_active_ratio": engines,
+                "warptd_device_fan_speed_ratio": _one(self._fan_speed(index), str(_FAN_SENSOR)),
+                "warptd_device_retired_pages_pending": _one(self._retirement_pending(index)),
+            }
+        )
 
     def _fan_speed(self, index: int) -> float | None:
         """Fan speed over its maximum, both on the PWM scale (0..255); the maximum is read once."""
@@ -364,21 +376,22 @@ class AmdBackend(AcceleratorBackend):
 
     def get_counters(self, index: int) -> dict[str, LabelledValues]:
         ecc = self._get(index, "ecc", "amdsmi_get_gpu_total_ecc_count") or {}
-        kinds = {"corrected": "correctable_count", "uncorrected": "uncorrectable_count"}
+        errors: LabelledValues = {}
+        for kind, key in _ECC_KINDS.items():
+            errors |= _one(_number(ecc.get(key)), kind)
         replays = _number(self._get(index, "pcie_replays", "amdsmi_get_gpu_pci_replay_counter"))
         xgmi = {
-            (link, direction): kb
+            (link, direction): count
             for direction, key in _XGMI.items()
-            for link, kb in _per_instance(self._table.get(key), _KB).items()
+            for link, count in _per_instance(self._table.get(key), _KB).items()
         }
-        counters = {
-            "warptd_device_ecc_errors_total": {
-                (kind,): count for kind, key in kinds.items() if (count := _number(ecc.get(key))) is not None
-            },
-            "warptd_device_pcie_replays_total": {(): replays} if replays is not None else {},
-            "warptd_device_nvlink_bytes_total": xgmi,
-        }
-        return {name: values for name, values in counters.items() if values}
+        return _reported(
+            {
+                "warptd_device_ecc_errors_total": errors,
+                "warptd_device_pcie_replays_total": _one(replays),
+                "warptd_device_nvlink_bytes_total": xgmi,
+            }
+        )
 
     def shutdown(self) -> None:
         self._lease.release()
