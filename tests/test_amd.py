@@ -34,8 +34,16 @@ def fake() -> FakeAmdsmi:
         average_socket_power=212,
         power_cap_uw=300_000_000,
         temperatures={TT.EDGE: 55, TT.HOTSPOT: 61, TT.VRAM: 58},
+        metrics={"vcn_activity": [10, 250]},  # two VCNs, no XGMI; 250 % is out of range: "N/A"
+        fan_speed=102,  # of 255
+        pcie_replays=0,
     )
-    navi.unsupported = {"amdsmi_get_violation_status"}  # MI300 and newer only
+    # MI300 and newer only; a consumer card without ECC, so without bad pages
+    navi.unsupported = {
+        "amdsmi_get_violation_status",
+        "amdsmi_get_gpu_total_ecc_count",
+        "amdsmi_get_gpu_bad_page_info",
+    }
     fake = FakeAmdsmi([FakeGpu(index=0), navi])
     with fake.installed():
         yield fake
@@ -432,4 +440,99 @@ def test_exposition_passes_promtool(rig, fake):
     fake.gpus[0].violations["per_ppt_pwr"] = 12
     rig.tick()
     body = rig.exposition.render(None, None)[0]
+    for family in ("ecc_errors_total", "nvlink_bytes_total", "engine_active_ratio", "fan_speed_ratio"):
+        assert f"# TYPE warptd_device_{family} ".encode() in body, family
     assert_promtool_clean(body)
+
+
+# --- amd-alerts: health, activity and traffic -------------------------------------------------------
+
+
+def _by(samples, name: str, label: str, **labels: str) -> dict[str, float]:
+    return {s.labels[label]: s.value for s in select(samples, name, **labels)}
+
+
+def test_health_activity_and_traffic_in_base_units(rig, fake):
+    samples = rig.tick()
+    ecc = _by(samples, "warptd_device_ecc_errors_total", "kind", **DEV0)
+    assert ecc == {"corrected": 5, "uncorrected": 0}  # the deferred count is not exported
+    assert value(samples, "warptd_device_pcie_replays_total", **DEV0) == 2
+    assert value(samples, "warptd_device_pcie_replays_total", **DEV1) == 0
+    rx = _by(samples, "warptd_device_nvlink_bytes_total", "link", direction="rx", **DEV0)
+    tx = _by(samples, "warptd_device_nvlink_bytes_total", "link", direction="tx", **DEV0)
+    assert rx == {"0": 1_000 * 1024, "1": 2_000 * 1024, **dict.fromkeys("23456", 0)}  # KB; link 7: N/A
+    assert tx["0"] == 4_000 * 1024 and tx["1"] == 8_000 * 1024 and len(tx) == 7
+    vcn = _by(samples, "warptd_device_engine_active_ratio", "instance", engine="vcn", **DEV0)
+    assert vcn == pytest.approx({"0": 0.2, "1": 0.0, "2": 0.07, "3": 0.0})
+    jpeg = _by(samples, "warptd_device_engine_active_ratio", "instance", engine="jpeg", **DEV0)
+    assert jpeg == pytest.approx({"0": 0.03, "1": 0.0, "2": 0.0, "3": 0.0})  # the other 28: N/A
+    assert not select(samples, "warptd_device_fan_speed_ratio", **DEV0)  # passively cooled
+    # the Navi card: a fan, one VCN in range, no ECC and no XGMI
+    assert value(samples, "warptd_device_fan_speed_ratio", fan="0", **DEV1) == pytest.approx(102 / 255)
+    assert _by(samples, "warptd_device_engine_active_ratio", "instance", **DEV1) == {"0": 0.1}
+    assert not select(samples, "warptd_device_ecc_errors_total", **DEV1)
+    assert not select(samples, "warptd_device_nvlink_bytes_total", **DEV1)
+    assert value(samples, "warptd_sample_errors_total", backend="amd", kind="invalid_value") == 0
+
+
+def test_retired_pages_pending_from_the_bad_pages(rig, fake):
+    status = wrapper.AMDSMI_MEM_PAGE_STATUS_RESERVED, wrapper.AMDSMI_MEM_PAGE_STATUS_PENDING
+    samples = rig.tick()
+    assert value(samples, "warptd_device_retired_pages_pending", **DEV0) == 0  # no bad pages
+    assert not select(samples, "warptd_device_retired_pages_pending", **DEV1)  # no ECC, no RAS
+    fake.gpus[0].bad_pages = [status[0], status[0]]  # retired already: nothing pending
+    assert value(rig.tick(), "warptd_device_retired_pages_pending", **DEV0) == 0
+    fake.gpus[0].bad_pages.append(status[1])  # retired at the next driver load
+    assert value(rig.tick(), "warptd_device_retired_pages_pending", **DEV0) == 1
+
+
+def test_one_metrics_table_per_read_and_unsupported_asked_once(rig, fake):
+    fake.gpus[1].unsupported.add("amdsmi_get_gpu_metrics_info")
+    rig.tick()
+    before = {name: fake.calls(name) for name in fake.mocks}
+    for _ in range(3):
+        samples = rig.tick("amd")
+    delta = {name: fake.calls(name) - before[name] for name in before}
+    assert delta["amdsmi_get_gpu_metrics_info"] == 3  # GPU 0 only, once a read
+    assert delta["amdsmi_get_gpu_total_ecc_count"] == 3  # GPU 1: NOT_SUPPORTED, asked once
+    assert delta["amdsmi_get_gpu_fan_speed"] == 3  # GPU 1 only
+    assert delta["amdsmi_get_gpu_fan_speed_max"] == 0  # static: read at the first sample only
+    assert delta["amdsmi_get_gpu_pci_replay_counter"] == 6
+    assert delta["amdsmi_get_gpu_bad_page_info"] == 3  # GPU 1: NOT_SUPPORTED, asked once
+    assert select(samples, "warptd_device_engine_active_ratio", **DEV0)
+    assert not select(samples, "warptd_device_engine_active_ratio", **DEV1)
+    assert value(samples, "warptd_device_fan_speed_ratio", fan="0", **DEV1) == pytest.approx(0.4)
+    assert value(samples, "warptd_sample_errors_total", backend="amd", kind="sdk_error") == 0
+
+
+def test_health_and_traffic_counters_stay_monotonic_across_a_driver_reload(rig, fake):
+    gpu = fake.gpus[0]
+    totals = []
+    # ECC and replays count since the driver loaded, the XGMI accumulators since the firmware did:
+    # a reload starts them over, and the exported totals keep growing.
+    for correctable, replays, read_kb in ((5, 2, 1_000), (9, 4, 1_500), (1, 0, 200), (3, 1, 300)):
+        gpu.ecc_correctable, gpu.pcie_replays = correctable, replays
+        gpu.metrics["xgmi_read_data_acc"] = [read_kb]
+        samples = rig.tick("amd")
+        totals.append(
+            (
+                value(samples, "warptd_device_ecc_errors_total", kind="corrected", **DEV0),
+                value(samples, "warptd_device_pcie_replays_total", **DEV0),
+                value(samples, "warptd_device_nvlink_bytes_total", link="0", direction="rx", **DEV0),
+            )
+        )
+    assert totals == [
+        (5, 2, 1_000 * 1024),
+        (9, 4, 1_500 * 1024),
+        (10, 4, 1_700 * 1024),
+        (12, 5, 1_800 * 1024),
+    ]
+
+
+def test_lost_gpu_drops_its_health_series(rig, fake):
+    rig.tick()
+    fake.gpus[0].lost = True
+    samples = rig.tick()
+    for name in ("warptd_device_ecc_errors_total", "warptd_device_nvlink_bytes_total"):
+        assert not select(samples, name, **DEV0), name
+    assert value(samples, "warptd_device_pcie_replays_total", **DEV1) == 0

@@ -1,8 +1,9 @@
 """A real Prometheus (Debian package, loopback) scrapes the daemon every second and answers every
 PromQL expression of the shipped dashboard and alert rules. A renamed metric breaks this test.
 
-Run once with the NVML double (plus CPU, NVML power, RAPL fixture, an amdgpu card, a kubelet double
-allocating a GPU to a pod and finished stress jobs), where
+Run once with the NVML double (plus CPU, NVML power, RAPL fixture, an amdgpu card read through sysfs,
+an MI300X through the amdsmi double, a kubelet double allocating a GPU to a pod and finished stress
+jobs), where
 every query must return data, and once with the CPU backend alone, where every query must run and
 return data whenever all the metrics it names are in that daemon's exposition.
 """
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from tests.conftest import require_tool
+from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu
 from tests.helpers import http, wait_until
 from tests.kubelet import FakeKubelet
 from tests.sysfs_tree import drm_card
@@ -152,12 +154,15 @@ def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
     kubelet.pods = {("ml", "train-0", "trainer"): {"nvidia.com/gpu": [fake_nvml.gpus[0].uuid]}}
     settings.interval = 0.5
     settings.kubelet_socket = kubelet.socket
-    daemon = Daemon(settings)
-    daemon.start()
-    prom = Prometheus(tmp_path, daemon.port)
-    yield daemon, prom
-    prom.stop()
-    daemon.stop()
+    # An MI300X beside the sysfs card: ECC, PCIe replay, XGMI and media-engine series from amdsmi.
+    amd = FakeAmdsmi([FakeGpu(index=0, bdf=(0, 0xC3, 0, 0))])
+    with amd.installed():
+        daemon = Daemon(settings)
+        daemon.start()
+        prom = Prometheus(tmp_path, daemon.port)
+        yield daemon, prom
+        prom.stop()
+        daemon.stop()
     kubelet.stop()
 
 

@@ -101,6 +101,12 @@ API = (
     "amdsmi_get_temp_metric",
     "amdsmi_get_clock_info",
     "amdsmi_get_violation_status",
+    "amdsmi_get_gpu_metrics_info",
+    "amdsmi_get_gpu_total_ecc_count",
+    "amdsmi_get_gpu_pci_replay_counter",
+    "amdsmi_get_gpu_fan_speed",
+    "amdsmi_get_gpu_fan_speed_max",
+    "amdsmi_get_gpu_bad_page_info",
 )
 _REAL = {name: getattr(amdsmi, name) for name in API}
 _handle_values = itertools.count(0x7F00_0000_1000, 0x1000)
@@ -146,6 +152,26 @@ class FakeGpu:
         )
     )
     hip_id: int | None = None
+    #: GPU metrics table fields (``amdsmi_gpu_metrics_t``) by name, in its units (%, KB, counts): a
+    #: list fills an array from its start; every field not named reads as all ones ("N/A").
+    metrics: dict[str, int | list[int]] = field(
+        default_factory=lambda: {
+            "vcn_activity": [20, 0, 7, 0],
+            "jpeg_activity": [3, 0, 0, 0],
+            "xgmi_read_data_acc": [1_000, 2_000, 0, 0, 0, 0, 0],  # MI300X: 7 XGMI links
+            "xgmi_write_data_acc": [4_000, 8_000, 0, 0, 0, 0, 0],
+        }
+    )
+    #: ``amdsmi_get_gpu_total_ecc_count``: counts summed over the RAS blocks, since the driver loaded.
+    ecc_correctable: int = 5
+    ecc_uncorrectable: int = 0
+    ecc_deferred: int = 1
+    pcie_replays: int = 2
+    #: Fan sensor 0 on the PWM scale; None: no fan (MI300X is passively cooled), NOT_SUPPORTED.
+    fan_speed: int | None = None
+    fan_speed_max: int = 255
+    #: ``amdsmi_get_gpu_bad_page_info``: the status of each retired page (``AMDSMI_MEM_PAGE_STATUS_*``).
+    bad_pages: list[int] = field(default_factory=list)
     #: C function names answering AMDSMI_STATUS_NOT_SUPPORTED on this GPU.
     unsupported: set[str] = field(default_factory=set)
     #: C function name -> a status code to answer, or an exception to raise.
@@ -289,6 +315,44 @@ class FakeAmdsmi:
                 setattr(status, name, percent)
                 setattr(status, name.replace("per_", "active_"), int(percent > 0))
 
+        # --- amd-alerts: metrics table, ECC, PCIe replays, fan ---
+        def metrics(g: FakeGpu, out: Any) -> None:
+            table = out._obj
+            for name, kind in table._fields_:
+                if name.startswith("PADDING"):
+                    continue
+                if _is_int(kind):
+                    setattr(table, name, g.metrics.get(name, _all_ones(kind)))
+                elif hasattr(kind, "_length_") and _is_int(kind._type_):  # an array of numbers
+                    values = list(g.metrics.get(name, []))  # type: ignore[call-overload]
+                    padding = [_all_ones(kind._type_)] * (kind._length_ - len(values))
+                    setattr(table, name, kind(*values, *padding))
+
+        def total_ecc(g: FakeGpu, out: Any) -> None:
+            counts = out._obj
+            counts.correctable_count, counts.uncorrectable_count = g.ecc_correctable, g.ecc_uncorrectable
+            counts.deferred_count = g.ecc_deferred
+
+        def replays(g: FakeGpu, out: Any) -> None:
+            out._obj.value = g.pcie_replays
+
+        def fan(g: FakeGpu, sensor: int, out: Any) -> None:
+            if g.fan_speed is None or sensor != 0:
+                raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+            out._obj.value = g.fan_speed
+
+        def fan_max(g: FakeGpu, sensor: int, out: Any) -> None:
+            if g.fan_speed is None or sensor != 0:
+                raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+            out._obj.value = g.fan_speed_max
+
+        def bad_pages(g: FakeGpu, count: Any, records: Any) -> None:
+            if records:  # the second call, with room for count._obj.value records
+                for record, status in zip(records, g.bad_pages, strict=False):
+                    record.page_address, record.page_size, record.status = 0x1000 * status, 4096, status
+            count._obj.value = len(g.bad_pages)
+
+        # --- end amd-alerts ---
         per_gpu = {
             "amdsmi_get_gpu_asic_info": asic,
             "amdsmi_get_gpu_device_uuid": uuid,
@@ -303,6 +367,12 @@ class FakeAmdsmi:
             "amdsmi_get_temp_metric": temperature,
             "amdsmi_get_clock_info": clock,
             "amdsmi_get_violation_status": violation,
+            "amdsmi_get_gpu_metrics_info": metrics,
+            "amdsmi_get_gpu_total_ecc_count": total_ecc,
+            "amdsmi_get_gpu_pci_replay_counter": replays,
+            "amdsmi_get_gpu_fan_speed": fan,
+            "amdsmi_get_gpu_fan_speed_max": fan_max,
+            "amdsmi_get_gpu_bad_page_info": bad_pages,
         }
         system = {
             "amdsmi_init": init,
@@ -350,6 +420,15 @@ class FakeAmdsmi:
 
     def calls(self, name: str) -> int:
         return self.mocks[name].call_count
+
+
+def _is_int(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, ctypes._SimpleCData) and kind._type_ in "BHILQbhilq"
+
+
+def _all_ones(kind: Any) -> int:
+    """The "not reported" value of an unsigned field: every bit set."""
+    return (1 << (8 * ctypes.sizeof(kind))) - 1
 
 
 def _check_arity(name: str, args: tuple[Any, ...]) -> None:

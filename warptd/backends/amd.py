@@ -13,7 +13,7 @@ from warptd.backends.base import AcceleratorBackend
 from warptd.backends.shared_session import SharedSession
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.install import install_command
-from warptd.models import GPUInfo, MemoryUsage, Utilization
+from warptd.models import GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -45,6 +45,16 @@ _SENTINELS = frozenset({0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
 #: ``power_cap`` is µW on Linux bare metal but W from the virtualisation-host build (amdsmi.h):
 #: no GPU is capped below this many µW (0.1 W), so a smaller number is watts.
 _POWER_CAP_MICROWATTS_MIN = 100_000
+#: Media-engine activity arrays of the GPU metrics table (% per instance) by the engine label exported.
+_ENGINES = {"vcn": "vcn_activity", "jpeg": "jpeg_activity"}
+#: ``amdsmi_get_gpu_total_ecc_count`` keys by the ``kind`` exported (deferred errors are not: hardware.md).
+_ECC_KINDS = {"corrected": "correctable_count", "uncorrected": "uncorrectable_count"}
+#: XGMI per-link accumulators of the GPU metrics table (KB) by direction, from this GPU's side.
+_XGMI = {"rx": "xgmi_read_data_acc", "tx": "xgmi_write_data_acc"}
+#: amdsmi's KB, like its MB, is binary (the kernel header says "KiloBytes").
+_KB = 1024
+#: The fan sensor read: amdsmi has no fan count, and boards with fans report them as sensor 0.
+_FAN_SENSOR = 0
 
 
 @dataclass
@@ -112,6 +122,22 @@ def _int(value: object) -> int | None:
     return int(number) if number is not None else None
 
 
+def _per_instance(values: object, scale: float = 1.0) -> dict[str, float]:
+    """A metrics-table array by instance number (``"0"``…), leaving out the "N/A" entries."""
+    numbers = [_number(v) for v in values] if isinstance(values, list) else []
+    return {str(i): n * scale for i, n in enumerate(numbers) if n is not None}
+
+
+def _one(value: float | None, *labels: str) -> LabelledValues:
+    """One series with these label values, or none for an absent value."""
+    return {labels: value} if value is not None else {}
+
+
+def _reported(metrics: dict[str, LabelledValues]) -> dict[str, LabelledValues]:
+    """The metrics that have at least one series: a metric the GPU lacks is absent."""
+    return {name: values for name, values in metrics.items() if values}
+
+
 def _text(value: object) -> str | None:
     """A reported string, or None for amdsmi's ``"N/A"`` and empty strings."""
     if not isinstance(value, str) or value.strip() in ("", "N/A"):
@@ -141,6 +167,9 @@ class AmdBackend(AcceleratorBackend):
         self._uuids: dict[int, str] = {}
         self._hip_ids: dict[int, int] = {}
         self._throttle_supported: dict[int, list[str]] = {}
+        self._fan_max: dict[int, float] = {}
+        #: This read's GPU metrics table (``amdsmi_get_gpu_metrics_info``), fetched once in begin_read.
+        self._table: dict[str, Any] = {}
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         sdk = self._sdk
@@ -306,6 +335,63 @@ class AmdBackend(AcceleratorBackend):
         if percents is None:
             return None
         return [reason for reason, pct in percents.items() if pct > 0]
+
+    # -- health, activity and traffic -------------------------------------------------------
+    def begin_read(self, index: int, power_only: bool) -> None:
+        """One GPU metrics table per full read: the engine activities and XGMI counters share it."""
+        table = None if power_only else self._get(index, "metrics_table", "amdsmi_get_gpu_metrics_info")
+        self._table = table or {}
+
+    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        engines = {
+            (engine, instance): percent / 100
+            for engine, key in _ENGINES.items()
+            for instance, percent in _per_instance(self._table.get(key)).items()
+        }
+        return _reported(
+            {
+                "warptd_device_engine_active_ratio": engines,
+                "warptd_device_fan_speed_ratio": _one(self._fan_speed(index), str(_FAN_SENSOR)),
+                "warptd_device_retired_pages_pending": _one(self._retirement_pending(index)),
+            }
+        )
+
+    def _fan_speed(self, index: int) -> float | None:
+        """Fan speed over its maximum, both on the PWM scale (0..255); the maximum is read once."""
+        if index not in self._fan_max:
+            top = _number(self._get(index, "fan_speed_max", "amdsmi_get_gpu_fan_speed_max", _FAN_SENSOR))
+            if not top:
+                return None  # no fan (NOT_SUPPORTED, remembered by call) or failing now: asked again
+            self._fan_max[index] = top
+        speed = _number(self._get(index, "fan_speed", "amdsmi_get_gpu_fan_speed", _FAN_SENSOR))
+        return speed / self._fan_max[index] if speed is not None else None
+
+    def _retirement_pending(self, index: int) -> float | None:
+        """1 while a bad page waits for retirement (it is reserved at the next driver load), else 0."""
+        pages = self._get(index, "bad_pages", "amdsmi_get_gpu_bad_page_info")
+        if pages is None:
+            return None
+        pending = self._sdk.amdsmi_wrapper.AMDSMI_MEM_PAGE_STATUS_PENDING
+        return float(any(page.get("status") == pending for page in pages))
+
+    def get_counters(self, index: int) -> dict[str, LabelledValues]:
+        ecc = self._get(index, "ecc", "amdsmi_get_gpu_total_ecc_count") or {}
+        errors: LabelledValues = {}
+        for kind, key in _ECC_KINDS.items():
+            errors |= _one(_number(ecc.get(key)), kind)
+        replays = _number(self._get(index, "pcie_replays", "amdsmi_get_gpu_pci_replay_counter"))
+        xgmi = {
+            (link, direction): count
+            for direction, key in _XGMI.items()
+            for link, count in _per_instance(self._table.get(key), _KB).items()
+        }
+        return _reported(
+            {
+                "warptd_device_ecc_errors_total": errors,
+                "warptd_device_pcie_replays_total": _one(replays),
+                "warptd_device_nvlink_bytes_total": xgmi,
+            }
+        )
 
     def shutdown(self) -> None:
         self._lease.release()

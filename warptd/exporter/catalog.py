@@ -197,7 +197,7 @@ ENGINE_ACTIVE = _device(
     "warptd_device_engine_active_ratio",
     "gauge",
     "Fraction of the last sample period a media engine instance was busy, by engine (nvdec, nvjpg, ofa) "
-    "and instance (NVIDIA GPM).",
+    "and instance (NVIDIA GPM; AMD: vcn, jpeg from the GPU metrics table).",
     "engine",
     "instance",
 )
