@@ -1,0 +1,74 @@
+"""Per-process utilization samples of an NVIDIA GPU, each read returning only the samples since the last.
+
+``nvmlDeviceGetProcessesUtilizationInfo`` (R550 and newer) and, on older drivers,
+``nvmlDeviceGetProcessUtilization`` answer the samples the driver took (one per process that used
+the GPU in each of its sampling windows) newer than a timestamp in µs; NOT_FOUND means no process
+used the GPU since, which is no error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+_INFO = "nvmlDeviceGetProcessesUtilizationInfo"  # v1 struct, with jpg/ofa utilization
+_SAMPLES = "nvmlDeviceGetProcessUtilization"  # drivers before R550
+#: The engines exported, by the attribute of pynvml's sample structs holding their percent.
+ENGINES: dict[str, str] = {"sm": "smUtil", "memory": "memUtil", "encoder": "encUtil", "decoder": "decUtil"}
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One driver sample of one process: µs timestamp and each engine's share as a ratio 0-1."""
+
+    pid: int
+    timestamp_us: int
+    ratios: dict[str, float]
+
+
+class UtilizationReader:
+    """Reads the new samples of each device, remembering per device the last timestamp it saw."""
+
+    def __init__(self, nvml: Any, version_errors: tuple[type[BaseException], ...]) -> None:
+        self._nvml = nvml
+        self._version_errors = version_errors
+        self._function = _INFO if hasattr(nvml, _INFO) else _SAMPLES
+        self._last_seen: dict[int, int] = {}
+
+    def read(self, index: int, handle: Any) -> list[ProcessSample]:
+        """The device's samples since the previous read (empty when no process used it); raises
+        NVMLError as NVML does (NOT_SUPPORTED where the GPU cannot tell per-process utilization)."""
+        last_seen = self._last_seen.get(index, 0)
+        try:
+            raw = self._call(handle, last_seen)
+        except self._nvml.NVMLError_NotFound:
+            return []
+        samples = list(_convert(raw))
+        if samples:
+            self._last_seen[index] = max(last_seen, *(s.timestamp_us for s in samples))
+        return samples
+
+    def _call(self, handle: Any, last_seen: int) -> list[Any]:
+        try:
+            return getattr(self._nvml, self._function)(handle, last_seen)
+        except self._version_errors:
+            if self._function == _SAMPLES:
+                raise self._nvml.NVMLError(self._nvml.NVML_ERROR_NOT_SUPPORTED) from None
+            self._function = _SAMPLES
+            return getattr(self._nvml, _SAMPLES)(handle, last_seen)
+
+    def forget(self) -> None:
+        """Start over (NVML reopened: handles and timestamps of the old session mean nothing)."""
+        self._last_seen.clear()
+
+
+def _convert(raw: Iterable[Any]) -> Iterable[ProcessSample]:
+    for sample in raw:
+        ratios = {engine: _ratio(getattr(sample, name)) for engine, name in ENGINES.items()}
+        yield ProcessSample(int(sample.pid), int(sample.timeStamp), ratios)
+
+
+def _ratio(percent: int) -> float:
+    """NVML's percent as a ratio, clamped to 0-1 as every ``_ratio`` series is."""
+    return min(max(int(percent), 0), 100) / 100.0
