@@ -67,19 +67,23 @@ def _owner(annotations: dict[str, object], pod_uid: str) -> Owner | None:
 
 
 class ContainerOwners:
-    """Owner per container, cached by (pod UID, container ID): a container's names never change."""
+    """Owner per container, cached by (pod UID, container ID): a container's names never change. A
+    container no bundle names yet is looked up again next time (two failed opens)."""
 
     def __init__(self, host_root: Path, max_cached: int = 4096) -> None:
         self.host_root = host_root
         self.max_cached = max_cached
-        self._cache: dict[Attribution, Owner | None] = {}
+        self._cache: dict[Attribution, Owner] = {}
 
     def owner(self, attribution: Attribution) -> Owner | None:
-        if attribution not in self._cache:
-            if len(self._cache) >= self.max_cached:  # bounded: the oldest entry goes first
-                del self._cache[next(iter(self._cache))]
-            self._cache[attribution] = read_owner(self.host_root, attribution)
-        return self._cache[attribution]
+        found = self._cache.get(attribution)
+        if found is None:
+            found = read_owner(self.host_root, attribution)
+            if found is not None:
+                if len(self._cache) >= self.max_cached:  # bounded: the oldest entry goes first
+                    del self._cache[next(iter(self._cache))]
+                self._cache[attribution] = found
+        return found
 
     def __len__(self) -> int:
         return len(self._cache)
