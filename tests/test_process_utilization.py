@@ -192,7 +192,7 @@ def test_a_process_that_exits_drops_out(monitor, fake_nvml, proc):
 
 # -- container names from the runtime ------------------------------------------------------------
 def test_container_owner_from_containerd_and_cri_o_bundles(proc):
-    host = proc.root / "1" / "root"
+    host = (proc.root / "1" / "root",)
     containerd_bundle(proc, Attribution(UID, CID), Owner("ml", "train-0", "trainer"))
     bundle(
         proc,
@@ -210,7 +210,7 @@ def test_container_owner_from_containerd_and_cri_o_bundles(proc):
     assert read_owner(host, Attribution(UID2, CID)) is None  # the bundle names another pod
     assert read_owner(host, Attribution(UID, "c" * 64)) is None  # no bundle
     assert read_owner(host, Attribution(UID, "")) is None
-    (host / CONTAINERD.format(id=CID)).write_text("{not json")
+    (host[0] / CONTAINERD.format(id=CID)).write_text("{not json")
     assert read_owner(host, Attribution(UID, CID)) is None
     owners = ContainerOwners(host, max_cached=2)
     for n in range(5):
@@ -236,7 +236,7 @@ def shared(settings, kubelet, fake_nvml, proc):
     """GPU 0 time-sliced between pods a (pid 1001) and b (pid 1002), energy split by SM use."""
     rig = PodRig(settings, kubelet)
     monitor = ProcessMonitor(proc.root)
-    rig.energy.sm_use = SmShares(monitor, ContainerOwners(proc.root / "1" / "root")).by_owner
+    rig.energy.sm_use = SmShares(monitor, ContainerOwners((proc.root / "1" / "root",))).by_owner
     gpu0 = fake_nvml.gpus[0]
     kubelet.pods = {
         ("ml", "a", "main"): {GPU: [replica(gpu0.uuid, 0)]},

@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 import structlog
@@ -105,7 +106,8 @@ class Daemon:
         """SM use per container for splitting shared GPUs' energy, where --processes polls it."""
         if self.process_monitor is None:
             return None
-        return SmShares(self.process_monitor, ContainerOwners(settings.procfs / "1" / "root")).by_owner
+        roots = (Path("/"), settings.procfs / "1" / "root")  # the runtime's bundles, as mounted or the host's
+        return SmShares(self.process_monitor, ContainerOwners(roots)).by_owner
 
     def _monitors(self) -> list[PodAttribution | XidMonitor | ProcessMonitor]:
         """The threads beside the sampler that feed the exposition."""

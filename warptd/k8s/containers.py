@@ -2,7 +2,9 @@
 
 A process's cgroup names its pod UID and container ID; the kubelet's PodResources API names pods and
 containers by namespace and name. The container runtime writes both into the bundle's
-``config.json`` annotations, under the host's root (``<procfs>/1/root`` with ``hostPID``)::
+``config.json`` annotations, found under one of the roots given: ``/`` (the host's, or the Helm
+chart's read-only mounts of these directories) or ``<procfs>/1/root`` (the host's, with ``hostPID``
+and CAP_SYS_PTRACE)::
 
     containerd  /run/containerd/io.containerd.runtime.v2.task/k8s.io/<id>/config.json
                 io.kubernetes.cri.sandbox-namespace, ….sandbox-name, ….container-name, ….sandbox-uid
@@ -40,13 +42,13 @@ _KEYS = (
 )
 
 
-def read_owner(host_root: Path, attribution: Attribution) -> Owner | None:
+def read_owner(roots: tuple[Path, ...], attribution: Attribution) -> Owner | None:
     """The container's owner, or None when no runtime bundle names it (or names another pod)."""
     if not attribution.container_id:
         return None
-    for bundle in BUNDLES:
+    for root, bundle in ((root, bundle) for root in roots for bundle in BUNDLES):
         try:
-            config = json.loads((host_root / bundle.format(id=attribution.container_id)).read_text())
+            config = json.loads((root / bundle.format(id=attribution.container_id)).read_text())
         except (OSError, ValueError):
             continue
         annotations = config.get("annotations") if isinstance(config, dict) else None
@@ -70,15 +72,15 @@ class ContainerOwners:
     """Owner per container, cached by (pod UID, container ID): a container's names never change. A
     container no bundle names yet is looked up again next time (two failed opens)."""
 
-    def __init__(self, host_root: Path, max_cached: int = 4096) -> None:
-        self.host_root = host_root
+    def __init__(self, roots: tuple[Path, ...], max_cached: int = 4096) -> None:
+        self.roots = roots
         self.max_cached = max_cached
         self._cache: dict[Attribution, Owner] = {}
 
     def owner(self, attribution: Attribution) -> Owner | None:
         found = self._cache.get(attribution)
         if found is None:
-            found = read_owner(self.host_root, attribution)
+            found = read_owner(self.roots, attribution)
             if found is not None:
                 if len(self._cache) >= self.max_cached:  # bounded: the oldest entry goes first
                     del self._cache[next(iter(self._cache))]
