@@ -363,3 +363,17 @@ def test_the_daemon_splits_by_sm_share_with_processes(tmp_path, fake_nvml, kubel
         stopper.start()
         stopper.join(timeout=10)
         assert not stopper.is_alive()
+
+
+def test_helm_mounts_the_runtime_bundles_read_only_with_processes_and_pods():
+    from tests.test_deploy import by_kind, render
+
+    bundles = "/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    pod = by_kind(render({"processes.enabled": "true"}), "DaemonSet")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts[bundles]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts[bundles]["name"]]["hostPath"]["path"] == bundles
+    for off in ({}, {"processes.enabled": "true", "podAttribution.enabled": "false"}):
+        pod = by_kind(render(off), "DaemonSet")["spec"]["template"]["spec"]
+        assert bundles not in json.dumps(pod)
