@@ -109,32 +109,32 @@ class ProcessMonitor:
         now = time.monotonic()
         polled = self._list_all()
         for listed in polled:
-            memory: dict[int, int | None] = {}
-            for process in listed.running:  # one pid may be listed per MIG instance or context: sum them
-                used = process.usedGpuMemory
-                used = None if used is None or used >= _UNKNOWN_MEMORY else int(used)
-                known = memory.get(process.pid)
-                memory[process.pid] = used if known is None else known + (used or 0)
-            shares = None if listed.samples is None else _mean_ratios(listed.samples)
-            ranked = sorted(memory.items(), key=lambda item: (-(item[1] or 0), item[0]))
-            self._note_cap(listed.index, len(ranked) - self.max_per_device)
-            for pid, used in ranked[: self.max_per_device]:
-                where = self._resolver.resolve(pid)
-                utilization = None if shares is None else shares.get(pid, dict(_IDLE))
-                found.append(
-                    GpuProcess(
-                        listed.index, listed.uuid, pid, used, where.pod_uid, where.container_id, utilization
-                    )
-                )
+            found += self._device_processes(listed)
             if listed.samples is not None:
                 sm_usage[listed.uuid] = SmUsage(now, self._sm_by_attribution(listed.samples))
-        sampled = {s.pid for listed in polled if listed.samples for s in listed.samples}
+        sampled = {s.pid for listed in polled for s in listed.samples or ()}
         self._resolver.retain({p.pid for p in found} | sampled)
         with self._lock:
             changed, self._latest = found != self._latest, found
             self._sm_usage = sm_usage
         if changed and self._on_change is not None:
             self._on_change()
+
+    def _device_processes(self, listed: _Listed) -> list[GpuProcess]:
+        """One GPU's processes, the largest by memory first, with their pods and utilization."""
+        ranked = sorted(_memory_by_pid(listed.running).items(), key=lambda item: (-(item[1] or 0), item[0]))
+        self._note_cap(listed.index, len(ranked) - self.max_per_device)
+        shares = None if listed.samples is None else _mean_ratios(listed.samples)
+        processes = []
+        for pid, used in ranked[: self.max_per_device]:
+            where = self._resolver.resolve(pid)
+            utilization = None if shares is None else shares.get(pid, dict(_IDLE))
+            processes.append(
+                GpuProcess(
+                    listed.index, listed.uuid, pid, used, where.pod_uid, where.container_id, utilization
+                )
+            )
+        return processes
 
     def _sm_by_attribution(self, samples: list[ProcessSample]) -> dict[Attribution, float]:
         used: dict[Attribution, float] = {}
@@ -226,6 +226,17 @@ class ProcessMonitor:
 
 
 _IDLE = dict.fromkeys(ENGINES, 0.0)
+
+
+def _memory_by_pid(running: list[Any]) -> dict[int, int | None]:
+    """Memory per pid, summed where a pid is listed per MIG instance or context; None if unknown."""
+    memory: dict[int, int | None] = {}
+    for process in running:
+        used = process.usedGpuMemory
+        used = None if used is None or used >= _UNKNOWN_MEMORY else int(used)
+        known = memory.get(process.pid)
+        memory[process.pid] = used if known is None else known + (used or 0)
+    return memory
 
 
 def _mean_ratios(samples: list[ProcessSample]) -> dict[int, dict[str, float]]:
