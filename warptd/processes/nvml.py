@@ -108,40 +108,31 @@ class ProcessMonitor:
         sm_usage: dict[str, SmUsage] = {}
         now = time.monotonic()
         polled = self._list_all()
+        where = _Resolved(self._resolver)  # one /proc read per pid and poll
         for listed in polled:
-            found += self._device_processes(listed)
+            found += self._device_processes(listed, where)
             if listed.samples is not None:
-                sm_usage[listed.uuid] = SmUsage(now, self._sm_by_attribution(listed.samples))
-        sampled = {s.pid for listed in polled for s in listed.samples or ()}
-        self._resolver.retain({p.pid for p in found} | sampled)
+                sm_usage[listed.uuid] = SmUsage(now, _sm_by_attribution(listed.samples, where))
+        self._resolver.retain(set(where))
         with self._lock:
             changed, self._latest = found != self._latest, found
             self._sm_usage = sm_usage
         if changed and self._on_change is not None:
             self._on_change()
 
-    def _device_processes(self, listed: _Listed) -> list[GpuProcess]:
+    def _device_processes(self, listed: _Listed, where: dict[int, Attribution]) -> list[GpuProcess]:
         """One GPU's processes, the largest by memory first, with their pods and utilization."""
         ranked = sorted(_memory_by_pid(listed.running).items(), key=lambda item: (-(item[1] or 0), item[0]))
         self._note_cap(listed.index, len(ranked) - self.max_per_device)
         shares = None if listed.samples is None else _mean_ratios(listed.samples)
         processes = []
         for pid, used in ranked[: self.max_per_device]:
-            where = self._resolver.resolve(pid)
+            pod_uid, container_id = where[pid].pod_uid, where[pid].container_id
             utilization = None if shares is None else shares.get(pid, dict(_IDLE))
             processes.append(
-                GpuProcess(
-                    listed.index, listed.uuid, pid, used, where.pod_uid, where.container_id, utilization
-                )
+                GpuProcess(listed.index, listed.uuid, pid, used, pod_uid, container_id, utilization)
             )
         return processes
-
-    def _sm_by_attribution(self, samples: list[ProcessSample]) -> dict[Attribution, float]:
-        used: dict[Attribution, float] = {}
-        for sample in samples:
-            where = self._resolver.resolve(sample.pid)
-            used[where] = used.get(where, 0.0) + sample.ratios["sm"]
-        return used
 
     def _list_all(self) -> list[_Listed]:
         nvml, listed = self._nvml, []
@@ -239,15 +230,40 @@ def _memory_by_pid(running: list[Any]) -> dict[int, int | None]:
     return memory
 
 
+class _Resolved(dict[int, Attribution]):
+    """Attribution per pid, resolved on first use within one poll."""
+
+    def __init__(self, resolver: CgroupResolver) -> None:
+        super().__init__()
+        self._resolver = resolver
+
+    def __missing__(self, pid: int) -> Attribution:
+        self[pid] = found = self._resolver.resolve(pid)
+        return found
+
+
 def _mean_ratios(samples: list[ProcessSample]) -> dict[int, dict[str, float]]:
     """Each pid's mean share per engine over its samples (the driver's windows it was active in)."""
-    by_pid: dict[int, list[ProcessSample]] = {}
+    sums: dict[int, list[int]] = {}
     for sample in samples:
-        by_pid.setdefault(sample.pid, []).append(sample)
+        summed = sums.setdefault(sample.pid, [0] * (len(ENGINES) + 1))  # per engine, then the count
+        for position, percent in enumerate(sample.percents):
+            summed[position] += percent
+        summed[-1] += 1
     return {
-        pid: {engine: sum(s.ratios[engine] for s in taken) / len(taken) for engine in _IDLE}
-        for pid, taken in by_pid.items()
+        pid: {engine: total / (100.0 * summed[-1]) for engine, total in zip(ENGINES, summed, strict=False)}
+        for pid, summed in sums.items()
     }
+
+
+def _sm_by_attribution(
+    samples: list[ProcessSample], where: dict[int, Attribution]
+) -> dict[Attribution, float]:
+    """The samples' SM ratios summed per pod and container."""
+    used: dict[Attribution, float] = {}
+    for sample in samples:
+        used[where[sample.pid]] = used.get(where[sample.pid], 0.0) + sample.sm_ratio
+    return used
 
 
 def open_process_monitor(

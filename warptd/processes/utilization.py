@@ -20,11 +20,15 @@ ENGINES: dict[str, str] = {"sm": "smUtil", "memory": "memUtil", "encoder": "encU
 
 @dataclass(frozen=True, slots=True)
 class ProcessSample:
-    """One driver sample of one process: µs timestamp and each engine's share as a ratio 0-1."""
+    """One driver sample of one process: µs timestamp and each engine's percent, in ENGINES order."""
 
     pid: int
     timestamp_us: int
-    ratios: dict[str, float]
+    percents: tuple[int, ...]
+
+    @property
+    def sm_ratio(self) -> float:
+        return self.percents[0] / 100.0
 
 
 class UtilizationReader:
@@ -65,10 +69,5 @@ class UtilizationReader:
 
 def _convert(raw: Iterable[Any]) -> Iterable[ProcessSample]:
     for sample in raw:
-        ratios = {engine: _ratio(getattr(sample, name)) for engine, name in ENGINES.items()}
-        yield ProcessSample(int(sample.pid), int(sample.timeStamp), ratios)
-
-
-def _ratio(percent: int) -> float:
-    """NVML's percent as a ratio, clamped to 0-1 as every ``_ratio`` series is."""
-    return min(max(int(percent), 0), 100) / 100.0
+        percents = tuple(min(int(getattr(sample, name)), 100) for name in ENGINES.values())  # unsigned
+        yield ProcessSample(int(sample.pid), int(sample.timeStamp), percents)
