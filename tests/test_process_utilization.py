@@ -7,6 +7,7 @@ import json
 import threading
 import time
 
+import pynvml
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -153,6 +154,32 @@ def test_a_driver_without_the_info_function_falls_back_to_process_utilization(pr
         finally:
             monitor.stop()
     fake.close()
+
+
+def test_a_struct_version_the_driver_refuses_falls_back_to_process_utilization(monitor, fake_nvml, proc):
+    gpu0 = fake_nvml.gpus[0]
+    gpu0.raises[INFO] = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    gpu0.processes, gpu0.process_samples = [(1003, GIB)], [ProcessSample(1_000, 1003, 25)]
+    proc.add(1003, HOST)
+    monitor.poll()
+    monitor.poll()
+    assert value(scrape(monitor), METRIC, engine="sm", pid="1003") == 0  # read at the first poll
+    assert fake_nvml.calls(INFO) == 1  # refused once, then the older function for good
+    assert fake_nvml.calls(OLD) == (2 + 1) + 2  # GPU 0: size + samples, then NOT_FOUND; GPU 1 NOT_FOUND twice
+
+
+def test_a_failing_read_keeps_the_processes_for_the_poll(monitor, fake_nvml, proc):
+    gpu0 = fake_nvml.gpus[0]
+    gpu0.raises[INFO] = pynvml.NVML_ERROR_UNKNOWN
+    gpu0.processes, gpu0.process_samples = [(1003, GIB)], [ProcessSample(1_000, 1003, 25)]
+    proc.add(1003, HOST)
+    monitor.poll()
+    samples = scrape(monitor)
+    assert value(samples, "warptd_device_process_memory_bytes", pid="1003") == GIB
+    assert not select(samples, METRIC, device="0")  # nothing to tell this poll
+    del gpu0.raises[INFO]
+    monitor.poll()  # asked again: a failure is not "unsupported"
+    assert value(scrape(monitor), METRIC, engine="sm", pid="1003") == 0.25
 
 
 def test_a_gpu_that_cannot_tell_is_asked_once_and_has_no_utilization_series(monitor, fake_nvml, proc):

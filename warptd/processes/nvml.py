@@ -167,10 +167,13 @@ class ProcessMonitor:
         try:
             return self._utilization.read(index, handle)
         except self._nvml.NVMLError as exc:
-            if self._session.classify(exc) is not ErrorKind.NOT_SUPPORTED:
-                raise
-            self._utilization_unsupported.add(index)
-            log.info("process_utilization_unsupported", backend=self.backend, device=index, reason=str(exc))
+            if self._session.classify(exc) is ErrorKind.NOT_SUPPORTED:
+                self._utilization_unsupported.add(index)
+                log.info(
+                    "process_utilization_unsupported", backend=self.backend, device=index, reason=str(exc)
+                )
+            else:  # this poll only: the processes and their memory stay
+                log.debug("process_utilization_failed", backend=self.backend, device=index, error=str(exc))
             return None
 
     def _running(self, handle: Any) -> list[Any]:

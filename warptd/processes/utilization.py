@@ -56,11 +56,17 @@ class UtilizationReader:
     def _call(self, handle: Any, last_seen: int) -> list[Any]:
         try:
             return getattr(self._nvml, self._function)(handle, last_seen)
-        except self._version_errors:
+        except (self._nvml.NVMLError, *self._version_errors) as exc:
+            if not self._older_driver(exc):
+                raise
             if self._function == _SAMPLES:
                 raise self._nvml.NVMLError(self._nvml.NVML_ERROR_NOT_SUPPORTED) from None
-            self._function = _SAMPLES
-            return getattr(self._nvml, _SAMPLES)(handle, last_seen)
+        self._function = _SAMPLES  # the driver lacks the function or its struct version: for good
+        return getattr(self._nvml, _SAMPLES)(handle, last_seen)
+
+    def _older_driver(self, exc: BaseException) -> bool:
+        mismatch = getattr(self._nvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25)
+        return isinstance(exc, self._version_errors) or getattr(exc, "value", None) == mismatch
 
     def forget(self) -> None:
         """Start over (NVML reopened: handles and timestamps of the old session mean nothing)."""
