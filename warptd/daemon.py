@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 import structlog
@@ -25,7 +26,9 @@ from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
 from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
 from warptd.k8s.attribution import PodAttribution, from_settings
-from warptd.k8s.energy import PodEnergy
+from warptd.k8s.containers import ContainerOwners
+from warptd.k8s.energy import PodEnergy, SmUse
+from warptd.k8s.shares import SmShares
 from warptd.logs import configure_logging
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.sampling.sampler import Sampler
@@ -62,7 +65,7 @@ class Daemon:
         if any(backend.name == "nvidia" for backend in self.loaded.accelerators):
             self._add_nvidia_extras(settings)
         if self.pods is not None:
-            pod_energy = PodEnergy(self.pods, self.snapshot)
+            pod_energy = PodEnergy(self.pods, self.snapshot, sm_use=self._sm_use(settings))
             self.pods.on_change = self.snapshot.touch
             self.sampler.listeners.append(pod_energy.on_sample)
             self.exposition.registry.register(KubernetesCollector(self.pods, pod_energy, self.snapshot))
@@ -99,6 +102,13 @@ class Daemon:
             )
         if self.xid_monitor is not None or self.process_monitor is not None:
             self.exposition.registry.register(NvidiaExtrasCollector(self.xid_monitor, self.process_monitor))
+
+    def _sm_use(self, settings: Settings) -> SmUse | None:
+        """SM use per container for splitting shared GPUs' energy, where --processes polls it."""
+        if self.process_monitor is None:
+            return None
+        roots = (Path("/"), settings.procfs / "1" / "root")  # the runtime's bundles, as mounted or the host's
+        return SmShares(self.process_monitor, ContainerOwners(roots)).by_owner
 
     def _monitors(self) -> list[PodAttribution | XidMonitor | ProcessMonitor]:
         """The threads beside the sampler that feed the exposition."""

@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pynvml
 
@@ -64,6 +64,7 @@ CLOCK_EVENT_FIELDS = (269, 270, 271)
 # The array sizes of nvml_double.c.
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
+MAX_UTIL_SAMPLES = 128  # nv-processes
 _U32, _U64, _I32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
 
 
@@ -82,6 +83,33 @@ class _Event(ctypes.Structure):
 
 class _Process(ctypes.Structure):
     _fields_ = [("pid", _U32), ("pad", _U32), ("used", _U64)]
+
+
+# --- nv-processes: per-process utilization samples ---
+class _UtilSample(ctypes.Structure):
+    _fields_ = [
+        ("t_us", _U64),
+        ("pid", _U32),
+        ("sm", _U32),
+        ("mem", _U32),
+        ("enc", _U32),
+        ("dec", _U32),
+        ("pad", _U32),
+    ]
+
+
+class ProcessSample(NamedTuple):
+    """One per-process utilization sample as the driver keeps it: CPU time in µs, percents."""
+
+    t_us: int
+    pid: int
+    sm: int
+    mem: int = 0
+    enc: int = 0
+    dec: int = 0
+
+
+# --- end nv-processes ---
 
 
 class GpuState(ctypes.Structure):
@@ -130,6 +158,10 @@ class GpuState(ctypes.Structure):
         ("live_since_ns", _U64),
         ("fn_error", _I32 * MAX_FN),
         ("field_unsupported", ctypes.c_uint8 * MAX_FIELD),
+        # --- nv-processes ---
+        ("util_sample_count", _U32),
+        ("util_pad", _U32),
+        ("util_samples", _UtilSample * MAX_UTIL_SAMPLES),
     ]
 
 
@@ -493,6 +525,24 @@ class FakeGpu:
         for slot, (pid, used) in zip(self.state.processes, processes, strict=False):
             slot.pid, slot.used = pid, _UNKNOWN_MEMORY if used is None else used
         self.state.process_count = len(processes)
+
+    # --- nv-processes: what nvmlDeviceGetProcess(es)Utilization(Info) answer ---
+    @property
+    def process_samples(self) -> list[ProcessSample]:
+        """The driver's per-process utilization samples; a read returns those newer than its timestamp."""
+        kept = self.state.util_samples[: self.state.util_sample_count]
+        return [ProcessSample(s.t_us, s.pid, s.sm, s.mem, s.enc, s.dec) for s in kept]
+
+    @process_samples.setter
+    def process_samples(self, samples: Iterable[ProcessSample | tuple[int, ...]]) -> None:
+        listed = [ProcessSample(*sample) for sample in samples]
+        if len(listed) > MAX_UTIL_SAMPLES:
+            raise AssertionError(f"the double holds at most {MAX_UTIL_SAMPLES} utilization samples per GPU")
+        for slot, sample in zip(self.state.util_samples, listed, strict=False):
+            slot.t_us, slot.pid, slot.sm, slot.mem, slot.enc, slot.dec = sample
+        self.state.util_sample_count = len(listed)
+
+    # --- end nv-processes ---
 
     @property
     def raises(self) -> _ReturnCodes:

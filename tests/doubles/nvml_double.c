@@ -36,6 +36,7 @@
 #define MAX_PROCS 80
 #define MAX_FIELD 320
 #define POWER_HISTORY 32
+#define MAX_UTIL_SAMPLES 128 /* nv-processes: scripted per-process utilization samples per GPU */
 #ifdef OLD_DRIVER
 #define FIELD_IDS 160 /* an R470-era NVML_FI_MAX: later ids answer INVALID_ARGUMENT */
 #else
@@ -79,7 +80,9 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
     X(nvmlEventSetCreate) X(nvmlDeviceRegisterEvents) X(nvmlEventSetWait_v2) X(nvmlEventSetFree)   \
     X(nvmlDeviceGetComputeRunningProcesses_v2) X(nvmlDeviceGetComputeRunningProcesses_v3)          \
     X(nvmlDeviceGetMigMode) X(nvmlDeviceGetMaxMigDeviceCount) X(nvmlDeviceGetMigDeviceHandleByIndex) \
-    X(nvmlDeviceIsMigDeviceHandle) X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)
+    X(nvmlDeviceIsMigDeviceHandle) X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)               \
+    /* --- nv-processes: per-process utilization --- */                                           \
+    X(nvmlDeviceGetProcessUtilization) X(nvmlDeviceGetProcessesUtilizationInfo)
 
 #define AS_ID(name) FN_##name,
 enum { FUNCTIONS(AS_ID) FN_COUNT };
@@ -90,6 +93,8 @@ static const char *function_names[] = {FUNCTIONS(AS_NAME)};
 struct power_point { uint64_t t_ns; uint32_t mw; uint32_t pad; };
 struct event { uint64_t type; uint64_t data; };
 struct process { uint32_t pid; uint32_t pad; uint64_t used; };
+/* --- nv-processes: one scripted per-process utilization sample (timestamp in µs, percents) --- */
+struct util_sample { uint64_t t_us; uint32_t pid, sm, mem, enc, dec, pad; };
 
 /* One GPU, in NVML's own units: bytes, %, °C, mW, mJ, MHz, ns. Mirrored by GpuState in nvml.py. */
 struct gpu {
@@ -122,6 +127,9 @@ struct gpu {
     uint64_t live_since_ns;
     int32_t fn_error[MAX_FN];          /* a return code per function, 0 = answer normally */
     uint8_t field_unsupported[MAX_FIELD]; /* per field id: nvmlReturn NOT_SUPPORTED in the value */
+    /* --- nv-processes: the driver's per-process utilization samples, oldest first --- */
+    uint32_t util_sample_count, util_pad;
+    struct util_sample util_samples[MAX_UTIL_SAMPLES];
 };
 
 struct state {
@@ -616,6 +624,65 @@ int nvmlDeviceGetComputeRunningProcesses_v2(void *h, unsigned int *n, struct pro
 int nvmlDeviceGetComputeRunningProcesses_v3(void *h, unsigned int *n, struct process_info *infos) {
     DEVICE_CALL(nvmlDeviceGetComputeRunningProcesses_v3, h);
     return processes(g, n, infos);
+}
+#endif
+
+/* --- nv-processes: per-process utilization ----------------------------------------------------
+ * Both functions answer the samples newer than lastSeenTimeStamp (µs), with the two-call size
+ * protocol: no buffer (or too small a count) -> INSUFFICIENT_SIZE and the count; no newer sample ->
+ * NOT_FOUND, as the driver says when no process used the GPU since. */
+struct process_util_sample { uint32_t pid; uint64_t t_us; uint32_t sm, mem, enc, dec; };
+struct process_util_info { uint64_t t_us; uint32_t pid, sm, mem, enc, dec, jpg, ofa; };
+struct processes_util_info { uint32_t version, count; uint64_t last_seen; struct process_util_info *samples; };
+#define PROCESSES_UTILIZATION_INFO_V1 (0x01000000u | (uint32_t)sizeof(struct processes_util_info))
+
+static uint32_t newer_samples(const struct gpu *g, uint64_t last_seen) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g->util_sample_count && i < MAX_UTIL_SAMPLES; i++) n += g->util_samples[i].t_us > last_seen;
+    return n;
+}
+
+int nvmlDeviceGetProcessUtilization(void *h, struct process_util_sample *out, unsigned int *n, unsigned long long last_seen) {
+    DEVICE_CALL(nvmlDeviceGetProcessUtilization, h);
+    if (!n) return ERROR_INVALID_ARGUMENT;
+    uint32_t newer = newer_samples(g, last_seen);
+    if (!newer) return ERROR_NOT_FOUND;
+    if (!out || *n < newer) {
+        *n = newer;
+        return ERROR_INSUFFICIENT_SIZE;
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < g->util_sample_count && i < MAX_UTIL_SAMPLES; i++) {
+        const struct util_sample *s = &g->util_samples[i];
+        if (s->t_us <= last_seen) continue;
+        out[k++] = (struct process_util_sample){s->pid, s->t_us, s->sm, s->mem, s->enc, s->dec};
+    }
+    *n = k;
+    return SUCCESS;
+}
+
+#ifndef OLD_DRIVER /* arrived in R550 */
+int nvmlDeviceGetProcessesUtilizationInfo(void *h, struct processes_util_info *info) {
+    DEVICE_CALL(nvmlDeviceGetProcessesUtilizationInfo, h);
+    if (!info) return ERROR_INVALID_ARGUMENT;
+    if (info->version != PROCESSES_UTILIZATION_INFO_V1) return ERROR_ARGUMENT_VERSION_MISMATCH;
+    uint32_t newer = newer_samples(g, info->last_seen);
+    if (!newer) return ERROR_NOT_FOUND;
+    if (!info->samples || info->count < newer) {
+        info->count = newer;
+        return ERROR_INSUFFICIENT_SIZE;
+    }
+    uint32_t k = 0;
+    uint64_t latest = info->last_seen;
+    for (uint32_t i = 0; i < g->util_sample_count && i < MAX_UTIL_SAMPLES; i++) {
+        const struct util_sample *s = &g->util_samples[i];
+        if (s->t_us <= info->last_seen) continue;
+        info->samples[k++] = (struct process_util_info){s->t_us, s->pid, s->sm, s->mem, s->enc, s->dec, 0, 0};
+        if (s->t_us > latest) latest = s->t_us;
+    }
+    info->count = k;
+    info->last_seen = latest;
+    return SUCCESS;
 }
 #endif
 

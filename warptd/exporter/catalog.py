@@ -334,7 +334,8 @@ POD_ENERGY = MetricSpec(
     "warptd_pod_energy_joules_total",
     "counter",
     "Energy of the devices allocated to the container, accumulated while allocated; a device shared "
-    "by several containers is split evenly between them.",
+    "by several containers is split by their SM use where the GPU tells it per process (--processes), "
+    "else evenly (see warptd_pod_energy_split_joules_total).",
     (*POD_LABELS, "backend"),
 )
 PODRESOURCES_UP = MetricSpec(
@@ -365,6 +366,13 @@ PROCESS_UTILIZATION = _device(
     "pod_uid",
     "container_id",
     "engine",
+)
+POD_ENERGY_SPLIT = _device(
+    "warptd_pod_energy_split_joules_total",
+    "counter",
+    "Energy of a device shared by several containers, by how it was split between them: sm_share "
+    "(their processes' SM use) or even (the GPU could not tell).",
+    "method",
 )
 PROCESS_MEMORY = _device(
     "warptd_device_process_memory_bytes",
@@ -455,6 +463,7 @@ KUBERNETES: tuple[MetricSpec, ...] = (
     PODRESOURCES_LAST_SUCCESS,
     PROCESS_MEMORY,
     PROCESS_UTILIZATION,
+    POD_ENERGY_SPLIT,
 )
 EVENTS: tuple[MetricSpec, ...] = (XID_ERRORS, LAST_XID)
 #: Every metric, in the order docs/metrics.md lists them.

@@ -38,4 +38,6 @@ class KubernetesCollector(Collector):
                     families.add(m.DEVICE_ALLOCATION, [*ids, owner.namespace, owner.pod, owner.container], 1)
         for (namespace, pod, container, backend_name), joules in sorted(self.energy.totals().items()):
             families.add(m.POD_ENERGY, [namespace, pod, container, backend_name], joules)
+        for (backend_name, device, uuid, method), joules in sorted(self.energy.split_joules().items()):
+            families.add(m.POD_ENERGY_SPLIT, [backend_name, device, uuid, method], joules)
         yield from families.nonempty()

@@ -1,4 +1,4 @@
-"""NVIDIA extras: XID error counters and per-process device memory, read from their monitors.
+"""NVIDIA extras: XID error counters and per-process memory and utilization, read from their monitors.
 
 Both monitors run on threads of their own; collecting only copies what they last saw (no NVML call).
 """
@@ -22,7 +22,7 @@ class NvidiaExtrasCollector(Collector):
         self.processes = processes
 
     def collect(self) -> Iterator[Metric]:
-        families = Families((m.XID_ERRORS, m.LAST_XID, m.PROCESS_MEMORY))
+        families = Families((m.XID_ERRORS, m.LAST_XID, m.PROCESS_MEMORY, m.PROCESS_UTILIZATION))
         if self.xid is not None:
             for device in self.xid.devices():
                 ids = [self.xid.backend, str(device.index), device.uuid]
@@ -34,4 +34,6 @@ class NvidiaExtrasCollector(Collector):
             for p in self.processes.processes():
                 labels = [backend, str(p.index), p.uuid, str(p.pid), p.pod_uid, p.container_id]
                 families.add(m.PROCESS_MEMORY, labels, p.memory_bytes)
+                for engine, ratio in (p.utilization or {}).items():
+                    families.add(m.PROCESS_UTILIZATION, [*labels, engine], ratio)
         yield from families.nonempty()

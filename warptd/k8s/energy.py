@@ -1,17 +1,21 @@
 """Per-container energy: each device's energy, from the same samples, while it is allocated.
 
 A device allocated to several containers (time-slicing, shared GPUs) splits each sample's energy
-evenly between them. Totals of containers that no longer hold a device are dropped after
-``retention`` seconds, so ended pods do not pile up as series.
+between them by their share of the GPU's SM use where the GPU tells it per process (``sm_share``),
+else evenly (``even``); the joules split each way are counted per device. Either way the containers'
+parts of a sample sum to the device's energy. Totals of containers that no longer hold a device are
+dropped after ``retention`` seconds, so ended pods do not pile up as series.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 from warptd.k8s.attribution import PodAttribution
+from warptd.k8s.podresources import Owner
 
 if TYPE_CHECKING:
     from warptd.power.base import DomainPower
@@ -19,18 +23,45 @@ if TYPE_CHECKING:
 
 #: (namespace, pod, container, backend)
 EnergyKey = tuple[str, str, str, str]
+SplitMethod = Literal["sm_share", "even"]
+#: (backend, device index, uuid, method)
+SplitKey = tuple[str, str, str, SplitMethod]
+#: SM use per container on the GPU of this uuid, or None where it cannot tell.
+SmUse = Callable[[str], "dict[Owner, float] | None"]
+
+
+def split(
+    owners: tuple[Owner, ...], used: dict[Owner, float] | None
+) -> tuple[dict[Owner, float], SplitMethod]:
+    """Each owner's fraction of a shared device's energy (summing to 1) and how it was decided: by
+    SM use where some owner used the SMs and no one else did, else evenly."""
+    if used is not None:
+        total = sum(used.get(owner, 0.0) for owner in owners)
+        outsiders = any(sm > 0 and owner not in owners for owner, sm in used.items())
+        if total > 0 and not outsiders:
+            return {owner: used.get(owner, 0.0) / total for owner in owners}, "sm_share"
+    return dict.fromkeys(owners, 1.0 / len(owners)), "even"
 
 
 class PodEnergy:
     """A sampler listener accumulating device energy deltas onto the containers that hold the device."""
 
-    def __init__(self, attribution: PodAttribution, snapshot: Snapshot, retention: float = 600.0) -> None:
+    def __init__(
+        self,
+        attribution: PodAttribution,
+        snapshot: Snapshot,
+        retention: float = 600.0,
+        sm_use: SmUse | None = None,
+    ) -> None:
         self.attribution = attribution
         self.snapshot = snapshot
         self.retention = retention
+        #: Where set (--processes), shared devices split by SM use; else always evenly.
+        self.sm_use = sm_use
         self._last: dict[tuple[str, str], float] = {}  # (backend, device uuid or index) -> energy J
         self._totals: dict[EnergyKey, float] = {}
         self._held_at: dict[EnergyKey, float] = {}
+        self._split: dict[SplitKey, float] = {}
         self._lock = threading.Lock()
 
     def on_sample(
@@ -54,9 +85,24 @@ class PodEnergy:
                     held = (owner.namespace, owner.pod, owner.container, backend)
                     self._held_at[held] = now
                     self._totals.setdefault(held, 0.0)
-                    if previous is not None and energy > previous:
-                        self._totals[held] += (energy - previous) / len(owners)
+                if not owners or previous is None or energy <= previous:
+                    continue
+                delta = energy - previous
+                fractions, method = self._fractions(owners, sample.reading.uuid)
+                for owner, fraction in fractions.items():
+                    self._totals[(owner.namespace, owner.pod, owner.container, backend)] += delta * fraction
+                if len(owners) > 1:
+                    counted = (backend, str(sample.reading.index), sample.reading.uuid or "", method)
+                    self._split[counted] = self._split.get(counted, 0.0) + delta
             self._expire(now)
+
+    def _fractions(
+        self, owners: tuple[Owner, ...], uuid: str | None
+    ) -> tuple[dict[Owner, float], SplitMethod]:
+        if len(owners) == 1:
+            return {owners[0]: 1.0}, "even"
+        used = self.sm_use(uuid) if self.sm_use is not None and uuid else None
+        return split(owners, used)
 
     def _expire(self, now: float) -> None:
         for key in [k for k, at in self._held_at.items() if now - at > self.retention]:
@@ -65,3 +111,8 @@ class PodEnergy:
     def totals(self) -> dict[EnergyKey, float]:
         with self._lock:
             return dict(self._totals)
+
+    def split_joules(self) -> dict[SplitKey, float]:
+        """Joules of shared devices split per method, by device."""
+        with self._lock:
+            return dict(self._split)

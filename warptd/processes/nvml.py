@@ -1,13 +1,16 @@
 """Compute processes per NVIDIA GPU (opt-in), with the pod and container each one's cgroup names.
 
-A thread polls ``nvmlDeviceGetComputeRunningProcesses`` every interval over the shared NVML session;
-a scrape only reads the latest poll. Series exist for the processes of the latest poll only, at most
-``max_per_device`` per GPU (the largest by memory), so ended processes leave no label churn behind.
+A thread polls ``nvmlDeviceGetComputeRunningProcesses`` and the per-process utilization samples
+every interval over the shared NVML session; a scrape only reads the latest poll. Series exist for
+the processes of the latest poll only, at most ``max_per_device`` per GPU (the largest by memory),
+so ended processes leave no label churn behind. Each poll's SM use per pod and container is kept
+per GPU for the split of pod energy (:mod:`warptd.k8s.shares`).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +20,8 @@ import structlog
 
 from warptd.backends import nvml_session
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.processes.cgroup import CgroupResolver
+from warptd.processes.cgroup import Attribution, CgroupResolver
+from warptd.processes.utilization import ENGINES, ProcessSample, UtilizationReader
 from warptd.sampling.poller import PollingThread
 
 log = structlog.get_logger("warptd.processes")
@@ -29,14 +33,34 @@ _UNKNOWN_MEMORY = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, where nvidia-ml-py does
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """One compute process on one GPU (one whose memory NVML cannot tell is left out: no series)."""
+    """One compute process on one GPU; None where NVML cannot tell (no series)."""
 
     index: int
     uuid: str
     pid: int
-    memory_bytes: int
+    memory_bytes: int | None
     pod_uid: str = ""
     container_id: str = ""
+    #: Engine (sm, memory, encoder, decoder) -> mean share over the poll's samples; 0 without one.
+    utilization: dict[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class SmUsage:
+    """A GPU's SM use in one poll period: the sum of the samples' SM ratios per pod and container."""
+
+    polled_at: float  # time.monotonic() of the poll
+    by_attribution: dict[Attribution, float]
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """What one poll read from one GPU: its running processes and, where it can tell, utilization."""
+
+    index: int
+    uuid: str
+    running: list[Any]
+    samples: list[ProcessSample] | None
 
 
 class ProcessMonitor:
@@ -66,6 +90,9 @@ class ProcessMonitor:
             *([mismatch] if mismatch else []),
         )
         self._resolver = CgroupResolver(procfs)
+        self._utilization = UtilizationReader(nvml, self._version_errors)
+        self._utilization_unsupported: set[int] = set()
+        self._sm_usage: dict[str, SmUsage] = {}
         self._generation = self._session.generation
         self._uuids: dict[int, str] = {}
         self._unsupported: set[int] = set()
@@ -78,38 +105,53 @@ class ProcessMonitor:
     def poll(self) -> None:
         """List every GPU's processes, resolve their pods, and publish them for the next scrape."""
         found: list[GpuProcess] = []
-        for index, uuid, listed in self._list_all():
-            memory: dict[int, int] = {}
-            for process in listed:  # one pid may be listed per MIG instance or context: sum them
-                used = process.usedGpuMemory
-                used = None if used is None or used >= _UNKNOWN_MEMORY else int(used)
-                if used is not None:
-                    memory[process.pid] = memory.get(process.pid, 0) + used
-            ranked = sorted(memory.items(), key=lambda item: (-item[1], item[0]))
-            self._note_cap(index, len(ranked) - self.max_per_device)
-            for pid, used in ranked[: self.max_per_device]:
-                where = self._resolver.resolve(pid)
-                found.append(GpuProcess(index, uuid, pid, used, where.pod_uid, where.container_id))
-        self._resolver.retain({p.pid for p in found})
+        sm_usage: dict[str, SmUsage] = {}
+        now = time.monotonic()
+        polled = self._list_all()
+        where = _Resolved(self._resolver)  # one /proc read per pid and poll
+        for listed in polled:
+            found += self._device_processes(listed, where)
+            if listed.samples is not None:
+                sm_usage[listed.uuid] = SmUsage(now, _sm_by_attribution(listed.samples, where))
+        self._resolver.retain(set(where))
         with self._lock:
             changed, self._latest = found != self._latest, found
+            self._sm_usage = sm_usage
         if changed and self._on_change is not None:
             self._on_change()
 
-    def _list_all(self) -> list[tuple[int, str, list[Any]]]:
+    def _device_processes(self, listed: _Listed, where: dict[int, Attribution]) -> list[GpuProcess]:
+        """One GPU's processes, the largest by memory first, with their pods and utilization."""
+        ranked = sorted(_memory_by_pid(listed.running).items(), key=lambda item: (-(item[1] or 0), item[0]))
+        self._note_cap(listed.index, len(ranked) - self.max_per_device)
+        shares = None if listed.samples is None else _mean_ratios(listed.samples)
+        processes = []
+        for pid, used in ranked[: self.max_per_device]:
+            pod_uid, container_id = where[pid].pod_uid, where[pid].container_id
+            utilization = None if shares is None else shares.get(pid, dict(_IDLE))
+            processes.append(
+                GpuProcess(listed.index, listed.uuid, pid, used, pod_uid, container_id, utilization)
+            )
+        return processes
+
+    def _list_all(self) -> list[_Listed]:
         nvml, listed = self._nvml, []
         with self._session.lock:
             if self._generation != self._session.generation:  # NVML reopened: new handles
                 self._generation = self._session.generation
                 self._uuids.clear()
                 self._unsupported.clear()
+                self._utilization_unsupported.clear()
+                self._utilization.forget()
             for index, handle in enumerate(self._session.handles):
                 if handle is None or index in self._unsupported:
                     continue
                 try:
                     if index not in self._uuids:
                         self._uuids[index] = nvml_session.text(nvml.nvmlDeviceGetUUID(handle))
-                    listed.append((index, self._uuids[index], self._running(handle)))
+                    running = self._running(handle)
+                    samples = self._samples(index, handle)
+                    listed.append(_Listed(index, self._uuids[index], running, samples))
                 except nvml.NVMLError as exc:
                     if self._session.classify(exc) is ErrorKind.NOT_SUPPORTED:
                         self._unsupported.add(index)
@@ -117,6 +159,22 @@ class ProcessMonitor:
                     else:  # lost or failing this poll: its processes drop out until it answers again
                         log.debug("processes_failed", backend=self.backend, device=index, error=str(exc))
         return listed
+
+    def _samples(self, index: int, handle: Any) -> list[ProcessSample] | None:
+        """The device's utilization samples since the last poll, or None where it cannot tell."""
+        if index in self._utilization_unsupported:
+            return None
+        try:
+            return self._utilization.read(index, handle)
+        except self._nvml.NVMLError as exc:
+            if self._session.classify(exc) is ErrorKind.NOT_SUPPORTED:
+                self._utilization_unsupported.add(index)
+                log.info(
+                    "process_utilization_unsupported", backend=self.backend, device=index, reason=str(exc)
+                )
+            else:  # this poll only: the processes and their memory stay
+                log.debug("process_utilization_failed", backend=self.backend, device=index, error=str(exc))
+            return None
 
     def _running(self, handle: Any) -> list[Any]:
         try:
@@ -150,10 +208,65 @@ class ProcessMonitor:
         with self._lock:
             return list(self._latest)
 
+    def sm_usage(self, uuid: str) -> SmUsage | None:
+        """The GPU's SM use per pod and container in the latest poll, or None where it cannot tell."""
+        with self._lock:
+            return self._sm_usage.get(uuid)
+
     def stop(self) -> None:
         """Stop polling and release NVML."""
         self._poller.stop()
         self._lease.release()
+
+
+_IDLE = dict.fromkeys(ENGINES, 0.0)
+
+
+def _memory_by_pid(running: list[Any]) -> dict[int, int | None]:
+    """Memory per pid, summed where a pid is listed per MIG instance or context; None if unknown."""
+    memory: dict[int, int | None] = {}
+    for process in running:
+        used = process.usedGpuMemory
+        used = None if used is None or used >= _UNKNOWN_MEMORY else int(used)
+        known = memory.get(process.pid)
+        memory[process.pid] = used if known is None else known + (used or 0)
+    return memory
+
+
+class _Resolved(dict[int, Attribution]):
+    """Attribution per pid, resolved on first use within one poll."""
+
+    def __init__(self, resolver: CgroupResolver) -> None:
+        super().__init__()
+        self._resolver = resolver
+
+    def __missing__(self, pid: int) -> Attribution:
+        self[pid] = found = self._resolver.resolve(pid)
+        return found
+
+
+def _mean_ratios(samples: list[ProcessSample]) -> dict[int, dict[str, float]]:
+    """Each pid's mean share per engine over its samples (the driver's windows it was active in)."""
+    sums: dict[int, list[int]] = {}
+    for sample in samples:
+        summed = sums.setdefault(sample.pid, [0] * (len(ENGINES) + 1))  # per engine, then the count
+        for position, percent in enumerate(sample.percents):
+            summed[position] += percent
+        summed[-1] += 1
+    return {
+        pid: {engine: total / (100.0 * summed[-1]) for engine, total in zip(ENGINES, summed, strict=False)}
+        for pid, summed in sums.items()
+    }
+
+
+def _sm_by_attribution(
+    samples: list[ProcessSample], where: dict[int, Attribution]
+) -> dict[Attribution, float]:
+    """The samples' SM ratios summed per pod and container."""
+    used: dict[Attribution, float] = {}
+    for sample in samples:
+        used[where[sample.pid]] = used.get(where[sample.pid], 0.0) + sample.sm_ratio
+    return used
 
 
 def open_process_monitor(

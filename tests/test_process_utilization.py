@@ -1,0 +1,406 @@
+"""Per-process utilization (--processes) and the SM-share split of pod energy, through the NVML double
+(real pynvml structs), a fixture /proc tree with runtime bundles, and the gRPC kubelet double."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pynvml
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.conftest import assert_promtool_clean
+from tests.doubles.nvml import FakeNvml, ProcessSample
+from tests.helpers import http, parse, select, value
+from tests.kubelet import FakeKubelet, replica
+from tests.test_k8s import GPU, PodRig
+from tests.test_processes import CGROUPFS_V1, CID, CID2, GIB, HOST, SYSTEMD_V2, UID, UID2, Proc, scrape
+from warptd.config import load_settings
+from warptd.daemon import Daemon
+from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
+from warptd.exporter.text import render_text
+from warptd.k8s.containers import ContainerOwners, read_owner
+from warptd.k8s.energy import split
+from warptd.k8s.podresources import Owner
+from warptd.k8s.shares import SmShares
+from warptd.processes.cgroup import Attribution
+from warptd.processes.nvml import ProcessMonitor
+
+METRIC = "warptd_device_process_utilization_ratio"
+ENERGY = "warptd_pod_energy_joules_total"
+SPLIT = "warptd_pod_energy_split_joules_total"
+INFO = "nvmlDeviceGetProcessesUtilizationInfo"
+OLD = "nvmlDeviceGetProcessUtilization"
+CONTAINERD = "run/containerd/io.containerd.runtime.v2.task/k8s.io/{id}/config.json"
+CRIO = "run/containers/storage/overlay-containers/{id}/userdata/config.json"
+
+
+@pytest.fixture
+def proc(tmp_path):
+    return Proc(tmp_path / "proc")
+
+
+@pytest.fixture
+def kubelet(tmp_path):
+    fake = FakeKubelet(tmp_path / "kubelet.sock").start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def monitor(fake_nvml, proc):
+    monitor = ProcessMonitor(proc.root)
+    yield monitor
+    monitor.stop()
+
+
+def bundle(proc: Proc, layout: str, container_id: str, annotations: dict[str, str]) -> None:
+    """A runtime bundle's config.json under the host root (``<procfs>/1/root``)."""
+    path = proc.root / "1" / "root" / layout.format(id=container_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"ociVersion": "1.1.0", "annotations": annotations}))
+
+
+def containerd_bundle(proc: Proc, where: Attribution, owner: Owner) -> None:
+    bundle(
+        proc,
+        CONTAINERD,
+        where.container_id,
+        {
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.sandbox-namespace": owner.namespace,
+            "io.kubernetes.cri.sandbox-name": owner.pod,
+            "io.kubernetes.cri.container-name": owner.container,
+            "io.kubernetes.cri.sandbox-uid": where.pod_uid,
+        },
+    )
+
+
+# -- per-process series --------------------------------------------------------------------------
+def test_processes_have_their_utilization_by_engine_with_pod_labels(monitor, fake_nvml, proc):
+    proc.add(1001, SYSTEMD_V2)
+    proc.add(1002, CGROUPFS_V1)
+    proc.add(1003, HOST)
+    gpu0, gpu1 = fake_nvml.gpus
+    gpu0.processes = [(1001, 2 * GIB), (1003, GIB)]
+    gpu1.processes = [(1002, GIB), (1005, None)]  # memory unknown: no memory series, utilization still
+    gpu0.process_samples = [
+        ProcessSample(1_000, 1001, sm=60, mem=10, enc=0, dec=4),
+        ProcessSample(2_000, 1001, sm=80, mem=20, enc=0, dec=6),
+    ]
+    gpu1.process_samples = [
+        ProcessSample(1_500, 1002, sm=33, mem=5, enc=7, dec=0),
+        ProcessSample(1_600, 1005, 12),
+    ]
+    monitor.poll()
+    samples = scrape(monitor)
+    dev0 = {"backend": "nvidia", "device": "0", "uuid": gpu0.uuid}
+    a = {"pid": "1001", "pod_uid": UID, "container_id": CID, **dev0}
+    assert value(samples, METRIC, engine="sm", **a) == pytest.approx(0.70)
+    assert value(samples, METRIC, engine="memory", **a) == pytest.approx(0.15)
+    assert value(samples, METRIC, engine="encoder", **a) == 0
+    assert value(samples, METRIC, engine="decoder", **a) == pytest.approx(0.05)
+    # a running process without a sample in the period used nothing: 0, not absent
+    assert value(samples, METRIC, engine="sm", pid="1003", pod_uid="", container_id="", **dev0) == 0
+    assert (
+        value(samples, METRIC, engine="sm", pid="1002", pod_uid=UID2, container_id=CID2, device="1") == 0.33
+    )
+    assert value(samples, METRIC, engine="encoder", pid="1002", device="1") == 0.07
+    assert value(samples, METRIC, engine="sm", pid="1005", device="1") == 0.12
+    assert not select(samples, "warptd_device_process_memory_bytes", pid="1005")
+    assert len(select(samples, METRIC)) == 4 * 4
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NvidiaExtrasCollector(processes=monitor))
+    assert_promtool_clean(render_text(registry.collect()))
+
+
+def test_each_poll_reads_only_the_samples_since_the_last(monitor, fake_nvml, proc):
+    gpu0 = fake_nvml.gpus[0]
+    gpu0.processes = [(1003, GIB)]
+    proc.add(1003, HOST)
+    gpu0.process_samples = [ProcessSample(1_000, 1003, 90), ProcessSample(2_000, 1003, 70)]
+    monitor.poll()
+    assert value(scrape(monitor), METRIC, engine="sm", pid="1003") == pytest.approx(0.8)
+    monitor.poll()  # nothing newer: the driver says NOT_FOUND, the process used nothing
+    assert value(scrape(monitor), METRIC, engine="sm", pid="1003") == 0
+    gpu0.process_samples = [*gpu0.process_samples, ProcessSample(3_000, 1003, 10)]
+    monitor.poll()
+    assert value(scrape(monitor), METRIC, engine="sm", pid="1003") == pytest.approx(0.1)
+    # per poll and GPU: one call, a second only when there are samples to fetch (their count first)
+    assert fake_nvml.calls(INFO) == (2 + 1 + 2) + 3
+    assert fake_nvml.calls(OLD) == 0
+
+
+def test_a_driver_without_the_info_function_falls_back_to_process_utilization(proc):
+    fake = FakeNvml(gpus=2, driver="r470")
+    fake.gpus[1].processes = [(1003, GIB)]
+    fake.gpus[1].process_samples = [ProcessSample(5_000, 1003, 40, 8)]
+    proc.add(1003, HOST)
+    with fake.installed():
+        monitor = ProcessMonitor(proc.root)
+        try:
+            monitor.poll()
+            monitor.poll()
+            samples = scrape(monitor)
+            assert value(samples, METRIC, engine="sm", device="1", pid="1003") == 0  # no newer sample
+            assert fake.calls(INFO) == 0
+            # poll 1: GPU 0 NOT_FOUND, GPU 1 size + samples; poll 2: NOT_FOUND on both
+            assert fake.calls(OLD) == 3 + 2
+            fake.gpus[1].process_samples = [ProcessSample(6_000, 1003, 40, 8)]
+            monitor.poll()
+            assert value(scrape(monitor), METRIC, engine="memory", device="1", pid="1003") == 0.08
+        finally:
+            monitor.stop()
+    fake.close()
+
+
+def test_a_struct_version_the_driver_refuses_falls_back_to_process_utilization(monitor, fake_nvml, proc):
+    gpu0 = fake_nvml.gpus[0]
+    gpu0.raises[INFO] = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    gpu0.processes, gpu0.process_samples = [(1003, GIB)], [ProcessSample(1_000, 1003, 25)]
+    proc.add(1003, HOST)
+    monitor.poll()
+    monitor.poll()
+    assert value(scrape(monitor), METRIC, engine="sm", pid="1003") == 0  # read at the first poll
+    assert fake_nvml.calls(INFO) == 1  # refused once, then the older function for good
+    assert fake_nvml.calls(OLD) == (2 + 1) + 2  # GPU 0: size + samples, then NOT_FOUND; GPU 1 NOT_FOUND twice
+
+
+def test_a_failing_read_keeps_the_processes_for_the_poll(monitor, fake_nvml, proc):
+    gpu0 = fake_nvml.gpus[0]
+    gpu0.raises[INFO] = pynvml.NVML_ERROR_UNKNOWN
+    gpu0.processes, gpu0.process_samples = [(1003, GIB)], [ProcessSample(1_000, 1003, 25)]
+    proc.add(1003, HOST)
+    monitor.poll()
+    samples = scrape(monitor)
+    assert value(samples, "warptd_device_process_memory_bytes", pid="1003") == GIB
+    assert not select(samples, METRIC, device="0")  # nothing to tell this poll
+    del gpu0.raises[INFO]
+    monitor.poll()  # asked again: a failure is not "unsupported"
+    assert value(scrape(monitor), METRIC, engine="sm", pid="1003") == 0.25
+
+
+def test_a_gpu_that_cannot_tell_is_asked_once_and_has_no_utilization_series(monitor, fake_nvml, proc):
+    gpu0, gpu1 = fake_nvml.gpus
+    gpu0.unsupported = {INFO}
+    gpu0.processes, gpu1.processes = [(1003, GIB)], [(1004, GIB)]
+    gpu0.process_samples = gpu1.process_samples = [
+        ProcessSample(1_000, 1003, 50),
+        ProcessSample(1_000, 1004, 50),
+    ]
+    proc.add(1003, HOST)
+    proc.add(1004, HOST)
+    for _ in range(3):
+        monitor.poll()
+    samples = scrape(monitor)
+    assert value(samples, "warptd_device_process_memory_bytes", pid="1003") == GIB  # memory still
+    assert not select(samples, METRIC, device="0")
+    assert value(samples, METRIC, engine="sm", device="1", pid="1004") == 0  # read once, then nothing new
+    assert monitor.sm_usage(gpu0.uuid) is None
+    assert fake_nvml.calls(INFO) == 1 + (2 + 1 + 1)  # GPU 0 once; GPU 1 size + samples, then NOT_FOUND
+
+
+def test_a_process_that_exits_drops_out(monitor, fake_nvml, proc):
+    gpu0 = fake_nvml.gpus[0]
+    proc.add(1001, SYSTEMD_V2)
+    proc.add(1003, HOST)
+    gpu0.processes = [(1001, GIB), (1003, GIB)]
+    gpu0.process_samples = [ProcessSample(1_000, 1001, 50), ProcessSample(1_000, 1003, 20)]
+    monitor.poll()
+    assert {s.labels["pid"] for s in select(scrape(monitor), METRIC)} == {"1001", "1003"}
+    gpu0.processes = [(1003, GIB)]
+    gpu0.process_samples = [*gpu0.process_samples, ProcessSample(2_000, 1001, 50)]  # its last window
+    proc.remove(1001)
+    monitor.poll()
+    assert {s.labels["pid"] for s in select(scrape(monitor), METRIC)} == {"1003"}
+
+
+# -- container names from the runtime ------------------------------------------------------------
+def test_container_owner_from_containerd_and_cri_o_bundles(proc):
+    host = (proc.root / "1" / "root",)
+    containerd_bundle(proc, Attribution(UID, CID), Owner("ml", "train-0", "trainer"))
+    bundle(
+        proc,
+        CRIO,
+        CID2,
+        {
+            "io.kubernetes.pod.namespace": "ml",
+            "io.kubernetes.pod.name": "serve-1",
+            "io.kubernetes.container.name": "server",
+            "io.kubernetes.pod.uid": UID2,
+        },
+    )
+    assert read_owner(host, Attribution(UID, CID)) == Owner("ml", "train-0", "trainer")
+    assert read_owner(host, Attribution(UID2, CID2)) == Owner("ml", "serve-1", "server")
+    assert read_owner(host, Attribution(UID2, CID)) is None  # the bundle names another pod
+    assert read_owner(host, Attribution(UID, "c" * 64)) is None  # no bundle
+    assert read_owner(host, Attribution(UID, "")) is None
+    (host[0] / CONTAINERD.format(id=CID)).write_text("{not json")
+    assert read_owner(host, Attribution(UID, CID)) is None
+    owners = ContainerOwners(host, max_cached=2)
+    for n in range(5):
+        containerd_bundle(proc, Attribution(UID, f"{n:064x}"), Owner("ml", "a", f"c{n}"))
+        assert owners.owner(Attribution(UID, f"{n:064x}")) == Owner("ml", "a", f"c{n}")
+    assert owners.owner(Attribution(UID, "d" * 64)) is None
+    assert len(owners) == 2  # bounded, and a miss is not kept
+
+
+def test_split_fractions_sum_to_one_and_say_how():
+    a, b, c = Owner("ml", "a", "main"), Owner("ml", "b", "main"), Owner("ml", "c", "main")
+    assert split((a, b), {a: 3.0, b: 1.0}) == ({a: 0.75, b: 0.25}, "sm_share")
+    assert split((a, b), {a: 2.0}) == ({a: 1.0, b: 0.0}, "sm_share")
+    assert split((a, b), None) == ({a: 0.5, b: 0.5}, "even")
+    assert split((a, b), {}) == ({a: 0.5, b: 0.5}, "even")  # nobody used the SMs
+    assert split((a, b), {a: 1.0, c: 1.0}) == ({a: 0.5, b: 0.5}, "even")  # a pod not holding the GPU
+    assert split((a, b, c), {a: 1.0, b: 1.0, c: 1.0})[1] == "sm_share"
+
+
+# -- SM-share pod energy -------------------------------------------------------------------------
+@pytest.fixture
+def shared(settings, kubelet, fake_nvml, proc):
+    """GPU 0 time-sliced between pods a (pid 1001) and b (pid 1002), energy split by SM use."""
+    rig = PodRig(settings, kubelet)
+    monitor = ProcessMonitor(proc.root)
+    rig.energy.sm_use = SmShares(monitor, ContainerOwners((proc.root / "1" / "root",))).by_owner
+    gpu0 = fake_nvml.gpus[0]
+    kubelet.pods = {
+        ("ml", "a", "main"): {GPU: [replica(gpu0.uuid, 0)]},
+        ("ml", "b", "main"): {GPU: [replica(gpu0.uuid, 1)]},
+    }
+    proc.add(1001, SYSTEMD_V2)
+    proc.add(1002, CGROUPFS_V1)
+    gpu0.processes = [(1001, GIB), (1002, GIB)]
+    rig.poll_and_tick()
+    yield rig, monitor, gpu0
+    monitor.stop()
+    rig.close()
+
+
+class Timeline:
+    """Driver samples and energy for one interval at a time, then the poll and sample that read them."""
+
+    def __init__(self, rig: PodRig, monitor: ProcessMonitor, gpu) -> None:
+        self.rig, self.monitor, self.gpu = rig, monitor, gpu
+        self.t_us = 1_000_000
+
+    def interval(self, joules: float, sm: dict[int, list[int]]):
+        samples = []
+        for window in range(max((len(v) for v in sm.values()), default=0)):
+            self.t_us += 166_667  # the driver samples every 1/6 s
+            samples += [ProcessSample(self.t_us, pid, s[window]) for pid, s in sm.items() if window < len(s)]
+        self.gpu.process_samples = samples
+        self.gpu.energy_mj += int(joules * 1000)
+        self.monitor.poll()
+        return self.rig.rig.tick()
+
+
+def test_shared_gpu_energy_follows_the_containers_sm_shares(shared, proc):
+    """75/25 SM for three intervals at 100 J, then 10/90 for three at 60 J: a 243 J, b 237 J."""
+    rig, monitor, gpu0 = shared
+    containerd_bundle(proc, Attribution(UID, CID), Owner("ml", "a", "main"))
+    containerd_bundle(proc, Attribution(UID2, CID2), Owner("ml", "b", "main"))
+    timeline = Timeline(rig, monitor, gpu0)
+    for _ in range(3):  # six windows a second; shares vary window by window around 75/25
+        samples = timeline.interval(100.0, {1001: [70, 80, 75, 75, 72, 78], 1002: [25, 25, 20, 30, 25, 25]})
+    for _ in range(3):
+        samples = timeline.interval(60.0, {1001: [10, 5, 15, 10, 10, 10], 1002: [90, 95, 85, 90, 90, 90]})
+    a = value(samples, ENERGY, namespace="ml", pod="a", container="main")
+    b = value(samples, ENERGY, namespace="ml", pod="b", container="main")
+    assert a == pytest.approx(3 * 100 * 0.75 + 3 * 60 * 0.10, rel=0.01)
+    assert b == pytest.approx(3 * 100 * 0.25 + 3 * 60 * 0.90, rel=0.01)
+    assert a + b == pytest.approx(480.0, rel=1e-9)  # the pods' parts sum to the GPU's energy
+    gpu = {"backend": "nvidia", "device": "0", "uuid": gpu0.uuid}
+    assert value(samples, SPLIT, method="sm_share", **gpu) == pytest.approx(480.0)
+    assert not select(samples, SPLIT, method="even")
+    assert_promtool_clean(rig.rig.exposition.render(None, None)[0])
+
+
+def test_even_split_where_the_gpu_cannot_tell(shared, proc, fake_nvml):
+    rig, monitor, gpu0 = shared
+    containerd_bundle(proc, Attribution(UID, CID), Owner("ml", "a", "main"))
+    timeline = Timeline(rig, monitor, gpu0)
+    # b's container has no bundle: its SM use cannot be named, so neither share can be trusted
+    timeline.interval(100.0, {1001: [80], 1002: [20]})
+    containerd_bundle(proc, Attribution(UID2, CID2), Owner("ml", "b", "main"))
+    timeline.interval(40.0, {})  # nobody used the SMs (NOT_FOUND): even
+    samples = timeline.interval(30.0, {1001: [60], 1002: [30]})  # named now: by SM use, a 20 J, b 10 J
+    gpu0.unsupported = {"nvmlDeviceGetProcessesUtilizationInfo"}
+    samples = timeline.interval(10.0, {1001: [100]})  # per-process utilization not supported: even
+    a = value(samples, ENERGY, namespace="ml", pod="a", container="main")
+    b = value(samples, ENERGY, namespace="ml", pod="b", container="main")
+    assert a == pytest.approx(50 + 20 + 20 + 5, rel=0.01)
+    assert b == pytest.approx(50 + 20 + 10 + 5, rel=0.01)
+    gpu = {"backend": "nvidia", "device": "0", "uuid": gpu0.uuid}
+    assert value(samples, SPLIT, method="even", **gpu) == pytest.approx(150.0)
+    assert value(samples, SPLIT, method="sm_share", **gpu) == pytest.approx(30.0)
+    assert a + b == pytest.approx(180.0, rel=1e-9)
+
+
+def test_without_the_process_monitor_the_split_is_even(settings, kubelet, fake_nvml):
+    rig = PodRig(settings, kubelet)
+    try:
+        gpu0 = fake_nvml.gpus[0]
+        kubelet.pods = {
+            (ns, pod, "main"): {GPU: [replica(gpu0.uuid, n)]}
+            for n, (ns, pod) in enumerate([("ml", "a"), ("ml", "b")])
+        }
+        rig.poll_and_tick()
+        gpu0.energy_mj += 10_000
+        samples = rig.rig.tick()
+        assert value(samples, ENERGY, pod="a") == value(samples, ENERGY, pod="b") == pytest.approx(5.0)
+        assert value(samples, SPLIT, method="even", device="0") == pytest.approx(10.0)
+    finally:
+        rig.close()
+
+
+def test_the_daemon_splits_by_sm_share_with_processes(tmp_path, fake_nvml, kubelet, proc):
+    """End to end: --processes and a kubelet on a real daemon; its threads poll, sample and serve."""
+    gpu0 = fake_nvml.gpus[0]
+    kubelet.pods = {
+        (ns, pod, "main"): {GPU: [replica(gpu0.uuid, n)]}
+        for n, (ns, pod) in enumerate([("ml", "a"), ("ml", "b")])
+    }
+    proc.add(1001, SYSTEMD_V2)
+    proc.add(1002, CGROUPFS_V1)
+    containerd_bundle(proc, Attribution(UID, CID), Owner("ml", "a", "main"))
+    containerd_bundle(proc, Attribution(UID2, CID2), Owner("ml", "b", "main"))
+    gpu0.processes = [(1001, GIB), (1002, GIB)]
+    settings = load_settings(
+        listen="127.0.0.1:0", backends=["nvidia"], interval=0.1, kubelet_socket=kubelet.socket,
+        pod_resources_interval=1, procfs=proc.root, processes=True, sysfs=tmp_path,
+    )  # fmt: skip
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        t_us, deadline, samples = 0, time.monotonic() + 5.0, []
+        while time.monotonic() < deadline:  # bounded: ~5 s of 50 ms steps at most
+            t_us += 50_000
+            gpu0.process_samples = [ProcessSample(t_us, 1001, 90), ProcessSample(t_us, 1002, 10)]
+            gpu0.energy_mj += 1000
+            time.sleep(0.05)
+            samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+            if select(samples, SPLIT, method="sm_share") and select(samples, METRIC):
+                break
+        assert value(samples, SPLIT, method="sm_share", device="0") > 0
+        assert value(samples, METRIC, engine="sm", pid="1001", pod_uid=UID, container_id=CID) > 0
+    finally:
+        stopper = threading.Thread(target=daemon.stop)
+        stopper.start()
+        stopper.join(timeout=10)
+        assert not stopper.is_alive()
+
+
+def test_helm_mounts_the_runtime_bundles_read_only_with_processes_and_pods():
+    from tests.test_deploy import by_kind, render
+
+    bundles = "/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    pod = by_kind(render({"processes.enabled": "true"}), "DaemonSet")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts[bundles]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts[bundles]["name"]]["hostPath"]["path"] == bundles
+    for off in ({}, {"processes.enabled": "true", "podAttribution.enabled": "false"}):
+        pod = by_kind(render(off), "DaemonSet")["spec"]["template"]["spec"]
+        assert bundles not in json.dumps(pod)

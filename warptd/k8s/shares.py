@@ -1,0 +1,40 @@
+"""Each container's share of a GPU's SM use, named as the kubelet names containers, for pod energy.
+
+The process monitor (--processes) sums each poll's per-process SM samples by pod UID and container
+ID; here those become (namespace, pod, container) through the runtime's bundle annotations.
+"""
+
+from __future__ import annotations
+
+import time
+
+from warptd.k8s.containers import ContainerOwners
+from warptd.k8s.podresources import Owner
+from warptd.processes.nvml import ProcessMonitor
+
+#: A poll older than this many monitor intervals tells nothing about the current sample.
+_FRESH_INTERVALS = 3.0
+
+
+class SmShares:
+    """SM use per container on a GPU in the monitor's latest poll."""
+
+    def __init__(self, monitor: ProcessMonitor, owners: ContainerOwners) -> None:
+        self.monitor = monitor
+        self.owners = owners
+
+    def by_owner(self, uuid: str) -> dict[Owner, float] | None:
+        """Summed SM ratios per container, or None where the GPU cannot tell: no per-process
+        utilization, no recent poll, or SM used by a pod's container whose names are unknown."""
+        usage = self.monitor.sm_usage(uuid)
+        if usage is None or time.monotonic() - usage.polled_at > _FRESH_INTERVALS * self.monitor.interval:
+            return None
+        used: dict[Owner, float] = {}
+        for attribution, sm in usage.by_attribution.items():
+            if not attribution.pod_uid or sm <= 0:  # outside Kubernetes: no pod's share
+                continue
+            owner = self.owners.owner(attribution)
+            if owner is None:
+                return None
+            used[owner] = used.get(owner, 0.0) + sm
+        return used
