@@ -14,8 +14,9 @@ import structlog
 
 from warptd.backends import nvml_session
 from warptd.backends.base import AcceleratorBackend
+from warptd.backends.nvidia_gpm import GpmReader
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
+from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -101,9 +102,13 @@ class NvidiaBackend(AcceleratorBackend):
         self._generation = self._session.generation
         self._suspect = False
         self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
+        self._gpm = GpmReader(nvml, self.call, self._is_unsupported)
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         return self._session.classify(exc)
+
+    def _is_unsupported(self, exc: BaseException) -> bool:
+        return self.classify_error(exc) is ErrorKind.NOT_SUPPORTED
 
     def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
         nvml = self._nvml
@@ -144,6 +149,7 @@ class NvidiaBackend(AcceleratorBackend):
             self._unsupported.clear()
             self._uuids.clear()
             self._fields_unsupported.clear()
+            self._gpm.reset()  # the samples belonged to the NVML before the reopen
 
     def device_identity(self, index: int) -> str | None:
         with self._session.lock:
@@ -276,6 +282,12 @@ class NvidiaBackend(AcceleratorBackend):
         return self.call(index, what, function, self._handles[index], *args)
 
     def begin_read(self, index: int, power_only: bool) -> None:
+        """The batched reads of one GPU: its field values, then (full reads only) its GPM sample."""
+        self._read_fields(index, power_only)
+        if not power_only:
+            self._read_gpm(index)
+
+    def _read_fields(self, index: int, power_only: bool) -> None:
         """One ``nvmlDeviceGetFieldValues`` batch per read. Each value carries its own return code: a
         field answered "not supported" once is not asked again for this GPU."""
         field_ids = _POWER_FIELDS if power_only else _DEVICE_FIELDS
@@ -305,6 +317,20 @@ class NvidiaBackend(AcceleratorBackend):
                 unsupported.add(field_id)
             else:
                 self.on_error((f"field_{field_id}", index), kind, error)
+
+    def _read_gpm(self, index: int) -> None:
+        """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM."""
+        handle, nvml = self._handles[index], self._nvml
+        if self._gpm.supported(index, handle):
+            self._gpm.sample(index, index, "gpm_sample", lambda sample: nvml.nvmlGpmSampleGet(handle, sample))
+
+    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        """GPM activity over the last sample period (Hopper and newer)."""
+        return self._gpm.gauges(index)
+
+    def get_counters(self, index: int) -> dict[str, LabelledValues]:
+        """PCIe and NVLink bytes integrated from GPM throughput (field counters win where merged)."""
+        return self._gpm.counters(index)
 
     def _field(self, index: int, field_id: int) -> float | None:
         return self._fields.get(index, {}).get(field_id)
@@ -406,4 +432,6 @@ class NvidiaBackend(AcceleratorBackend):
         return counters
 
     def shutdown(self) -> None:
+        with self._session.lock:
+            self._gpm.reset()  # free the GPM samples while NVML is still up
         self._lease.release()

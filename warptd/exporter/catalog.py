@@ -196,8 +196,8 @@ PIPE_ACTIVE = _device(
 ENGINE_ACTIVE = _device(
     "warptd_device_engine_active_ratio",
     "gauge",
-    "Fraction of the last sample period a media engine instance was busy, by engine (nvdec, nvjpg, ofa) "
-    "and instance (NVIDIA GPM).",
+    "Fraction of the last sample period a media engine instance was busy, by engine (nvdec, nvjpg, ofa, "
+    "nvenc) and instance (NVIDIA GPM).",
     "engine",
     "instance",
 )
