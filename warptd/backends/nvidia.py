@@ -75,6 +75,37 @@ _CLOCKS: dict[str, str] = {
 }
 
 
+def memory_usage(backend: AcceleratorBackend, nvml: Any, index: int, handle: Any) -> MemoryUsage | None:
+    """``nvmlMemory_v2``: used as nvidia-smi shows it, reserved apart; v1 on older drivers. A GPU's
+    handle or a MIG device's (its own slice of memory)."""
+    v2 = getattr(nvml, "nvmlMemory_v2", None)
+    info = backend.call_versions(
+        index,
+        *([("memory_v2", nvml.nvmlDeviceGetMemoryInfo, (handle, v2))] if v2 is not None else []),
+        ("memory", nvml.nvmlDeviceGetMemoryInfo, (handle,)),
+    )
+    if info is None:
+        return None
+    return MemoryUsage(
+        total=info.total, used=info.used, free=info.free, reserved=getattr(info, "reserved", None)
+    )
+
+
+def mig_device_handles(backend: AcceleratorBackend, nvml: Any, index: int, handle: Any) -> list[Any]:
+    """The handles of GPU ``index``'s MIG devices; none with MIG off or on a GPU without MIG."""
+    mode = backend.call(index, "mig_mode", nvml.nvmlDeviceGetMigMode, handle)
+    if not mode or not mode[0]:
+        return []
+    handles = []
+    for slot in range(backend.call(index, "mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        try:
+            handles.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+        except nvml.NVMLError as exc:
+            if exc.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no MIG device in this slot
+                backend.on_error(("mig_device", index), backend.classify_error(exc), exc)
+    return handles
+
+
 class NvidiaBackend(AcceleratorBackend):
     """NVIDIA GPUs; handles come from the shared :mod:`nvml_session`, cached once."""
 
@@ -241,19 +272,9 @@ class NvidiaBackend(AcceleratorBackend):
     def _mig_uuids(self, index: int, handle: Any) -> list[str] | None:
         """The ``MIG-…`` UUIDs of the GPU's MIG devices: the IDs NVIDIA's device plugin gives pods that
         hold a MIG slice, so their allocation and energy are matched to this GPU."""
-        nvml = self._nvml
-        mode = self.call(index, "mig_mode", nvml.nvmlDeviceGetMigMode, handle)
-        if not mode or not mode[0]:  # MIG off, or a GPU without MIG
-            return None
         uuids = []
-        for slot in range(self.call(index, "mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-            try:
-                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-            except nvml.NVMLError as exc:
-                if exc.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no MIG device in this slot
-                    self.on_error(("mig_device", index), self.classify_error(exc), exc)
-                continue
-            uuid = self.call(index, "mig_uuid", nvml.nvmlDeviceGetUUID, mig)
+        for mig in mig_device_handles(self, self._nvml, index, handle):
+            uuid = self.call(index, "mig_uuid", self._nvml.nvmlDeviceGetUUID, mig)
             if uuid is not None:
                 uuids.append(nvml_session.text(uuid))
         return uuids or None
@@ -321,7 +342,7 @@ class NvidiaBackend(AcceleratorBackend):
     def _read_gpm(self, index: int) -> None:
         """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM."""
         handle, nvml = self._handles[index], self._nvml
-        if self._gpm.supported(index, handle):
+        if self._gpm.supported(index, index, handle):
             self._gpm.sample(index, index, "gpm_sample", lambda sample: nvml.nvmlGpmSampleGet(handle, sample))
 
     def get_gauges(self, index: int) -> dict[str, LabelledValues]:
@@ -339,19 +360,7 @@ class NvidiaBackend(AcceleratorBackend):
         return field_id in self._fields_unsupported.get(index, ())
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        """``nvmlMemory_v2``: used as nvidia-smi shows it, reserved apart; v1 on older drivers."""
-        nvml, handle = self._nvml, self._handles[index]
-        v2 = getattr(nvml, "nvmlMemory_v2", None)
-        info = self.call_versions(
-            index,
-            *([("memory_v2", nvml.nvmlDeviceGetMemoryInfo, (handle, v2))] if v2 is not None else []),
-            ("memory", nvml.nvmlDeviceGetMemoryInfo, (handle,)),
-        )
-        if info is None:
-            return None
-        return MemoryUsage(
-            total=info.total, used=info.used, free=info.free, reserved=getattr(info, "reserved", None)
-        )
+        return memory_usage(self, self._nvml, index, self._handles[index])
 
     def get_utilization(self, index: int) -> Utilization | None:
         rates = self._get(index, "utilization", "nvmlDeviceGetUtilizationRates")

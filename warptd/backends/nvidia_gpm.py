@@ -99,17 +99,18 @@ class GpmReader:
         self._call = call
         self._unsupported_error = classify_unsupported
         self._table = metric_table(nvml)
-        self._supported: dict[int, bool] = {}  # by device index: nvmlGpmQueryDeviceSupport's answer
+        self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
         self._sources: dict[Hashable, _Source] = {}
 
-    def supported(self, index: int, handle: Any) -> bool:
-        """Ask ``nvmlGpmQueryDeviceSupport`` once per GPU; a driver without GPM is "not supported"."""
-        if index not in self._supported:
+    def supported(self, gpu: Hashable, index: int, handle: Any) -> bool:
+        """Ask ``nvmlGpmQueryDeviceSupport`` once per GPU (``handle``, read for device ``index``); a
+        driver without GPM is "not supported"."""
+        if gpu not in self._supported:
             answer = self._call(index, "gpm_support", self._nvml.nvmlGpmQueryDeviceSupport, handle)
             if answer is None:
                 return False  # not supported (remembered by the guard), or failing now: asked again
-            self._supported[index] = bool(answer.isSupportedDevice)
-        return self._supported[index]
+            self._supported[gpu] = bool(answer.isSupportedDevice)
+        return self._supported[gpu]
 
     def sample(self, key: Hashable, index: int, what: str, take: Callable[[Any], Any]) -> None:
         """Take one sample of source ``key`` (``take(sample)`` fills it; guarded as ``what``) and
@@ -182,7 +183,7 @@ class GpmReader:
         if source is not None:
             self._free(source.samples)
 
-    def keys(self) -> list[Hashable]:
+    def sources(self) -> list[Hashable]:
         return list(self._sources)
 
     def reset(self) -> None:

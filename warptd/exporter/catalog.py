@@ -39,6 +39,16 @@ DEVICE_INFO = _device(
     "node",
     "source",
 )
+MIG_INFO = _device(
+    "warptd_device_mig_info",
+    "gauge",
+    "Identity of an NVIDIA MIG device (backend nvidia_mig): its parent GPU's UUID, GPU and compute "
+    "instance ids and profile; always 1.",
+    "parent_uuid",
+    "gpu_instance",
+    "compute_instance",
+    "profile",
+)
 DEVICE_UP = _device("warptd_device_up", "gauge", "1 if the device answered its last sample, 0 if it is lost.")
 MEMORY_TOTAL = _device("warptd_device_memory_total_bytes", "gauge", "Device memory capacity.")
 MEMORY_USED = _device(
@@ -392,6 +402,7 @@ BUILD_INFO = MetricSpec(
 
 ALL: tuple[MetricSpec, ...] = (
     DEVICE_INFO,
+    MIG_INFO,
     DEVICE_UP,
     MEMORY_TOTAL,
     MEMORY_USED,
