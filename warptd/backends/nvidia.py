@@ -163,6 +163,7 @@ class NvidiaBackend(AcceleratorBackend):
         devices should be listed again (MIG on: their MIG UUIDs are re-read then)."""
         before = len(self._handles)
         if self._suspect:
+            self._gpm.reset()  # free the GPM samples while the NVML that made them is still up
             back = self._session.reopen()
             self._suspect = not back or len(self._handles) < before
             self._sync_generation()

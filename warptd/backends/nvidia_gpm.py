@@ -9,8 +9,10 @@ one ``nvmlGpmSampleGet`` per tick, then ``nvmlGpmMetricsGet`` against the previo
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import struct
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -76,6 +78,16 @@ def metric_table(nvml: ModuleType) -> tuple[GpmMetric, ...]:
     return tuple(table)
 
 
+def _metric_layout(nvml: ModuleType) -> tuple[int, struct.Struct]:
+    """Where ``metrics[]`` starts in pynvml's ``c_nvmlGpmMetricsGet_t``, and an unpacker of one
+    ``c_nvmlGpmMetric_t`` to (nvmlReturn, value), from pynvml's own field offsets."""
+    metric = nvml.c_nvmlGpmMetric_t
+    code, value = metric.nvmlReturn.offset, metric.value.offset
+    tail = ctypes.sizeof(metric) - value - 8
+    layout = struct.Struct(f"={code}xi{value - code - 4}xd{tail}x")
+    return nvml.c_nvmlGpmMetricsGet_t.metrics.offset, layout
+
+
 @dataclass(slots=True)
 class _Source:
     """One GPU or GPU instance: its two samples, which holds the previous one, and what it answered."""
@@ -83,6 +95,7 @@ class _Source:
     samples: list[Any]
     request: Any  # the reused nvmlGpmMetricsGet_t
     metrics: list[GpmMetric]
+    asked: list[GpmMetric] = field(default_factory=list)  # the metric ids written into the request
     previous: int | None = None  # index into samples of the last good sample
     taken_at: float = 0.0
     gauges: dict[str, LabelledValues] = field(default_factory=dict)
@@ -99,6 +112,7 @@ class GpmReader:
         self._call = call
         self._unsupported_error = classify_unsupported
         self._table = metric_table(nvml)
+        self._metrics_offset, self._layout = _metric_layout(nvml)
         self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
         self._sources: dict[Hashable, _Source] = {}
 
@@ -129,27 +143,34 @@ class GpmReader:
             return
         request = source.request
         request.sample1, request.sample2 = source.samples[previous], source.samples[current]
-        request.numMetrics = len(source.metrics)
-        for slot, metric in enumerate(source.metrics):
-            request.metrics[slot].metricId = metric.id
+        if source.asked != source.metrics:  # the ids stay in the request between ticks
+            request.numMetrics = len(source.metrics)
+            for slot, metric in enumerate(source.metrics):
+                request.metrics[slot].metricId = metric.id
+            source.asked = list(source.metrics)
         if self._call(index, "gpm_metrics", self._nvml.nvmlGpmMetricsGet, request) is None:
             return
-        self._collect(source, index, period)
+        self._collect(source, period)
 
-    def _collect(self, source: _Source, index: int, period: float) -> None:
-        nvml, answered, dropped = self._nvml, source.request.metrics, []
-        for slot, metric in enumerate(source.metrics):
-            answer = answered[slot]
-            if answer.nvmlReturn != nvml.NVML_SUCCESS:
-                error = nvml.NVMLError(answer.nvmlReturn)
-                if self._unsupported_error(error) or answer.nvmlReturn == nvml.NVML_ERROR_INVALID_ARGUMENT:
+    def _answers(self, request: Any, count: int) -> Iterator[tuple[int, float]]:
+        """(nvmlReturn, value) of the first ``count`` metrics, unpacked from the request's memory at
+        once: pynvml's structs read field by field cost more than the NVML calls."""
+        raw = ctypes.string_at(ctypes.addressof(request) + self._metrics_offset, count * self._layout.size)
+        return self._layout.iter_unpack(raw)
+
+    def _collect(self, source: _Source, period: float) -> None:
+        nvml, dropped = self._nvml, []
+        answers = self._answers(source.request, len(source.metrics))
+        for metric, (code, value) in zip(source.metrics, answers, strict=True):
+            if code != nvml.NVML_SUCCESS:
+                if code == nvml.NVML_ERROR_INVALID_ARGUMENT or self._unsupported_error(nvml.NVMLError(code)):
                     dropped.append(metric)  # this GPU lacks it (an engine or link it does not have)
                 continue
             if metric.rate:
                 totals = source.totals.setdefault(metric.metric, {})
-                totals[metric.labels] = totals.get(metric.labels, 0.0) + answer.value * MIB * period
+                totals[metric.labels] = totals.get(metric.labels, 0.0) + value * MIB * period
             else:
-                source.gauges.setdefault(metric.metric, {})[metric.labels] = answer.value / 100
+                source.gauges.setdefault(metric.metric, {})[metric.labels] = value / 100
         for metric in dropped:
             source.metrics.remove(metric)
 

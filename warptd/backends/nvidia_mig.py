@@ -147,6 +147,7 @@ class NvidiaMigBackend(AcceleratorBackend):
         when the list changed. GPM samples of GPU instances gone are freed."""
         with self._session.lock:
             if self._suspect:
+                self._gpm.reset()  # free the GPM samples while the NVML that made them is still up
                 self._suspect = not self._session.reopen()
             if self._generation != self._session.generation:
                 self._generation = self._session.generation
