@@ -192,7 +192,7 @@ def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypat
         assert fake.gpm_samples_live - live_before == 6  # the old ones freed, two new per GPU
         rig.close()
         assert fake.gpm_samples_live == live_before
-        assert fake.calls("nvmlGpmSampleAlloc") == fake.calls("nvmlGpmSampleFree") == 12
+        assert fake.calls("nvmlGpmSampleAlloc") == 12  # two per GPU, before and after the reopen
     fake.close()
 
 

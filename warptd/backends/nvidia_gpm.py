@@ -8,7 +8,6 @@ one ``nvmlGpmSampleGet`` per tick, then ``nvmlGpmMetricsGet`` against the previo
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import struct
 import time
@@ -115,6 +114,7 @@ class GpmReader:
         self._metrics_offset, self._layout = _metric_layout(nvml)
         self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
         self._sources: dict[Hashable, _Source] = {}
+        self._unfreed: list[Any] = []  # samples NVML refused to free while it was shut down
 
     def supported(self, gpu: Hashable, index: int, handle: Any) -> bool:
         """Ask ``nvmlGpmQueryDeviceSupport`` once per GPU (``handle``, read for device ``index``); a
@@ -208,13 +208,19 @@ class GpmReader:
         return list(self._sources)
 
     def reset(self) -> None:
-        """Free every sample and forget every answer: after an NVML reopen, or at shutdown."""
+        """Free every sample and forget every answer: before and after an NVML reopen, at shutdown."""
+        pending, self._unfreed = self._unfreed, []
+        self._free(pending)
         for key in list(self._sources):
             self.forget(key)
         self._supported.clear()
 
     def _free(self, samples: list[Any]) -> None:
+        """Free samples; those NVML refuses while it is shut down are freed at the next reset."""
         nvml = self._nvml
         for sample in samples:
-            with contextlib.suppress(nvml.NVMLError):  # NVML already gone: nothing left to free
+            try:
                 nvml.nvmlGpmSampleFree(sample)
+            except nvml.NVMLError as exc:
+                if exc.value == nvml.NVML_ERROR_UNINITIALIZED:
+                    self._unfreed.append(sample)
