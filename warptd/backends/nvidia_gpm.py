@@ -159,18 +159,19 @@ class GpmReader:
         return self._layout.iter_unpack(raw)
 
     def _collect(self, source: _Source, period: float) -> None:
-        nvml, dropped = self._nvml, []
+        nvml, dropped, gauges, totals = self._nvml, [], source.gauges, source.totals
+        bytes_per_rate = MIB * period
         answers = self._answers(source.request, len(source.metrics))
         for metric, (code, value) in zip(source.metrics, answers, strict=True):
-            if code != nvml.NVML_SUCCESS:
+            if code:  # not NVML_SUCCESS
                 if code == nvml.NVML_ERROR_INVALID_ARGUMENT or self._unsupported_error(nvml.NVMLError(code)):
                     dropped.append(metric)  # this GPU lacks it (an engine or link it does not have)
-                continue
-            if metric.rate:
-                totals = source.totals.setdefault(metric.metric, {})
-                totals[metric.labels] = totals.get(metric.labels, 0.0) + value * MIB * period
+            elif metric.rate:
+                counted = totals.get(metric.metric) or totals.setdefault(metric.metric, {})
+                counted[metric.labels] = counted.get(metric.labels, 0.0) + value * bytes_per_rate
             else:
-                source.gauges.setdefault(metric.metric, {})[metric.labels] = value / 100
+                ratios = gauges.get(metric.metric) or gauges.setdefault(metric.metric, {})
+                ratios[metric.labels] = value / 100
         for metric in dropped:
             source.metrics.remove(metric)
 
