@@ -145,6 +145,20 @@ def test_metrics_a_gpu_lacks_are_absent_and_dropped_from_its_request(rig, fake_n
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
 
 
+def test_a_driver_with_an_older_gpm_header_gets_the_first_headers_metrics(rig, fake_nvml):
+    gpu = fake_nvml.gpus[1]
+    gpu.gpm_metric_max = 98  # an R525 driver: NVENC (166-169) unknown, and the whole request refused
+    for _ in range(4):
+        for each in fake_nvml.gpus:
+            each.advance_gpm(activity=ACTIVITY)
+        samples = rig.tick()
+    assert value(samples, "warptd_device_sm_active_ratio", **DEV1) == pytest.approx(0.5)
+    assert value(samples, "warptd_device_engine_active_ratio", engine="nvdec", instance="0", **DEV1) == 0.6
+    assert not select(samples, "warptd_device_engine_active_ratio", engine="nvenc", **DEV1)
+    assert value(samples, "warptd_device_engine_active_ratio", engine="nvenc", instance="2", **DEV0) == 0.45
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 1  # once
+
+
 def test_traffic_counters_grow_by_rate_times_period(rig, fake_nvml):
     gpu = fake_nvml.gpus[0]
     rig.tick()

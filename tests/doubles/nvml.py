@@ -163,6 +163,7 @@ class GpuState(ctypes.Structure):
         ("mig_memory_used", _U64 * MAX_MIG),
         ("mig_name", (ctypes.c_char * 96) * MAX_MIG),
         ("gpm_unsupported", ctypes.c_uint8 * GPM_METRIC_IDS),
+        ("gpm_metric_max", _U32),  # the driver header's NVML_GPM_METRIC_MAX; 0 = every id known
     ]
 
 
@@ -579,6 +580,16 @@ class FakeGpu:
     @gpm_supported.setter
     def gpm_supported(self, value: bool) -> None:
         self.state.gpm_supported = int(value)
+
+    @property
+    def gpm_metric_max(self) -> int:
+        """NVML_GPM_METRIC_MAX of the driver's header (an R525 driver: 98): a request holding a larger
+        id fails as a whole with INVALID_ARGUMENT. 0: every id is known."""
+        return self.state.gpm_metric_max
+
+    @gpm_metric_max.setter
+    def gpm_metric_max(self, value: int) -> None:
+        self.state.gpm_metric_max = value
 
     @property
     def gpm_unsupported(self) -> set[int]:

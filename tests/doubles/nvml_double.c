@@ -147,6 +147,7 @@ struct gpu {
     uint64_t mig_memory_total[MAX_MIG], mig_memory_used[MAX_MIG];
     char mig_name[MAX_MIG][96];        /* what nvmlDeviceGetName answers on the MIG handle */
     uint8_t gpm_unsupported[GPM_METRIC_IDS]; /* per metric id: its nvmlReturn is NOT_SUPPORTED */
+    uint32_t gpm_metric_max; /* the driver header's NVML_GPM_METRIC_MAX: a larger id fails the call */
     /* --- end nv-gpm --- */
 };
 
@@ -840,6 +841,8 @@ int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
         return ERROR_INVALID_ARGUMENT;
     if (a->slot != b->slot || a->gpu_instance != b->gpu_instance) return ERROR_INVALID_ARGUMENT;
     const struct gpu *g = &st->gpus[a->slot];
+    for (uint32_t i = 0; g->gpm_metric_max && i < get->num_metrics; i++)
+        if (get->metrics[i].metric_id >= g->gpm_metric_max) return ERROR_INVALID_ARGUMENT;
     for (uint32_t i = 0; i < get->num_metrics; i++) { /* each metric carries its own return code */
         struct gpm_metric *m = &get->metrics[i];
         m->value = 0;

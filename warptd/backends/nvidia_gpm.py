@@ -23,6 +23,8 @@ from warptd.models import LabelledValues
 #: remembered under ``(what, index)`` and not asked again).
 Call = Callable[..., Any]
 MIB = 2**20
+#: NVML_GPM_METRIC_MAX of the first header with GPM (CUDA 12.0, R525): ids up to NVLink link 17.
+FIRST_HEADER_METRIC_MAX = 98
 #: NVML_GPM_METRIC_* constant name -> (catalog metric, its labels beyond backend/device/uuid).
 #: Utilizations are percent (0-100.0, nvml.h) and become ratios.
 _PERCENT: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -148,9 +150,21 @@ class GpmReader:
             for slot, metric in enumerate(source.metrics):
                 request.metrics[slot].metricId = metric.id
             source.asked = list(source.metrics)
-        if self._call(index, "gpm_metrics", self._nvml.nvmlGpmMetricsGet, request) is None:
+        if self._call(index, "gpm_metrics", self._metrics_get, source) is None:
             return
         self._collect(source, period)
+
+    def _metrics_get(self, source: _Source) -> Any:
+        """``nvmlGpmMetricsGet``. A driver whose header predates some of the ids may refuse the whole
+        request (INVALID_ARGUMENT): then ask only the ids of the first GPM header from the next tick."""
+        nvml = self._nvml
+        try:
+            return nvml.nvmlGpmMetricsGet(source.request)
+        except nvml.NVMLError as exc:
+            first = [metric for metric in source.metrics if metric.id < FIRST_HEADER_METRIC_MAX]
+            if exc.value == nvml.NVML_ERROR_INVALID_ARGUMENT and len(first) < len(source.metrics):
+                source.metrics = first
+            raise
 
     def _answers(self, request: Any, count: int) -> Iterator[tuple[int, float]]:
         """(nvmlReturn, value) of the first ``count`` metrics, unpacked from the request's memory at
