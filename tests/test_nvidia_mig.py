@@ -244,3 +244,17 @@ def test_pod_energy_of_a_mig_gpu_split_by_slice_activity(settings, tmp_path):
             rig.close()
             kubelet.stop()
     fake.close()
+
+
+def test_nvml_reset_under_the_daemon_is_reopened_once_and_the_slices_come_back(rig, fake, rediscover_now):
+    rig.tick()
+    pynvml.nvmlShutdown()  # other code in the process drops NVML's last reference
+    samples = rig.tick()
+    assert value(samples, "warptd_device_up", **mig(0)) == 0  # unreadable, not frozen
+    assert not select(samples, "warptd_device_memory_total_bytes", **mig(0))
+    for _ in range(2):
+        samples = rig.tick()
+    assert value(samples, "warptd_device_up", **mig(0)) == 1
+    assert value(samples, "warptd_device_memory_total_bytes", **mig(0)) == 40 * GIB
+    assert len(select(samples, "warptd_device_mig_info")) == 2
+    assert fake.calls("nvmlInitWithFlags") == 2  # one reopen, shared by nvidia and nvidia_mig

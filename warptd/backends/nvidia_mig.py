@@ -131,6 +131,11 @@ class NvidiaMigBackend(AcceleratorBackend):
         self._lost_now.clear()
         return found
 
+    def _failures(self) -> int:
+        """Errors counted so far and not yet taken by the sampler (not "not supported" answers)."""
+        with self._errors_lock:
+            return sum(self._errors.values())
+
     def is_available(self) -> bool:
         """While a GPU has MIG mode on (with or without instances yet)."""
         return self._mig_gpus > 0
@@ -147,14 +152,19 @@ class NvidiaMigBackend(AcceleratorBackend):
         when the list changed. GPM samples of GPU instances gone are freed."""
         with self._session.lock:
             if self._suspect:
-                self._gpm.reset()  # free the GPM samples while the NVML that made them is still up
-                self._suspect = not self._session.reopen()
+                if self._generation == self._session.generation:  # not reopened since (by nvidia)
+                    self._gpm.reset()  # free the GPM samples while the NVML that made them is up
+                    self._session.reopen()
+                self._suspect = False  # a GPU still lost shows again at its next read
             if self._generation != self._session.generation:
                 self._generation = self._session.generation
                 self._gpm.reset()  # the samples belonged to the NVML before the reopen
                 self._unsupported.clear()
-            before = [device.uuid for device in self._devices]
-            self._devices = self._enumerate()
+            before, failed = [device.uuid for device in self._devices], self._failures()
+            found = self._enumerate()
+            if self._failures() > failed:
+                return False  # NVML failing (reset, GPU lost): keep the list, whose reads show down
+            self._devices = found
             sources = {device.gpm_source for device in self._devices}
             for key in self._gpm.sources():
                 if key not in sources:
