@@ -67,8 +67,8 @@ def test_unknown_backend_is_a_startup_error(settings):
     settings.backends = ["nvidai"]
     with pytest.raises(
         SettingsError,
-        match=r"unknown backend.*nvidai.*known: amd, amdsmi, cpu, gaudi, hlml, hwmon, nvidia, nvml, rapl, "
-        r"tenstorrent, tpu",
+        match=r"unknown backend.*nvidai.*known: amd, amdsmi, cpu, gaudi, hlml, hwmon, nvidia, nvidia_mig, "
+        r"nvml, rapl, tenstorrent, tpu",
     ):
         registry.load_backends(settings)
 

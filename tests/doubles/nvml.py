@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import hashlib
 import mmap
 import os
@@ -66,6 +67,16 @@ MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
 MAX_UTIL_SAMPLES = 128  # nv-processes
 _U32, _U64, _I32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+# --- nv-gpm: GPM counters (struct gpm_counters) ---
+GPM_ACTIVE, GPM_LINKS, GPM_METRIC_IDS = 30, 18, 480
+#: GPM metric id -> its activity counter in struct gpm_counters (gpm_slot() in nvml_double.c).
+_GPM_RANGES = ((2, 2, 0), (4, 2, 2), (10, 4, 4), (30, 8, 8), (40, 8, 16), (50, 2, 24), (166, 4, 26))
+GPM_SLOTS: dict[int, int] = {
+    metric: first_slot + offset
+    for first_id, count, first_slot in _GPM_RANGES
+    for offset, metric in enumerate(range(first_id, first_id + count))
+}
+# --- end nv-gpm ---
 
 
 def nvml_error(code: int) -> pynvml.NVMLError:
@@ -110,6 +121,17 @@ class ProcessSample(NamedTuple):
 
 
 # --- end nv-processes ---
+
+
+class GpmCounters(ctypes.Structure):
+    """``struct gpm_counters``: cumulative cycles and bytes; the driver's metrics are differences."""
+
+    _fields_ = [
+        ("elapsed", _U64),
+        ("active", _U64 * GPM_ACTIVE),
+        ("pcie", _U64 * 2),  # tx, rx
+        ("nvlink", (_U64 * 2) * GPM_LINKS),  # per link: rx, tx
+    ]
 
 
 class GpuState(ctypes.Structure):
@@ -162,6 +184,18 @@ class GpuState(ctypes.Structure):
         ("util_sample_count", _U32),
         ("util_pad", _U32),
         ("util_samples", _UtilSample * MAX_UTIL_SAMPLES),
+        # --- nv-gpm: GPM and MIG instances ---
+        ("gpm_supported", _U32),
+        ("pad_gpm", _U32),
+        ("gpm", GpmCounters),
+        ("mig_gpm", GpmCounters * MAX_MIG),
+        ("mig_gi", _U32 * MAX_MIG),
+        ("mig_ci", _U32 * MAX_MIG),
+        ("mig_memory_total", _U64 * MAX_MIG),
+        ("mig_memory_used", _U64 * MAX_MIG),
+        ("mig_name", (ctypes.c_char * 96) * MAX_MIG),
+        ("gpm_unsupported", ctypes.c_uint8 * GPM_METRIC_IDS),
+        ("gpm_metric_max", _U32),  # the driver header's NVML_GPM_METRIC_MAX; 0 = every id known
     ]
 
 
@@ -213,6 +247,7 @@ def load(variant: str = "current") -> ctypes.CDLL:
         library.double_function_name.restype = ctypes.c_char_p
         library.double_event_set.restype = ctypes.c_void_p
         library.double_event_mask.restype = ctypes.c_uint64
+        library.double_gpm_live.restype = ctypes.c_int  # nv-gpm
         if library.double_state_size() != ctypes.sizeof(State):
             raise AssertionError("tests/doubles/nvml.py State does not match struct state in nvml_double.c")
         _LIBRARIES[variant] = library
@@ -410,6 +445,7 @@ class FakeGpu:
         self.mig_uuids = mig_uuids or []
         self.live = live
         self.pci_bus_id = f"00000000:{0x18 + index:02X}:00.0"
+        self.gpm_supported = compute_capability >= (9, 0)  # nv-gpm: GPM from Hopper on
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _SCALARS:
@@ -585,6 +621,86 @@ class FakeGpu:
         self.state.mig_count = min(len(uuids), MAX_MIG)
         self.state.mig_mode = int(bool(uuids))
 
+    # --- nv-gpm: GPM and MIG instances ------------------------------------------------------------
+    @property
+    def gpm_supported(self) -> bool:
+        """``nvmlGpmQueryDeviceSupport``'s answer; without it GPM samples answer NOT_SUPPORTED."""
+        return bool(self.state.gpm_supported)
+
+    @gpm_supported.setter
+    def gpm_supported(self, value: bool) -> None:
+        self.state.gpm_supported = int(value)
+
+    @property
+    def gpm_metric_max(self) -> int:
+        """NVML_GPM_METRIC_MAX of the driver's header (an R525 driver: 98): a request holding a larger
+        id fails as a whole with INVALID_ARGUMENT. 0: every id is known."""
+        return self.state.gpm_metric_max
+
+    @gpm_metric_max.setter
+    def gpm_metric_max(self, value: int) -> None:
+        self.state.gpm_metric_max = value
+
+    @property
+    def gpm_unsupported(self) -> set[int]:
+        """GPM metric ids whose nvmlReturn is NOT_SUPPORTED on this GPU (e.g. links it lacks)."""
+        return {i for i, flag in enumerate(self.state.gpm_unsupported) if flag}
+
+    @gpm_unsupported.setter
+    def gpm_unsupported(self, metrics: Iterable[int]) -> None:
+        wanted = set(metrics)
+        for metric in range(GPM_METRIC_IDS):
+            self.state.gpm_unsupported[metric] = metric in wanted
+
+    def gpm_counters(self, mig: int | None = None) -> GpmCounters:
+        """The live GPM counters of the GPU, or of its ``mig``-th MIG device's GPU instance."""
+        return self.state.gpm if mig is None else self.state.mig_gpm[mig]
+
+    def advance_gpm(
+        self,
+        cycles: int = 1_000_000,
+        activity: dict[int, float] | None = None,
+        pcie: tuple[int, int] = (0, 0),
+        nvlink: dict[int, tuple[int, int]] | None = None,
+        mig: int | None = None,
+    ) -> None:
+        """Run the counters on by ``cycles``: each GPM metric id in ``activity`` active for that
+        fraction of them; ``pcie`` (tx, rx) and ``nvlink`` {link: (rx, tx)} bytes moved."""
+        counters = self.gpm_counters(mig)
+        counters.elapsed += cycles
+        for metric, fraction in (activity or {}).items():
+            counters.active[GPM_SLOTS[metric]] += round(fraction * cycles)
+        counters.pcie[0] += pcie[0]
+        counters.pcie[1] += pcie[1]
+        for link, (rx, tx) in (nvlink or {}).items():
+            counters.nvlink[link][0] += rx
+            counters.nvlink[link][1] += tx
+
+    @property
+    def mig_devices(self) -> list[FakeMig]:
+        """This GPU's MIG devices with their instance ids, profile name and memory."""
+        state = self.state
+        return [
+            FakeMig(
+                uuid=uuid,
+                gpu_instance=state.mig_gi[i],
+                compute_instance=state.mig_ci[i],
+                name=state.mig_name[i].value.decode(),
+                memory_total=state.mig_memory_total[i],
+                memory_used=state.mig_memory_used[i],
+            )
+            for i, uuid in enumerate(self.mig_uuids)
+        ]
+
+    @mig_devices.setter
+    def mig_devices(self, devices: list[FakeMig]) -> None:
+        state = self.state
+        for i, device in enumerate(devices[:MAX_MIG]):
+            state.mig_gi[i], state.mig_ci[i] = device.gpu_instance, device.compute_instance
+            state.mig_name[i].value = (device.name or f"{self.name} MIG 1g.10gb").encode()
+            state.mig_memory_total[i], state.mig_memory_used[i] = device.memory_total, device.memory_used
+        self.mig_uuids = [device.uuid for device in devices]
+
     # -- failure modes --------------------------------------------------------------------------
     @property
     def lost(self) -> bool:
@@ -603,6 +719,18 @@ class FakeGpu:
     @property
     def release(self) -> _Flag:
         return _Flag(self, "release")
+
+
+@dataclasses.dataclass
+class FakeMig:
+    """One MIG device (a compute instance of a GPU instance), as NVML describes it."""
+
+    uuid: str
+    gpu_instance: int
+    compute_instance: int = 0
+    name: str = ""  # what nvmlDeviceGetName answers on its handle; "" = "<GPU name> MIG 1g.10gb"
+    memory_total: int = 10 * GIB
+    memory_used: int = 0
 
 
 class _GpuList(list):
@@ -714,6 +842,11 @@ class FakeNvml:
                 masks = {gpu.uuid: library.double_event_mask(i, self._slots[id(gpu)]) for gpu in self._gpus}
                 found[address] = {uuid: mask for uuid, mask in masks.items() if mask}
         return found
+
+    @property
+    def gpm_samples_live(self) -> int:
+        """GPM samples this process allocated and has not freed (nv-gpm)."""
+        return load(self.driver).double_gpm_live()
 
     def calls(self, name: str) -> int:
         """How often the library's C function ``name`` was called, in every process."""

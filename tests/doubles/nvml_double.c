@@ -82,7 +82,11 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
     X(nvmlDeviceGetMigMode) X(nvmlDeviceGetMaxMigDeviceCount) X(nvmlDeviceGetMigDeviceHandleByIndex) \
     X(nvmlDeviceIsMigDeviceHandle) X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)               \
     /* --- nv-processes: per-process utilization --- */                                           \
-    X(nvmlDeviceGetProcessUtilization) X(nvmlDeviceGetProcessesUtilizationInfo)
+    X(nvmlDeviceGetProcessUtilization) X(nvmlDeviceGetProcessesUtilizationInfo)                    \
+    /* --- nv-gpm: GPM and MIG instances --- */                                                  \
+    X(nvmlGpmQueryDeviceSupport) X(nvmlGpmSampleAlloc) X(nvmlGpmSampleFree) X(nvmlGpmSampleGet)    \
+    X(nvmlGpmMigSampleGet) X(nvmlGpmMetricsGet) X(nvmlDeviceGetGpuInstanceId)                      \
+    X(nvmlDeviceGetComputeInstanceId)
 
 #define AS_ID(name) FN_##name,
 enum { FUNCTIONS(AS_ID) FN_COUNT };
@@ -91,6 +95,19 @@ static const char *function_names[] = {FUNCTIONS(AS_NAME)};
 #define MAX_FN 64
 
 struct power_point { uint64_t t_ns; uint32_t mw; uint32_t pad; };
+/* --- nv-gpm: GPM counters --- */
+#define GPM_ACTIVE 30   /* activity counters, by the slot gpm_slot() gives a metric id */
+#define GPM_LINKS 18
+#define GPM_METRIC_IDS 480
+/* A GPU's (or GPU instance's) cumulative GPM counters, scripted by the tests: the driver derives each
+ * metric from the difference between two samples, so a metric covers the period between them. */
+struct gpm_counters {
+    uint64_t elapsed;             /* cycles elapsed: the denominator of every activity ratio */
+    uint64_t active[GPM_ACTIVE];  /* cycles each unit was active (0-100 % of elapsed over a period) */
+    uint64_t pcie[2];             /* bytes: tx, rx */
+    uint64_t nvlink[GPM_LINKS][2]; /* bytes per link: rx, tx */
+};
+/* --- end nv-gpm --- */
 struct event { uint64_t type; uint64_t data; };
 struct process { uint32_t pid; uint32_t pad; uint64_t used; };
 /* --- nv-processes: one scripted per-process utilization sample (timestamp in µs, percents) --- */
@@ -130,6 +147,16 @@ struct gpu {
     /* --- nv-processes: the driver's per-process utilization samples, oldest first --- */
     uint32_t util_sample_count, util_pad;
     struct util_sample util_samples[MAX_UTIL_SAMPLES];
+    /* --- nv-gpm: GPM and MIG instances --- */
+    uint32_t gpm_supported, pad_gpm;   /* nvmlGpmQueryDeviceSupport's isSupportedDevice */
+    struct gpm_counters gpm;           /* the whole GPU */
+    struct gpm_counters mig_gpm[MAX_MIG]; /* per MIG device: its GPU instance */
+    uint32_t mig_gi[MAX_MIG], mig_ci[MAX_MIG];
+    uint64_t mig_memory_total[MAX_MIG], mig_memory_used[MAX_MIG];
+    char mig_name[MAX_MIG][96];        /* what nvmlDeviceGetName answers on the MIG handle */
+    uint8_t gpm_unsupported[GPM_METRIC_IDS]; /* per metric id: its nvmlReturn is NOT_SUPPORTED */
+    uint32_t gpm_metric_max; /* the driver header's NVML_GPM_METRIC_MAX: a larger id fails the call */
+    /* --- end nv-gpm --- */
 };
 
 struct state {
@@ -313,7 +340,8 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **handle) {
 /* -- identity ---------------------------------------------------------------------------------- */
 int nvmlDeviceGetName(void *h, char *name, unsigned int length) {
     DEVICE_CALL(nvmlDeviceGetName, h);
-    return copy_string(name, length, g->name);
+    struct device_tag *tag = h; /* nv-gpm: a MIG handle answers its MIG device's name */
+    return copy_string(name, length, tag->mig >= 0 ? g->mig_name[tag->mig] : g->name);
 }
 
 int nvmlDeviceGetUUID(void *h, char *uuid, unsigned int length) {
@@ -356,11 +384,21 @@ int nvmlDeviceGetMaxPcieLinkGeneration(void *h, unsigned int *gen) {
 struct memory_v1 { uint64_t total, free, used; };
 struct memory_v2 { uint32_t version; uint32_t pad; uint64_t total, reserved, free, used; };
 
+/* --- nv-gpm: a MIG handle answers its MIG device's memory (no reserved part) --- */
+static void memory_of(const struct gpu *g, void *h, uint64_t *total, uint64_t *used, uint64_t *reserved) {
+    int mig = ((struct device_tag *)h)->mig;
+    *total = mig >= 0 ? g->mig_memory_total[mig] : g->memory_total;
+    *used = mig >= 0 ? g->mig_memory_used[mig] : g->memory_used;
+    *reserved = mig >= 0 ? 0 : g->memory_reserved;
+}
+
 int nvmlDeviceGetMemoryInfo(void *h, struct memory_v1 *m) {
     DEVICE_CALL(nvmlDeviceGetMemoryInfo, h);
-    m->total = g->memory_total;
-    m->used = g->memory_used + g->memory_reserved; /* v1 "used" includes what the driver reserves */
-    m->free = g->memory_total - m->used;
+    uint64_t total, used, reserved;
+    memory_of(g, h, &total, &used, &reserved);
+    m->total = total;
+    m->used = used + reserved; /* v1 "used" includes what the driver reserves */
+    m->free = total - m->used;
     return SUCCESS;
 }
 
@@ -368,10 +406,12 @@ int nvmlDeviceGetMemoryInfo(void *h, struct memory_v1 *m) {
 int nvmlDeviceGetMemoryInfo_v2(void *h, struct memory_v2 *m) {
     DEVICE_CALL(nvmlDeviceGetMemoryInfo_v2, h);
     if (m->version != MEMORY_V2) return ERROR_ARGUMENT_VERSION_MISMATCH;
-    m->total = g->memory_total;
-    m->reserved = g->memory_reserved;
-    m->used = g->memory_used;
-    m->free = g->memory_total - g->memory_reserved - g->memory_used;
+    uint64_t total, used, reserved;
+    memory_of(g, h, &total, &used, &reserved);
+    m->total = total;
+    m->reserved = reserved;
+    m->used = used;
+    m->free = total - reserved - used;
     return SUCCESS;
 }
 #endif
@@ -722,3 +762,165 @@ int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void *h, void **parent) {
     *parent = &gpu_tags[slot];
     return SUCCESS;
 }
+
+/* --- nv-gpm: GPM (Hopper and newer) and MIG instance ids --- */
+int nvmlDeviceGetGpuInstanceId(void *h, unsigned int *id) {
+    DEVICE_CALL(nvmlDeviceGetGpuInstanceId, h);
+    int mig = ((struct device_tag *)h)->mig;
+    if (mig < 0) return ERROR_INVALID_ARGUMENT; /* not a MIG device handle */
+    *id = g->mig_gi[mig];
+    return SUCCESS;
+}
+
+int nvmlDeviceGetComputeInstanceId(void *h, unsigned int *id) {
+    DEVICE_CALL(nvmlDeviceGetComputeInstanceId, h);
+    int mig = ((struct device_tag *)h)->mig;
+    if (mig < 0) return ERROR_INVALID_ARGUMENT;
+    *id = g->mig_ci[mig];
+    return SUCCESS;
+}
+
+#ifndef OLD_DRIVER /* GPM arrived in R525 */
+#define GPM_SAMPLES 1024
+#define GPM_SUPPORT_VERSION 1u
+#define GPM_METRICS_GET_VERSION 1u
+/* nvmlGpmSample_t points at one of these: a copy of the counters and when they were read. */
+struct gpm_sample { int used, filled, slot, gpu_instance; uint64_t t_ns; struct gpm_counters c; };
+static struct gpm_sample gpm_samples[GPM_SAMPLES];
+/* nvmlGpmSupport_t, nvmlGpmMetric_t (with its metricInfo) and nvmlGpmMetricsGet_t of nvml.h. */
+struct gpm_support { uint32_t version, is_supported_device; };
+struct gpm_metric_info { const char *short_name, *long_name, *unit; };
+struct gpm_metric { uint32_t metric_id; int32_t nvml_return; double value; struct gpm_metric_info info; };
+struct gpm_metrics_get {
+    uint32_t version, num_metrics;
+    struct gpm_sample *sample1, *sample2;
+    struct gpm_metric metrics[]; /* NVML_GPM_METRIC_MAX in the header; the driver reads num_metrics */
+};
+
+/* Live samples of this process (allocated, not freed): what a leak leaves behind. */
+int double_gpm_live(void) {
+    int live = 0;
+    for (int i = 0; i < GPM_SAMPLES; i++) live += gpm_samples[i].used;
+    return live;
+}
+
+int nvmlGpmQueryDeviceSupport(void *h, struct gpm_support *support) {
+    DEVICE_CALL(nvmlGpmQueryDeviceSupport, h);
+    if (!support) return ERROR_INVALID_ARGUMENT;
+    if (support->version != GPM_SUPPORT_VERSION) return ERROR_ARGUMENT_VERSION_MISMATCH;
+    support->is_supported_device = g->gpm_supported;
+    return SUCCESS;
+}
+
+int nvmlGpmSampleAlloc(struct gpm_sample **out) {
+    int ret = ready(FN_nvmlGpmSampleAlloc);
+    if (ret) return ret;
+    if (!out) return ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < GPM_SAMPLES; i++)
+        if (!gpm_samples[i].used) {
+            memset(&gpm_samples[i], 0, sizeof gpm_samples[i]);
+            gpm_samples[i].used = 1;
+            *out = &gpm_samples[i];
+            return SUCCESS;
+        }
+    return ERROR_UNKNOWN; /* out of memory */
+}
+
+static int valid_sample(const struct gpm_sample *s) {
+    return s >= gpm_samples && s < gpm_samples + GPM_SAMPLES && s->used;
+}
+
+int nvmlGpmSampleFree(struct gpm_sample *sample) {
+    int ret = ready(FN_nvmlGpmSampleFree);
+    if (ret) return ret;
+    if (!valid_sample(sample)) return ERROR_INVALID_ARGUMENT; /* a double free */
+    sample->used = 0;
+    return SUCCESS;
+}
+
+static void take(struct gpm_sample *s, int slot, int gpu_instance, const struct gpm_counters *c) {
+    s->filled = 1, s->slot = slot, s->gpu_instance = gpu_instance;
+    s->t_ns = now_ns(CLOCK_MONOTONIC);
+    s->c = *c;
+}
+
+int nvmlGpmSampleGet(void *h, struct gpm_sample *sample) {
+    DEVICE_CALL(nvmlGpmSampleGet, h);
+    if (!valid_sample(sample)) return ERROR_INVALID_ARGUMENT;
+    if (!g->gpm_supported) return ERROR_NOT_SUPPORTED;
+    take(sample, ((struct device_tag *)h)->slot, -1, &g->gpm);
+    return SUCCESS;
+}
+
+int nvmlGpmMigSampleGet(void *h, unsigned int gpu_instance, struct gpm_sample *sample) {
+    DEVICE_CALL(nvmlGpmMigSampleGet, h);
+    if (!valid_sample(sample) || ((struct device_tag *)h)->mig >= 0) return ERROR_INVALID_ARGUMENT;
+    if (!g->gpm_supported) return ERROR_NOT_SUPPORTED;
+    for (uint32_t k = 0; g->mig_mode && k < g->mig_count; k++)
+        if (g->mig_gi[k] == gpu_instance) {
+            take(sample, ((struct device_tag *)h)->slot, (int)gpu_instance, &g->mig_gpm[k]);
+            return SUCCESS;
+        }
+    return ERROR_NOT_FOUND;
+}
+
+/* The activity slot of a metric id (SM, pipes, media engines), or -1. */
+static int gpm_slot(uint32_t id) {
+    static const uint32_t first[][3] = { /* first id, count, first slot */
+        {2, 2, 0}, {4, 2, 2}, {10, 4, 4}, {30, 8, 8}, {40, 8, 16}, {50, 2, 24}, {166, 4, 26},
+    }; /* SM_UTIL, SM_OCCUPANCY; INTEGER, ANY_TENSOR; DRAM_BW, FP64, FP32, FP16; NVDEC; NVJPG; NVOFA; NVENC */
+    for (unsigned k = 0; k < sizeof first / sizeof first[0]; k++)
+        if (id >= first[k][0] && id < first[k][0] + first[k][1]) return (int)(first[k][2] + id - first[k][0]);
+    return -1;
+}
+
+static int gpm_metric(const struct gpm_sample *a, const struct gpm_sample *b, struct gpm_metric *m) {
+    uint32_t id = m->metric_id;
+    double seconds = (double)(b->t_ns - a->t_ns) / 1e9, mib = 1048576.0;
+    int slot = gpm_slot(id);
+    if (slot >= 0) {
+        uint64_t elapsed = b->c.elapsed - a->c.elapsed;
+        m->value = elapsed ? 100.0 * (double)(b->c.active[slot] - a->c.active[slot]) / (double)elapsed : 0.0;
+        m->info = (struct gpm_metric_info){"util", "utilization", "%"};
+        return SUCCESS;
+    }
+    m->info = (struct gpm_metric_info){"bw", "bandwidth", "MiB/sec"};
+    if (seconds <= 0) return ERROR_INVALID_ARGUMENT;
+    if (id == 20 || id == 21) { /* PCIE_TX_PER_SEC, PCIE_RX_PER_SEC */
+        m->value = (double)(b->c.pcie[id - 20] - a->c.pcie[id - 20]) / mib / seconds;
+        return SUCCESS;
+    }
+    if (id >= 62 && id < 62 + 2 * GPM_LINKS) { /* NVLINK_L<n>_RX_PER_SEC, _TX_PER_SEC */
+        unsigned link = (id - 62) / 2, direction = (id - 62) % 2;
+        m->value = (double)(b->c.nvlink[link][direction] - a->c.nvlink[link][direction]) / mib / seconds;
+        return SUCCESS;
+    }
+    return ERROR_NOT_SUPPORTED;
+}
+
+int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
+    int ret = ready(FN_nvmlGpmMetricsGet);
+    if (ret) return ret;
+    if (!get) return ERROR_INVALID_ARGUMENT;
+    if (get->version != GPM_METRICS_GET_VERSION) return ERROR_ARGUMENT_VERSION_MISMATCH;
+    struct gpm_sample *a = get->sample1, *b = get->sample2;
+    if (!valid_sample(a) || !valid_sample(b) || !a->filled || !b->filled || get->num_metrics > GPM_METRIC_IDS)
+        return ERROR_INVALID_ARGUMENT;
+    if (a->slot != b->slot || a->gpu_instance != b->gpu_instance) return ERROR_INVALID_ARGUMENT;
+    const struct gpu *g = &st->gpus[a->slot];
+    for (uint32_t i = 0; g->gpm_metric_max && i < get->num_metrics; i++)
+        if (get->metrics[i].metric_id >= g->gpm_metric_max) return ERROR_INVALID_ARGUMENT;
+    for (uint32_t i = 0; i < get->num_metrics; i++) { /* each metric carries its own return code */
+        struct gpm_metric *m = &get->metrics[i];
+        m->value = 0;
+        m->info = (struct gpm_metric_info){NULL, NULL, NULL};
+        if (m->metric_id >= GPM_METRIC_IDS) m->nvml_return = ERROR_INVALID_ARGUMENT;
+        else if (g->gpm_unsupported[m->metric_id]) m->nvml_return = ERROR_NOT_SUPPORTED;
+        else m->nvml_return = gpm_metric(a, b, m);
+    }
+    return SUCCESS;
+}
+#else
+int double_gpm_live(void) { return 0; } /* an R470-era driver has no GPM */
+#endif
+/* --- end nv-gpm --- */

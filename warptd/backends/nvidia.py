@@ -14,8 +14,9 @@ import structlog
 
 from warptd.backends import nvml_session
 from warptd.backends.base import AcceleratorBackend
+from warptd.backends.nvidia_gpm import GpmReader
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
+from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -74,6 +75,37 @@ _CLOCKS: dict[str, str] = {
 }
 
 
+def memory_usage(backend: AcceleratorBackend, nvml: Any, index: int, handle: Any) -> MemoryUsage | None:
+    """``nvmlMemory_v2``: used as nvidia-smi shows it, reserved apart; v1 on older drivers. A GPU's
+    handle or a MIG device's (its own slice of memory)."""
+    v2 = getattr(nvml, "nvmlMemory_v2", None)
+    info = backend.call_versions(
+        index,
+        *([("memory_v2", nvml.nvmlDeviceGetMemoryInfo, (handle, v2))] if v2 is not None else []),
+        ("memory", nvml.nvmlDeviceGetMemoryInfo, (handle,)),
+    )
+    if info is None:
+        return None
+    return MemoryUsage(
+        total=info.total, used=info.used, free=info.free, reserved=getattr(info, "reserved", None)
+    )
+
+
+def mig_device_handles(backend: AcceleratorBackend, nvml: Any, index: int, handle: Any) -> list[Any]:
+    """The handles of GPU ``index``'s MIG devices; none with MIG off or on a GPU without MIG."""
+    mode = backend.call(index, "mig_mode", nvml.nvmlDeviceGetMigMode, handle)
+    if not mode or not mode[0]:
+        return []
+    handles = []
+    for slot in range(backend.call(index, "mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        try:
+            handles.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+        except nvml.NVMLError as exc:
+            if exc.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no MIG device in this slot
+                backend.on_error(("mig_device", index), backend.classify_error(exc), exc)
+    return handles
+
+
 class NvidiaBackend(AcceleratorBackend):
     """NVIDIA GPUs; handles come from the shared :mod:`nvml_session`, cached once."""
 
@@ -101,9 +133,13 @@ class NvidiaBackend(AcceleratorBackend):
         self._generation = self._session.generation
         self._suspect = False
         self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
+        self._gpm = GpmReader(nvml, self.call, self._is_unsupported)
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         return self._session.classify(exc)
+
+    def _is_unsupported(self, exc: BaseException) -> bool:
+        return self.classify_error(exc) is ErrorKind.NOT_SUPPORTED
 
     def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
         nvml = self._nvml
@@ -127,6 +163,7 @@ class NvidiaBackend(AcceleratorBackend):
         devices should be listed again (MIG on: their MIG UUIDs are re-read then)."""
         before = len(self._handles)
         if self._suspect:
+            self._gpm.reset()  # free the GPM samples while the NVML that made them is still up
             back = self._session.reopen()
             self._suspect = not back or len(self._handles) < before
             self._sync_generation()
@@ -144,6 +181,7 @@ class NvidiaBackend(AcceleratorBackend):
             self._unsupported.clear()
             self._uuids.clear()
             self._fields_unsupported.clear()
+            self._gpm.reset()  # the samples belonged to the NVML before the reopen
 
     def device_identity(self, index: int) -> str | None:
         with self._session.lock:
@@ -235,19 +273,9 @@ class NvidiaBackend(AcceleratorBackend):
     def _mig_uuids(self, index: int, handle: Any) -> list[str] | None:
         """The ``MIG-…`` UUIDs of the GPU's MIG devices: the IDs NVIDIA's device plugin gives pods that
         hold a MIG slice, so their allocation and energy are matched to this GPU."""
-        nvml = self._nvml
-        mode = self.call(index, "mig_mode", nvml.nvmlDeviceGetMigMode, handle)
-        if not mode or not mode[0]:  # MIG off, or a GPU without MIG
-            return None
         uuids = []
-        for slot in range(self.call(index, "mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-            try:
-                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-            except nvml.NVMLError as exc:
-                if exc.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no MIG device in this slot
-                    self.on_error(("mig_device", index), self.classify_error(exc), exc)
-                continue
-            uuid = self.call(index, "mig_uuid", nvml.nvmlDeviceGetUUID, mig)
+        for mig in mig_device_handles(self, self._nvml, index, handle):
+            uuid = self.call(index, "mig_uuid", self._nvml.nvmlDeviceGetUUID, mig)
             if uuid is not None:
                 uuids.append(nvml_session.text(uuid))
         return uuids or None
@@ -276,6 +304,12 @@ class NvidiaBackend(AcceleratorBackend):
         return self.call(index, what, function, self._handles[index], *args)
 
     def begin_read(self, index: int, power_only: bool) -> None:
+        """The batched reads of one GPU: its field values, then (full reads only) its GPM sample."""
+        self._read_fields(index, power_only)
+        if not power_only:
+            self._read_gpm(index)
+
+    def _read_fields(self, index: int, power_only: bool) -> None:
         """One ``nvmlDeviceGetFieldValues`` batch per read. Each value carries its own return code: a
         field answered "not supported" once is not asked again for this GPU."""
         field_ids = _POWER_FIELDS if power_only else _DEVICE_FIELDS
@@ -306,6 +340,20 @@ class NvidiaBackend(AcceleratorBackend):
             else:
                 self.on_error((f"field_{field_id}", index), kind, error)
 
+    def _read_gpm(self, index: int) -> None:
+        """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM."""
+        handle, nvml = self._handles[index], self._nvml
+        if self._gpm.supported(index, index, handle):
+            self._gpm.sample(index, index, "gpm_sample", lambda sample: nvml.nvmlGpmSampleGet(handle, sample))
+
+    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        """GPM activity over the last sample period (Hopper and newer)."""
+        return self._gpm.gauges(index)
+
+    def get_counters(self, index: int) -> dict[str, LabelledValues]:
+        """PCIe and NVLink bytes integrated from GPM throughput (field counters win where merged)."""
+        return self._gpm.counters(index)
+
     def _field(self, index: int, field_id: int) -> float | None:
         return self._fields.get(index, {}).get(field_id)
 
@@ -313,19 +361,7 @@ class NvidiaBackend(AcceleratorBackend):
         return field_id in self._fields_unsupported.get(index, ())
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        """``nvmlMemory_v2``: used as nvidia-smi shows it, reserved apart; v1 on older drivers."""
-        nvml, handle = self._nvml, self._handles[index]
-        v2 = getattr(nvml, "nvmlMemory_v2", None)
-        info = self.call_versions(
-            index,
-            *([("memory_v2", nvml.nvmlDeviceGetMemoryInfo, (handle, v2))] if v2 is not None else []),
-            ("memory", nvml.nvmlDeviceGetMemoryInfo, (handle,)),
-        )
-        if info is None:
-            return None
-        return MemoryUsage(
-            total=info.total, used=info.used, free=info.free, reserved=getattr(info, "reserved", None)
-        )
+        return memory_usage(self, self._nvml, index, self._handles[index])
 
     def get_utilization(self, index: int) -> Utilization | None:
         rates = self._get(index, "utilization", "nvmlDeviceGetUtilizationRates")
@@ -406,4 +442,6 @@ class NvidiaBackend(AcceleratorBackend):
         return counters
 
     def shutdown(self) -> None:
+        with self._session.lock:
+            self._gpm.reset()  # free the GPM samples while NVML is still up
         self._lease.release()

@@ -28,6 +28,7 @@ GROUPS: dict[Kind, str] = {"accelerator": "warptd.backends", "power": "warptd.po
 BUILTIN: dict[Kind, dict[str, str]] = {
     "accelerator": {
         "nvidia": "warptd.backends.nvidia:NvidiaBackend",
+        "nvidia_mig": "warptd.backends.nvidia_mig:NvidiaMigBackend",
         "amd": "warptd.backends.amd:AmdBackend",
         "gaudi": "warptd.backends.gaudi:GaudiBackend",
         "tenstorrent": "warptd.backends.tenstorrent:TenstorrentBackend",

@@ -39,6 +39,16 @@ DEVICE_INFO = _device(
     "node",
     "source",
 )
+MIG_INFO = _device(
+    "warptd_device_mig_info",
+    "gauge",
+    "Identity of an NVIDIA MIG device (backend nvidia_mig): its parent GPU's UUID, GPU and compute "
+    "instance ids and profile; always 1.",
+    "parent_uuid",
+    "gpu_instance",
+    "compute_instance",
+    "profile",
+)
 DEVICE_UP = _device("warptd_device_up", "gauge", "1 if the device answered its last sample, 0 if it is lost.")
 MEMORY_TOTAL = _device("warptd_device_memory_total_bytes", "gauge", "Device memory capacity.")
 MEMORY_USED = _device(
@@ -196,8 +206,8 @@ PIPE_ACTIVE = _device(
 ENGINE_ACTIVE = _device(
     "warptd_device_engine_active_ratio",
     "gauge",
-    "Fraction of the last sample period a media engine instance was busy, by engine (nvdec, nvjpg, ofa) "
-    "and instance (NVIDIA GPM; AMD: vcn, jpeg from the GPU metrics table).",
+    "Fraction of the last sample period a media engine instance was busy, by engine (nvdec, nvjpg, ofa, "
+    "nvenc) and instance (NVIDIA GPM; AMD: vcn, jpeg from the GPU metrics table).",
     "engine",
     "instance",
 )
@@ -371,7 +381,8 @@ POD_ENERGY_SPLIT = _device(
     "warptd_pod_energy_split_joules_total",
     "counter",
     "Energy of a device shared by several containers, by how it was split between them: sm_share "
-    "(their processes' SM use) or even (the GPU could not tell).",
+    "(their processes' SM use), even (the GPU could not tell), mig_sm_activity or mig_slice_size (a "
+    "MIG GPU, by its held slices' GPM SM activity, else their size).",
     "method",
 )
 PROCESS_MEMORY = _device(
@@ -400,6 +411,7 @@ BUILD_INFO = MetricSpec(
 
 ALL: tuple[MetricSpec, ...] = (
     DEVICE_INFO,
+    MIG_INFO,
     DEVICE_UP,
     MEMORY_TOTAL,
     MEMORY_USED,

@@ -2,9 +2,11 @@
 
 A device allocated to several containers (time-slicing, shared GPUs) splits each sample's energy
 between them by their share of the GPU's SM use where the GPU tells it per process (``sm_share``),
-else evenly (``even``); the joules split each way are counted per device. Either way the containers'
-parts of a sample sum to the device's energy. Totals of containers that no longer hold a device are
-dropped after ``retention`` seconds, so ended pods do not pile up as series.
+else evenly (``even``); a MIG GPU's energy is split by its MIG devices' activity instead
+(:mod:`warptd.k8s.mig_shares`: ``mig_sm_activity`` or ``mig_slice_size``). The joules split each way
+are counted per device; either way the containers' parts of a sample sum to the device's energy.
+Totals of containers that no longer hold a device are dropped after ``retention`` seconds, so ended
+pods do not pile up as series.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from warptd.k8s.attribution import PodAttribution
+from warptd.k8s.mig_shares import MIG_BACKEND, mig_shares
 from warptd.k8s.podresources import Owner
 
 if TYPE_CHECKING:
+    from warptd.models import GPUInfo
     from warptd.power.base import DomainPower
     from warptd.sampling.snapshot import DeviceSample, Snapshot
 
 #: (namespace, pod, container, backend)
 EnergyKey = tuple[str, str, str, str]
-SplitMethod = Literal["sm_share", "even"]
+SplitMethod = Literal["sm_share", "even", "mig_sm_activity", "mig_slice_size"]
 #: (backend, device index, uuid, method)
 SplitKey = tuple[str, str, str, SplitMethod]
 #: SM use per container on the GPU of this uuid, or None where it cannot tell.
@@ -88,7 +92,7 @@ class PodEnergy:
                 if not owners or previous is None or energy <= previous:
                     continue
                 delta = energy - previous
-                fractions, method = self._fractions(owners, sample.reading.uuid)
+                fractions, method = self._fractions(info, owners, sample.reading.uuid)
                 for owner, fraction in fractions.items():
                     self._totals[(owner.namespace, owner.pod, owner.container, backend)] += delta * fraction
                 if len(owners) > 1:
@@ -97,10 +101,13 @@ class PodEnergy:
             self._expire(now)
 
     def _fractions(
-        self, owners: tuple[Owner, ...], uuid: str | None
+        self, info: GPUInfo, owners: tuple[Owner, ...], uuid: str | None
     ) -> tuple[dict[Owner, float], SplitMethod]:
         if len(owners) == 1:
             return {owners[0]: 1.0}, "even"
+        mig = mig_shares(info, owners, self.attribution.owners, self.snapshot.get(MIG_BACKEND))
+        if mig is not None:
+            return mig[0], f"mig_{mig[1]}"  # type: ignore[return-value]
         used = self.sm_use(uuid) if self.sm_use is not None and uuid else None
         return split(owners, used)
 

@@ -1,0 +1,72 @@
+"""The cost of GPM: one sample of the ``nvidia`` backend with and without GPM, side by side in one run.
+
+    python bench/gpm_bench.py [--samples 300] [--gpus 8 64]
+
+In process over the C NVML double (so the CPU is warptd's and the double's C code, not a Python
+fake): the backend's reads, validation and counter totals, as the sampler's worker does them.
+The GPUs' GPM counters advance between samples outside the timed part. Reports CPU per sample,
+what that is at 1 Hz and 10 Hz, and NVML calls per GPU per sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import emit
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import Rig
+from warptd.config import load_settings
+
+SM_UTIL, TENSOR_UTIL = 2, 5  # NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_ANY_TENSOR_UTIL
+
+
+def measure(gpus: int, gpm: bool, samples: int) -> dict[str, object]:
+    """CPU seconds and NVML calls of ``samples`` reads of ``gpus`` GPUs, GPM on or off."""
+    fake = FakeNvml([FakeGpu(index=i) for i in range(gpus)])
+    for gpu in fake.gpus:
+        gpu.gpm_supported = gpm
+    settings = load_settings(listen="127.0.0.1:0", interval=1, sample_timeout=5, backends=["nvidia"])
+    with fake.installed():
+        rig = Rig(settings)
+        sampler, cpu = rig.sampler, 0.0
+        try:
+            for _ in range(3):  # GPM's first pair, first totals
+                sampler._devices("nvidia", sampler._read("nvidia"))
+            calls = fake.total_calls()
+            for _ in range(samples):
+                for gpu in fake.gpus:
+                    gpu.advance_gpm(activity={SM_UTIL: 0.5, TENSOR_UTIL: 0.2}, pcie=(2**20, 2**19))
+                started = time.process_time()
+                sampler._devices("nvidia", sampler._read("nvidia"))
+                cpu += time.process_time() - started
+            calls = fake.total_calls() - calls
+        finally:
+            rig.close()
+    fake.close()
+    per_sample = cpu / samples
+    return {
+        "gpus": gpus,
+        "gpm": gpm,
+        "cpu_ms_per_sample": per_sample * 1e3,
+        "pct_core_1hz": per_sample * 100,
+        "pct_core_10hz": per_sample * 1000,
+        "nvml_calls_per_gpu_sample": calls / samples / gpus,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--gpus", type=int, nargs="+", default=[8, 64])
+    args = parser.parse_args()
+    rows = [measure(gpus, gpm, args.samples) for gpus in args.gpus for gpm in (False, True)]
+    emit(rows, "nvidia backend sample with and without GPM (NVML double, in process)")
+
+
+if __name__ == "__main__":
+    main()

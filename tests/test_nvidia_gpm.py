@@ -1,0 +1,220 @@
+"""GPM activity and traffic through the real pynvml over the C NVML double (tests/doubles/nvml_double.c)."""
+
+from __future__ import annotations
+
+import time
+
+import pynvml
+import pytest
+
+from tests.conftest import assert_promtool_clean
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import Rig, select, value
+
+DEV0 = {"backend": "nvidia", "device": "0"}
+DEV1 = {"backend": "nvidia", "device": "1"}
+MIB = 2**20
+ACTIVITY_SERIES = (
+    "warptd_device_sm_active_ratio",
+    "warptd_device_sm_occupancy_ratio",
+    "warptd_device_dram_bandwidth_ratio",
+    "warptd_device_pipe_active_ratio",
+    "warptd_device_engine_active_ratio",
+    "warptd_device_pcie_bytes_total",
+    "warptd_device_nvlink_bytes_total",
+)
+ACTIVITY = {
+    pynvml.NVML_GPM_METRIC_SM_UTIL: 0.5,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.25,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 0.75,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 0.4,
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.05,
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: 0.125,
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: 0.3,
+    pynvml.NVML_GPM_METRIC_INTEGER_UTIL: 0.2,
+    pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL: 0.6,
+    pynvml.NVML_GPM_METRIC_NVDEC_3_UTIL: 0.1,
+    pynvml.NVML_GPM_METRIC_NVJPG_1_UTIL: 0.15,
+    pynvml.NVML_GPM_METRIC_NVOFA_0_UTIL: 0.35,
+    pynvml.NVML_GPM_METRIC_NVENC_2_UTIL: 0.45,
+}
+
+
+@pytest.fixture
+def rig(make_rig, fake_nvml):
+    return make_rig("nvidia")
+
+
+def test_every_activity_series_is_the_ratio_over_the_last_period(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    first = rig.tick()
+    assert not select(first, "warptd_device_sm_active_ratio")  # one sample: no period yet
+    gpu.advance_gpm(activity=ACTIVITY)
+    samples = rig.tick()
+    assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
+    assert value(samples, "warptd_device_sm_occupancy_ratio", **DEV0) == pytest.approx(0.25)
+    assert value(samples, "warptd_device_dram_bandwidth_ratio", **DEV0) == pytest.approx(0.75)
+    pipes = {s.labels["pipe"]: s.value for s in select(samples, "warptd_device_pipe_active_ratio", **DEV0)}
+    assert pipes == pytest.approx({"tensor": 0.4, "fp64": 0.05, "fp32": 0.125, "fp16": 0.3, "integer": 0.2})
+    engines = {
+        (s.labels["engine"], s.labels["instance"]): s.value
+        for s in select(samples, "warptd_device_engine_active_ratio", **DEV0)
+    }
+    assert engines[("nvdec", "0")] == pytest.approx(0.6)
+    assert engines[("nvdec", "3")] == pytest.approx(0.1)
+    assert engines[("nvdec", "1")] == 0  # present and idle
+    assert engines[("nvjpg", "1")] == pytest.approx(0.15)
+    assert engines[("ofa", "0")] == pytest.approx(0.35)
+    assert engines[("nvenc", "2")] == pytest.approx(0.45)
+    # the next period alone, not the average since the start
+    gpu.advance_gpm(cycles=3_000_000, activity={pynvml.NVML_GPM_METRIC_SM_UTIL: 0.1})
+    samples = rig.tick()
+    assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.1)
+    assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **DEV0) == 0
+
+
+def test_one_gpm_sample_and_one_metrics_get_per_gpu_per_tick(rig, fake_nvml):
+    ticks = 6
+    for _ in range(ticks):
+        rig.tick()
+    gpus = len(fake_nvml.gpus)
+    assert fake_nvml.calls("nvmlGpmSampleGet") == ticks * gpus
+    assert fake_nvml.calls("nvmlGpmMetricsGet") == (ticks - 1) * gpus  # none before the second sample
+    assert fake_nvml.calls("nvmlGpmSampleAlloc") == 2 * gpus  # two per GPU, reused tick after tick
+    assert fake_nvml.calls("nvmlGpmQueryDeviceSupport") == gpus
+
+
+def test_a_gpu_without_gpm_has_no_activity_series_and_is_asked_once(settings):
+    fake = FakeNvml(
+        [FakeGpu(index=0), FakeGpu(index=1, name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0))]
+    )
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        try:
+            for _ in range(4):
+                fake.gpus[0].advance_gpm(activity=ACTIVITY)
+                samples = rig.tick()
+            assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
+            for name in ACTIVITY_SERIES:
+                assert not select(samples, name, **DEV1), name  # absent, never 0
+            assert value(samples, "warptd_device_power_watts", **DEV1) == 120  # the rest as usual
+            assert fake.calls("nvmlGpmQueryDeviceSupport") == 2  # once per GPU, over four ticks
+            assert fake.calls("nvmlGpmSampleGet") == 4  # the Hopper GPU's only
+            assert fake.calls("nvmlGpmSampleAlloc") == 2
+            assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+        finally:
+            rig.close()
+        fake.close()
+
+
+def test_a_driver_without_gpm_reads_as_before(settings):
+    fake = FakeNvml(gpus=2, driver="r470")
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        try:
+            for _ in range(3):
+                samples = rig.tick()
+            for name in ACTIVITY_SERIES:
+                assert not select(samples, name), name
+            assert value(samples, "warptd_device_up", **DEV0) == 1
+            assert value(samples, "warptd_backend_up", backend="nvidia") == 1
+        finally:
+            rig.close()
+        fake.close()
+
+
+def test_metrics_a_gpu_lacks_are_absent_and_dropped_from_its_request(rig, fake_nvml):
+    gpu = fake_nvml.gpus[1]
+    nvdec = [getattr(pynvml, f"NVML_GPM_METRIC_NVDEC_{i}_UTIL") for i in range(4, 8)]
+    gpu.gpm_unsupported = {*nvdec, pynvml.NVML_GPM_METRIC_NVLINK_L17_RX_PER_SEC}
+    for _ in range(3):
+        gpu.advance_gpm(activity=ACTIVITY)
+        samples = rig.tick()
+    instances = {
+        s.labels["instance"]
+        for s in select(samples, "warptd_device_engine_active_ratio", engine="nvdec", **DEV1)
+    }
+    assert instances == {"0", "1", "2", "3"}
+    assert not select(samples, "warptd_device_nvlink_bytes_total", link="17", direction="rx", **DEV1)
+    assert select(samples, "warptd_device_nvlink_bytes_total", link="17", direction="tx", **DEV1)
+    assert (
+        len(select(samples, "warptd_device_engine_active_ratio", engine="nvdec", **DEV0)) == 8
+    )  # GPU 0 has all
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+def test_a_driver_with_an_older_gpm_header_gets_the_first_headers_metrics(rig, fake_nvml):
+    gpu = fake_nvml.gpus[1]
+    gpu.gpm_metric_max = 98  # an R525 driver: NVENC (166-169) unknown, and the whole request refused
+    for _ in range(4):
+        for each in fake_nvml.gpus:
+            each.advance_gpm(activity=ACTIVITY)
+        samples = rig.tick()
+    assert value(samples, "warptd_device_sm_active_ratio", **DEV1) == pytest.approx(0.5)
+    assert value(samples, "warptd_device_engine_active_ratio", engine="nvdec", instance="0", **DEV1) == 0.6
+    assert not select(samples, "warptd_device_engine_active_ratio", engine="nvenc", **DEV1)
+    assert value(samples, "warptd_device_engine_active_ratio", engine="nvenc", instance="2", **DEV0) == 0.45
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 1  # once
+
+
+def test_traffic_counters_grow_by_rate_times_period(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    rig.tick()
+    time.sleep(0.05)
+    rig.tick()
+    before = rig.scrape()
+    moved = {"tx": 300 * MIB, "rx": 120 * MIB}
+    link_moved = {"rx": 2_000 * MIB, "tx": 900 * MIB}
+    for _ in range(3):  # three periods of different lengths
+        gpu.advance_gpm(pcie=(moved["tx"], moved["rx"]), nvlink={5: (link_moved["rx"], link_moved["tx"])})
+        time.sleep(0.15)
+        samples = rig.tick()
+    for direction, nbytes in moved.items():
+        grown = value(samples, "warptd_device_pcie_bytes_total", direction=direction, **DEV0) - value(
+            before, "warptd_device_pcie_bytes_total", direction=direction, **DEV0
+        )
+        assert grown == pytest.approx(3 * nbytes, rel=0.01)
+    for direction, nbytes in link_moved.items():
+        grown = value(samples, "warptd_device_nvlink_bytes_total", link="5", direction=direction, **DEV0)
+        grown -= value(before, "warptd_device_nvlink_bytes_total", link="5", direction=direction, **DEV0)
+        assert grown == pytest.approx(3 * nbytes, rel=0.01)
+    assert value(samples, "warptd_device_nvlink_bytes_total", link="4", direction="rx", **DEV0) == 0
+    assert value(samples, "warptd_device_pcie_bytes_total", direction="tx", **DEV1) == 0  # idle GPU 1
+
+
+def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypatch):
+    from warptd.sampling import sampler
+
+    monkeypatch.setattr(sampler, "REDISCOVER_EVERY_S", 0.0)
+    fake = FakeNvml(gpus=3)
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        live_before = fake.gpm_samples_live
+        rig = Rig(settings)
+        for _ in range(3):
+            rig.tick()
+        assert fake.gpm_samples_live - live_before == 6
+        pynvml.nvmlShutdown()  # NVML reset under the daemon: the backend reopens it
+        rig.tick("nvidia")
+        fake.gpus[0].advance_gpm(activity=ACTIVITY)
+        rig.tick("nvidia")
+        fake.gpus[0].advance_gpm(activity=ACTIVITY)
+        samples = rig.tick("nvidia")
+        assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
+        assert fake.gpm_samples_live - live_before == 6  # the old ones freed, two new per GPU
+        rig.close()
+        assert fake.gpm_samples_live == live_before
+        assert fake.calls("nvmlGpmSampleAlloc") == 12  # two per GPU, before and after the reopen
+    fake.close()
+
+
+def test_promtool_clean(rig, fake_nvml):
+    for _ in range(3):
+        for gpu in fake_nvml.gpus:
+            gpu.advance_gpm(activity=ACTIVITY, pcie=(MIB, MIB), nvlink={0: (MIB, MIB)})
+        rig.tick()
+    body = rig.exposition.render(None, None)[0]
+    assert b"warptd_device_sm_active_ratio" in body and b"warptd_device_nvlink_bytes_total" in body
+    assert_promtool_clean(body)

@@ -1,0 +1,241 @@
+"""NVIDIA GPM (GPU Performance Monitoring, Hopper and newer): the SM, tensor and DRAM activity that
+DCGM's profiling fields give, media engines, and PCIe/NVLink throughput, read through NVML alone.
+
+The driver computes each metric from two samples of the GPU's counters, so every value covers the
+period between them. Each source (a GPU, or a MIG GPU instance) keeps two samples and alternates:
+one ``nvmlGpmSampleGet`` per tick, then ``nvmlGpmMetricsGet`` against the previous tick's sample.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import time
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from warptd.exporter import catalog
+from warptd.models import LabelledValues
+
+#: ``call(index, what, fn, *args)``: the backend's guarded SDK call (errors counted, NOT_SUPPORTED
+#: remembered under ``(what, index)`` and not asked again).
+Call = Callable[..., Any]
+MIB = 2**20
+#: NVML_GPM_METRIC_MAX of the first header with GPM (CUDA 12.0, R525): ids up to NVLink link 17.
+FIRST_HEADER_METRIC_MAX = 98
+#: NVML_GPM_METRIC_* constant name -> (catalog metric, its labels beyond backend/device/uuid).
+#: Utilizations are percent (0-100.0, nvml.h) and become ratios.
+_PERCENT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "NVML_GPM_METRIC_SM_UTIL": (catalog.SM_ACTIVE.name, ()),
+    "NVML_GPM_METRIC_SM_OCCUPANCY": (catalog.SM_OCCUPANCY.name, ()),
+    "NVML_GPM_METRIC_DRAM_BW_UTIL": (catalog.DRAM_BANDWIDTH.name, ()),
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": (catalog.PIPE_ACTIVE.name, ("tensor",)),
+    "NVML_GPM_METRIC_FP64_UTIL": (catalog.PIPE_ACTIVE.name, ("fp64",)),
+    "NVML_GPM_METRIC_FP32_UTIL": (catalog.PIPE_ACTIVE.name, ("fp32",)),
+    "NVML_GPM_METRIC_FP16_UTIL": (catalog.PIPE_ACTIVE.name, ("fp16",)),
+    "NVML_GPM_METRIC_INTEGER_UTIL": (catalog.PIPE_ACTIVE.name, ("integer",)),
+    **{
+        f"NVML_GPM_METRIC_{unit}_{i}_UTIL": (catalog.ENGINE_ACTIVE.name, (engine, str(i)))
+        for unit, engine, count in (("NVDEC", "nvdec", 8), ("NVJPG", "nvjpg", 8), ("NVOFA", "ofa", 2),
+                                    ("NVENC", "nvenc", 4))
+        for i in range(count)
+    },
+}  # fmt: skip
+#: Throughputs in MiB/s (nvml.h), integrated over the sample period into byte counters.
+_MIB_PER_S: dict[str, tuple[str, tuple[str, ...]]] = {
+    "NVML_GPM_METRIC_PCIE_TX_PER_SEC": (catalog.PCIE_BYTES.name, ("tx",)),
+    "NVML_GPM_METRIC_PCIE_RX_PER_SEC": (catalog.PCIE_BYTES.name, ("rx",)),
+    **{
+        f"NVML_GPM_METRIC_NVLINK_L{link}_{direction.upper()}_PER_SEC": (
+            catalog.NVLINK_BYTES.name,
+            (str(link), direction),
+        )
+        for link in range(18)  # NVLink 4 (Hopper): 18 links per GPU
+        for direction in ("rx", "tx")
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GpmMetric:
+    """One GPM metric id and where its value goes: a ratio gauge, or bytes integrated into a counter."""
+
+    id: int
+    metric: str
+    labels: tuple[str, ...]
+    rate: bool  # MiB/s integrated over the period (else percent as a ratio)
+
+
+def metric_table(nvml: ModuleType) -> tuple[GpmMetric, ...]:
+    """The metrics warptd asks for, from this nvidia-ml-py's constants (an older one lacks some)."""
+    table = []
+    for names, rate in ((_PERCENT, False), (_MIB_PER_S, True)):
+        for constant, (metric, labels) in names.items():
+            metric_id = getattr(nvml, constant, None)
+            if metric_id is not None:
+                table.append(GpmMetric(metric_id, metric, labels, rate))
+    return tuple(table)
+
+
+def _metric_layout(nvml: ModuleType) -> tuple[int, struct.Struct]:
+    """Where ``metrics[]`` starts in pynvml's ``c_nvmlGpmMetricsGet_t``, and an unpacker of one
+    ``c_nvmlGpmMetric_t`` to (nvmlReturn, value), from pynvml's own field offsets."""
+    metric = nvml.c_nvmlGpmMetric_t
+    code, value = metric.nvmlReturn.offset, metric.value.offset
+    tail = ctypes.sizeof(metric) - value - 8
+    layout = struct.Struct(f"={code}xi{value - code - 4}xd{tail}x")
+    return nvml.c_nvmlGpmMetricsGet_t.metrics.offset, layout
+
+
+@dataclass(slots=True)
+class _Source:
+    """One GPU or GPU instance: its two samples, which holds the previous one, and what it answered."""
+
+    samples: list[Any]
+    request: Any  # the reused nvmlGpmMetricsGet_t
+    metrics: list[GpmMetric]
+    asked: list[GpmMetric] = field(default_factory=list)  # the metric ids written into the request
+    previous: int | None = None  # index into samples of the last good sample
+    taken_at: float = 0.0
+    gauges: dict[str, LabelledValues] = field(default_factory=dict)
+    totals: dict[str, LabelledValues] = field(default_factory=dict)  # integrated bytes, as raw counters
+
+
+class GpmReader:
+    """GPM sampling for the sources of one backend, through its guarded ``call``."""
+
+    def __init__(
+        self, nvml: ModuleType, call: Call, classify_unsupported: Callable[[BaseException], bool]
+    ) -> None:
+        self._nvml = nvml
+        self._call = call
+        self._unsupported_error = classify_unsupported
+        self._table = metric_table(nvml)
+        self._metrics_offset, self._layout = _metric_layout(nvml)
+        self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
+        self._sources: dict[Hashable, _Source] = {}
+        self._unfreed: list[Any] = []  # samples NVML refused to free while it was shut down
+
+    def supported(self, gpu: Hashable, index: int, handle: Any) -> bool:
+        """Ask ``nvmlGpmQueryDeviceSupport`` once per GPU (``handle``, read for device ``index``); a
+        driver without GPM is "not supported"."""
+        if gpu not in self._supported:
+            answer = self._call(index, "gpm_support", self._nvml.nvmlGpmQueryDeviceSupport, handle)
+            if answer is None:
+                return False  # not supported (remembered by the guard), or failing now: asked again
+            self._supported[gpu] = bool(answer.isSupportedDevice)
+        return self._supported[gpu]
+
+    def sample(self, key: Hashable, index: int, what: str, take: Callable[[Any], Any]) -> None:
+        """Take one sample of source ``key`` (``take(sample)`` fills it; guarded as ``what``) and
+        derive the metrics over the period since the previous one. Absent values when a step fails."""
+        source = self._sources.get(key) or self._open(key, index)
+        if source is None:
+            return
+        source.gauges = {}
+        current = 0 if source.previous != 0 else 1
+        if self._call(index, what, take, source.samples[current]) is None:
+            source.previous = None  # start over: the next tick's sample has nothing to pair with
+            return
+        now, previous, source.previous = time.monotonic(), source.previous, current
+        period, source.taken_at = now - source.taken_at, now
+        if previous is None or not source.metrics:
+            return
+        request = source.request
+        request.sample1, request.sample2 = source.samples[previous], source.samples[current]
+        if source.asked != source.metrics:  # the ids stay in the request between ticks
+            request.numMetrics = len(source.metrics)
+            for slot, metric in enumerate(source.metrics):
+                request.metrics[slot].metricId = metric.id
+            source.asked = list(source.metrics)
+        if self._call(index, "gpm_metrics", self._metrics_get, source) is None:
+            return
+        self._collect(source, period)
+
+    def _metrics_get(self, source: _Source) -> Any:
+        """``nvmlGpmMetricsGet``. A driver whose header predates some of the ids may refuse the whole
+        request (INVALID_ARGUMENT): then ask only the ids of the first GPM header from the next tick."""
+        nvml = self._nvml
+        try:
+            return nvml.nvmlGpmMetricsGet(source.request)
+        except nvml.NVMLError as exc:
+            first = [metric for metric in source.metrics if metric.id < FIRST_HEADER_METRIC_MAX]
+            if exc.value == nvml.NVML_ERROR_INVALID_ARGUMENT and len(first) < len(source.metrics):
+                source.metrics = first
+            raise
+
+    def _answers(self, request: Any, count: int) -> Iterator[tuple[int, float]]:
+        """(nvmlReturn, value) of the first ``count`` metrics, unpacked from the request's memory at
+        once: pynvml's structs read field by field cost more than the NVML calls."""
+        raw = ctypes.string_at(ctypes.addressof(request) + self._metrics_offset, count * self._layout.size)
+        return self._layout.iter_unpack(raw)
+
+    def _collect(self, source: _Source, period: float) -> None:
+        nvml, dropped, gauges, totals = self._nvml, [], source.gauges, source.totals
+        bytes_per_rate = MIB * period
+        answers = self._answers(source.request, len(source.metrics))
+        for metric, (code, value) in zip(source.metrics, answers, strict=True):
+            if code:  # not NVML_SUCCESS
+                if code == nvml.NVML_ERROR_INVALID_ARGUMENT or self._unsupported_error(nvml.NVMLError(code)):
+                    dropped.append(metric)  # this GPU lacks it (an engine or link it does not have)
+            elif metric.rate:
+                counted = totals.get(metric.metric) or totals.setdefault(metric.metric, {})
+                counted[metric.labels] = counted.get(metric.labels, 0.0) + value * bytes_per_rate
+            else:
+                ratios = gauges.get(metric.metric) or gauges.setdefault(metric.metric, {})
+                ratios[metric.labels] = value / 100
+        for metric in dropped:
+            source.metrics.remove(metric)
+
+    def _open(self, key: Hashable, index: int) -> _Source | None:
+        """Allocate the source's two samples; None (asked again next tick) when that fails."""
+        nvml, samples = self._nvml, []
+        for _ in range(2):
+            sample = self._call(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
+            if sample is None:
+                self._free(samples)
+                return None
+            samples.append(sample)
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        self._sources[key] = source = _Source(samples=samples, request=request, metrics=list(self._table))
+        return source
+
+    def gauges(self, key: Hashable) -> dict[str, LabelledValues]:
+        """The ratios of the last period of source ``key`` (empty without GPM)."""
+        source = self._sources.get(key)
+        return source.gauges if source is not None else {}
+
+    def counters(self, key: Hashable) -> dict[str, LabelledValues]:
+        """Bytes integrated from the throughputs so far, as raw counters (they restart at a reset)."""
+        source = self._sources.get(key)
+        return source.totals if source is not None else {}
+
+    def forget(self, key: Hashable) -> None:
+        """Free the samples of a source that is gone (a destroyed MIG instance)."""
+        source = self._sources.pop(key, None)
+        if source is not None:
+            self._free(source.samples)
+
+    def sources(self) -> list[Hashable]:
+        return list(self._sources)
+
+    def reset(self) -> None:
+        """Free every sample and forget every answer: before and after an NVML reopen, at shutdown."""
+        pending, self._unfreed = self._unfreed, []
+        self._free(pending)
+        for key in list(self._sources):
+            self.forget(key)
+        self._supported.clear()
+
+    def _free(self, samples: list[Any]) -> None:
+        """Free samples; those NVML refuses while it is shut down are freed at the next reset."""
+        nvml = self._nvml
+        for sample in samples:
+            try:
+                nvml.nvmlGpmSampleFree(sample)
+            except nvml.NVMLError as exc:
+                if exc.value == nvml.NVML_ERROR_UNINITIALIZED:
+                    self._unfreed.append(sample)

@@ -1,0 +1,262 @@
+"""NVIDIA MIG devices as devices of their own (backend ``nvidia_mig``), beside their GPUs (``nvidia``).
+
+With MIG on, a GPU is cut into GPU instances, each with compute instances; NVML names each (GPU
+instance, compute instance) pair a MIG device, with a ``MIG-…`` UUID that NVIDIA's device plugin
+hands to pods. Each becomes a device with that UUID: its memory slice (through the MIG handle), GPM
+activity of its GPU instance (``nvmlGpmMigSampleGet`` on the parent GPU) and
+``warptd_device_mig_info`` naming its parent. A MIG device has no power sensor, utilization,
+temperature or clocks: those series are absent (the parent GPU has them). The list is read again at
+every rediscovery, as mig-manager creates and destroys instances while the daemon runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from warptd.backends import nvml_session
+from warptd.backends.base import AcceleratorBackend
+from warptd.backends.nvidia import memory_usage, mig_device_handles
+from warptd.backends.nvidia_gpm import GpmReader
+from warptd.errors import ErrorKind
+from warptd.exporter import catalog
+from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG device: its handle, identity and where it lives (parent GPU index and handle)."""
+
+    handle: Any
+    uuid: str
+    name: str | None
+    gpu_instance: int
+    compute_instance: int
+    parent: int
+    parent_handle: Any
+    parent_uuid: str
+
+    @property
+    def profile(self) -> str:
+        """The profile in NVML's MIG device name (``NVIDIA H100 80GB HBM3 MIG 1g.10gb`` -> ``1g.10gb``)."""
+        return (self.name or "").partition(" MIG ")[2]
+
+    @property
+    def gpm_source(self) -> Hashable:
+        """GPM samples a GPU instance: compute instances of one GPU instance share its counters."""
+        return ("gpu_instance", self.parent, self.gpu_instance)
+
+
+class NvidiaMigBackend(AcceleratorBackend):
+    """The MIG devices of the node's MIG-enabled GPUs, over the shared NVML session."""
+
+    name: ClassVar[str] = "nvidia_mig"
+    source: ClassVar[str] = "nvml"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._lease = nvml_session.lease()
+        self._session = self._lease.session
+        self._nvml = self._session.nvml
+        self._gpm = GpmReader(self._nvml, self.call, self._is_unsupported)
+        self._sampled: set[Hashable] = set()  # GPU instances sampled this tick
+        self._suspect = False
+        with self._session.lock:
+            self._generation = self._session.generation
+            self._mig_gpus = self._mig_enabled_gpus()
+            self._devices = self._enumerate()
+
+    def classify_error(self, exc: BaseException) -> ErrorKind:
+        return self._session.classify(exc)
+
+    def _is_unsupported(self, exc: BaseException) -> bool:
+        return self.classify_error(exc) is ErrorKind.NOT_SUPPORTED
+
+    def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
+        nvml = self._nvml
+        if kind is ErrorKind.DEVICE_LOST or (
+            isinstance(exc, nvml.NVMLError) and exc.value == nvml.NVML_ERROR_UNINITIALIZED
+        ):
+            self._suspect = True  # the parent GPU is lost, or NVML was reset: list again
+            if isinstance(key, tuple):
+                self._lost_now.add(key[1])
+        super().on_error(key, kind, exc)
+
+    # -- discovery -------------------------------------------------------------------------------
+    def _mig_enabled_gpus(self) -> int:
+        """How many GPUs have MIG mode on now: the backend is available while one does."""
+        nvml, count = self._nvml, 0
+        for index, handle in enumerate(self._session.handles):
+            if handle is not None:
+                mode = self.guarded(("mig_mode_probe", index), nvml.nvmlDeviceGetMigMode, handle)
+                count += bool(mode and mode[0])
+        return count
+
+    def _enumerate(self) -> list[MigDevice]:
+        """Every MIG device of every GPU with MIG on, GPU by GPU, in NVML's slot order."""
+        nvml, found = self._nvml, []
+        self._lost_now.clear()  # read indexes, not GPU indexes: they must not hide a GPU here
+        for parent, handle in enumerate(self._session.handles):
+            if handle is None:
+                continue
+            handles = mig_device_handles(self, nvml, parent, handle)
+            parent_uuid = (
+                self.call(parent, "parent_uuid", nvml.nvmlDeviceGetUUID, handle) if handles else None
+            )
+            for mig in handles:
+                uuid = self.call(parent, "mig_uuid", nvml.nvmlDeviceGetUUID, mig)
+                gpu_instance = self.call(parent, "gpu_instance", nvml.nvmlDeviceGetGpuInstanceId, mig)
+                compute_instance = self.call(
+                    parent, "compute_instance", nvml.nvmlDeviceGetComputeInstanceId, mig
+                )
+                if uuid is None or gpu_instance is None or compute_instance is None or parent_uuid is None:
+                    continue  # not identifiable now: listed at a later rediscovery
+                name = self.call(parent, "mig_name", nvml.nvmlDeviceGetName, mig)
+                found.append(
+                    MigDevice(
+                        handle=mig,
+                        uuid=nvml_session.text(uuid),
+                        name=nvml_session.text(name) if name is not None else None,
+                        gpu_instance=gpu_instance,
+                        compute_instance=compute_instance,
+                        parent=parent,
+                        parent_handle=handle,
+                        parent_uuid=nvml_session.text(parent_uuid),
+                    )
+                )
+        self._lost_now.clear()
+        return found
+
+    def _failures(self) -> int:
+        """Errors counted so far and not yet taken by the sampler (not "not supported" answers)."""
+        with self._errors_lock:
+            return sum(self._errors.values())
+
+    def is_available(self) -> bool:
+        """While a GPU has MIG mode on (with or without instances yet)."""
+        return self._mig_gpus > 0
+
+    def get_device_count(self) -> int:
+        return len(self._devices)
+
+    def needs_rediscovery(self) -> bool:
+        """Always: MIG instances come and go at any time (mig-manager), and pods hold them by UUID."""
+        return True
+
+    def rediscover(self) -> bool:
+        """List the MIG devices again (reopening NVML first after a lost GPU or a reset NVML); True
+        when the list changed. GPM samples of GPU instances gone are freed."""
+        with self._session.lock:
+            if self._suspect:
+                if self._generation == self._session.generation:  # not reopened since (by nvidia)
+                    self._gpm.reset()  # free the GPM samples while the NVML that made them is up
+                    self._session.reopen()
+                self._suspect = False  # a GPU still lost shows again at its next read
+            if self._generation != self._session.generation:
+                self._generation = self._session.generation
+                self._gpm.reset()  # the samples belonged to the NVML before the reopen
+                self._unsupported.clear()
+            before, failed = [device.uuid for device in self._devices], self._failures()
+            found = self._enumerate()
+            if self._failures() > failed:
+                return False  # NVML failing (reset, GPU lost): keep the list, whose reads show down
+            self._devices = found
+            sources = {device.gpm_source for device in self._devices}
+            for key in self._gpm.sources():
+                if key not in sources:
+                    self._gpm.forget(key)
+            return [device.uuid for device in self._devices] != before
+
+    def list_devices(self) -> list[GPUInfo]:
+        driver = self.get_driver_version()
+        devices = []
+        for index, device in enumerate(self._devices):
+            memory = self.get_memory_usage(index) if self._present(index) else None
+            devices.append(
+                GPUInfo(
+                    index=index,
+                    model=device.name or "NVIDIA MIG device",
+                    **GPUInfo.memory_fields(memory.total if memory else None),
+                    uuid=device.uuid,
+                    driver_version=driver,
+                )
+            )
+        return devices
+
+    def get_driver_version(self) -> str | None:
+        version = self.guarded("driver", self._nvml.nvmlSystemGetDriverVersion)
+        return nvml_session.text(version) if version is not None else None
+
+    def device_identity(self, index: int) -> str | None:
+        return self._devices[index].uuid if index < len(self._devices) else None
+
+    def device_present(self, index: int) -> bool:
+        return self._present(index)
+
+    def _present(self, index: int) -> bool:
+        return index < len(self._devices) and self._session.generation == self._generation
+
+    def get_pytorch_device_string(self, device_id: int) -> str:
+        return "cuda:0"
+
+    def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
+        """CUDA sees a MIG device only through CUDA_VISIBLE_DEVICES=MIG-<uuid>, as device 0."""
+        return "cuda:0", {"CUDA_VISIBLE_DEVICES": info.uuid or ""}
+
+    # -- telemetry --------------------------------------------------------------------------------
+    def begin_sample(self) -> None:
+        self._sampled.clear()
+
+    def read_device(self, index: int) -> DeviceReading:
+        with self._session.lock:
+            return super().read_device(index)
+
+    def begin_read(self, index: int, power_only: bool) -> None:
+        """One GPM sample per GPU instance per tick (its compute instances share it)."""
+        device = self._devices[index]
+        source = device.gpm_source
+        if power_only or source in self._sampled:
+            return
+        self._sampled.add(source)
+        nvml, parent, instance = self._nvml, device.parent_handle, device.gpu_instance
+        if self._gpm.supported(("gpu", device.parent), index, parent):
+            self._gpm.sample(
+                source,
+                index,
+                "gpm_mig_sample",
+                lambda sample: nvml.nvmlGpmMigSampleGet(parent, instance, sample),
+            )
+
+    def get_memory_usage(self, index: int) -> MemoryUsage | None:
+        return memory_usage(self, self._nvml, index, self._devices[index].handle)
+
+    def get_utilization(self, index: int) -> Utilization | None:
+        return None  # NVML has no utilization for a MIG device: its GPM activity stands in
+
+    def get_temperatures(self, index: int) -> dict[str, float]:
+        return {}
+
+    def get_power_usage(self, index: int) -> float | None:
+        return None  # no power sensor per MIG device: the parent GPU's power is the whole board's
+
+    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        device = self._devices[index]
+        identity = (
+            device.parent_uuid,
+            str(device.gpu_instance),
+            str(device.compute_instance),
+            device.profile,
+        )
+        return {catalog.MIG_INFO.name: {identity: 1.0}, **self._gpm.gauges(device.gpm_source)}
+
+    def get_counters(self, index: int) -> dict[str, LabelledValues]:
+        return self._gpm.counters(self._devices[index].gpm_source)
+
+    def shutdown(self) -> None:
+        with self._session.lock:
+            self._gpm.reset()
+        self._lease.release()
