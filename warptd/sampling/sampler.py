@@ -97,7 +97,8 @@ class Sampler:
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
-        self._counters: dict[tuple[str, str, str, tuple[str, ...]], MonotonicCounter] = {}
+        # (backend, device uuid or index) -> metric -> label values -> counter
+        self._counters: dict[tuple[str, str], dict[str, dict[tuple[str, ...], MonotonicCounter]]] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
@@ -324,14 +325,14 @@ class Sampler:
     def _counter_totals(self, name: str, reading: DeviceReading) -> dict[str, LabelledValues]:
         """The reading's further counters made monotonic: a decrease is a reset (driver reload)."""
         totals: dict[str, LabelledValues] = {}
-        device = reading.uuid or str(reading.index)
+        device = self._counters.setdefault((name, reading.uuid or str(reading.index)), {})
         for metric, values in reading.counters.items():
+            counters = device.setdefault(metric, {})
             totals[metric] = metric_totals = {}
             for labels, raw in values.items():
-                key = (name, device, metric, labels)
-                counter = self._counters.get(key)
+                counter = counters.get(labels)
                 if counter is None:
-                    counter = self._counters[key] = MonotonicCounter()
+                    counter = counters[labels] = MonotonicCounter()
                 counter.update(raw)
                 metric_totals[labels] = counter.total or 0.0
         return totals

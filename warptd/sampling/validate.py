@@ -51,17 +51,37 @@ def _utilization(util: Utilization | None, rejected: list[int]) -> Utilization |
     return Utilization(_check(util.compute, 0.0, 1.0, rejected), _check(util.memory, 0.0, 1.0, rejected))
 
 
+#: Per catalog metric: how many labels follow the device labels, and the highest plausible value.
+_LIMITS: dict[str, tuple[int, float]] = {
+    name: (len(spec.labels) - len(DEVICE_LABELS), 1.0 if name.endswith("_ratio") else math.inf)
+    for name, spec in BY_NAME.items()
+}
+
+
+def _plausible(labels: tuple[str, ...], value: float, arity: int, high: float) -> bool:
+    try:  # NaN fails both comparisons; inf - inf is NaN
+        return len(labels) == arity and 0.0 <= value <= high and value - value == 0.0
+    except TypeError:  # not a number
+        return False
+
+
 def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) -> dict[str, LabelledValues]:
-    """Further gauges and counters: metrics of the catalog only, finite, never negative, and
-    ``_ratio`` metrics within 0..1."""
+    """Further gauges and counters: metrics of the catalog only, with their own labels, finite, never
+    negative, and ``_ratio`` metrics within 0..1. Copied: a backend may reuse its dicts next read."""
     kept = {}
     for metric, values in values_by_metric.items():
-        spec = BY_NAME.get(metric)
-        if spec is None or any(len(labels) != len(spec.labels) - len(DEVICE_LABELS) for labels in values):
-            rejected[0] += len(values)  # a backend naming a metric the exporter does not know
+        limits = _LIMITS.get(metric)
+        if limits is None:  # a backend naming a metric the exporter does not know
+            rejected[0] += len(values)
             continue
-        high = 1.0 if metric.endswith("_ratio") else math.inf
-        kept[metric] = {labels: v for labels, v in values.items() if _ok(v, 0.0, high)}
+        arity, high = limits
+        try:  # the common case, every value plausible, checked inline; NaN fails both comparisons
+            if all(len(k) == arity and 0.0 <= v <= high and v - v == 0.0 for k, v in values.items()):
+                kept[metric] = dict(values)
+                continue
+        except TypeError:  # not a number: sorted out one by one below
+            pass
+        kept[metric] = {labels: v for labels, v in values.items() if _plausible(labels, v, *limits)}
         rejected[0] += len(values) - len(kept[metric])
     return kept
 
