@@ -262,3 +262,18 @@ def test_nvml_reset_under_the_daemon_is_reopened_once_and_the_slices_come_back(r
     assert value(samples, "warptd_device_memory_total_bytes", **mig(0)) == 40 * GIB
     assert len(select(samples, "warptd_device_mig_info")) == 2
     assert fake.calls("nvmlInitWithFlags") == 2  # one reopen, shared by nvidia and nvidia_mig
+
+
+def test_gpus_keep_their_identity_while_nvml_is_reset_under_the_daemon(rig, fake, rediscover_now):
+    """With MIG on, the GPUs are listed again at every rediscovery; when that listing meets an NVML
+    shut down under the daemon, the GPUs keep the UUIDs known from before rather than losing them."""
+    samples = rig.tick()
+    uuids = {
+        s.labels["device"]: s.labels["uuid"] for s in select(samples, "warptd_device_info", backend="nvidia")
+    }
+    assert all(uuids.values())
+    pynvml.nvmlShutdown()
+    for _ in range(3):
+        samples = rig.tick()
+        infos = select(samples, "warptd_device_info", backend="nvidia")
+        assert {s.labels["device"]: s.labels["uuid"] for s in infos} == uuids

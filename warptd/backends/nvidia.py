@@ -236,9 +236,16 @@ class NvidiaBackend(AcceleratorBackend):
         return nvml_session.text(version) if version is not None else None
 
     def list_devices(self) -> list[GPUInfo]:
+        """Every GPU's identity. If NVML went away while listing (reset under us: the reads fail),
+        the identities known from before stand, rather than GPUs without UUIDs, until it is back."""
         with self._session.lock:  # never beside a reopen
             self._sync_generation()
+            suspect = self._suspect
             devices = self._list_devices()
+            if self._suspect and not suspect:
+                devices = [self._known.get(info.index, info) for info in devices]
+            else:
+                self._known.update((info.index, info) for info in devices)
         self._mig_on = any(info.aliases for info in devices)
         return devices
 
@@ -267,7 +274,6 @@ class NvidiaBackend(AcceleratorBackend):
                     aliases=self._mig_uuids(index, handle),
                 )
             )
-            self._known[index] = devices[-1]
         return devices
 
     def _mig_uuids(self, index: int, handle: Any) -> list[str] | None:
