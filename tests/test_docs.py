@@ -25,7 +25,7 @@ def test_catalog_follows_prometheus_naming():
         "_up",
         "_active",
     )
-    units += ("_running", "_per_second")
+    units += ("_running", "_per_second", "_open")
     for spec in EVERY:
         assert spec.name.startswith("warptd_"), spec.name
         if spec.type == "counter":

@@ -89,6 +89,31 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             ("--stress-token-file",),
             {"type": Path, "metavar": "FILE", "help": "file holding the stress token"},
         ),
+        (
+            ("--no-windows",),
+            {"dest": "windows", "action": "store_const", "const": False, "help": "turn /windows off"},
+        ),
+        (
+            ("--window-max-duration",),
+            {"type": _number, "metavar": "SECONDS", "help": "an open window ends by itself (default 86400)"},
+        ),
+        (
+            ("--window-max-open",),
+            {"type": _integer, "metavar": "N", "help": "windows open at once (default 64)"},
+        ),
+        (
+            ("--window-history",),
+            {"type": _integer, "metavar": "N", "help": "ended windows kept (default 100)"},
+        ),
+        (
+            ("--window-energy-name",),
+            {
+                "dest": "window_energy_names",
+                "action": "append",
+                "metavar": "NAME",
+                "help": "export this window name's energy as a labelled counter (repeatable)",
+            },
+        ),
         (("--kubelet-socket",), {"type": Path, "metavar": "PATH", "help": "kubelet PodResources socket"}),
         (
             ("--no-pod-attribution",),
@@ -121,6 +146,22 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         (
             ("--sample-timeout",),
             {"type": _number, "metavar": "SECONDS", "help": "a sample may take (default 2)"},
+        ),
+        (
+            ("--window-interval",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "between two samples of a measured device (default 0.1)",
+            },
+        ),
+        (
+            ("--carbon-intensity",),
+            {"type": _number, "metavar": "G_PER_KWH", "help": "gCO2e per kWh, for recordings' carbon"},
+        ),
+        (
+            ("--energy-price",),
+            {"type": _number, "metavar": "PRICE", "help": "price per kWh, for recordings' cost"},
         ),
     ],
     LOADING: [
