@@ -190,6 +190,7 @@ _COMMAND_GROUPS = {
     "list": (LOADING,),
     "sample": (SAMPLING, LOADING),
     "stress": (SAMPLING, LOADING),
+    "profile": (SAMPLING, LOADING),
 }
 
 
@@ -201,11 +202,41 @@ def _add_flags(parser: argparse.ArgumentParser, command: str, default: object) -
             group.add_argument(*names, default=default, **options)
 
 
+def _profile_parser(sub: Any) -> argparse.ArgumentParser:
+    """``warptd profile [options] -- CMD [ARGS…]``."""
+    profile = sub.add_parser(
+        "profile",
+        help="run a command and record the devices' energy while it runs",
+        description="Run CMD and record every selected device while it runs (through the local daemon "
+        "when one answers, else with its own samplers). Exits with CMD's exit code.",
+        usage="warptd profile [options] -- CMD [ARGS...]",
+    )
+    profile.add_argument(
+        "--device",
+        action="append",
+        metavar="ID",
+        help="device (nvidia:0) or domain (rapl:package-0) to record (repeatable); default every "
+        "accelerator and the CPU packages",
+    )
+    profile.add_argument("--name", metavar="NAME", help="the recording's name (default: CMD's name)")
+    profile.add_argument("--json", action="store_true", help="print the recording as JSON on stdout")
+    profile.add_argument("--output", metavar="FILE", help="also write an HTML report")
+    profile.add_argument(
+        "--url",
+        metavar="URL",
+        help="the daemon to record through (default $WARPTD_URL or http://127.0.0.1:PORT)",
+    )
+    profile.add_argument("profile_command", nargs=argparse.REMAINDER, metavar="CMD", help="-- CMD [ARGS...]")
+    return profile
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The daemon's flags, and each subcommand with its own flags and the shared ones it uses."""
     parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
     parser.add_argument("--version", action="version", version=f"warptd {__version__}")
-    sub = parser.add_subparsers(dest="command", title="commands", metavar="{serve,list,sample,stress}")
+    sub = parser.add_subparsers(
+        dest="command", title="commands", metavar="{serve,list,sample,stress,profile}"
+    )
     serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
     listing = sub.add_parser(
         "list", help="list the devices of every backend", description="List every device."
@@ -235,7 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--size", type=_integer, metavar="N", help="matmul: matrix side; memory: MiB per buffer"
     )
     stress.add_argument("--json", action="store_true", help="print the result as JSON")
+    profile = _profile_parser(sub)
     _add_flags(parser, "serve", None)  # `warptd` alone serves
-    for name, command in (("serve", serve), ("list", listing), ("sample", sample), ("stress", stress)):
+    commands = (
+        ("serve", serve),
+        ("list", listing),
+        ("sample", sample),
+        ("stress", stress),
+        ("profile", profile),
+    )
+    for name, command in commands:
         _add_flags(command, name, argparse.SUPPRESS)
     return parser

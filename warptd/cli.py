@@ -1,4 +1,4 @@
-"""The ``warptd`` command: serve (default), list, sample, stress."""
+"""The ``warptd`` command: serve (default), list, sample, stress, profile."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         configure_logging(_log_level(settings, command), settings.log_format)
+        if command == "profile":  # loads backends only when no daemon records for it
+            from warptd.recording.profile import run_profile
+
+            return run_profile(settings, args)
         loaded = load_backends(settings, strict=True)  # a backend named with --backend must load
     except SettingsError as exc:
         print(f"warptd: {exc}", file=sys.stderr)

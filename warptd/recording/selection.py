@@ -26,13 +26,16 @@ def available_targets(snapshot: Snapshot) -> dict[str, Target]:
 
 
 def default_targets(snapshot: Snapshot, accelerator_backends: set[str]) -> list[Target]:
-    """Every accelerator's devices (not the CPU's ``cpu:0``) plus the CPU package domains."""
-    return [
+    """Every accelerator's devices (not the CPU's ``cpu:0``) plus the CPU package domains; on a node
+    with neither, every device (the CPU's utilization and temperature, at least)."""
+    known = available_targets(snapshot).values()
+    chosen = [
         t
-        for t in available_targets(snapshot).values()
+        for t in known
         if (t.kind == "device" and t.backend in accelerator_backends)
         or (t.kind == "domain" and is_top_level_domain(t.key))
     ]
+    return chosen or [t for t in known if t.kind == "device"]
 
 
 def select_targets(snapshot: Snapshot, ids: list[str] | None, accelerator_backends: set[str]) -> list[Target]:

@@ -265,6 +265,11 @@ class Sampler:
                     f"fast-{name}", trigger="interval", seconds=settings.window_interval
                 )
 
+    def halt(self) -> None:
+        """Stop scheduling and wait for the jobs running now (then :meth:`sample_all` may read)."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+
     def stop(self) -> None:
         """Stop scheduling, save the energy totals, shut the SDKs down; a backend whose read hangs is
         shut down when that read returns (so a shared SDK session is still released), not waited for."""
