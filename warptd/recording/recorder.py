@@ -135,7 +135,9 @@ class _TargetState:
         return True
 
     def keep(self, point: Point, max_points: int) -> None:
-        if self.samples % self.stride:
+        """Keep every ``stride``-th sample's point (the first included); past ``max_points``, every
+        other kept point goes and the stride doubles, so the series stays evenly spaced."""
+        if (self.samples - 1) % self.stride:
             return
         self.points.append(point)
         if len(self.points) > max_points:
