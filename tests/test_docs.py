@@ -76,3 +76,12 @@ def test_readme_and_docs_links_resolve():
     for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
         for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", page.read_text()):
             assert (page.parent / target).is_file(), f"{page.name} links to missing {target}"
+
+
+def test_the_recording_schema_in_the_docs_is_current():
+    from warptd.recording.docs import schema_markdown
+
+    text = (ROOT / "docs" / "recordings.md").read_text()
+    assert schema_markdown() in text, (
+        "run: python -m warptd.recording.docs and paste it into docs/recordings.md"
+    )
