@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from types import FrameType
 from typing import TextIO
 
 from warptd import client
-from warptd.config import Settings
+from warptd.config import Settings, SettingsError
 from warptd.recording.recorder import Recorder, with_carbon_and_cost
 from warptd.recording.schema import Recording
 from warptd.recording.selection import UnknownTarget, select_targets
@@ -94,19 +95,27 @@ def run_child(command: list[str]) -> int:
     return exit_code(child.returncode)
 
 
-def _through_daemon(url: str, profile: Profile) -> tuple[int, Recording] | None:
-    """Record through the daemon's windows; None when it has them turned off."""
+def _through_daemon(url: str, token: str | None, profile: Profile) -> tuple[int, Recording | None] | None:
+    """Record through the daemon's windows; None when it has them turned off. The recording is None
+    when the daemon could not end the window (it went away): CMD's exit code still counts."""
     try:
-        opened = client.begin_window(profile.name, profile.devices, profile.labels, url=url)
+        opened = client.begin_window(profile.name, profile.devices, profile.labels, url=url, token=token)
     except client.WindowClientError as exc:
         if exc.status == 404 and "--no-windows" in str(exc):
             return None
         raise ProfileError(str(exc)) from None
+    code: int | None = None
     try:
         code = run_child(profile.command)
     finally:
-        ended = client.end_window(opened["id"], url=url)
-    return code, Recording.model_validate(ended)
+        try:
+            ended = client.end_window(opened["id"], url=url, token=token)
+        except client.WindowClientError as exc:
+            if code is None:
+                raise
+            print(f"warptd profile: the daemon did not end the window: {exc}", file=sys.stderr)
+            ended = None
+    return code, Recording.model_validate(ended) if ended is not None else None
 
 
 def _with_own_samplers(settings: Settings, interval: float, profile: Profile) -> tuple[int, Recording]:
@@ -147,7 +156,7 @@ def _with_own_samplers(settings: Settings, interval: float, profile: Profile) ->
 
 
 def run_profile(settings: Settings, args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    command = [c for c in args.profile_command if c] if args.profile_command else []
+    command = list(args.profile_command or [])
     if command and command[0] == "--":
         command = command[1:]
     if not command:
@@ -161,18 +170,20 @@ def run_profile(settings: Settings, args: argparse.Namespace, out: TextIO = sys.
         missing = f"--output needs the HTML report ({REPORT_MODULE}), which this warptd does not have"
         print(f"warptd profile: {missing}", file=sys.stderr)
         return 2
-    name = args.name or Path(command[0]).name[:64] or "profile"
+    name = args.name or re.sub(r"[^A-Za-z0-9_.:-]", "_", Path(command[0]).name)[:64] or "profile"
     profile = Profile(command, name, args.device, {"command": " ".join(command)[:256]})
     interval = settings.interval if "interval" in settings.model_fields_set else settings.window_interval
     url = daemon_url(settings, args.url)
     try:
-        result = _through_daemon(url, profile) if daemon_answers(url) else None
+        result = _through_daemon(url, settings.stress_token_value(), profile) if daemon_answers(url) else None
         if result is None:
             result = _with_own_samplers(settings, interval, profile)
-    except (ProfileError, client.WindowClientError) as exc:
+    except (ProfileError, client.WindowClientError, SettingsError) as exc:
         print(f"warptd profile: {exc}", file=sys.stderr)
         return 2
     code, recording = result
+    if recording is None:
+        return code
     recording = recording.model_copy(update={"end_reason": "command_exited", "kind": "profile"})
     if settings.carbon_intensity is not None or settings.energy_price is not None:
         recording = with_carbon_and_cost(recording, settings.carbon_intensity, settings.energy_price)
