@@ -166,6 +166,14 @@ def test_carbon_and_cost_from_the_flags(gpus):
     assert recording["carbon_intensity_g_per_kwh"] == 400
 
 
+def test_an_unknown_device_is_refused_before_running(gpus, tmp_path):
+    marker = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
+    result = run_profile(gpus, "--url", NOBODY, "--device", "nvidia:7", "--", *command)
+    assert result.returncode == 2 and "unknown device or domain 'nvidia:7'" in result.stderr
+    assert not marker.exists()
+
+
 def test_no_command_is_a_usage_error(gpus):
     result = run_profile(gpus, "--url", NOBODY)
     assert result.returncode == 2 and "give the command" in result.stderr

@@ -343,4 +343,5 @@ def make_job_manager(
         free_memory=free_memory,
         watch=sampler.watch if sampler is not None else None,
         unwatch=sampler.unwatch if sampler is not None else None,
+        carbon=lambda r: with_carbon_and_cost(r, settings.carbon_intensity, settings.energy_price),
     )

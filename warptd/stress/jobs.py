@@ -161,8 +161,10 @@ class JobManager:
         refresh: Callable[[], list[DeviceRef]] | None = None,
         watch: Callable[[str, set[tuple[str, int]], set[str]], None] | None = None,
         unwatch: Callable[[str], None] | None = None,
+        carbon: Callable[[Recording], Recording] | None = None,
     ) -> None:
-        """``watch``/``unwatch``: the sampler's, so a running job's device is sampled faster."""
+        """``watch``/``unwatch``: the sampler's, so a running job's device is sampled faster;
+        ``carbon`` adds carbon and cost to a finished run's recording."""
         self.devices = {d.key: d for d in devices}
         #: Re-reads the device list (after a backend re-discovered its devices) before each start.
         self._refresh = refresh
@@ -179,6 +181,7 @@ class JobManager:
         self._closing = False
         self._watch = watch or (lambda *_: None)
         self._unwatch = unwatch or (lambda _: None)
+        self._carbon = carbon or (lambda recording: recording)
         self.runs: Counter[tuple[str, str]] = Counter()
         self.last: dict[tuple[str, str, str], Job] = {}  # (backend, device, test) -> last finished job
 
@@ -383,7 +386,7 @@ class JobManager:
                     "work": job.workload.work,
                     "work_unit": job.workload.work_unit,
                 }
-            job.recording = recorder.recording_view()
+            job.recording = self._carbon(recorder.recording_view())
             job.telemetry = summarize(job.recording)
             job.recorder = None  # keep the result, not the recorder, in the bounded history
         process, job.process = job.process, None
