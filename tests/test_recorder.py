@@ -124,7 +124,7 @@ def test_activity_ratios_from_a_backends_gauges():
     gauges = {
         "warptd_device_sm_active_ratio": {(): 0.5},
         "warptd_device_pipe_active_ratio": {("tensor",): 0.25},
-        "warptd_device_memory_used_bytes": {(): 1.0},
+        "warptd_device_fan_speed_ratio": {(): 0.4},  # a ratio, but not activity
     }
 
     class WithGauges:

@@ -192,8 +192,18 @@ def run_profile(settings: Settings, args: argparse.Namespace, out: TextIO = sys.
     else:
         print_table(recording, sys.stderr)
     if render is not None:
-        Path(args.output).write_text(render(recording))
+        _write_report(render, recording, Path(args.output))
     return code
+
+
+def _write_report(render: Callable[[Recording], str], recording: Recording, path: Path) -> None:
+    """Write the HTML report; a failure is said on stderr and leaves CMD's exit code as it is."""
+    try:
+        path.write_text(render(recording), encoding="utf-8")
+    except ImportError as exc:  # the report's plotting extra is missing
+        print(f"warptd profile: cannot write {path}: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"warptd profile: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
 
 
 def _report_renderer() -> Callable[[Recording], str] | None:

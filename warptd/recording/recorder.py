@@ -93,17 +93,27 @@ class _Trapezoid:
         self.last = (at, watts)
 
 
+#: Activity ratio gauges a backend may export (``warptd_device_<name>_ratio``), by their short name.
+ACTIVITY_METRICS = (
+    "sm_active",
+    "sm_occupancy",
+    "dram_bandwidth",
+    "pipe_active",
+    "engine_active",
+    "encoder_utilization",
+    "decoder_utilization",
+)
+
+
 def activity_ratios(reading: DeviceReading) -> dict[str, float]:
-    """Activity ratios a backend exported for this reading (NVIDIA GPM ``*_active_ratio`` gauges)."""
+    """The activity ratios in a reading's gauges (NVIDIA GPM and the like): ``sm_active``, and one
+    per label value for labelled ones (``pipe_active_tensor``)."""
     gauges = getattr(reading, "gauges", None) or {}
     ratios: dict[str, float] = {}
-    for name, by_labels in gauges.items():
-        if not name.endswith("_ratio") or ("activ" not in name and "occupancy" not in name):
-            continue
-        base = name.removeprefix("warptd_device_").removesuffix("_ratio")
-        for labels, value in by_labels.items():
+    for short in ACTIVITY_METRICS:
+        for labels, value in gauges.get(f"warptd_device_{short}_ratio", {}).items():
             if value is not None:
-                ratios["_".join((base, *labels))] = float(value)
+                ratios["_".join((short, *labels))] = float(value)
     return ratios
 
 
