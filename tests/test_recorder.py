@@ -133,3 +133,35 @@ def test_activity_ratios_from_a_backends_gauges():
     fake = WithGauges()
     fake.gauges = gauges  # type: ignore[attr-defined]
     assert activity_ratios(fake) == {"sm_active": 0.5, "pipe_active_tensor": 0.25}  # type: ignore[arg-type]
+
+
+def test_edges_extrapolate_to_the_recordings_own_start_and_end():
+    """A window's energy spans its start and end: the gaps to its first and last samples count at
+    their power; without ``edges`` (a stress run) only what the samples span counts."""
+    for edges, expected in ((True, 300.0), (False, 100.0)):
+        recorder = Recorder([GPU], kind="window", name="w", edges=edges)
+        recorder.start()
+        start = recorder.started_mono
+        recorder.add_device(GPU, sample(100, 1000.0), start + 1.0)
+        recorder.add_device(GPU, sample(100, 1100.0), start + 2.0)
+        recorder.stop()
+        recorder.ended_mono = start + 3.0  # ended a second after the last sample
+        gpu = recorder.recording_now().targets[0]
+        assert gpu.energy_joules == pytest.approx(expected) and gpu.energy_integrated_joules == pytest.approx(
+            expected
+        )
+
+
+def test_no_extrapolation_past_a_lost_device():
+    recorder = Recorder([GPU], kind="window", name="w", edges=True)
+    recorder.start()
+    start = recorder.started_mono
+    recorder.add_device(GPU, sample(100, 1000.0), start)
+    recorder.add_device(GPU, sample(100, 1100.0), start + 1.0)
+    lost = sample(None, None)
+    lost.reading.up = False
+    recorder.add_device(GPU, lost, start + 1.5)
+    recorder.stop()
+    recorder.ended_mono = start + 5.0
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.up is False and gpu.energy_joules == pytest.approx(100)

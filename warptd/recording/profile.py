@@ -138,7 +138,12 @@ def _with_own_samplers(settings: Settings, interval: float, profile: Profile) ->
         if not targets:
             raise ProfileError("no device or power domain to record on this node")
         recorder = Recorder(
-            targets, kind="profile", name=profile.name, labels=profile.labels, interval_seconds=interval
+            targets,
+            kind="profile",
+            name=profile.name,
+            labels=profile.labels,
+            interval_seconds=interval,
+            edges=True,
         )
         sampler.listeners.append(recorder.on_sample)
         recorder.start()

@@ -136,6 +136,23 @@ class _TargetState:
     throttle_seen: set[str] = field(default_factory=set)
     points: list[Point] = field(default_factory=list)
     stride: int = 1
+    first_power: tuple[float, float] | None = None  # (at, W) of the first sample with a power reading
+    last_power: tuple[float, float] | None = None
+
+    def note_power(self, at: float, watts: float | None) -> None:
+        if watts is not None:
+            self.first_power = self.first_power or (at, watts)
+            self.last_power = (at, watts)
+
+    def edge_joules(self, start: float, end: float) -> float:
+        """Energy between the recording's edges and its first and last samples, at their power
+        (not after a device was lost)."""
+        joules = 0.0
+        if self.first_power is not None:
+            joules += self.first_power[1] * max(0.0, self.first_power[0] - start)
+        if self.last_power is not None and self.up:
+            joules += self.last_power[1] * max(0.0, end - self.last_power[0])
+        return joules
 
     def accept(self, at: float) -> bool:
         """Only samples newer than the last one count (a fast and a normal read may cross)."""
@@ -171,11 +188,16 @@ class Recorder:
         recording_id: str | None = None,
         max_points: int = MAX_POINTS,
         interval_seconds: float | None = None,
+        edges: bool = False,
     ) -> None:
+        """``edges``: the energy spans the recording's own start and end (windows, profiles), the
+        few ms to the first and last samples extrapolated at their power; else only what the
+        samples span (a stress run's timed part)."""
         self.kind, self.name, self.labels = kind, name, dict(labels or {})
         self.id = recording_id or uuid.uuid4().hex[:12]
         self.interval_seconds = interval_seconds
         self.max_points = max_points
+        self.edges = edges
         self.targets = list(targets)
         self._states = {(t.kind, t.backend, t.key): _TargetState(t) for t in targets}
         self._lock = threading.Lock()
@@ -237,6 +259,7 @@ class Recorder:
                 state.integrated.add(at, None)
                 return
             state.samples += 1
+            state.note_power(at, reading.power_watts)
             state.counter_seen |= reading.energy_counter_joules is not None
             state.power.add(reading.power_watts)
             state.integrated.add(at, reading.power_watts)
@@ -274,6 +297,7 @@ class Recorder:
                 state.integrated.add(at, None)
                 return
             state.samples += 1
+            state.note_power(at, domain.power_watts)
             state.power.add(domain.power_watts)
             state.integrated.add(at, domain.power_watts)
             state.energy.add(domain.energy_joules)
@@ -292,8 +316,9 @@ class Recorder:
     ) -> Recording:
         """The recording so far (``status: open`` while it runs), with carbon and cost where set."""
         with self._lock:
-            targets = [_summary(state) for state in self._states.values()]
             now_mono = self.ended_mono or time.monotonic()
+            span = (self.started_mono, now_mono) if self.edges and self.started_mono is not None else None
+            targets = [_summary(state, span) for state in self._states.values()]
             duration = max(0.0, now_mono - (self.started_mono or now_mono))
             recording = Recording(
                 kind=self.kind,
@@ -317,12 +342,14 @@ def _since(span: _Span) -> float | None:
     return None if span.last is None or span.first is None else span.last - span.first
 
 
-def _summary(state: _TargetState) -> TargetRecording:
+def _summary(state: _TargetState, span: tuple[float, float] | None) -> TargetRecording:
     target = state.target
     counted = state.energy.delta if state.samples >= 2 and state.counter_seen else None
     integrated = state.integrated.joules if state.samples >= 2 else None
-    if target.kind == "device" and not state.counter_seen and integrated is None:
-        integrated = state.energy.delta if state.samples >= 2 else None  # the sampler's own integral
+    if span is not None:
+        edge = state.edge_joules(*span)
+        counted = None if counted is None else counted + edge
+        integrated = None if integrated is None else integrated + edge
     energy, source = (counted, "counter") if counted is not None else (integrated, "integrated")
     disagreement = None
     if counted and integrated is not None:

@@ -102,7 +102,14 @@ class WindowManager:
         if not targets:
             raise WindowError(422, "no device or power domain to record on this node")
         window = Window(
-            Recorder(targets, kind="window", name=name, labels=labels, recording_id=uuid.uuid4().hex[:12])
+            Recorder(
+                targets,
+                kind="window",
+                name=name,
+                labels=labels,
+                recording_id=uuid.uuid4().hex[:12],
+                edges=True,
+            )
         )
         for target in targets:
             if target.kind == "device":
