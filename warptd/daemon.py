@@ -288,6 +288,7 @@ def make_window_manager(
         carbon=lambda r: with_carbon_and_cost(
             r, sampler.settings.carbon_intensity, sampler.settings.energy_price
         ),
+        interval=lambda: sampler.settings.window_interval,
         on_end=energy.on_end,
         on_change=snapshot.touch,
     )

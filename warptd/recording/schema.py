@@ -90,7 +90,9 @@ class Recording(BaseModel):
     labels: dict[str, str] = Field({}, description="The caller's labels (a profile: its command line).")
     status: Literal["open", "ended"] = Field("ended", description="open while it records.")
     end_reason: str | None = Field(
-        None, description="ended (asked), max_duration, command_exited, finished, failed, …"
+        None,
+        description="Windows: ended (asked), max_duration, shutdown; profiles: command_exited; "
+        "stress runs: succeeded, failed, cancelled.",
     )
     started_at: float = Field(description="Unix time the recording started.")
     ended_at: float | None = Field(None, description="Unix time it ended; None while open.")

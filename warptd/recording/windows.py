@@ -75,6 +75,7 @@ class WindowManager:
         limits: WindowLimits | None = None,
         *,
         carbon: Callable[[Recording], Recording] | None = None,
+        interval: Callable[[], float | None] | None = None,
         on_end: Callable[[Recording], None] | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
@@ -83,6 +84,7 @@ class WindowManager:
         self.accelerator_backends = accelerator_backends
         self.limits = limits or WindowLimits()
         self._carbon = carbon or (lambda recording: recording)
+        self._interval: Callable[[], float | None] = interval or (lambda: None)
         self._on_end = on_end or (lambda _: None)
         self._on_change = on_change or (lambda: None)
         self._open: dict[str, Window] = {}
@@ -108,6 +110,7 @@ class WindowManager:
                 name=name,
                 labels=labels,
                 recording_id=uuid.uuid4().hex[:12],
+                interval_seconds=self._interval(),
                 edges=True,
             )
         )
