@@ -34,6 +34,22 @@ def get(port: int, path: str = "/metrics", timeout: float = 10) -> tuple[int, by
         conn.close()
 
 
+def http_json(port: int, method: str, path: str, payload: object = None, timeout: float = 30) -> dict:
+    """One JSON request on loopback; raises on anything but 2xx."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        body = None if payload is None else json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise RuntimeError(f"{method} {path}: {response.status} {data[:200]!r}")
+        return json.loads(data)
+    finally:
+        conn.close()
+
+
 def wait_http(port: int, path: str, timeout: float = 30, poll: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -25,7 +25,7 @@ def test_catalog_follows_prometheus_naming():
         "_up",
         "_active",
     )
-    units += ("_running", "_per_second")
+    units += ("_running", "_per_second", "_open")
     # Unitless gauges: counts of things (rows, pages), 0/1 states and enumerations.
     units += ("_rows", "_pages", "_pending", "_failure", "_action", "_state")
     for spec in EVERY:
@@ -78,3 +78,12 @@ def test_readme_and_docs_links_resolve():
     for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
         for target in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", page.read_text()):
             assert (page.parent / target).is_file(), f"{page.name} links to missing {target}"
+
+
+def test_the_recording_schema_in_the_docs_is_current():
+    from warptd.recording.docs import schema_markdown
+
+    text = (ROOT / "docs" / "recordings.md").read_text()
+    assert schema_markdown() in text, (
+        "run: python -m warptd.recording.docs and paste it into docs/recordings.md"
+    )

@@ -89,6 +89,9 @@ def test_openapi_document_lists_every_route(live):
         "/stress",
         "/stress/{job_id}",
         "/stress/{job_id}/report",
+        "/windows",
+        "/windows/{window_id}",
+        "/windows/{window_id}/end",
     }
     request = document["paths"]["/stress"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request == {"$ref": "#/components/schemas/StressRequest"}
@@ -98,3 +101,6 @@ def test_openapi_document_lists_every_route(live):
     devices = document["paths"]["/devices"]["get"]["responses"]["200"]["content"]["application/json"]
     assert devices["schema"] == {"$ref": "#/components/schemas/DevicesView"}
     assert "power_watts" in schemas["LatestReading"]["properties"]
+    assert schemas["WindowRequest"]["additionalProperties"] is False
+    window = document["paths"]["/windows"]["post"]["responses"]["201"]["content"]["application/json"]
+    assert window["schema"] == {"$ref": "#/components/schemas/Recording"}

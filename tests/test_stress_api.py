@@ -272,3 +272,24 @@ def test_a_cpu_only_node_names_no_workload_it_cannot_run(daemon):
     assert "tt_matmul" not in body
     status, _, error = post(daemon.port, {"test": "fft"})
     assert status == 422 and "matmul" in error["error"] and "tt_matmul" not in error["error"]
+
+
+def test_a_run_is_also_a_recording_with_its_throughput(daemon):
+    """The stress result carries the shared recording schema; its device is sampled faster while it runs."""
+    status, _, body = post(daemon.port, {"test": "memory", "duration_s": 1, "size": 16})
+    assert status == 202
+    assert wait_until(lambda: job(daemon.port, body["id"])["status"] != "starting", timeout=60, interval=0.05)
+    if job(daemon.port, body["id"])["status"] == "running":
+        assert daemon.sampler.watches.devices("cpu") == {0}
+    result = wait_done(daemon.port, body["id"])
+    assert result["status"] == "succeeded", result["error"]
+    recording = result["recording"]
+    assert (
+        recording["kind"] == "stress" and recording["schema_version"] == 1 and recording["status"] == "ended"
+    )
+    assert recording["end_reason"] == "succeeded" and recording["name"] == "memory"
+    assert recording["workload"]["throughput"] == result["workload"]["throughput"]
+    cpu = recording["targets"][0]
+    # at 0.1 s while it runs; about 5 at the fixture's --interval 0.2
+    assert cpu["id"] == "cpu:0" and cpu["samples"] == result["telemetry"]["samples"] >= 7
+    assert daemon.sampler.watches.devices("cpu") == set() and not daemon.sampler.fast_sampling("cpu")

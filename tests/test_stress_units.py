@@ -100,10 +100,10 @@ def _record_gpu0(rig) -> TelemetryRecorder:
     """A recorder fed by the rig's sampler with GPU 0's samples, as a stress job is."""
     rec = TelemetryRecorder(recording=True)
 
-    def listener(backend, devices, domains):
+    def listener(backend, devices, domains, at):
         for sample in devices or ():
             if sample.reading.index == 0:
-                rec.add_device(sample)
+                rec.add_device(sample, at)
 
     rig.sampler.listeners.append(listener)
     return rec

@@ -89,6 +89,31 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             ("--stress-token-file",),
             {"type": Path, "metavar": "FILE", "help": "file holding the stress token"},
         ),
+        (
+            ("--no-windows",),
+            {"dest": "windows", "action": "store_const", "const": False, "help": "turn /windows off"},
+        ),
+        (
+            ("--window-max-duration",),
+            {"type": _number, "metavar": "SECONDS", "help": "an open window ends by itself (default 86400)"},
+        ),
+        (
+            ("--window-max-open",),
+            {"type": _integer, "metavar": "N", "help": "windows open at once (default 64)"},
+        ),
+        (
+            ("--window-history",),
+            {"type": _integer, "metavar": "N", "help": "ended windows kept (default 100)"},
+        ),
+        (
+            ("--window-energy-name",),
+            {
+                "dest": "window_energy_names",
+                "action": "append",
+                "metavar": "NAME",
+                "help": "export this window name's energy as a labelled counter (repeatable)",
+            },
+        ),
         (("--kubelet-socket",), {"type": Path, "metavar": "PATH", "help": "kubelet PodResources socket"}),
         (
             ("--no-pod-attribution",),
@@ -122,6 +147,22 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             ("--sample-timeout",),
             {"type": _number, "metavar": "SECONDS", "help": "a sample may take (default 2)"},
         ),
+        (
+            ("--window-interval",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "between two samples of a measured device (default 0.1)",
+            },
+        ),
+        (
+            ("--carbon-intensity",),
+            {"type": _number, "metavar": "G_PER_KWH", "help": "gCO2e per kWh, for recordings' carbon"},
+        ),
+        (
+            ("--energy-price",),
+            {"type": _number, "metavar": "PRICE", "help": "price per kWh, for recordings' cost"},
+        ),
     ],
     LOADING: [
         (("--config",), {"type": Path, "metavar": "FILE", "help": "TOML config file (env WARPTD_CONFIG)"}),
@@ -150,6 +191,7 @@ _COMMAND_GROUPS = {
     "sample": (SAMPLING, LOADING),
     "stress": (SAMPLING, LOADING),
     "report": (),
+    "profile": (SAMPLING, LOADING),
 }
 
 
@@ -161,11 +203,41 @@ def _add_flags(parser: argparse.ArgumentParser, command: str, default: object) -
             group.add_argument(*names, default=default, **options)
 
 
+def _profile_parser(sub: Any) -> argparse.ArgumentParser:
+    """``warptd profile [options] -- CMD [ARGS…]``."""
+    profile = sub.add_parser(
+        "profile",
+        help="run a command and record the devices' energy while it runs",
+        description="Run CMD and record every selected device while it runs (through the local daemon "
+        "when one answers, else with its own samplers). Exits with CMD's exit code.",
+        usage="warptd profile [options] -- CMD [ARGS...]",
+    )
+    profile.add_argument(
+        "--device",
+        action="append",
+        metavar="ID",
+        help="device (nvidia:0) or domain (rapl:package-0) to record (repeatable); default every "
+        "accelerator and the CPU packages",
+    )
+    profile.add_argument("--name", metavar="NAME", help="the recording's name (default: CMD's name)")
+    profile.add_argument("--json", action="store_true", help="print the recording as JSON on stdout")
+    profile.add_argument("--output", metavar="FILE", help="also write an HTML report")
+    profile.add_argument(
+        "--url",
+        metavar="URL",
+        help="the daemon to record through (default $WARPTD_URL or http://127.0.0.1:PORT)",
+    )
+    profile.add_argument("profile_command", nargs=argparse.REMAINDER, metavar="CMD", help="-- CMD [ARGS...]")
+    return profile
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The daemon's flags, and each subcommand with its own flags and the shared ones it uses."""
     parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
     parser.add_argument("--version", action="version", version=f"warptd {__version__}")
-    sub = parser.add_subparsers(dest="command", title="commands", metavar="{serve,list,sample,stress,report}")
+    sub = parser.add_subparsers(
+        dest="command", title="commands", metavar="{serve,list,sample,stress,profile,report}"
+    )
     serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
     listing = sub.add_parser(
         "list", help="list the devices of every backend", description="List every device."
@@ -203,13 +275,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("recording", metavar="RECORDING.json", help="the recording's JSON; - for stdin")
     report.add_argument("-o", "--output", metavar="FILE", help="where to write the HTML (default: stdout)")
+    profile = _profile_parser(sub)
     _add_flags(parser, "serve", None)  # `warptd` alone serves
-    for name, command in (
+    commands = (
         ("serve", serve),
         ("list", listing),
         ("sample", sample),
         ("stress", stress),
+        ("profile", profile),
         ("report", report),
-    ):
+    )
+    for name, command in commands:
         _add_flags(command, name, argparse.SUPPRESS)
     return parser

@@ -1,4 +1,4 @@
-"""The ``warptd`` command: serve (default), list, sample, stress, report."""
+"""The ``warptd`` command: serve (default), list, sample, stress, profile, report."""
 
 from __future__ import annotations
 
@@ -30,9 +30,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from warptd.recording.cli import run_report
 
         return run_report(args.recording, args.output)
+    return _with_settings(command, args)
+
+
+def _with_settings(command: str, args: argparse.Namespace) -> int:
+    """Every command but ``report``: settings first, then backends unless a daemon records for it."""
     try:
         settings = _settings(args)
         configure_logging(_log_level(settings, command), settings.log_format)
+        if command == "profile":  # loads backends only when no daemon records for it
+            from warptd.recording.profile import run_profile
+
+            return run_profile(settings, args)
         loaded = load_backends(settings, strict=True)  # a backend named with --backend must load
     except SettingsError as exc:
         print(f"warptd: {exc}", file=sys.stderr)

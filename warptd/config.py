@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+#: A window name: also a label value of warptd_window_energy_joules_total.
+WINDOW_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 #: Not taken by node_exporter (9100), dcgm-exporter (9400) or nvidia_gpu_exporter (9835).
 DEFAULT_PORT = 9465
 
@@ -105,6 +108,26 @@ class Settings(BaseSettings):
     stress_token_file: Path | None = Field(None, description="File holding the stress token")
     stress_max_duration: float = Field(3600.0, ge=1, le=7 * 86400, description="Longest stress run, seconds")
     stress_history: int = Field(50, ge=1, le=10_000, description="Finished stress jobs kept for GET /stress")
+    windows: bool = Field(True, description="Serve the /windows endpoints (--no-windows turns them off)")
+    window_interval: float = Field(
+        0.1, gt=0, le=3600, description="Seconds between two samples of a device inside an open window"
+    )
+    window_max_duration: float = Field(
+        86400.0, ge=1, le=30 * 86400, description="Seconds after which an open window ends by itself"
+    )
+    window_max_open: int = Field(64, ge=1, le=10_000, description="Windows open at once; beyond, 429")
+    window_history: int = Field(100, ge=1, le=10_000, description="Ended windows kept for GET /windows")
+    window_energy_names: Annotated[list[str] | None, NoDecode] = Field(
+        None,
+        description="Window names whose energy goes to warptd_window_energy_joules_total{name} "
+        "(comma-separated in the environment); others only to the histogram",
+    )
+    carbon_intensity: float | None = Field(
+        None, ge=0, le=10_000, description="gCO2e per kWh: recordings then give grams CO2e"
+    )
+    energy_price: float | None = Field(
+        None, ge=0, le=1e6, description="Price per kWh: recordings then give a cost"
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto = console on a TTY, JSON otherwise"
@@ -118,6 +141,27 @@ class Settings(BaseSettings):
         if isinstance(value, list):
             names = [str(v).strip().lower() for v in value if str(v).strip()]
             return names or None
+        return value
+
+    @field_validator("window_energy_names", mode="before")
+    @classmethod
+    def _split_names(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, list):
+            names = [str(v).strip() for v in value if str(v).strip()]
+            return names or None
+        return value
+
+    @field_validator("window_energy_names")
+    @classmethod
+    def _check_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if len(value) > 1000:
+                raise ValueError("at most 1000 names")
+            bad = [n for n in value if not WINDOW_NAME.fullmatch(n)]
+            if bad:
+                raise ValueError(f"not a window name: {bad[0]!r} (letters, digits, . _ : - ; 1-64)")
         return value
 
     @field_validator("listen")

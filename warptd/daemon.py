@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 from warptd import __version__
 from warptd.backends.registry import Loaded, load_backends
@@ -25,12 +26,15 @@ from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
 from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
+from warptd.http.window_routes import add_window_routes
 from warptd.k8s.attribution import PodAttribution, from_settings
 from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.energy import PodEnergy, SmUse
 from warptd.k8s.shares import SmShares
 from warptd.logs import configure_logging
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
+from warptd.recording.recorder import with_carbon_and_cost
+from warptd.recording.windows import WindowLimits, WindowManager
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.base import DeviceRef
@@ -54,12 +58,19 @@ class Daemon:
         self.pods = from_settings(settings)
         pod_labels = self.pods.pod_labels if self.pods is not None and settings.pod_labels else None
         self.exposition = Exposition(self.snapshot, node=settings.node, pod_labels=pod_labels)
-        self.stress = make_job_manager(settings, self.loaded, self.snapshot) if settings.stress else None
+        self.stress = (
+            make_job_manager(settings, self.loaded, self.snapshot, self.sampler) if settings.stress else None
+        )
         if self.stress is not None:
             from warptd.exporter.stress import StressCollector
 
             self.exposition.registry.register(StressCollector(self.stress))
             self.sampler.listeners.append(self.stress.on_sample)
+        self.windows = make_window_manager(
+            settings, self.loaded, self.snapshot, self.sampler, self.exposition.registry
+        )
+        if self.windows is not None:
+            self.sampler.listeners.append(self.windows.on_sample)
         self.xid_monitor: XidMonitor | None = None
         self.process_monitor: ProcessMonitor | None = None
         if any(backend.name == "nvidia" for backend in self.loaded.accelerators):
@@ -73,6 +84,7 @@ class Daemon:
         add_core_routes(self.router, self.snapshot, self.exposition, self.loaded.unavailable)
         self._token = settings.stress_token_value()
         add_stress_routes(self.router, self.stress, lambda: self._token)
+        add_window_routes(self.router, self.windows, lambda: self._token)
         add_openapi_route(self.router)
         host, port = settings.listen_address
         web = load_web_config(settings.web_config_file) if settings.web_config_file else None
@@ -167,6 +179,8 @@ class Daemon:
             self.server.server_close()
             if self.stress is not None:
                 self.stress.shutdown()
+            if self.windows is not None:
+                self.windows.shutdown()
             self.sampler.stop()
             for monitor in self._monitors():
                 monitor.stop()
@@ -214,7 +228,11 @@ class Daemon:
         self.snapshot.stale_after = new.stale_after
         if self.stress is not None:
             self.stress.max_duration_s = new.stress_max_duration
-            self._token = token
+        self._token = token
+        if self.windows is not None:
+            self.windows.limits = WindowLimits(
+                new.window_max_open, new.window_max_duration, new.window_history
+            )
         self.settings = new
         log.info("config_reloaded", changed=changed, needs_restart=restart, interval_s=new.interval)
 
@@ -225,6 +243,8 @@ _RESTART_ONLY = frozenset(
         "backends",
         "sysfs",
         "stress",
+        "windows",
+        "window_energy_names",
         "node",
         "config",
         "state_dir",
@@ -261,8 +281,37 @@ def http_limits(settings: Settings) -> HttpLimits:
     )
 
 
-def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> JobManager:
-    """A stress job manager over every device of every loaded accelerator backend."""
+def make_window_manager(
+    settings: Settings, loaded: Loaded, snapshot: Snapshot, sampler: Sampler, registry: CollectorRegistry
+) -> WindowManager | None:
+    """The energy windows of ``/windows``, their metrics registered in ``registry``, unless
+    ``--no-windows``."""
+    if not settings.windows:
+        return None
+    from warptd.exporter.windows import WindowCollector, WindowEnergy
+
+    energy = WindowEnergy(settings.window_energy_names)
+    manager = WindowManager(
+        snapshot,
+        sampler,
+        {b.name for b in loaded.accelerators if b.is_accelerator},
+        WindowLimits(settings.window_max_open, settings.window_max_duration, settings.window_history),
+        carbon=lambda r: with_carbon_and_cost(
+            r, sampler.settings.carbon_intensity, sampler.settings.energy_price
+        ),
+        interval=lambda: sampler.settings.window_interval,
+        on_end=energy.on_end,
+        on_change=snapshot.touch,
+    )
+    registry.register(WindowCollector(manager, energy))
+    return manager
+
+
+def make_job_manager(
+    settings: Settings, loaded: Loaded, snapshot: Snapshot, sampler: Sampler | None = None
+) -> JobManager:
+    """A stress job manager over every device of every loaded accelerator backend; with ``sampler``,
+    a running job's device is sampled at ``--window-interval``."""
 
     def devices() -> list[DeviceRef]:
         """From the snapshot's current identities, so a re-discovered GPU is stressed by its UUID."""
@@ -304,4 +353,7 @@ def make_job_manager(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> 
         history=settings.stress_history,
         on_change=snapshot.touch,
         free_memory=free_memory,
+        watch=sampler.watch if sampler is not None else None,
+        unwatch=sampler.unwatch if sampler is not None else None,
+        carbon=lambda r: with_carbon_and_cost(r, settings.carbon_intensity, settings.energy_price),
     )

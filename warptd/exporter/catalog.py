@@ -14,9 +14,11 @@ class MetricSpec:
     """Name as exposed (counters end in ``_total``), type, help text and label names."""
 
     name: str
-    type: Literal["gauge", "counter"]
+    type: Literal["gauge", "counter", "histogram"]
     help: str
     labels: tuple[str, ...]
+    #: A histogram's bucket upper bounds (``+Inf`` is implied).
+    buckets: tuple[float, ...] = ()
 
     @property
     def family(self) -> str:
@@ -333,6 +335,21 @@ STRESS_LAST_END = MetricSpec(
     "Unix time the last successful stress run ended.",
     STRESS_LABELS,
 )
+WINDOWS_OPEN = MetricSpec("warptd_windows_open", "gauge", "Energy windows open now.", ())
+WINDOW_ENERGY = MetricSpec(
+    "warptd_window_energy_joules_total",
+    "counter",
+    "Energy of the ended windows of this name (devices plus CPU packages), for the names "
+    "--window-energy-name allows (bounded cardinality).",
+    ("name",),
+)
+WINDOW_ENERGY_HISTOGRAM = MetricSpec(
+    "warptd_window_energy_joules",
+    "histogram",
+    "Energy of each ended window (devices plus CPU packages), whatever its name.",
+    (),
+    buckets=(1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7),
+)
 POD_LABELS = ("namespace", "pod", "container")
 DEVICE_ALLOCATION = _device(
     "warptd_device_allocation_info",
@@ -478,7 +495,8 @@ KUBERNETES: tuple[MetricSpec, ...] = (
     POD_ENERGY_SPLIT,
 )
 EVENTS: tuple[MetricSpec, ...] = (XID_ERRORS, LAST_XID)
+WINDOWS: tuple[MetricSpec, ...] = (WINDOWS_OPEN, WINDOW_ENERGY, WINDOW_ENERGY_HISTOGRAM)
 #: Every metric, in the order docs/metrics.md lists them.
-EVERY: tuple[MetricSpec, ...] = (*ALL, *STRESS, *KUBERNETES, *EVENTS)
+EVERY: tuple[MetricSpec, ...] = (*ALL, *STRESS, *KUBERNETES, *EVENTS, *WINDOWS)
 #: Every metric by its exposed name: backends name their further gauges and counters this way.
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in EVERY}

@@ -6,8 +6,9 @@ import platform
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from warptd import __version__
 from warptd.errors import ErrorKind
@@ -21,6 +22,9 @@ PodLabels = Callable[[GPUInfo], tuple[str, str, str]]
 _COUNTED_KINDS = tuple(k for k in ErrorKind if k is not ErrorKind.NOT_SUPPORTED)
 
 
+_FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
+
+
 class Families:
     """One metric family per catalog entry, filled in while walking the state to export.
 
@@ -28,9 +32,9 @@ class Families:
     """
 
     def __init__(self, specs: tuple[m.MetricSpec, ...] = m.ALL, device_extra: tuple[str, ...] = ()) -> None:
-        self.by_spec: dict[m.MetricSpec, GaugeMetricFamily | CounterMetricFamily] = {}
+        self.by_spec: dict[m.MetricSpec, GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily] = {}
         for spec in specs:
-            cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
+            cls = _FAMILIES[spec.type]
             labels = spec.labels
             if device_extra and labels[: len(m.DEVICE_LABELS)] == m.DEVICE_LABELS:
                 labels = (*m.DEVICE_LABELS, *device_extra, *labels[len(m.DEVICE_LABELS) :])
@@ -39,6 +43,17 @@ class Families:
     def add(self, spec: m.MetricSpec, labels: list[str], value: float | None) -> None:
         if value is not None:
             self.by_spec[spec].add_metric(labels, value)
+
+    def add_histogram(self, spec: m.MetricSpec, labels: list[str], counts: list[int], total: float) -> None:
+        """One histogram series: ``counts`` per bucket of ``spec.buckets`` plus +Inf (not cumulative)."""
+        bounds = [*(floatToGoString(b) for b in spec.buckets), "+Inf"]
+        cumulative, running = [], 0
+        for bound, count in zip(bounds, counts, strict=True):
+            running += count
+            cumulative.append((bound, running))
+        family = self.by_spec[spec]
+        assert isinstance(family, HistogramMetricFamily)
+        family.add_metric(labels, cumulative, total)
 
     def nonempty(self) -> Iterator[Metric]:
         return (family for family in self.by_spec.values() if family.samples)

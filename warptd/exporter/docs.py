@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warptd.exporter.catalog import EVERY
+from warptd.exporter.catalog import EVERY, MetricSpec
 
 _HEADER = """# warptd metrics
 
@@ -20,9 +20,17 @@ come from prometheus_client.
 """
 
 
+def _buckets(spec: MetricSpec) -> str:
+    """A histogram's buckets, as its series carry them in ``le``."""
+    if not spec.buckets:
+        return ""
+    return " Buckets (`le`): " + ", ".join(f"{b:g}" for b in spec.buckets) + ", +Inf."
+
+
 def render_markdown() -> str:
     rows = [
-        f"| `{spec.name}` | {spec.type} | {', '.join(f'`{label}`' for label in spec.labels)} | {spec.help} |"
+        f"| `{spec.name}` | {spec.type} | {', '.join(f'`{label}`' for label in spec.labels)} | "
+        f"{spec.help}{_buckets(spec)} |"
         for spec in EVERY
     ]
     return _HEADER + "\n".join(rows) + "\n"

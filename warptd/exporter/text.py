@@ -11,7 +11,13 @@ from collections.abc import Iterable
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
-_TEXT_TYPES = {"counter": "counter", "gauge": "gauge", "unknown": "untyped", "untyped": "untyped"}
+_TEXT_TYPES = {
+    "counter": "counter",
+    "gauge": "gauge",
+    "histogram": "histogram",
+    "unknown": "untyped",
+    "untyped": "untyped",
+}
 
 
 def _escape_help(text: str) -> str:

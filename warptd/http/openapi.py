@@ -10,6 +10,8 @@ from pydantic.json_schema import models_json_schema
 from warptd import __version__
 from warptd.http.devices_view import DevicesView
 from warptd.http.stress_routes import StressRequest
+from warptd.http.window_routes import WindowList, WindowRequest
+from warptd.recording.schema import Recording
 from warptd.stress.jobs import JobView
 
 _REF = "#/components/schemas/{model}"
@@ -37,14 +39,15 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "malformed request",
         401: "missing or wrong bearer token",
         403: "not allowed from this client",
-        404: "no such job, no recording for it, or stress disabled",
+        404: "no such job or window, no recording for it, or the endpoints are disabled",
         405: "method not allowed",
         408: "body not received in time",
-        409: "device busy, job already ended, or (report) job still running",
+        409: "device busy, job or window already ended, or (report) job still running",
         411: "chunked body",
         413: "body over 64 KiB",
         415: "body is not application/json",
-        422: "invalid parameters",
+        422: "invalid parameters, or an unknown device",
+        429: "too many windows open (--window-max-open)",
         500: "the report renderer failed",
         503: "torch or plotly missing, shutting down, or reports busy",
     }
@@ -68,16 +71,25 @@ def openapi_document() -> dict[str, Any]:
             (JobList, "serialization"),
             (ErrorBody, "serialization"),
             (DevicesView, "serialization"),
+            (WindowRequest, "validation"),
+            (Recording, "serialization"),
+            (WindowList, "serialization"),
         ],
         ref_template=_REF,
     )
     job_id = [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    window_id = [{"name": "window_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    window_end = {
+        "summary": "end an open window; answers its recording",
+        "security": [{}, {"bearer": []}],
+        "responses": {"200": _json("Recording", "the ended window"), **_errors(401, 403, 404, 409)},
+    }
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "warptd",
             "version": __version__,
-            "description": "Accelerator telemetry for Prometheus, and stress runs on demand.",
+            "description": "Accelerator telemetry for Prometheus, stress runs and energy windows on demand.",
         },
         "paths": {
             "/metrics": {
@@ -163,6 +175,35 @@ def openapi_document() -> dict[str, Any]:
                     },
                 },
             },
+            "/windows": {
+                "post": {
+                    "summary": "open an energy window (loopback only without a token)",
+                    "security": [{}, {"bearer": []}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {"schema": {"$ref": _REF.format(model="WindowRequest")}}
+                        },
+                    },
+                    "responses": {
+                        "201": _json("Recording", "opened; Location names the window"),
+                        **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503),
+                    },
+                },
+                "get": {
+                    "summary": "open windows, then ended ones (bounded history), without time series",
+                    "responses": {"200": _json("WindowList", "the windows"), **_errors(404)},
+                },
+            },
+            "/windows/{window_id}": {
+                "parameters": window_id,
+                "get": {
+                    "summary": "one window: live while open, its recording once ended",
+                    "responses": {"200": _json("Recording", "the window"), **_errors(404)},
+                },
+                "delete": window_end,
+            },
+            "/windows/{window_id}/end": {"parameters": window_id, "post": window_end},
         },
         "components": {
             "schemas": top["$defs"],

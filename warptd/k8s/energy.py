@@ -69,7 +69,11 @@ class PodEnergy:
         self._lock = threading.Lock()
 
     def on_sample(
-        self, backend: str, devices: list[DeviceSample] | None, domains: list[DomainPower] | None
+        self,
+        backend: str,
+        devices: list[DeviceSample] | None,
+        domains: list[DomainPower] | None,
+        at: float | None = None,
     ) -> None:
         state = self.snapshot.get(backend)
         if devices is None or state is None:

@@ -30,10 +30,13 @@ class Point(BaseModel):
         None, description="Energy used since the recording started (from the monotonic total)."
     )
     temperature_celsius: float | None = Field(None, description="Hottest sensor of the device.")
-    utilization_ratio: float | None = None
-    clocks_hertz: dict[str, float] = {}
+    utilization_ratio: float | None = Field(None, description="Compute utilization (0-1).")
+    clocks_hertz: dict[str, float] = Field({}, description="Clock frequencies by clock domain.")
     #: Activity ratios where exported (NVIDIA GPM: sm_active, sm_occupancy, dram_bandwidth, pipe_*).
-    activity: dict[str, float] = {}
+    activity: dict[str, float] = Field(
+        {},
+        description="Activity ratios where the backend exports them (NVIDIA GPM: sm_active, pipe_tensor…).",
+    )
     throttle_active: list[str] = Field([], description="Throttle reasons active at this sample.")
 
 
@@ -43,16 +46,16 @@ class TargetRecording(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(description="backend:index for devices, source:domain for power domains.")
-    kind: TargetKind
-    backend: str
-    model: str | None = None
-    uuid: str | None = None
+    kind: TargetKind = Field(description="device, or domain (a power domain such as a CPU package).")
+    backend: str = Field(description="The backend that samples it (nvidia, rapl, …).")
+    model: str | None = Field(None, description="Device model, where known.")
+    uuid: str | None = Field(None, description="Device UUID, where it has one.")
     samples: int = Field(0, description="Number of samples taken while recording.")
     up: bool = Field(True, description="False when the device was lost before the recording ended.")
     energy_joules: float | None = Field(
         None, description="Energy used: the counter delta where a counter exists, else integrated power."
     )
-    energy_source: EnergySource | None = None
+    energy_source: EnergySource | None = Field(None, description="Which of the two energy_joules is.")
     energy_counter_joules: float | None = Field(None, description="Delta of the hardware energy counter.")
     energy_integrated_joules: float | None = Field(
         None, description="Trapezoidal integral of the power readings over the recording."
@@ -60,15 +63,19 @@ class TargetRecording(BaseModel):
     energy_disagreement_ratio: float | None = Field(
         None, description="|counter - integrated| / counter, where both exist."
     )
-    power_mean_watts: float | None = None
+    power_mean_watts: float | None = Field(None, description="Mean of the power readings.")
     power_peak_watts: float | None = Field(None, description="Peak of the instantaneous readings.")
-    temperature_peak_celsius: float | None = None
-    utilization_mean_ratio: float | None = None
-    activity_mean: dict[str, float] = {}
-    throttle_seconds: dict[str, float] = {}
-    carbon_grams: float | None = None
-    cost: float | None = None
-    points: list[Point] = []
+    temperature_peak_celsius: float | None = Field(None, description="Hottest reading of any sensor.")
+    utilization_mean_ratio: float | None = Field(None, description="Mean compute utilization (0-1).")
+    activity_mean: dict[str, float] = Field({}, description="Mean of each activity ratio.")
+    throttle_seconds: dict[str, float] = Field(
+        {}, description="Seconds throttled per reason (hardware counters where they exist, else sampled)."
+    )
+    carbon_grams: float | None = Field(None, description="gCO2e, with a carbon intensity set.")
+    cost: float | None = Field(None, description="Energy cost, with an energy price set.")
+    points: list[Point] = Field(
+        [], description="The samples; past 2048 every other one is dropped (summaries stay exact)."
+    )
 
 
 class Recording(BaseModel):
@@ -76,28 +83,32 @@ class Recording(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[1] = SCHEMA_VERSION
-    kind: RecordingKind
-    id: str
-    name: str
-    labels: dict[str, str] = {}
-    status: Literal["open", "ended"] = "ended"
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="Bumped when a field changes meaning.")
+    kind: RecordingKind = Field(description="window (POST /windows), profile (warptd profile) or stress.")
+    id: str = Field(description="Unique id; a window's is its /windows/ID.")
+    name: str = Field(description="A window's name, a profile's command, a stress run's test.")
+    labels: dict[str, str] = Field({}, description="The caller's labels (a profile: its command line).")
+    status: Literal["open", "ended"] = Field("ended", description="open while it records.")
     end_reason: str | None = Field(
-        None, description="ended (asked), max_duration, command_exited, finished, failed, …"
+        None,
+        description="Windows: ended (asked), max_duration, shutdown; profiles: command_exited; "
+        "stress runs: succeeded, failed, cancelled.",
     )
     started_at: float = Field(description="Unix time the recording started.")
     ended_at: float | None = Field(None, description="Unix time it ended; None while open.")
-    duration_seconds: float
+    duration_seconds: float = Field(description="From start to end (to now while open), monotonic clock.")
     interval_seconds: float | None = Field(None, description="Sampling interval while recording.")
-    targets: list[TargetRecording] = []
+    targets: list[TargetRecording] = Field([], description="Each device and power domain recorded.")
     energy_joules: float | None = Field(
         None,
         description="Sum over devices and top-level domains that do not nest in one another "
         "(CPU packages, not psys nor core).",
     )
-    carbon_intensity_g_per_kwh: float | None = None
-    energy_price_per_kwh: float | None = None
-    carbon_grams: float | None = None
-    cost: float | None = None
+    carbon_intensity_g_per_kwh: float | None = Field(None, description="--carbon-intensity, where set.")
+    energy_price_per_kwh: float | None = Field(None, description="--energy-price, where set.")
+    carbon_grams: float | None = Field(None, description="gCO2e of energy_joules.")
+    cost: float | None = Field(None, description="Cost of energy_joules.")
     #: What the workload did beside its energy, e.g. a stress run's throughput.
-    workload: dict[str, float | str | None] = {}
+    workload: dict[str, float | str | None] = Field(
+        {}, description="What the workload did beside its energy (a stress run: throughput, unit, work)."
+    )

@@ -1,7 +1,9 @@
 """APScheduler jobs, one per backend, each reading its backend on a worker thread with a timeout.
 
 Every job runs at ``--interval``, except that a backend declaring a ``max_interval`` (RAPL: its
-counters must not wrap twice between two reads) runs at that where it is shorter.
+counters must not wrap twice between two reads) runs at that where it is shorter. Devices someone
+watches (an open energy window, a running stress job: :meth:`Sampler.watch`) are also read by a
+second job per backend at ``--window-interval``, which reads only those devices, on the same worker.
 
 A hung SDK call blocks only that backend's worker: its job gives up after ``sample_timeout``,
 marks the backend stale (its series are dropped) and counts a ``timeout``; later ticks count
@@ -32,6 +34,7 @@ from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleTr
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
 from warptd.sampling.state import CounterState
 from warptd.sampling.validate import sanitize_device, sanitize_domain
+from warptd.sampling.watches import Watches
 
 if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
     from warptd.models import DeviceReading, GPUInfo, LabelledValues
 
 log = structlog.get_logger("warptd.sampler")
+#: A sampler listener: (backend, device samples or None, domains or None, monotonic time of the read).
+Listener = Callable[[str, "list[DeviceSample] | None", "list[DomainPower] | None", float], None]
 #: How often a backend with lost devices (or a reset SDK) may re-enumerate them.
 REDISCOVER_EVERY_S = 30.0
 
@@ -92,8 +97,9 @@ class Sampler:
         self.settings = settings
         self.snapshot = snapshot
         self.backends: dict[str, AcceleratorBackend | PowerBackend] = {}
-        #: Called after every completed sample with (backend, device samples or None, domains or None).
-        self.listeners: list[Callable[[str, list[DeviceSample] | None, list[DomainPower] | None], None]] = []
+        #: Called after every completed sample with (backend, device samples or None, domains or None,
+        #: the monotonic time of the read). A fast read passes only the watched devices' samples.
+        self.listeners: list[Listener] = []
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
@@ -103,6 +109,11 @@ class Sampler:
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
         self._capped: set[str] = set()  # backends sampled more often than --interval, logged once
+        self._fast_inflight: dict[str, Future[_Raw]] = {}
+        self._publishing: dict[str, threading.Lock] = {}  # one tick's results published at a time
+        self._seen_at: dict[tuple[str, int | str], float] = {}  # newest read published per device
+        self.watches = Watches()
+        self._watch_lock = threading.Lock()
         for backend in accelerators:
             self._add(
                 backend,
@@ -116,7 +127,7 @@ class Sampler:
         for backend in power:
             self._add(backend, BackendState(backend.name, "power", source=backend.source))
         self.scheduler = BackgroundScheduler(
-            executors={"default": JobExecutor(max_workers=max(2, len(self.backends) + 1))},
+            executors={"default": JobExecutor(max_workers=max(2, 2 * len(self.backends) + 1))},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone=UTC,
         )
@@ -125,6 +136,7 @@ class Sampler:
         self.backends[backend.name] = backend
         self.snapshot.add(state)
         self._workers[backend.name] = _Worker(backend.name)
+        self._publishing[backend.name] = threading.Lock()
         # Errors counted while listing devices at start belong to the backend too.
         self.snapshot.count_errors(backend.name, backend.take_errors())
 
@@ -161,6 +173,83 @@ class Sampler:
                 id=f"sample-{name}",
             )
         self.scheduler.start()
+        for name in self.backends:
+            self._schedule_fast(name)
+
+    # -- faster sampling of watched devices -------------------------------------------------
+    def watch(self, owner: str, devices: set[tuple[str, int]], power: set[str]) -> None:
+        """Sample ``devices`` ((backend, index)) and the ``power`` backends at ``--window-interval``
+        until :meth:`unwatch` (``owner``: a window or stress job id; watches nest and overlap)."""
+        with self._watch_lock:
+            changed = self.watches.add(owner, devices, power)
+            for name in changed:
+                self._schedule_fast(name)
+
+    def unwatch(self, owner: str) -> None:
+        """Drop ``owner``'s watch; a device nobody watches any more returns to ``--interval``."""
+        with self._watch_lock:
+            for name in self.watches.remove(owner):
+                self._schedule_fast(name)
+
+    def _schedule_fast(self, name: str) -> None:
+        """Add or remove backend ``name``'s fast job to match whether anything of it is watched."""
+        if not self.scheduler.running:
+            return
+        job_id = f"fast-{name}"
+        job = self.scheduler.get_job(job_id)
+        wanted = self.watches.watched(name)
+        if wanted and job is None:
+            self.scheduler.add_job(
+                self.sample_watched,
+                "interval",
+                args=[name],
+                seconds=self.settings.window_interval,
+                next_run_time=datetime.now(UTC),
+                id=job_id,
+            )
+            log.debug("fast_sampling_on", backend=name, interval_s=self.settings.window_interval)
+        elif not wanted and job is not None:
+            self.scheduler.remove_job(job_id)
+            log.debug("fast_sampling_off", backend=name)
+
+    def fast_sampling(self, name: str) -> bool:
+        """Whether backend ``name`` has a fast job now."""
+        return self.scheduler.running and self.scheduler.get_job(f"fast-{name}") is not None
+
+    def sample_watched(self, name: str, indices: set[int] | None = None) -> bool:
+        """Read backend ``name``'s watched devices (or ``indices``; a power backend: every domain)
+        now, on its worker, and publish them; False when the read could not be done in time.
+
+        A fast read already in flight is waited for instead of queueing another, so a hung SDK
+        holds at most one fast read; hangs and timeouts are counted by the normal job only.
+        """
+        previous = self._fast_inflight.get(name)
+        if previous is not None and not previous.done():
+            try:
+                previous.result(timeout=self.settings.sample_timeout)
+            except Exception:  # its own caller reports it
+                return False
+            return True
+        backend = self.backends[name]
+        if isinstance(backend, PowerBackend):
+            wanted = None
+        else:
+            wanted = sorted(indices if indices is not None else self.watches.devices(name))
+            if not wanted:
+                return True
+        started = time.monotonic()
+        future = self._workers[name].submit(lambda: self._read(name, wanted))
+        self._fast_inflight[name] = future
+        try:
+            raw = future.result(timeout=self.settings.sample_timeout)
+        except FutureTimeout:
+            log.debug("fast_sample_timeout", backend=name)
+            return False
+        except Exception as exc:
+            log.error("fast_sample_failed", backend=name, error=repr(exc))
+            return False
+        self._publish(name, raw, started, full=False)
+        return True
 
     def reconfigure(self, settings: Settings) -> None:
         """Apply reloaded settings: a new interval reschedules the jobs it changes; the timeout
@@ -173,6 +262,15 @@ class Sampler:
             if seconds != self.interval(name, old):
                 self._log_capped(name)
                 self.scheduler.reschedule_job(f"sample-{name}", trigger="interval", seconds=seconds)
+            if settings.window_interval != old.window_interval and self.fast_sampling(name):
+                self.scheduler.reschedule_job(
+                    f"fast-{name}", trigger="interval", seconds=settings.window_interval
+                )
+
+    def halt(self) -> None:
+        """Stop scheduling and wait for the jobs running now (then :meth:`sample_all` may read)."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
 
     def stop(self) -> None:
         """Stop scheduling, save the energy totals, shut the SDKs down; a backend whose read hangs is
@@ -182,7 +280,9 @@ class Sampler:
         self.state.maybe_save(self._energy, force=True)
         for name, worker in self._workers.items():
             worker.close()
-            backend, inflight = self.backends[name], self._inflight.get(name)
+            backend = self.backends[name]
+            pending = [self._inflight.get(name), self._fast_inflight.get(name)]
+            inflight = next((f for f in pending if f is not None and not f.done()), None)
             if inflight is None:
                 backend.shutdown()
             else:  # runs now if the read is done, else on the worker thread when it returns
@@ -213,37 +313,61 @@ class Sampler:
             log.error("sample_failed", backend=name, error=repr(exc))
             self._fail(name, ErrorKind.UNEXPECTED, "error")
             return
-        self.snapshot.count_errors(name, raw.errors)
-        changes: dict[str, object]
-        if isinstance(self.backends[name], PowerBackend):
-            changes = {"domains": self._domains(name, raw)}
-        else:
-            changes = {"devices": self._devices(name, raw)}
-        state = self.snapshot.get(name)
-        self.snapshot.update(
-            name,
-            **changes,
-            healthy=True,
-            stale_reason=None,
-            last_success=time.time(),
-            last_attempt_done=time.time(),
-            last_duration=time.monotonic() - started,
-            samples=(state.samples + 1) if state else 1,
-        )
-        self.state.maybe_save(self._energy)
-        for listener in self.listeners:
-            listener(name, changes.get("devices"), changes.get("domains"))  # type: ignore[arg-type]
+        self._publish(name, raw, started, full=True)
 
-    def _read(self, name: str) -> _Raw:
+    def _publish(self, name: str, raw: _Raw, started: float, *, full: bool) -> None:
+        """Turn a read into samples, store them in the snapshot and tell the listeners.
+
+        One read of a backend is published at a time, and a device's reading older than one
+        already published (a normal and a fast read crossing) is dropped.
+        """
+        with self._publishing[name]:
+            self.snapshot.count_errors(name, raw.errors)
+            state = self.snapshot.get(name)
+            new_devices: list[DeviceSample] | None = None
+            new_domains: list[DomainPower] | None = None
+            changes: dict[str, object]
+            if isinstance(self.backends[name], PowerBackend):
+                new_domains = self._domains(name, raw)
+                kept = state.domains if state else []
+                changes = {"domains": new_domains if new_domains is not None else kept}
+            else:
+                new_devices = self._devices(name, raw)
+                order = [r.index for r in raw.readings] if full else None
+                changes = {"devices": _merge(state.devices if state else [], new_devices, order)}
+            counters: dict[str, object] = {}
+            if full:
+                counters = {
+                    "last_duration": time.monotonic() - started,
+                    "samples": (state.samples + 1) if state else 1,
+                }
+            now = time.time()
+            self.snapshot.update(
+                name,
+                **changes,
+                **counters,
+                healthy=True,
+                stale_reason=None,
+                last_success=now,
+                last_attempt_done=now,
+            )
+            self.state.maybe_save(self._energy)
+        for listener in self.listeners:
+            listener(name, new_devices, new_domains, raw.at)
+
+    def _read(self, name: str, indices: list[int] | None = None) -> _Raw:
+        """Read every device (or only ``indices``, a fast read) or every domain of backend ``name``."""
         backend = self.backends[name]
         infos = None
         if isinstance(backend, PowerBackend):
             readings: list[Any] = backend.read_domains()
             rejected = sum(sanitize_domain(r) for r in readings)
         else:
-            infos = self._rediscover(name, backend)
+            if indices is None:
+                infos = self._rediscover(name, backend)
+                indices = list(range(backend.get_device_count()))
             backend.begin_sample()
-            readings = [backend.read_device(i) for i in range(backend.get_device_count())]
+            readings = [backend.read_device(i) for i in indices]
             rejected = sum(sanitize_device(r) for r in readings)
         errors = backend.take_errors()
         if rejected:
@@ -287,11 +411,15 @@ class Sampler:
         return tracker
 
     def _devices(self, name: str, raw: _Raw) -> list[DeviceSample]:
+        """Samples of the readings newer than the last published one of their device."""
         state = self.snapshot.get(name)
         uuids = {info.index: info.uuid or "" for info in (state.devices_info if state else [])}
         samples = []
         reading: DeviceReading
         for reading in raw.readings:
+            if self._seen_at.get((name, reading.index), -math.inf) >= raw.at:
+                continue
+            self._seen_at[(name, reading.index)] = raw.at
             reading.uuid = uuids.get(reading.index, "")
             tracker = self._tracker(f"{name}/{reading.uuid or reading.index}")
             if not reading.up:
@@ -337,7 +465,11 @@ class Sampler:
                 metric_totals[labels] = counter.total or 0.0
         return totals
 
-    def _domains(self, name: str, raw: _Raw) -> list[DomainPower]:
+    def _domains(self, name: str, raw: _Raw) -> list[DomainPower] | None:
+        """Every domain's power and energy; None when a newer read was already published."""
+        if self._seen_at.get((name, ""), -math.inf) >= raw.at:
+            return None
+        self._seen_at[(name, "")] = raw.at
         source = self.backends[name].source  # type: ignore[union-attr]
         domains = []
         reading: DomainReading
@@ -352,3 +484,16 @@ class Sampler:
                 power, energy = None, None
             domains.append(DomainPower(reading.domain, source, power, energy, reading.readable))
         return domains
+
+
+def _merge(
+    current: list[DeviceSample], new: list[DeviceSample], order: list[int] | None
+) -> list[DeviceSample]:
+    """The backend's device list after a read. A full read (``order``: the indices it read) gives the
+    list, keeping the current sample of a device whose reading was dropped as older; a fast read
+    replaces its devices in the current list."""
+    fresh = {sample.reading.index: sample for sample in new}
+    if order is None:
+        return [fresh.pop(s.reading.index, s) for s in current] + list(fresh.values())
+    kept = {sample.reading.index: sample for sample in current}
+    return [sample for i in order if (sample := fresh.get(i) or kept.get(i)) is not None]

@@ -76,7 +76,7 @@ def run_stress(settings: Settings, loaded: Loaded, args: argparse.Namespace) -> 
 
     snapshot = Snapshot(stale_after=settings.stale_after)
     sampler = Sampler(settings, snapshot, loaded.accelerators, loaded.power)
-    manager = make_job_manager(settings, loaded, snapshot)
+    manager = make_job_manager(settings, loaded, snapshot, sampler)
     sampler.listeners.append(manager.on_sample)
     sampler.start()
     try:

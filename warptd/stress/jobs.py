@@ -27,9 +27,11 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
+from warptd.recording.recorder import Target
+from warptd.recording.schema import Recording
 from warptd.stress.base import DeviceRef, StressTest, WorkloadResult
 from warptd.stress.registry import discover_tests, resolve_test
-from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder
+from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder, summarize
 from warptd.stress.worker import WorkerJob, run_job
 
 log = structlog.get_logger("warptd.stress")
@@ -89,6 +91,8 @@ class JobView(BaseModel):
     workload: WorkloadResult | None = None
     telemetry: RunTelemetry | None = None
     efficiency: Efficiency | None = None
+    #: The run as a recording (the same schema as windows and profiles), with the throughput.
+    recording: Recording | None = None
 
 
 @dataclass
@@ -104,13 +108,18 @@ class Job:
     progress: dict[str, float] | None = None
     workload: WorkloadResult | None = None
     telemetry: RunTelemetry | None = None
+    recording: Recording | None = None
     recorder: TelemetryRecorder | None = field(default_factory=TelemetryRecorder)
     process: Any = None
     cancel_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
     def view(self) -> JobView:
-        telemetry = self.telemetry or (self.recorder.summary() if self.recorder is not None else None)
+        recorder = self.recorder
+        telemetry = self.telemetry or (recorder.summary() if recorder is not None else None)
+        recording = self.recording
+        if recording is None and recorder is not None and self.started_at is not None:
+            recording = recorder.recording_view()
         return JobView(
             id=self.id,
             status=self.status,
@@ -123,6 +132,7 @@ class Job:
             workload=self.workload,
             telemetry=telemetry,
             efficiency=self.efficiency(),
+            recording=recording,
         )
 
     def efficiency(self) -> Efficiency | None:
@@ -149,7 +159,12 @@ class JobManager:
         on_change: Callable[[], None] | None = None,
         free_memory: Callable[[DeviceRef], int | None] | None = None,
         refresh: Callable[[], list[DeviceRef]] | None = None,
+        watch: Callable[[str, set[tuple[str, int]], set[str]], None] | None = None,
+        unwatch: Callable[[str], None] | None = None,
+        carbon: Callable[[Recording], Recording] | None = None,
     ) -> None:
+        """``watch``/``unwatch``: the sampler's, so a running job's device is sampled faster;
+        ``carbon`` adds carbon and cost to a finished run's recording."""
         self.devices = {d.key: d for d in devices}
         #: Re-reads the device list (after a backend re-discovered its devices) before each start.
         self._refresh = refresh
@@ -164,6 +179,9 @@ class JobManager:
         self._on_change = on_change or (lambda: None)
         self._free_memory = free_memory or (lambda _: None)
         self._closing = False
+        self._watch = watch or (lambda *_: None)
+        self._unwatch = unwatch or (lambda _: None)
+        self._carbon = carbon or (lambda recording: recording)
         self.runs: Counter[tuple[str, str]] = Counter()
         self.last: dict[tuple[str, str, str], Job] = {}  # (backend, device, test) -> last finished job
 
@@ -240,6 +258,9 @@ class JobManager:
                     409, f"device {device.key} is busy with stress job {self._busy[device.key]}"
                 )
             job = Job(id=uuid.uuid4().hex[:12], params=params, device=device)
+            job.recorder = TelemetryRecorder(
+                device=Target("device", device.backend, str(device.index)), name=params.test
+            )
             self._busy[device.key] = job.id
             self._jobs[job.id] = job
             self._trim()
@@ -320,9 +341,8 @@ class JobManager:
             conn.close()
             self._finish(job, result, error)
 
-    @staticmethod
     def _handle(
-        job: Job, message: dict[str, Any], result: dict[str, Any] | None, error: str | None
+        self, job: Job, message: dict[str, Any], result: dict[str, Any] | None, error: str | None
     ) -> tuple[dict[str, Any] | None, str | None]:
         kind, payload = message["kind"], message["payload"]
         if kind == "started":
@@ -331,6 +351,8 @@ class JobManager:
                 job.status = JobStatus.RUNNING
             if job.recorder is not None:
                 job.recorder.recording = True
+            power = set(self.companions.get(job.device.backend, ()))
+            self._watch(f"stress-{job.id}", {(job.device.backend, job.device.index)}, power)
         elif kind == "progress":
             job.progress = {k: float(v) for k, v in payload.items()}
         elif kind == "result":
@@ -340,10 +362,10 @@ class JobManager:
         return result, error
 
     def _finish(self, job: Job, result: dict[str, Any] | None, error: str | None) -> None:
-        if job.recorder is not None:
-            job.recorder.recording = False
-            job.telemetry = job.recorder.summary()
-            job.recorder = None  # keep the summary, not the recorder, in the bounded history
+        self._unwatch(f"stress-{job.id}")
+        recorder = job.recorder
+        if recorder is not None:
+            recorder.recording = False
         job.ended_at = datetime.now(UTC)
         if job.cancel_requested:
             job.status = JobStatus.CANCELLED
@@ -355,6 +377,18 @@ class JobManager:
         else:
             job.status = JobStatus.FAILED
             job.error = error or _exit_reason(job.process.exitcode if job.process is not None else None)
+        if recorder is not None:
+            recorder.recorder.end_reason = str(job.status)
+            if job.workload is not None:
+                recorder.recorder.workload = {
+                    "throughput": job.workload.throughput,
+                    "unit": job.workload.unit,
+                    "work": job.workload.work,
+                    "work_unit": job.workload.work_unit,
+                }
+            job.recording = self._carbon(recorder.recording_view())
+            job.telemetry = summarize(job.recording)
+            job.recorder = None  # keep the result, not the recorder, in the bounded history
         process, job.process = job.process, None
         with self._lock:
             self._busy.pop(job.device.key, None)
@@ -368,7 +402,9 @@ class JobManager:
         _release(process)
 
     # -- telemetry from the sampler -------------------------------------------------------------
-    def on_sample(self, backend: str, devices: list[Any] | None, domains: list[Any] | None) -> None:
+    def on_sample(
+        self, backend: str, devices: list[Any] | None, domains: list[Any] | None, at: float | None = None
+    ) -> None:
         """Sampler listener: hand each running job the samples of its device."""
         for job in self.running():
             recorder = job.recorder
@@ -377,9 +413,9 @@ class JobManager:
             if devices is not None and backend == job.device.backend:
                 for sample in devices:
                     if sample.reading.index == job.device.index:
-                        recorder.add_device(sample)
+                        recorder.add_device(sample, at)
             elif domains is not None and backend in self.companions.get(job.device.backend, ()):
-                recorder.add_domains(domains)
+                recorder.add_domains(domains, at, backend)
 
     # -- queries and cancel -------------------------------------------------------------------
     def running(self) -> list[Job]:

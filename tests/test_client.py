@@ -1,0 +1,95 @@
+"""``warptd.client``: the standard-library window client against the real daemon on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import http, wait_until
+from warptd import client
+from warptd.daemon import Daemon
+
+
+@pytest.fixture
+def daemon(settings):
+    fake = FakeNvml([FakeGpu(index=0, power_mw=200_000, live=True)])
+    with fake.installed():
+        settings.backends = ["nvidia"]
+        settings.stress_token = "s3cret"
+        d = Daemon(settings)
+        d.start()
+        assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
+        yield d
+        d.stop()
+    fake.close()
+
+
+def url(daemon: Daemon) -> str:
+    return f"http://127.0.0.1:{daemon.port}"
+
+
+def test_a_window_around_a_block_records_its_energy(daemon):
+    with client.window(
+        "epoch-1", ["nvidia:0"], {"step": "1"}, url=url(daemon), token="s3cret", sync="torch"
+    ) as w:
+        assert w.opened["status"] == "open" and w.recording is None
+        time.sleep(1.0)
+    recording = w.recording
+    assert recording is not None and recording["status"] == "ended" and recording["id"] == w.id
+    assert recording["labels"] == {"step": "1"}
+    assert recording["energy_joules"] == pytest.approx(200 * recording["duration_seconds"], rel=0.02)
+
+
+def test_the_window_ends_when_the_block_raises(daemon):
+    with pytest.raises(KeyError), client.window("crash", url=url(daemon), token="s3cret") as w:
+        raise KeyError("boom")
+    assert w.recording is not None and w.recording["status"] == "ended"
+    assert daemon.windows.open_count == 0
+
+
+def test_begin_and_end_take_the_token_from_the_environment(daemon, monkeypatch):
+    monkeypatch.setenv("WARPTD_URL", url(daemon))
+    with pytest.raises(client.WindowClientError) as refused:
+        client.begin_window("no-token")
+    assert refused.value.status == 401 and "bearer token" in str(refused.value)
+    monkeypatch.setenv("WARPTD_STRESS_TOKEN", "s3cret")
+    opened = client.begin_window("env")
+    assert client.end_window(opened["id"])["name"] == "env"
+
+
+def test_refusals_carry_the_daemons_message(daemon):
+    with pytest.raises(client.WindowClientError) as refused:
+        client.begin_window("x", ["nvidia:9"], url=url(daemon), token="s3cret")
+    assert refused.value.status == 422 and "unknown device or domain 'nvidia:9'" in str(refused.value)
+
+
+def test_no_daemon_is_a_clear_error():
+    with pytest.raises(client.WindowClientError) as missing:
+        client.begin_window("x", url="http://127.0.0.1:9", timeout=2)
+    assert missing.value.status is None and "no warptd daemon answers at http://127.0.0.1:9" in str(
+        missing.value
+    )
+
+
+def test_an_unknown_sync_is_refused_before_anything_starts():
+    with (
+        pytest.raises(ValueError, match="unknown sync"),
+        client.window("x", url="http://127.0.0.1:9", sync="jax"),
+    ):
+        pass
+
+
+def test_the_client_imports_only_the_standard_library():
+    code = (
+        "import sys, warptd.client\n"
+        "third = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(third & {'pydantic', 'torch', 'structlog', 'prometheus_client'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"

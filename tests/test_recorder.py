@@ -1,0 +1,167 @@
+"""The shared Recorder on hand-made samples: exact summaries, bounded series, both energies, carbon, cost."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from warptd.models import DeviceReading, Utilization
+from warptd.power.base import DomainPower, PowerSource
+from warptd.recording.recorder import Recorder, Target, activity_ratios, with_carbon_and_cost
+from warptd.sampling.snapshot import DeviceSample
+
+GPU = Target("device", "nvidia", "0", model="H100", uuid="GPU-0")
+PACKAGE = Target("domain", "rapl", "package-0", source="rapl")
+
+
+def sample(
+    watts: float | None, energy: float | None, *, counter: bool = True, util: float = 0.5
+) -> DeviceSample:
+    reading = DeviceReading(
+        index=0,
+        power_watts=watts,
+        energy_counter_joules=energy if counter else None,
+        utilization=Utilization(compute=util),
+        temperatures_celsius={"gpu": 40 + (watts or 0) / 10, "memory": 30},
+        throttle_active={"sw_power_cap": (watts or 0) > 250},
+    )
+    return DeviceSample(reading, energy_joules=energy, throttle_seconds={"sw_power_cap": (watts or 0) / 100})
+
+
+def test_counter_and_integrated_energy_and_their_disagreement():
+    recorder = Recorder([GPU], kind="window", name="w")
+    recorder.start()
+    for at, watts, energy in ((10.0, 100, 1000.0), (11.0, 300, 1210.0), (12.0, 100, 1400.0)):
+        recorder.add_device(GPU, sample(watts, energy), at)
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.energy_joules == gpu.energy_counter_joules == 400 and gpu.energy_source == "counter"
+    assert gpu.energy_integrated_joules == 400  # (100+300)/2 + (300+100)/2
+    assert gpu.energy_disagreement_ratio == 0
+    assert gpu.power_mean_watts == pytest.approx(500 / 3) and gpu.power_peak_watts == 300
+    assert gpu.temperature_peak_celsius == 70 and gpu.utilization_mean_ratio == 0.5
+    assert gpu.throttle_seconds == {"sw_power_cap": 0.0} and gpu.points[1].throttle_active == ["sw_power_cap"]
+    assert [p.energy_joules for p in gpu.points] == [0, 210, 400]
+    assert gpu.model == "H100" and gpu.uuid == "GPU-0" and gpu.id == "nvidia:0"
+
+
+def test_without_a_counter_the_energy_is_integrated_power():
+    recorder = Recorder([GPU], kind="window", name="w")
+    recorder.start()
+    for at, watts in ((0.0, 100), (2.0, 200)):
+        recorder.add_device(GPU, sample(watts, None, counter=False), at)
+    gpu = recorder.recording_now().targets[0]
+    assert (
+        gpu.energy_joules == 300 and gpu.energy_source == "integrated" and gpu.energy_counter_joules is None
+    )
+    assert gpu.energy_disagreement_ratio is None
+
+
+def test_absent_values_stay_absent():
+    recorder = Recorder([GPU], kind="window", name="w")
+    recorder.start()
+    recorder.add_device(GPU, sample(None, None, counter=False), 1.0)
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.samples == 1 and gpu.energy_joules is None and gpu.power_mean_watts is None
+    assert recorder.recording_now().energy_joules is None
+
+
+def test_the_series_is_thinned_but_the_summary_stays_exact():
+    recorder = Recorder([GPU], kind="window", name="w", max_points=100)
+    recorder.start()
+    for i in range(1000):
+        recorder.add_device(GPU, sample(100 + i % 7, 10.0 * i), float(i))
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.samples == 1000 and gpu.energy_joules == 9990
+    assert gpu.power_mean_watts == pytest.approx(sum(100 + i % 7 for i in range(1000)) / 1000)
+    assert 50 <= len(gpu.points) <= 100
+    times = [p.t for p in gpu.points]
+    steps = {round(b - a, 6) for a, b in itertools.pairwise(times)}
+    assert len(steps) == 1  # evenly spaced
+
+
+def test_older_and_outside_samples_are_ignored():
+    recorder = Recorder([GPU], kind="window", name="w")
+    recorder.add_device(GPU, sample(100, 1.0), 1.0)  # before start
+    recorder.start()
+    recorder.add_device(GPU, sample(100, 10.0), 5.0)
+    recorder.add_device(GPU, sample(100, 5.0), 4.0)  # a slower read that crossed a faster one
+    recorder.add_device(GPU, sample(100, 20.0), 6.0)
+    recorder.stop()
+    recorder.add_device(GPU, sample(100, 99.0), 7.0)
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.samples == 2 and gpu.energy_joules == 10
+
+
+def test_domains_and_the_total():
+    recorder = Recorder([GPU, PACKAGE], kind="profile", name="p")
+    recorder.start()
+    for at, energy in ((0.0, 100.0), (1.0, 150.0)):
+        recorder.add_device(GPU, sample(100, energy), at)
+        recorder.on_sample("rapl", None, [DomainPower("package-0", PowerSource.RAPL, 40, energy / 2)], at)
+        recorder.on_sample(
+            "rapl", None, [DomainPower("psys", PowerSource.RAPL, 90, energy)], at
+        )  # not a target
+    recording = recorder.recording_now()
+    package = recording.targets[1]
+    assert package.id == "rapl:package-0" and package.energy_joules == 25 and package.kind == "domain"
+    assert recording.energy_joules == 75
+
+
+def test_carbon_and_cost_per_kwh():
+    recorder = Recorder([GPU], kind="window", name="w")
+    recorder.start()
+    recorder.add_device(GPU, sample(100, 0.0), 0.0)
+    recorder.add_device(GPU, sample(100, 3.6e6), 1.0)  # one kWh
+    recording = with_carbon_and_cost(recorder.recording_now(), 350.0, 0.2)
+    assert recording.carbon_grams == pytest.approx(350) and recording.cost == pytest.approx(0.2)
+    assert recording.targets[0].carbon_grams == pytest.approx(350)
+    assert with_carbon_and_cost(recorder.recording_now(), None, None).carbon_grams is None
+
+
+def test_activity_ratios_from_a_backends_gauges():
+    assert activity_ratios(DeviceReading(index=0)) == {}
+    gauges = {
+        "warptd_device_sm_active_ratio": {(): 0.5},
+        "warptd_device_pipe_active_ratio": {("tensor",): 0.25},
+        "warptd_device_fan_speed_ratio": {(): 0.4},  # a ratio, but not activity
+    }
+
+    class WithGauges:
+        pass
+
+    fake = WithGauges()
+    fake.gauges = gauges  # type: ignore[attr-defined]
+    assert activity_ratios(fake) == {"sm_active": 0.5, "pipe_active_tensor": 0.25}  # type: ignore[arg-type]
+
+
+def test_edges_extrapolate_to_the_recordings_own_start_and_end():
+    """A window's energy spans its start and end: the gaps to its first and last samples count at
+    their power; without ``edges`` (a stress run) only what the samples span counts."""
+    for edges, expected in ((True, 300.0), (False, 100.0)):
+        recorder = Recorder([GPU], kind="window", name="w", edges=edges)
+        recorder.start()
+        start = recorder.started_mono
+        recorder.add_device(GPU, sample(100, 1000.0), start + 1.0)
+        recorder.add_device(GPU, sample(100, 1100.0), start + 2.0)
+        recorder.stop()
+        recorder.ended_mono = start + 3.0  # ended a second after the last sample
+        gpu = recorder.recording_now().targets[0]
+        assert gpu.energy_joules == pytest.approx(expected) and gpu.energy_integrated_joules == pytest.approx(
+            expected
+        )
+
+
+def test_no_extrapolation_past_a_lost_device():
+    recorder = Recorder([GPU], kind="window", name="w", edges=True)
+    recorder.start()
+    start = recorder.started_mono
+    recorder.add_device(GPU, sample(100, 1000.0), start)
+    recorder.add_device(GPU, sample(100, 1100.0), start + 1.0)
+    lost = sample(None, None)
+    lost.reading.up = False
+    recorder.add_device(GPU, lost, start + 1.5)
+    recorder.stop()
+    recorder.ended_mono = start + 5.0
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.up is False and gpu.energy_joules == pytest.approx(100)

@@ -1,0 +1,344 @@
+"""Energy windows on the real daemon over loopback: GPUs from the C-level NVML double (whose energy
+counter advances at its power), CPU packages from a RAPL sysfs fixture."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from tests.conftest import assert_promtool_clean
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import http, parse, select, value, wait_until
+from warptd.daemon import Daemon
+from warptd.http.app import HttpError, Request, Router
+from warptd.http.window_routes import add_window_routes
+from warptd.recording.windows import WindowManager
+
+RANGE_UJ = 262_143_328_850
+WATTS = {0: 300.0, 1: 150.0}
+
+
+@pytest.fixture
+def gpus():
+    fake = FakeNvml([FakeGpu(index=i, power_mw=int(w * 1000), live=True) for i, w in WATTS.items()])
+    with fake.installed():
+        yield fake
+    fake.close()
+
+
+@pytest.fixture
+def make_daemon(settings, sysfs, gpus):
+    sysfs.rapl_zone("intel-rapl:0", "package-0", 10_000_000, RANGE_UJ)
+    sysfs.rapl_zone("intel-rapl:0:0", "core", 4_000_000, RANGE_UJ)
+    daemons = []
+
+    def make(**overrides):
+        values = {"backends": ["nvidia", "rapl"], "interval": 1.0, "window_interval": 0.1, **overrides}
+        for key, item in values.items():
+            setattr(settings, key, item)
+        daemon = Daemon(settings)
+        daemon.start()
+        daemons.append(daemon)
+        assert wait_until(lambda: http(daemon.port, "GET", "/readyz")[0] == 200)
+        return daemon
+
+    yield make
+    for daemon in daemons:
+        daemon.stop()
+
+
+def call(port: int, method: str, path: str, payload: object = None, headers=None) -> tuple[int, dict]:
+    body = (
+        None if payload is None else payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    )
+    head = {"Content-Type": "application/json", **(headers or {})} if body is not None else headers or {}
+    status, _, raw = http(port, method, path, body, head)
+    return status, json.loads(raw) if raw else {}
+
+
+def open_window(port: int, **payload) -> dict:
+    status, body = call(port, "POST", "/windows", payload)
+    assert status == 201, body
+    return body
+
+
+def end_window(port: int, window_id: str) -> dict:
+    status, body = call(port, "POST", f"/windows/{window_id}/end")
+    assert status == 200, body
+    return body
+
+
+def named(samples, name: str) -> list[float]:
+    """Values of warptd_window_energy_joules_total{name} (``name`` is also helpers.value's parameter)."""
+    return [
+        s.value for s in samples if s.name == "warptd_window_energy_joules_total" and s.labels["name"] == name
+    ]
+
+
+def target(recording: dict, target_id: str) -> dict:
+    return next(t for t in recording["targets"] if t["id"] == target_id)
+
+
+def test_a_two_second_window_measures_each_gpu_within_2_percent(make_daemon):
+    daemon = make_daemon()
+    opened = open_window(daemon.port, name="epoch-3", devices=["nvidia:0", "nvidia:1"], labels={"run": "a"})
+    assert opened["status"] == "open" and opened["labels"] == {"run": "a"}
+    time.sleep(2.0)
+    ended = end_window(daemon.port, opened["id"])
+    assert ended["status"] == "ended" and ended["end_reason"] == "ended" and ended["schema_version"] == 1
+    assert ended["kind"] == "window" and ended["interval_seconds"] == 0.1
+    assert ended["duration_seconds"] == pytest.approx(2.0, abs=0.3)
+    for index, watts in WATTS.items():
+        gpu = target(ended, f"nvidia:{index}")
+        expected = watts * ended["duration_seconds"]
+        assert gpu["energy_joules"] == pytest.approx(expected, rel=0.02), gpu
+        assert gpu["energy_source"] == "counter"
+        assert gpu["energy_integrated_joules"] == pytest.approx(expected, rel=0.02)
+        assert gpu["energy_disagreement_ratio"] < 0.02
+        assert gpu["samples"] >= 15  # at --window-interval 0.1, not the 1 s --interval
+        assert gpu["power_peak_watts"] == watts and gpu["power_mean_watts"] == pytest.approx(watts)
+        assert gpu["up"] is True and gpu["points"][0]["t"] < 0.2
+    assert ended["energy_joules"] == pytest.approx(sum(WATTS.values()) * ended["duration_seconds"], rel=0.02)
+
+
+def test_default_targets_are_the_accelerators_and_cpu_packages(make_daemon, sysfs):
+    daemon = make_daemon()
+    opened = open_window(daemon.port, name="all")
+    assert {t["id"] for t in opened["targets"]} == {"nvidia:0", "nvidia:1", "rapl:package-0"}
+    time.sleep(0.3)
+    sysfs.set_energy("intel-rapl:0", 10_000_000 + 40_000_000)  # the package used 40 J meanwhile
+    time.sleep(0.3)
+    ended = end_window(daemon.port, opened["id"])
+    package = target(ended, "rapl:package-0")
+    assert package["energy_joules"] == pytest.approx(40.0) and package["kind"] == "domain"
+    gpus = sum(target(ended, f"nvidia:{i}")["energy_joules"] for i in WATTS)
+    assert ended["energy_joules"] == pytest.approx(gpus + 40.0)
+
+
+def test_windows_nest_and_overlap(make_daemon):
+    daemon = make_daemon()
+    outer = open_window(daemon.port, name="outer", devices=["nvidia:0"])
+    time.sleep(0.5)
+    inner = open_window(daemon.port, name="inner", devices=["nvidia:0"])
+    time.sleep(0.5)
+    overlapping = open_window(daemon.port, name="overlap", devices=["nvidia:0", "nvidia:1"])
+    time.sleep(0.5)
+    inner = end_window(daemon.port, inner["id"])
+    time.sleep(0.3)
+    outer = end_window(daemon.port, outer["id"])
+    time.sleep(0.3)
+    overlapping = end_window(daemon.port, overlapping["id"])
+    for recording in (outer, inner, overlapping):
+        gpu0 = target(recording, "nvidia:0")
+        assert gpu0["energy_joules"] == pytest.approx(300 * recording["duration_seconds"], rel=0.03)
+    assert target(outer, "nvidia:0")["energy_joules"] > target(inner, "nvidia:0")["energy_joules"]
+    status, listing = call(daemon.port, "GET", "/windows")
+    assert status == 200 and [w["name"] for w in listing["windows"]] == ["overlap", "outer", "inner"]
+    assert all(t["points"] == [] for w in listing["windows"] for t in w["targets"])
+
+
+def test_get_shows_an_open_window_live(make_daemon):
+    daemon = make_daemon()
+    opened = open_window(daemon.port, name="live", devices=["nvidia:1"])
+    time.sleep(0.5)
+    status, first = call(daemon.port, "GET", f"/windows/{opened['id']}")
+    time.sleep(0.5)
+    _, second = call(daemon.port, "GET", f"/windows/{opened['id']}")
+    assert status == 200 and first["status"] == "open" and first["ended_at"] is None
+    assert target(second, "nvidia:1")["energy_joules"] > target(first, "nvidia:1")["energy_joules"] > 0
+    assert second["duration_seconds"] > first["duration_seconds"]
+    end_window(daemon.port, opened["id"])
+
+
+def test_faster_sampling_switches_on_for_the_windowed_device_only(make_daemon):
+    daemon = make_daemon()
+    reads: Counter[tuple[str, int]] = Counter()
+    lock = threading.Lock()
+
+    def count(backend, devices, domains, at):
+        with lock:
+            reads.update((backend, s.reading.index) for s in devices or ())
+
+    daemon.sampler.listeners.append(count)
+    assert not daemon.sampler.fast_sampling("nvidia") and not daemon.sampler.fast_sampling("rapl")
+    opened = open_window(daemon.port, name="fast", devices=["nvidia:0"])
+    assert daemon.sampler.fast_sampling("nvidia") and not daemon.sampler.fast_sampling("rapl")
+    reads.clear()
+    time.sleep(1.5)
+    with lock:
+        during = dict(reads)
+    end_window(daemon.port, opened["id"])
+    assert not daemon.sampler.fast_sampling("nvidia")
+    assert during[("nvidia", 0)] >= 10  # about 15 at 0.1 s
+    assert during.get(("nvidia", 1), 0) <= 3  # still at the 1 s --interval
+    reads.clear()
+    time.sleep(1.5)
+    with lock:
+        assert reads[("nvidia", 0)] <= 3  # back to --interval once the last window ended
+
+
+def test_fast_sampling_stays_on_until_the_last_window_on_the_device_ends(make_daemon):
+    daemon = make_daemon()
+    first = open_window(daemon.port, name="a", devices=["nvidia:0"])
+    second = open_window(daemon.port, name="b", devices=["nvidia:0", "rapl:package-0"])
+    assert daemon.sampler.fast_sampling("rapl")
+    end_window(daemon.port, first["id"])
+    assert daemon.sampler.fast_sampling("nvidia") and daemon.sampler.fast_sampling("rapl")
+    end_window(daemon.port, second["id"])
+    assert not daemon.sampler.fast_sampling("nvidia") and not daemon.sampler.fast_sampling("rapl")
+
+
+def test_a_device_lost_mid_window_keeps_its_energy_so_far(make_daemon, gpus):
+    daemon = make_daemon()
+    opened = open_window(daemon.port, name="lossy", devices=["nvidia:0", "nvidia:1"])
+    time.sleep(1.0)
+    gpus.gpus[1].lost = True
+    time.sleep(1.0)
+    ended = end_window(daemon.port, opened["id"])
+    lost, alive = target(ended, "nvidia:1"), target(ended, "nvidia:0")
+    assert lost["up"] is False and alive["up"] is True
+    assert lost["energy_joules"] == pytest.approx(150 * 1.0, rel=0.15)  # up to the loss
+    assert alive["energy_joules"] == pytest.approx(300 * ended["duration_seconds"], rel=0.02)
+
+
+def test_a_window_ends_by_itself_at_the_maximum_duration(make_daemon):
+    daemon = make_daemon(window_max_duration=1)
+    opened = open_window(daemon.port, name="forgotten", devices=["nvidia:0"])
+    assert wait_until(lambda: call(daemon.port, "GET", f"/windows/{opened['id']}")[1]["status"] == "ended", 5)
+    ended = call(daemon.port, "GET", f"/windows/{opened['id']}")[1]
+    assert ended["end_reason"] == "max_duration" and ended["duration_seconds"] == pytest.approx(1.0, abs=0.3)
+    assert not daemon.sampler.fast_sampling("nvidia")
+    assert call(daemon.port, "POST", f"/windows/{opened['id']}/end")[0] == 409
+
+
+def test_open_windows_and_history_are_bounded(make_daemon):
+    daemon = make_daemon(window_max_open=2, window_history=2)
+    ids = [open_window(daemon.port, name=f"w{i}", devices=["nvidia:0"])["id"] for i in range(2)]
+    status, body = call(daemon.port, "POST", "/windows", {"name": "third"})
+    assert status == 429 and "--window-max-open" in body["error"]
+    assert daemon.windows.open_count == 2
+    for window_id in ids:
+        end_window(daemon.port, window_id)
+    third = open_window(daemon.port, name="w2", devices=["nvidia:0"])
+    end_window(daemon.port, third["id"])
+    assert call(daemon.port, "GET", f"/windows/{ids[0]}")[0] == 404  # dropped from the history
+    assert [w["name"] for w in call(daemon.port, "GET", "/windows")[1]["windows"]] == ["w2", "w1"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "message"),
+    [
+        ({}, 422, "name: Field required"),
+        ({"name": "bad name!"}, 422, "name:"),
+        ({"name": "x" * 65}, 422, "name:"),
+        ({"name": "a", "devices": ["nvidia:7"]}, 422, "unknown device or domain 'nvidia:7'"),
+        ({"name": "a", "devices": ["nonsense"]}, 422, "devices:"),
+        ({"name": "a", "devices": "nvidia:0"}, 422, "devices:"),
+        ({"name": "a", "color": "red"}, 422, "color: Extra inputs are not permitted"),
+        ({"name": "a", "labels": {f"k{i}": "v" for i in range(17)}}, 422, "labels:"),
+        ({"name": "a", "labels": {"bad-key": "v"}}, 422, "label name"),
+        ({"name": "a", "labels": {"k": "v" * 257}}, 422, "over 256"),
+        (b"{not json", 400, "malformed JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+    ],
+)
+def test_bad_requests_are_refused_and_start_nothing(make_daemon, payload, status, message):
+    daemon = make_daemon()
+    answer, body = call(daemon.port, "POST", "/windows", payload)
+    assert answer == status and message in body["error"], body
+    assert daemon.windows.open_count == 0 and not daemon.sampler.fast_sampling("nvidia")
+    assert daemon.sampler.watches.devices("nvidia") == set()
+
+
+def test_other_4xx(make_daemon):
+    daemon = make_daemon()
+    port = daemon.port
+    status, body = call(port, "POST", "/windows", b'{"name": "a"}', {"Content-Type": "text/plain"})
+    assert status == 415
+    assert call(port, "GET", "/windows/nope")[0] == 404
+    assert call(port, "POST", "/windows/nope/end")[0] == 404
+    assert call(port, "DELETE", "/windows/nope")[0] == 404
+    assert call(port, "PUT", "/windows")[0] == 405
+    assert call(port, "POST", "/windows", b'{"name": "' + b"a" * 70_000 + b'"}')[0] == 413
+    status, body = call(port, "POST", "/windows", {"name": "a"}, {"Origin": "http://evil.example"})
+    assert status == 403 and "cross-origin" in body["error"]
+    opened = open_window(port, name="twice", devices=["nvidia:0"])
+    assert call(port, "DELETE", f"/windows/{opened['id']}")[0] == 200
+    status, body = call(port, "DELETE", f"/windows/{opened['id']}")
+    assert status == 409 and "already ended" in body["error"]
+
+
+def test_remote_clients_need_the_token():
+    router = Router()
+    add_window_routes(router, WindowManager.__new__(WindowManager), token=lambda: None)
+    remote = Request(
+        "POST", "/windows", {}, {"content-type": "application/json"}, b'{"name": "a"}', "10.0.0.9"
+    )
+    with pytest.raises(HttpError) as refused:
+        router.dispatch(remote)
+    assert (
+        refused.value.status == 403 and "window requests are accepted from loopback" in refused.value.message
+    )
+    router = Router()
+    add_window_routes(router, WindowManager.__new__(WindowManager), token=lambda: "s3cret")
+    with pytest.raises(HttpError) as wrong:
+        router.dispatch(
+            Request("POST", "/windows/x/end", {}, {"authorization": "Bearer nope"}, b"", "10.0.0.9")
+        )
+    assert wrong.value.status == 401
+
+
+def test_the_token_protects_windows_on_the_daemon(make_daemon):
+    daemon = make_daemon(stress_token="s3cret")
+    assert call(daemon.port, "POST", "/windows", {"name": "a"})[0] == 401
+    status, body = call(
+        daemon.port,
+        "POST",
+        "/windows",
+        {"name": "a", "devices": ["nvidia:0"]},
+        {"Authorization": "Bearer s3cret"},
+    )
+    assert status == 201
+    assert call(daemon.port, "POST", f"/windows/{body['id']}/end")[0] == 401
+    assert call(daemon.port, "GET", f"/windows/{body['id']}")[0] == 200  # reading needs no token
+
+
+def test_no_windows_turns_the_endpoints_off(make_daemon):
+    daemon = make_daemon(windows=False)
+    status, body = call(daemon.port, "POST", "/windows", {"name": "a"})
+    assert status == 404 and "--no-windows" in body["error"]
+    assert call(daemon.port, "GET", "/windows")[0] == 404
+    assert not select(parse(http(daemon.port, "GET", "/metrics")[2].decode()), "warptd_windows_open")
+
+
+def test_window_metrics_only_name_allowed_windows_and_pass_promtool(make_daemon):
+    daemon = make_daemon(window_energy_names=["epoch"], carbon_intensity=400.0, energy_price=0.25)
+    samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+    assert named(samples, "epoch") == [0]
+    assert value(samples, "warptd_window_energy_joules_count") == 0
+    first = open_window(daemon.port, name="epoch", devices=["nvidia:0"])
+    second = open_window(daemon.port, name="secret-run-42", devices=["nvidia:1"])
+    samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+    assert value(samples, "warptd_windows_open") == 2
+    time.sleep(0.5)
+    first, second = end_window(daemon.port, first["id"]), end_window(daemon.port, second["id"])
+    body = http(daemon.port, "GET", "/metrics")[2]
+    samples = parse(body.decode())
+    assert value(samples, "warptd_windows_open") == 0
+    assert named(samples, "epoch") == [pytest.approx(first["energy_joules"])]
+    assert named(samples, "secret-run-42") == []
+    assert value(samples, "warptd_window_energy_joules_count") == 2
+    total = first["energy_joules"] + second["energy_joules"]
+    assert value(samples, "warptd_window_energy_joules_sum") == pytest.approx(total)
+    assert value(samples, "warptd_window_energy_joules_bucket", le="100.0") == 1  # ~75 J
+    assert value(samples, "warptd_window_energy_joules_bucket", le="1000.0") == 2  # ~150 J
+    assert first["carbon_grams"] == pytest.approx(first["energy_joules"] / 3.6e6 * 400)
+    assert first["cost"] == pytest.approx(first["energy_joules"] / 3.6e6 * 0.25)
+    assert first["targets"][0]["carbon_grams"] == pytest.approx(first["carbon_grams"])
+    assert_promtool_clean(body)
+    openmetrics = http(daemon.port, "GET", "/metrics", headers={"Accept": "application/openmetrics-text"})[2]
+    assert b"# TYPE warptd_window_energy_joules histogram" in openmetrics

@@ -1,0 +1,88 @@
+"""What every endpoint that starts or ends work shares (/stress, /windows): who may call it, and
+JSON bodies validated by pydantic with one 4xx per kind of mistake."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from warptd.config import plain_message
+from warptd.http.app import HttpError, Request
+
+Body = TypeVar("Body", bound=BaseModel)
+_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
+
+
+def _host_name(host_header: str) -> str:
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def is_loopback_host(host_header: str) -> bool:
+    """A Host header naming this machine's loopback (a DNS-rebinding page names its own domain)."""
+    name = _host_name(host_header)
+    return name in _LOOPBACK_NAMES or is_loopback(name)
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def validation_error(exc: ValidationError, what: str) -> HttpError:
+    """A 422 naming every field that failed, e.g. ``invalid stress request: dtype: must be one of …``."""
+    problems = [
+        {"field": ".".join(str(p) for p in e["loc"]) or "body", "message": plain_message(e)}
+        for e in exc.errors()
+    ]
+    summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+    return HttpError(422, f"invalid {what} request: {summary}", problems=problems)
+
+
+def authorize(request: Request, token: str | None, what: str = "stress") -> None:
+    """Only deliberate API clients may start or end work: loopback without a token, else the token."""
+    # A browser on this host could otherwise start work with a "simple" cross-origin POST, or a
+    # DNS-rebinding page could; no legitimate client of this API sends Origin.
+    if request.header("origin"):
+        raise HttpError(403, "browser cross-origin requests are refused")
+    if token is None:
+        if not is_loopback(request.client):
+            raise HttpError(
+                403, f"{what} requests are accepted from loopback clients only unless a token is configured"
+            )
+        if not is_loopback_host(request.header("host", "localhost")):
+            raise HttpError(403, "without a token, the Host header must name localhost")
+        return
+    # With basic auth on the listener, Authorization carries the user: the token goes in X-Stress-Token.
+    scheme, _, given = request.header("authorization").partition(" ")
+    if request.header("x-stress-token"):
+        scheme, given = "bearer", request.header("x-stress-token")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise HttpError(401, "missing or wrong bearer token", {"WWW-Authenticate": 'Bearer realm="warptd"'})
+
+
+def parse_body(request: Request, model: type[Body], what: str) -> Body:
+    """The JSON body as ``model``: 415 (not JSON), 400 (malformed, not an object) or 422 otherwise."""
+    if request.header("content-type").split(";")[0].strip().lower() != "application/json":
+        raise HttpError(415, "send the body as Content-Type: application/json")
+    try:
+        raw = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"malformed JSON body: {exc}") from None
+    if not isinstance(raw, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, what) from None

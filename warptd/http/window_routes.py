@@ -1,0 +1,116 @@
+"""POST/GET/DELETE /windows: named energy windows, protected as /stress is (loopback or token)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from warptd.config import WINDOW_NAME
+from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.protection import authorize, parse_body
+from warptd.recording.schema import Recording, TargetRecording
+from warptd.recording.windows import WindowError, WindowManager
+
+_LABEL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+MAX_LABELS = 16
+MAX_TARGETS = 256
+
+
+class WindowRequest(BaseModel):
+    """The body of ``POST /windows``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(pattern=f"^{WINDOW_NAME.pattern}$", description="letters, digits, . _ : -; 1-64")
+    devices: list[str] | None = Field(
+        None,
+        max_length=MAX_TARGETS,
+        description="device (nvidia:0) or domain (rapl:package-0) ids; default every accelerator "
+        "and the CPU packages",
+    )
+    labels: dict[str, str] = Field({}, max_length=MAX_LABELS, description="at most 16, values of 256 chars")
+
+    @field_validator("devices")
+    @classmethod
+    def _ids(cls, value: list[str] | None) -> list[str] | None:
+        for item in value or ():
+            if not 3 <= len(item) <= 128 or ":" not in item:
+                raise ValueError(f"not a device or domain id: {item[:40]!r} (BACKEND:INDEX or SOURCE:DOMAIN)")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not re.fullmatch(_LABEL_NAME, key):
+                raise ValueError(f"label name {key[:40]!r} must match {_LABEL_NAME}")
+            if len(text) > 256:
+                raise ValueError(f"label {key} is over 256 characters")
+        return value
+
+
+class WindowList(BaseModel):
+    """Open windows, then ended ones, newest first; without their time series."""
+
+    windows: list[Recording]
+
+
+def _disabled(_: Request) -> Response:
+    raise HttpError(404, "window endpoints are disabled on this daemon (--no-windows)")
+
+
+def _error(exc: WindowError) -> HttpError:
+    return HttpError(exc.status, str(exc))
+
+
+def add_window_routes(router: Router, manager: WindowManager | None, token: Callable[[], str | None]) -> None:
+    """Register /windows; with ``manager=None`` (``--no-windows``) every call is a 404 saying so."""
+    routes = (
+        ("GET", "/windows"),
+        ("POST", "/windows"),
+        ("GET", "/windows/{window_id}"),
+        ("DELETE", "/windows/{window_id}"),
+        ("POST", "/windows/{window_id}/end"),
+    )
+    if manager is None:
+        for method, path in routes:
+            router.add(method, path, _disabled)
+        return
+
+    def begin(request: Request) -> Response:
+        authorize(request, token(), "window")
+        body = parse_body(request, WindowRequest, "window")
+        try:
+            recording = manager.open(body.name, body.devices, body.labels)
+        except WindowError as exc:
+            raise _error(exc) from None
+        return json_response(201, recording, headers={"Location": f"/windows/{recording.id}"})
+
+    def listing(_: Request) -> Response:
+        windows = [
+            w.model_copy(update={"targets": [_no_points(t) for t in w.targets]}) for w in manager.list()
+        ]
+        return json_response(200, WindowList(windows=windows))
+
+    def show(request: Request) -> Response:
+        recording = manager.get(request.params["window_id"])
+        if recording is None:
+            raise HttpError(404, f"no window {request.params['window_id']!r}")
+        return json_response(200, recording)
+
+    def end(request: Request) -> Response:
+        authorize(request, token(), "window")
+        try:
+            return json_response(200, manager.end(request.params["window_id"]))
+        except WindowError as exc:
+            raise _error(exc) from None
+
+    handlers = (listing, begin, show, end, end)
+    for (method, path), handler in zip(routes, handlers, strict=True):
+        router.add(method, path, handler, offload=True)  # locks, and reads of the devices at the edges
+
+
+def _no_points(target: TargetRecording) -> TargetRecording:
+    return target.model_copy(update={"points": []})

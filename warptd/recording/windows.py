@@ -1,0 +1,219 @@
+"""Energy windows on the daemon: named recordings opened and ended over HTTP (Zeus-style).
+
+Windows overlap and nest; each is its own :class:`Recorder` fed by the daemon's samplers. While a
+window is open its devices are sampled at ``--window-interval``, and each edge reads them at once,
+so a window's energy spans its own begin and end rather than the nearest regular samples. Every
+resource is bounded: open windows, history, and a maximum duration after which a window ends itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+
+from warptd.power.base import DomainPower
+from warptd.recording.recorder import Recorder
+from warptd.recording.schema import Recording
+from warptd.recording.selection import UnknownTarget, select_targets
+from warptd.sampling.snapshot import DeviceSample, Snapshot
+
+log = structlog.get_logger("warptd.windows")
+
+
+class WindowError(Exception):
+    """Refused; ``status`` is the HTTP code that fits. Nothing was started."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Sampling(Protocol):
+    """What windows need of the sampler: faster sampling of watched devices, and reads at the edges."""
+
+    def watch(self, owner: str, devices: set[tuple[str, int]], power: set[str]) -> None: ...
+    def unwatch(self, owner: str) -> None: ...
+    def sample_watched(self, name: str, indices: set[int] | None = None) -> bool: ...
+
+
+@dataclass
+class Window:
+    """One open window: its recorder and the timer that ends it at the maximum duration."""
+
+    recorder: Recorder
+    timer: threading.Timer | None = None
+    devices: dict[str, set[int]] = field(default_factory=dict)  # accelerator backend -> indices
+    power: set[str] = field(default_factory=set)  # power backends of its domains
+
+    @property
+    def id(self) -> str:
+        return self.recorder.id
+
+
+@dataclass(frozen=True)
+class WindowLimits:
+    max_open: int = 64
+    max_duration_s: float = 86400.0
+    history: int = 100
+
+
+class WindowManager:
+    """Opens, shows and ends windows; ``on_end`` receives every finished recording (the metrics)."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        sampling: Sampling,
+        accelerator_backends: set[str],
+        limits: WindowLimits | None = None,
+        *,
+        carbon: Callable[[Recording], Recording] | None = None,
+        interval: Callable[[], float | None] | None = None,
+        on_end: Callable[[Recording], None] | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.snapshot = snapshot
+        self.sampling = sampling
+        self.accelerator_backends = accelerator_backends
+        self.limits = limits or WindowLimits()
+        self._carbon = carbon or (lambda recording: recording)
+        self._interval: Callable[[], float | None] = interval or (lambda: None)
+        self._on_end = on_end or (lambda _: None)
+        self._on_change = on_change or (lambda: None)
+        self._open: dict[str, Window] = {}
+        self._ended: OrderedDict[str, Recording] = OrderedDict()
+        self._lock = threading.Lock()
+        self._closing = False
+
+    # -- opening ------------------------------------------------------------------------------
+    def open(
+        self, name: str, devices: list[str] | None = None, labels: dict[str, str] | None = None
+    ) -> Recording:
+        """Start a window on ``devices`` (default: every accelerator and the CPU packages)."""
+        try:
+            targets = select_targets(self.snapshot, devices, self.accelerator_backends)
+        except UnknownTarget as exc:
+            raise WindowError(422, str(exc)) from None
+        if not targets:
+            raise WindowError(422, "no device or power domain to record on this node")
+        window = Window(
+            Recorder(
+                targets,
+                kind="window",
+                name=name,
+                labels=labels,
+                recording_id=uuid.uuid4().hex[:12],
+                interval_seconds=self._interval(),
+                edges=True,
+            )
+        )
+        for target in targets:
+            if target.kind == "device":
+                window.devices.setdefault(target.backend, set()).add(int(target.key))
+            else:
+                window.power.add(target.backend)
+        with self._lock:
+            if self._closing:
+                raise WindowError(503, "the daemon is shutting down")
+            if len(self._open) >= self.limits.max_open:
+                raise WindowError(429, f"{len(self._open)} windows are open already (--window-max-open)")
+            window.recorder.start()
+            self._open[window.id] = window
+        self.sampling.watch(window.id, _pairs(window.devices), window.power)
+        self._read_edges(window)
+        window.timer = threading.Timer(self.limits.max_duration_s, self._expire, args=[window.id])
+        window.timer.daemon = True
+        window.timer.start()
+        log.info("window_opened", window=window.id, name=name, targets=[t.id for t in targets])
+        self._on_change()
+        return self._carbon(window.recorder.recording_now())
+
+    def _read_edges(self, window: Window) -> None:
+        """Read the window's devices and domains now: its first or last sample is at its edge."""
+        for backend, indices in window.devices.items():
+            self.sampling.sample_watched(backend, indices)
+        for backend in window.power:
+            self.sampling.sample_watched(backend)
+
+    # -- the sampler's samples ------------------------------------------------------------------
+    def on_sample(
+        self,
+        backend: str,
+        devices: list[DeviceSample] | None,
+        domains: list[DomainPower] | None,
+        at: float | None = None,
+    ) -> None:
+        """Sampler listener: every open window records the samples of its targets."""
+        with self._lock:
+            recorders = [w.recorder for w in self._open.values()]
+        for recorder in recorders:
+            recorder.on_sample(backend, devices, domains, at)
+
+    # -- queries and ending ---------------------------------------------------------------------
+    def get(self, window_id: str) -> Recording | None:
+        with self._lock:
+            window, ended = self._open.get(window_id), self._ended.get(window_id)
+        if window is not None:
+            return self._carbon(window.recorder.recording_now())
+        return ended
+
+    def list(self) -> list[Recording]:
+        """Open windows, then ended ones, newest first."""
+        with self._lock:
+            windows = list(self._open.values())
+            ended = list(reversed(self._ended.values()))
+        return [self._carbon(w.recorder.recording_now()) for w in reversed(windows)] + ended
+
+    @property
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def end(self, window_id: str, reason: str = "ended") -> Recording:
+        """End a window (a last read of its devices first) and return its recording."""
+        with self._lock:
+            window = self._open.get(window_id)
+            if window is None:
+                if window_id in self._ended:
+                    raise WindowError(409, f"window {window_id} already ended")
+                raise WindowError(404, f"no window {window_id!r}")
+        self._read_edges(window)
+        with self._lock:
+            if self._open.pop(window_id, None) is None:  # ended meanwhile by another request
+                raise WindowError(409, f"window {window_id} already ended")
+            window.recorder.stop(reason)
+            recording = self._carbon(window.recorder.recording_now())
+            self._ended[window_id] = recording
+            while len(self._ended) > self.limits.history:
+                self._ended.popitem(last=False)
+        if window.timer is not None:
+            window.timer.cancel()
+        self.sampling.unwatch(window_id)
+        log.info("window_ended", window=window_id, reason=reason, energy_joules=recording.energy_joules)
+        self._on_end(recording)
+        self._on_change()
+        return recording
+
+    def _expire(self, window_id: str) -> None:
+        with contextlib.suppress(WindowError):  # a request ended it at the same moment
+            self.end(window_id, "max_duration")
+
+    def shutdown(self) -> None:
+        """Refuse new windows and end the open ones (their recordings stay in the history)."""
+        with self._lock:
+            self._closing = True
+            ids = list(self._open)
+        for window_id in ids:
+            with contextlib.suppress(WindowError):
+                self.end(window_id, "shutdown")
+
+
+def _pairs(devices: dict[str, set[int]]) -> set[tuple[str, int]]:
+    return {(backend, index) for backend, indices in devices.items() for index in indices}
