@@ -96,8 +96,8 @@ def sample_recording(count: int = 40, interval: float = 0.5, name: str = "matmul
 def finished_job(
     manager: JobManager, recording: Recording | None, status: str = "succeeded", job_id: str | None = None
 ) -> Job:
-    """A stress job as the manager holds it once ended, carrying ``recording`` the way finished jobs
-    will (``Job.recording``), put straight into ``manager``'s history."""
+    """A stress job as the manager holds it once ended, carrying ``recording`` as finished jobs do
+    (``Job.recording``), put straight into ``manager``'s history."""
     job = Job(
         id=job_id or (recording.id if recording is not None else "0123456789ab"),
         params=StressParameters(test="matmul", device="cpu:0", duration_s=20.0),
@@ -105,7 +105,7 @@ def finished_job(
         status=JobStatus(status),
         recorder=None,
     )
-    job.recording = recording  # type: ignore[attr-defined] - until jobs carry one themselves
+    job.recording = recording
     with manager._lock:
         manager._jobs[job.id] = job
     return job

@@ -342,3 +342,29 @@ def test_window_metrics_only_name_allowed_windows_and_pass_promtool(make_daemon)
     assert_promtool_clean(body)
     openmetrics = http(daemon.port, "GET", "/metrics", headers={"Accept": "application/openmetrics-text"})[2]
     assert b"# TYPE warptd_window_energy_joules histogram" in openmetrics
+
+
+def test_a_window_report_draws_the_window_s_own_samples_in_chromium(make_daemon, tmp_path):
+    """GET /windows/ID/report: the recording the window returned, drawn point for point in a real
+    browser; an open window's report is of what it recorded so far; an unknown one is a JSON 404."""
+    from tests.test_report import browse, expected_series, plotted, traces, with_probe
+    from warptd.recording.schema import Recording
+
+    daemon = make_daemon()
+    window = open_window(daemon.port, name="report-me", devices=["nvidia:0", "nvidia:1"])
+    time.sleep(0.6)
+    status, headers, _ = http(daemon.port, "GET", f"/windows/{window['id']}/report")
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    recording = Recording.model_validate(end_window(daemon.port, window["id"]))
+    status, headers, page = http(daemon.port, "GET", f"/windows/{window['id']}/report")
+    assert status == 200 and "report-me" in page.decode()
+    path = tmp_path / "window.html"
+    path.write_text(with_probe(page.decode()))
+    dom, console = browse(path.as_uri())
+    assert console == [], console
+    plots = plotted(dom)["plots"]
+    power = expected_series(recording, lambda p: p.power_watts)
+    assert set(power) == {"nvidia:0", "nvidia:1"} and all(len(points) >= 3 for points in power.values())
+    assert traces(plots, "plot-power") == power
+    status, body = call(daemon.port, "GET", "/windows/nope/report")
+    assert status == 404 and "nope" in body["error"]

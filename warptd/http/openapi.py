@@ -204,6 +204,17 @@ def openapi_document() -> dict[str, Any]:
                 "delete": window_end,
             },
             "/windows/{window_id}/end": {"parameters": window_id, "post": window_end},
+            "/windows/{window_id}/report": {
+                "parameters": window_id,
+                "get": {
+                    "summary": "a window's recording as a self-contained HTML report (report extra); "
+                    "while open, of what it recorded so far",
+                    "responses": {
+                        "200": _plain("text/html", "the report: plots and summary, works offline"),
+                        **_errors(404, 500, 503),
+                    },
+                },
+            },
         },
         "components": {
             "schemas": top["$defs"],

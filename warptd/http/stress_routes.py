@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.http.protection import authorize, is_loopback, is_loopback_host, parse_body, validation_error
 from warptd.http.reports import report_response
-from warptd.recording.schema import Recording
 from warptd.stress.jobs import Job, JobManager, StressError
 from warptd.stress.torch_device import DTYPES
 
@@ -46,12 +45,6 @@ def parse_request(request: Request) -> StressRequest:
     if not request.body.strip():
         return StressRequest()
     return parse_body(request, StressRequest, "stress")
-
-
-def job_recording(job: Job) -> Recording | None:
-    """The recording a finished job carries, where jobs carry one (``Job.recording``), else None."""
-    recording = getattr(job, "recording", None)
-    return recording if isinstance(recording, Recording) else None
 
 
 def _disabled(_: Request) -> Response:
@@ -117,8 +110,8 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
             raise HttpError(
                 409, f"stress job {job.id} is still {job.status}; its report is ready when it ends"
             )
-        recording = job_recording(job)
-        if recording is None:
+        recording = job.recording
+        if recording is None:  # it failed before its timed part
             raise HttpError(404, f"no recording for stress job {job.id}")
         return report_response(recording)
 

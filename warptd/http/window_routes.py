@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from warptd.config import WINDOW_NAME
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.http.protection import authorize, parse_body
+from warptd.http.reports import report_response
 from warptd.recording.schema import Recording, TargetRecording
 from warptd.recording.windows import WindowError, WindowManager
 
@@ -73,6 +74,7 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
         ("GET", "/windows/{window_id}"),
         ("DELETE", "/windows/{window_id}"),
         ("POST", "/windows/{window_id}/end"),
+        ("GET", "/windows/{window_id}/report"),
     )
     if manager is None:
         for method, path in routes:
@@ -94,11 +96,18 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
         ]
         return json_response(200, WindowList(windows=windows))
 
-    def show(request: Request) -> Response:
+    def find(request: Request) -> Recording:
         recording = manager.get(request.params["window_id"])
         if recording is None:
             raise HttpError(404, f"no window {request.params['window_id']!r}")
-        return json_response(200, recording)
+        return recording
+
+    def show(request: Request) -> Response:
+        return json_response(200, find(request))
+
+    def report(request: Request) -> Response:
+        """The window's HTML report: of what it recorded so far while open, of all of it once ended."""
+        return report_response(find(request))
 
     def end(request: Request) -> Response:
         authorize(request, token(), "window")
@@ -107,9 +116,10 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
         except WindowError as exc:
             raise _error(exc) from None
 
-    handlers = (listing, begin, show, end, end)
+    handlers = (listing, begin, show, end, end, report)
     for (method, path), handler in zip(routes, handlers, strict=True):
-        router.add(method, path, handler, offload=True)  # locks, and reads of the devices at the edges
+        # Locks, reads of the devices at the edges, and a child process rendering reports.
+        router.add(method, path, handler, offload=True)
 
 
 def _no_points(target: TargetRecording) -> TargetRecording:
