@@ -125,14 +125,14 @@ def test_activity_ratios_from_a_backends_gauges():
         "warptd_device_sm_active_ratio": {(): 0.5},
         "warptd_device_pipe_active_ratio": {("tensor",): 0.25},
         "warptd_device_fan_speed_ratio": {(): 0.4},  # a ratio, but not activity
+        "warptd_device_engine_active_ratio": {("nvdec", "1"): 0.125},
     }
-
-    class WithGauges:
-        pass
-
-    fake = WithGauges()
-    fake.gauges = gauges  # type: ignore[attr-defined]
-    assert activity_ratios(fake) == {"sm_active": 0.5, "pipe_active_tensor": 0.25}  # type: ignore[arg-type]
+    reading = DeviceReading(index=0, gauges=gauges)
+    assert activity_ratios(reading) == {
+        "sm_active": 0.5,
+        "pipe_active_tensor": 0.25,
+        "engine_active_nvdec_1": 0.125,
+    }
 
 
 def test_edges_extrapolate_to_the_recordings_own_start_and_end():

@@ -108,7 +108,7 @@ ACTIVITY_METRICS = (
 def activity_ratios(reading: DeviceReading) -> dict[str, float]:
     """The activity ratios in a reading's gauges (NVIDIA GPM and the like): ``sm_active``, and one
     per label value for labelled ones (``pipe_active_tensor``)."""
-    gauges = getattr(reading, "gauges", None) or {}
+    gauges = reading.gauges
     ratios: dict[str, float] = {}
     for short in ACTIVITY_METRICS:
         for labels, value in gauges.get(f"warptd_device_{short}_ratio", {}).items():
