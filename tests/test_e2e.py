@@ -182,13 +182,14 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def _nvml_library_present() -> bool:
-    import ctypes
-
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
+    """Asked in a fresh interpreter: in this one, the NVML double (soname libnvidia-ml.so.1) may
+    already be loaded by an earlier test, and the loader would answer with it."""
+    probe = "import ctypes; ctypes.CDLL('libnvidia-ml.so.1')"
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    return (
+        subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, check=False).returncode
+        == 0
+    )
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
