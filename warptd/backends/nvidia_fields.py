@@ -1,0 +1,148 @@
+"""NVML field values for health and traffic: which field ids to batch, and what each becomes.
+
+Ids, scopes, value types and units are nvml.h's (the driver's ABI), fixed here rather than taken from
+nvidia-ml-py, whose constants follow one header; ``docs/hardware.md`` lists each with the driver that
+added it. An id a driver does not know answers INVALID_ARGUMENT and is not asked again for that GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from warptd.exporter import catalog
+from warptd.models import LabelledValues
+
+#: A field as asked: (field id, scope id). The scope is the NVLink link for per-link fields, else 0.
+FieldKey = tuple[int, int]
+
+FI_NVLINK_LINK_COUNT = 91  # NVLink links the GPU has
+LINK_COUNT: FieldKey = (FI_NVLINK_LINK_COUNT, 0)
+FI_MEMORY_TEMP = 82  # °C, HBM temperature
+FI_GPU_RECOVERY_ACTION = 230  # nvmlDeviceGpuRecoveryAction_t (newest drivers)
+FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB of data (no protocol overhead); scopeId = link
+FI_NVLINK_THROUGHPUT_DATA_RX = 139
+KIB = 1024.0
+#: NVML_GPU_RECOVERY_ACTION_* in value order (nvml.h; the installed nvidia-ml-py has all eight).
+RECOVERY_ACTIONS = (
+    "none",
+    "gpu_reset",
+    "node_reboot",
+    "drain_p2p",
+    "drain_and_reset",
+    "recover_imex_domain",
+    "bus_reset",
+    "system_reboot",
+)
+#: Per-link NVLink error counters by kind: the field id of link 0 for links 0-5 and of link 6 for
+#: links 6-11 (NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_L0 / _L6).
+NVLINK_ERROR_IDS: dict[str, tuple[int, int]] = {
+    "crc_flit": (32, 96),
+    "crc_data": (39, 102),
+    "replay": (46, 108),
+    "recovery": (53, 114),
+}
+#: Links the per-link error ids number (L0-L11); links beyond have only the throughput counters.
+NVLINK_ERROR_LINKS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One field value and the series it becomes: ``metric{labels} = value * scale``."""
+
+    field_id: int
+    metric: str
+    labels: tuple[str, ...] = ()
+    scale: float = 1.0
+    counter: bool = False
+    scope_id: int = 0
+
+    @property
+    def key(self) -> FieldKey:
+        return self.field_id, self.scope_id
+
+
+def _counter(field_id: int, metric: catalog.MetricSpec, *labels: str, scale: float = 1.0) -> FieldSpec:
+    return FieldSpec(field_id, metric.name, labels, scale, counter=True)
+
+
+def _gauge(field_id: int, metric: catalog.MetricSpec, *labels: str) -> FieldSpec:
+    return FieldSpec(field_id, metric.name, labels)
+
+
+#: The fields every GPU is asked for (those a GPU lacks answer NOT_SUPPORTED once, then are not asked).
+HEALTH: tuple[FieldSpec, ...] = (
+    _counter(3, catalog.ECC_ERRORS, "corrected"),  # NVML_FI_DEV_ECC_SBE_VOL_TOTAL
+    _counter(4, catalog.ECC_ERRORS, "uncorrected"),  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL
+    _counter(5, catalog.ECC_LIFETIME_ERRORS, "corrected"),  # NVML_FI_DEV_ECC_SBE_AGG_TOTAL
+    _counter(6, catalog.ECC_LIFETIME_ERRORS, "uncorrected"),  # NVML_FI_DEV_ECC_DBE_AGG_TOTAL
+    _gauge(142, catalog.REMAPPED_ROWS, "correctable"),  # NVML_FI_DEV_REMAPPED_COR
+    _gauge(143, catalog.REMAPPED_ROWS, "uncorrectable"),  # NVML_FI_DEV_REMAPPED_UNC
+    _gauge(144, catalog.ROW_REMAP_PENDING),  # NVML_FI_DEV_REMAPPED_PENDING, 1 = yes
+    _gauge(145, catalog.ROW_REMAP_FAILURE),  # NVML_FI_DEV_REMAPPED_FAILURE, 1 = yes
+    _gauge(29, catalog.RETIRED_PAGES, "single_bit_ecc"),  # NVML_FI_DEV_RETIRED_SBE
+    _gauge(30, catalog.RETIRED_PAGES, "double_bit_ecc"),  # NVML_FI_DEV_RETIRED_DBE
+    _gauge(31, catalog.RETIRED_PAGES_PENDING),  # NVML_FI_DEV_RETIRED_PENDING, 1 = yes
+    _counter(94, catalog.PCIE_REPLAYS),  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
+    _counter(197, catalog.PCIE_BYTES, "tx"),  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, bytes, may wrap
+    _counter(198, catalog.PCIE_BYTES, "rx"),  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+)
+#: The health fields read by a call of their own where the GPU lacks the field.
+FI_PCIE_REPLAY_COUNTER = 94
+FI_REMAPPED_ROWS = (142, 143, 144, 145)
+#: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).
+OTHER: tuple[FieldKey, ...] = ((FI_MEMORY_TEMP, 0), (FI_GPU_RECOVERY_ACTION, 0))
+
+
+_NVLINK_DIRECTIONS = ((FI_NVLINK_THROUGHPUT_DATA_TX, "tx"), (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"))
+Decoded = tuple[dict[str, LabelledValues], dict[str, LabelledValues]]  # gauges, raw counters
+
+
+def nvlink(links: int) -> tuple[FieldSpec, ...]:
+    """The per-link fields of a GPU with ``links`` NVLinks: error counters and data bytes by direction."""
+    specs = []
+    for link in range(links):
+        name = str(link)
+        if link < NVLINK_ERROR_LINKS:
+            for kind, (first, later) in NVLINK_ERROR_IDS.items():
+                field_id = first + link if link < 6 else later + link - 6
+                specs.append(_counter(field_id, catalog.NVLINK_ERRORS, name, kind))
+        for field_id, direction in (
+            (FI_NVLINK_THROUGHPUT_DATA_TX, "tx"),
+            (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"),
+        ):
+            specs.append(
+                FieldSpec(field_id, catalog.NVLINK_BYTES.name, (name, direction), KIB, True, scope_id=link)
+            )
+    return tuple(specs)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPlan:
+    """What one GPU is asked in its field batch, and how the answers decode."""
+
+    specs: Mapping[FieldKey, FieldSpec]
+    keys: tuple[FieldKey, ...]
+
+    @classmethod
+    def build(cls, base: tuple[FieldKey, ...], links: int) -> FieldPlan:
+        specs = {spec.key: spec for spec in (*HEALTH, *nvlink(links))}
+        return cls(specs, (*base, *OTHER, *specs))
+
+    def decode(
+        self, values: Mapping[FieldKey, float]
+    ) -> tuple[dict[str, LabelledValues], dict[str, LabelledValues]]:
+        """The gauges and the raw counters that this read's field values give."""
+        gauges: dict[str, LabelledValues] = {}
+        counters: dict[str, LabelledValues] = {}
+        for key, value in values.items():
+            spec = self.specs.get(key)
+            if spec is not None:
+                target = counters if spec.counter else gauges
+                target.setdefault(spec.metric, {})[spec.labels] = value * spec.scale
+        action = values.get((FI_GPU_RECOVERY_ACTION, 0))
+        if action is not None and 0 <= action < len(RECOVERY_ACTIONS):  # a newer action: unknown, absent
+            gauges[catalog.RECOVERY_ACTION.name] = {
+                (name,): float(code == action) for code, name in enumerate(RECOVERY_ACTIONS)
+            }
+        return gauges, counters
