@@ -14,7 +14,7 @@ import structlog
 
 from warptd.backends import nvidia_fields, nvml_session
 from warptd.backends.base import AcceleratorBackend
-from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan
+from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldRequest
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.exporter import catalog
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
@@ -59,8 +59,7 @@ _DEVICE_FIELDS: tuple[FieldKey, ...] = tuple(
     (field_id, 0) for field_id in (FI_POWER_INSTANT, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
 )
 _POWER_FIELDS: tuple[FieldKey, ...] = ((FI_POWER_INSTANT, 0),)
-# nvmlValue_t member by nvmlValueType_t (NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6).
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+# nvmlValueType_t: NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6.
 _INTEGERS = frozenset({1, 2, 3, 4, 5, 6})
 _64_BIT_INTEGERS = frozenset({2, 3, 4})
 # The value types a field must have: a duration counter is 64-bit. A field answering another type is
@@ -95,6 +94,7 @@ class NvidiaBackend(AcceleratorBackend):
             self._throttle_bits = {reason: getattr(nvml, const) for reason, const in _THROTTLE_BITS.items()}
             self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
             self._clocks = {clock: getattr(nvml, const) for clock, const in _CLOCKS.items()}
+            self._unpack = nvidia_fields.unpacker(getattr(nvml, "c_nvmlFieldValue_t", None))
         except AttributeError as exc:  # an nvidia-ml-py too old for these constants
             self._lease.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
@@ -102,7 +102,10 @@ class NvidiaBackend(AcceleratorBackend):
         self._uuids: dict[int, str] = {}
         self._fields: dict[int, dict[FieldKey, float]] = {}  # this read's field values per device
         self._fields_unsupported: dict[int, set[FieldKey]] = {}
-        self._plans: dict[int, FieldPlan] = {}  # the full field batch per device (its NVLinks known)
+        self._plans: dict[int, FieldPlan] = {}
+        self._requests: dict[
+            tuple[int, bool], FieldRequest
+        ] = {}  # the last batch per device and kind  # the full field batch per device (its NVLinks known)
         self._fans: dict[int, int] = {}  # fans per device, asked once
         self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
         self._known: dict[int, GPUInfo] = {}  # last identity read per index
@@ -153,6 +156,7 @@ class NvidiaBackend(AcceleratorBackend):
             self._uuids.clear()
             self._fields_unsupported.clear()
             self._plans.clear()
+            self._requests.clear()
             self._fans.clear()
 
     def device_identity(self, index: int) -> str | None:
@@ -292,17 +296,11 @@ class NvidiaBackend(AcceleratorBackend):
             if answers is None and ("nvlink_count", index) not in self._unsupported:
                 return None  # failing now: this read asks the fields without the links
             links = 0
-            if answers is not None and answers[0].nvmlReturn == self._nvml.NVML_SUCCESS:
-                links = int(self._value(answers[0]) or 0)
+            for _, code, value_type, value in self._unpack(answers or ()):
+                if code == self._nvml.NVML_SUCCESS and value_type in _INTEGERS:
+                    links = int(value)  # type: ignore[arg-type]
             self._plans[index] = FieldPlan.build(_DEVICE_FIELDS, links)
         return self._plans[index]
-
-    @staticmethod
-    def _value(answer: Any) -> float | None:
-        """An integer field value as a float; None for a type this field does not have."""
-        if answer.valueType not in _FIELD_TYPES.get(answer.fieldId, _INTEGERS):
-            return None
-        return float(getattr(answer.value, _VALUE_MEMBERS[answer.valueType]))
 
     def begin_read(self, index: int, power_only: bool) -> None:
         """One ``nvmlDeviceGetFieldValues`` batch per read, decoded once for the gauges and counters."""
@@ -321,23 +319,24 @@ class NvidiaBackend(AcceleratorBackend):
         if not wanted:
             return
         nvml = self._nvml
-        answers = self._get(index, "fields", "nvmlDeviceGetFieldValues", wanted)
+        request = self._requests.get((index, power_only))
+        if request is None or request.keys != tuple(wanted):
+            request = self._requests[index, power_only] = FieldRequest(nvml, tuple(wanted))
+        answers = self.call(index, "fields", request.send, self._handles[index])
         if answers is None:
             if ("fields", index) in self._unsupported:  # a driver without field values
                 unsupported.update(field_ids)
             return
-        for answer in answers:
-            field_id, code = (answer.fieldId, answer.scopeId), answer.nvmlReturn
-            value = self._value(answer) if code == nvml.NVML_SUCCESS else None
-            if value is not None:
-                values[field_id] = value
+        for field_id, code, value_type, value in self._unpack(answers):
+            if code == nvml.NVML_SUCCESS and value_type in _FIELD_TYPES.get(field_id[0], _INTEGERS):
+                values[field_id] = float(value)  # type: ignore[arg-type]  # an integer type: never None
                 continue
             error = nvml.NVMLError(code)
             # An id this driver does not know answers INVALID_ARGUMENT; one that it numbers as another
             # field answers a value of the wrong type: neither is this field, now or later.
             if code in (nvml.NVML_SUCCESS, nvml.NVML_ERROR_INVALID_ARGUMENT):
                 unsupported.add(field_id)
-                log.debug("nvml_field_unsupported", device=index, field=field_id, type=answer.valueType)
+                log.debug("nvml_field_unsupported", device=index, field=field_id, type=value_type)
             elif (kind := self.classify_error(error)) is ErrorKind.NOT_SUPPORTED:
                 unsupported.add(field_id)
             else:

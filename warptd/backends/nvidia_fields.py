@@ -7,8 +7,12 @@ added it. An id a driver does not know answers INVALID_ARGUMENT and is not asked
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ctypes
+import struct
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from warptd.exporter import catalog
 from warptd.models import LabelledValues
@@ -146,3 +150,81 @@ class FieldPlan:
                 (name,): float(code == action) for code, name in enumerate(RECOVERY_ACTIONS)
             }
         return gauges, counters
+
+
+# -- reading the answers ---------------------------------------------------------------------------
+#: nvmlFieldValue_t as nvidia-ml-py lays it out: fieldId, scopeId, timestamp, latencyUsec, valueType,
+#: nvmlReturn, then the 8-byte nvmlValue_t union. Checked against ``pynvml.c_nvmlFieldValue_t`` by
+#: :func:`unpacker`: reading its attributes one by one costs more than the NVML call itself.
+_LAYOUT = {"fieldId": 0, "scopeId": 4, "valueType": 24, "nvmlReturn": 28, "value": 32}
+_SIZE = 40
+#: The union read as its 8 raw bytes, little-endian: each member is then its low bytes.
+_ANSWER = struct.Struct("<II16xIIQ")
+_DOUBLE = struct.Struct("<d")
+#: nvmlValueType_t (DOUBLE, UNSIGNED_INT, UNSIGNED_LONG, UNSIGNED_LONG_LONG, SIGNED_LONG_LONG,
+#: SIGNED_INT, UNSIGNED_SHORT) -> the member's value from the union's raw bytes.
+_MEMBERS = (
+    lambda raw: _DOUBLE.unpack(raw.to_bytes(8, "little"))[0],
+    lambda raw: raw & 0xFFFFFFFF,
+    lambda raw: raw,
+    lambda raw: raw,
+    lambda raw: raw - (1 << 64) if raw >> 63 else raw,
+    lambda raw: (raw & 0xFFFFFFFF) - (1 << 32) if raw >> 31 & 1 else raw & 0xFFFFFFFF,
+    lambda raw: raw & 0xFFFF,
+)
+#: One answer: (field id, scope id), nvmlReturn, valueType, value (None for an unknown type).
+Answer = tuple[FieldKey, int, int, float | None]
+
+
+def _unpack(answers: Any) -> Iterator[Answer]:
+    for field_id, scope_id, value_type, code, raw in _ANSWER.iter_unpack(bytes(answers)):
+        value = _MEMBERS[value_type](raw) if value_type < len(_MEMBERS) else None
+        yield (field_id, scope_id), code, value_type, value
+
+
+def _attributes(answers: Any) -> Iterator[Answer]:
+    members = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+    for answer in answers:
+        value_type = answer.valueType
+        value = getattr(answer.value, members[value_type]) if value_type < len(members) else None
+        yield (answer.fieldId, answer.scopeId), answer.nvmlReturn, value_type, value
+
+
+def unpacker(structure: type[ctypes.Structure] | None) -> Any:
+    """How to read an array of ``structure`` (pynvml's c_nvmlFieldValue_t): from its bytes when its
+    layout is the one :data:`_LAYOUT` expects, else attribute by attribute."""
+    if structure is None:
+        return _attributes
+    layout = {name: getattr(structure, name).offset for name in _LAYOUT if hasattr(structure, name)}
+    fits = layout == _LAYOUT and ctypes.sizeof(structure) == _SIZE and sys.byteorder == "little"
+    return _unpack if fits else _attributes
+
+
+class FieldRequest:
+    """One GPU's batch, ready to send: the nvmlFieldValue_t array is laid out once and copied per
+    call, where nvidia-ml-py's wrapper would set each id through its slow attribute hooks."""
+
+    def __init__(self, nvml: Any, keys: tuple[FieldKey, ...]) -> None:
+        self.keys = keys
+        self._nvml = nvml
+        #: nvidia-ml-py's own lookup and check (what its wrapper calls); its wrapper where they are gone.
+        self._direct = all(
+            hasattr(nvml, name)
+            for name in ("_nvmlGetFunctionPointer", "_nvmlCheckReturn", "c_nvmlFieldValue_t")
+        )
+        if self._direct:
+            self._array = nvml.c_nvmlFieldValue_t * len(keys)
+            template = self._array()
+            for slot, (field_id, scope_id) in zip(template, keys, strict=True):
+                slot.fieldId, slot.scopeId = field_id, scope_id
+            self._template = bytes(template)
+
+    def send(self, handle: Any) -> Any:
+        """``nvmlDeviceGetFieldValues`` for these keys; raises the NVMLError of its return code."""
+        nvml = self._nvml
+        if not self._direct:
+            return nvml.nvmlDeviceGetFieldValues(handle, list(self.keys))
+        values = self._array.from_buffer_copy(self._template)
+        function = nvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        nvml._nvmlCheckReturn(function(handle, ctypes.c_int32(len(self.keys)), ctypes.byref(values)))
+        return values

@@ -97,7 +97,8 @@ class Sampler:
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
-        self._counters: dict[tuple[str, str, str, tuple[str, ...]], MonotonicCounter] = {}
+        # backend, device, metric -> label values -> counter
+        self._counters: dict[tuple[str, str, str], dict[tuple[str, ...], MonotonicCounter]] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
@@ -322,16 +323,22 @@ class Sampler:
         return seconds
 
     def _counter_totals(self, name: str, reading: DeviceReading) -> dict[str, LabelledValues]:
-        """The reading's further counters made monotonic: a decrease is a reset (driver reload)."""
+        """The reading's further counters made monotonic: a decrease is a reset (driver reload).
+        Health counters mostly stand still, so an unchanged value skips the counter's update."""
         totals: dict[str, LabelledValues] = {}
         device = reading.uuid or str(reading.index)
         for metric, values in reading.counters.items():
+            series = self._counters.get((name, device, metric))
+            if series is None:
+                series = self._counters[name, device, metric] = {}
             totals[metric] = metric_totals = {}
             for labels, raw in values.items():
-                key = (name, device, metric, labels)
-                counter = self._counters.get(key)
+                counter = series.get(labels)
                 if counter is None:
-                    counter = self._counters[key] = MonotonicCounter()
+                    counter = series[labels] = MonotonicCounter()
+                elif raw == counter.previous:
+                    metric_totals[labels] = counter.total or 0.0
+                    continue
                 counter.update(raw)
                 metric_totals[labels] = counter.total or 0.0
         return totals
