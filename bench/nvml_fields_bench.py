@@ -91,19 +91,28 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60.0)
     parser.add_argument("--scrapes", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="20 s windows, 50 scrapes")
+    parser.add_argument(
+        "--parts", nargs="+", default=["1hz", "10hz", "metrics"], choices=["1hz", "10hz", "metrics"]
+    )
     args = parser.parse_args()
     idle, scrapes = (20.0, 50) if args.quick else (args.idle, args.scrapes)
     if not (args.old / "bench" / "double_daemon.py").exists():
         sys.exit(f"no old checkout at {args.old}: see this script's docstring")
-    emit(side_by_side({"748b416": args.old, "this tree": ROOT}, 1.0, idle), "8 GPUs at 1 Hz, side by side")
-    emit(side_by_side({"this tree": ROOT}, 0.1, idle), "8 GPUs at 10 Hz")
-    node_port = free_port()
-    node = start_node_exporter(node_port)
-    try:
-        rows = [measure(n, scrapes, idle, node_port if node else None) for n in (8, 64)]
-    finally:
-        stop(node)
-    emit(rows, "/metrics latency, CPU and RSS with the whole field set (1 s interval)")
+    if "1hz" in args.parts:
+        rows = side_by_side({"748b416": args.old, "this tree": ROOT}, 1.0, idle)
+        emit(rows, "8 GPUs at 1 Hz, side by side")
+    if "10hz" in args.parts:
+        emit(
+            side_by_side({"748b416": args.old, "this tree": ROOT}, 0.1, idle), "8 GPUs at 10 Hz, side by side"
+        )
+    if "metrics" in args.parts:
+        node_port = free_port()
+        node = start_node_exporter(node_port)
+        try:
+            rows = [measure(n, scrapes, idle, node_port if node else None) for n in (8, 64)]
+        finally:
+            stop(node)
+        emit(rows, "/metrics latency, CPU and RSS with the whole field set (1 s interval)")
 
 
 if __name__ == "__main__":

@@ -203,3 +203,28 @@ def test_exposition_is_promtool_clean(rig, fake_nvml):
     body = rig.exposition.render(None, None)[0]
     assert b"warptd_device_nvlink_bytes_total{" in body
     assert_promtool_clean(body)
+
+
+def test_answers_read_from_bytes_match_pynvml_attributes():
+    """The byte reader agrees with pynvml's own struct attributes for every nvmlValueType_t."""
+    import pynvml
+
+    from warptd.backends import nvidia_fields
+
+    assert nvidia_fields.unpacker(pynvml.c_nvmlFieldValue_t) is nvidia_fields._unpack  # layout as expected
+    members = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+    samples = (2.5, 4_000_000_000, 2**40 + 3, 2**63 + 5, -(2**40), -7, 65_000)
+    answers = (pynvml.c_nvmlFieldValue_t * (len(samples) + 1))()
+    for value_type, (slot, sample) in enumerate(zip(answers, samples, strict=False)):
+        slot.fieldId, slot.scopeId, slot.valueType, slot.nvmlReturn = (
+            100 + value_type,
+            value_type,
+            value_type,
+            0,
+        )
+        setattr(slot.value, members[value_type], sample)
+    answers[-1].fieldId, answers[-1].valueType, answers[-1].nvmlReturn = 7, 1, pynvml.NVML_ERROR_NOT_SUPPORTED
+    fast = list(nvidia_fields._unpack(answers))
+    assert fast == list(nvidia_fields._attributes(answers))
+    assert [value for _, _, _, value in fast[:-1]] == list(samples)
+    assert fast[-1][:3] == ((7, 0), pynvml.NVML_ERROR_NOT_SUPPORTED, 1)

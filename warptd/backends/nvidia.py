@@ -327,8 +327,9 @@ class NvidiaBackend(AcceleratorBackend):
             if ("fields", index) in self._unsupported:  # a driver without field values
                 unsupported.update(field_ids)
             return
+        success, types = nvml.NVML_SUCCESS, _FIELD_TYPES
         for field_id, code, value_type, value in self._unpack(answers):
-            if code == nvml.NVML_SUCCESS and value_type in _FIELD_TYPES.get(field_id[0], _INTEGERS):
+            if code == success and value_type in types.get(field_id[0], _INTEGERS):
                 values[field_id] = float(value)  # type: ignore[arg-type]  # an integer type: never None
                 continue
             error = nvml.NVMLError(code)

@@ -121,30 +121,40 @@ def nvlink(links: int) -> tuple[FieldSpec, ...]:
     return tuple(specs)
 
 
+#: One metric's share of a plan: its name, whether it is a counter, and (key, label values, scale)
+#: of each of its fields.
+_Group = tuple[str, bool, tuple[tuple[FieldKey, tuple[str, ...], float], ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class FieldPlan:
     """What one GPU is asked in its field batch, and how the answers decode."""
 
-    specs: Mapping[FieldKey, FieldSpec]
+    groups: tuple[_Group, ...]
     keys: tuple[FieldKey, ...]
 
     @classmethod
     def build(cls, base: tuple[FieldKey, ...], links: int) -> FieldPlan:
-        specs = {spec.key: spec for spec in (*HEALTH, *nvlink(links))}
-        return cls(specs, (*base, *OTHER, *specs))
+        specs = (*HEALTH, *nvlink(links))
+        by_metric: dict[str, list[FieldSpec]] = {}
+        for spec in specs:
+            by_metric.setdefault(spec.metric, []).append(spec)
+        groups = tuple(
+            (metric, members[0].counter, tuple((s.key, s.labels, s.scale) for s in members))
+            for metric, members in by_metric.items()
+        )
+        return cls(groups, (*base, *OTHER, *(spec.key for spec in specs)))
 
-    def decode(
-        self, values: Mapping[FieldKey, float]
-    ) -> tuple[dict[str, LabelledValues], dict[str, LabelledValues]]:
+    def decode(self, values: Mapping[FieldKey, float]) -> Decoded:
         """The gauges and the raw counters that this read's field values give."""
         gauges: dict[str, LabelledValues] = {}
         counters: dict[str, LabelledValues] = {}
-        for key, value in values.items():
-            spec = self.specs.get(key)
-            if spec is not None:
-                target = counters if spec.counter else gauges
-                target.setdefault(spec.metric, {})[spec.labels] = value * spec.scale
-        action = values.get((FI_GPU_RECOVERY_ACTION, 0))
+        get = values.get
+        for metric, counter, fields in self.groups:
+            series = {labels: v * scale for key, labels, scale in fields if (v := get(key)) is not None}
+            if series:
+                (counters if counter else gauges)[metric] = series
+        action = get((FI_GPU_RECOVERY_ACTION, 0))
         if action is not None and 0 <= action < len(RECOVERY_ACTIONS):  # a newer action: unknown, absent
             gauges[catalog.RECOVERY_ACTION.name] = {
                 (name,): float(code == action) for code, name in enumerate(RECOVERY_ACTIONS)
@@ -172,14 +182,20 @@ _MEMBERS = (
     lambda raw: (raw & 0xFFFFFFFF) - (1 << 32) if raw >> 31 & 1 else raw & 0xFFFFFFFF,
     lambda raw: raw & 0xFFFF,
 )
+_RAW = frozenset({2, 3})  # UNSIGNED_LONG, UNSIGNED_LONG_LONG: the raw 8 bytes are the value
 #: One answer: (field id, scope id), nvmlReturn, valueType, value (None for an unknown type).
 Answer = tuple[FieldKey, int, int, float | None]
 
 
-def _unpack(answers: Any) -> Iterator[Answer]:
-    for field_id, scope_id, value_type, code, raw in _ANSWER.iter_unpack(bytes(answers)):
-        value = _MEMBERS[value_type](raw) if value_type < len(_MEMBERS) else None
-        yield (field_id, scope_id), code, value_type, value
+def _unpack(answers: Any) -> list[Answer]:
+    return [
+        ((field_id, scope_id), code, value_type, raw if value_type in _RAW else _member(value_type, raw))
+        for field_id, scope_id, value_type, code, raw in _ANSWER.iter_unpack(bytes(answers))
+    ]
+
+
+def _member(value_type: int, raw: int) -> float | None:
+    return _MEMBERS[value_type](raw) if value_type < len(_MEMBERS) else None
 
 
 def _attributes(answers: Any) -> Iterator[Answer]:

@@ -8,6 +8,7 @@ never graphed.
 from __future__ import annotations
 
 import math
+import sys
 
 from warptd.exporter.catalog import BY_NAME, DEVICE_LABELS
 from warptd.models import DeviceReading, LabelledValues, MemoryUsage, Utilization
@@ -51,6 +52,14 @@ def _utilization(util: Utilization | None, rejected: list[int]) -> Utilization |
     return Utilization(_check(util.compute, 0.0, 1.0, rejected), _check(util.memory, 0.0, 1.0, rejected))
 
 
+def _all_ok(values: LabelledValues, high: float) -> bool:
+    """Every value a number in 0..high (NaN and infinities fail the comparison: ``high`` is finite)."""
+    try:
+        return all(0.0 <= v <= high for v in values.values())
+    except TypeError:  # not a number
+        return False
+
+
 def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) -> dict[str, LabelledValues]:
     """Further gauges and counters: metrics of the catalog only, finite, never negative, and
     ``_ratio`` metrics within 0..1."""
@@ -61,6 +70,9 @@ def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) 
             rejected[0] += len(values)  # a backend naming a metric the exporter does not know
             continue
         high = 1.0 if metric.endswith("_ratio") else math.inf
+        if _all_ok(values, 1.0 if high == 1.0 else sys.float_info.max):
+            kept[metric] = values  # the common case, checked in one pass without a copy
+            continue
         kept[metric] = {labels: v for labels, v in values.items() if _ok(v, 0.0, high)}
         rejected[0] += len(values) - len(kept[metric])
     return kept
