@@ -7,13 +7,17 @@
    side by side over the C NVML double, 8 GPUs at 1 Hz, CPU over one shared idle window: CPU ms per
    sample and % of one core, and NVML calls per GPU per sample (the double counts every call);
 2. this tree at 10 Hz with 8 GPUs: % of one core (the issue asks under 1.5 %);
-3. ``/metrics`` p50 latency and RSS at 8 and 64 GPUs beside node_exporter (``metrics_bench.measure``).
+3. ``/metrics`` p50 latency and RSS at 8 and 64 GPUs beside node_exporter (``metrics_bench.measure``);
+4. where the difference goes, in process for each tree: CPU ms for the 8 device reads, for one whole
+   sample of the sampler, and for one render of /metrics after a new sample.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -85,6 +89,47 @@ def side_by_side(trees: dict[str, Path], interval: float, idle: float) -> list[d
             stop(proc)
 
 
+#: Run with ``python -c`` in a tree's root, so that tree's warptd and NVML double are imported.
+_BREAKDOWN = """
+import json, time
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import Rig
+from warptd.config import load_settings
+fake = FakeNvml([FakeGpu(index=i) for i in range(8)])
+with fake.installed():
+    rig = Rig(load_settings(listen="127.0.0.1:0", backends=["nvidia"]))
+    backend = rig.loaded.accelerators[0]
+    for _ in range(5):
+        rig.sampler.tick("nvidia")
+    def cpu_ms(step, n=200):
+        started = time.process_time()
+        for _ in range(n):
+            step()
+        return (time.process_time() - started) / n * 1e3
+    reads = cpu_ms(lambda: [backend.read_device(i) for i in range(8)])
+    tick = cpu_ms(lambda: rig.sampler.tick("nvidia"))
+    both = cpu_ms(lambda: (rig.sampler.tick("nvidia"), rig.exposition.render(None, None)))
+    print(json.dumps({"reads_ms": reads, "sample_ms": tick, "render_ms": both - tick}))
+    rig.close()
+"""
+
+
+def breakdown(trees: dict[str, Path]) -> list[dict[str, object]]:
+    """CPU of the device reads, of a whole sample and of a render, in process, tree by tree."""
+    rows = []
+    for name, root in trees.items():
+        out = subprocess.run(
+            [sys.executable, "-c", _BREAKDOWN],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        ).stdout
+        rows.append({"daemon": name, **json.loads(out.strip().splitlines()[-1])})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--old", type=Path, default=Path("/tmp/warptd-748b416"))
@@ -92,7 +137,10 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="20 s windows, 50 scrapes")
     parser.add_argument(
-        "--parts", nargs="+", default=["1hz", "10hz", "metrics"], choices=["1hz", "10hz", "metrics"]
+        "--parts",
+        nargs="+",
+        default=["1hz", "10hz", "metrics", "breakdown"],
+        choices=["1hz", "10hz", "metrics"],
     )
     args = parser.parse_args()
     idle, scrapes = (20.0, 50) if args.quick else (args.idle, args.scrapes)
@@ -105,6 +153,9 @@ def main() -> None:
         emit(
             side_by_side({"748b416": args.old, "this tree": ROOT}, 0.1, idle), "8 GPUs at 10 Hz, side by side"
         )
+    if "breakdown" in args.parts:
+        rows = breakdown({"748b416": args.old, "this tree": ROOT})
+        emit(rows, "8 GPUs in process: CPU ms per 8 device reads, per sample, per render")
     if "metrics" in args.parts:
         node_port = free_port()
         node = start_node_exporter(node_port)

@@ -228,3 +228,22 @@ def test_answers_read_from_bytes_match_pynvml_attributes():
     assert fast == list(nvidia_fields._attributes(answers))
     assert [value for _, _, _, value in fast[:-1]] == list(samples)
     assert fast[-1][:3] == ((7, 0), pynvml.NVML_ERROR_NOT_SUPPORTED, 1)
+
+
+def test_a_field_failing_after_steady_reads_drops_only_its_series(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    for errors in (1, 2, 3):  # reads after the first take the one-unpack path
+        gpu.ecc_volatile[0] = errors
+        samples = rig.tick()
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 3
+    gpu.unsupported_fields = {143}  # the GPU stops answering one field
+    gpu.ecc_volatile[0], gpu.nvlink_kib[4][1] = 5, 77
+    samples = rig.tick()
+    assert not select(samples, "warptd_device_remapped_rows", **DEV0, kind="uncorrectable")
+    assert select(samples, "warptd_device_remapped_rows", **DEV0, kind="correctable")
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 5
+    assert value(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="4", direction="rx") == 77 * KIB
+    gpu.nvlink_kib[4][1] = 78
+    samples = rig.tick()  # steady again without the field
+    assert value(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="4", direction="rx") == 78 * KIB
+    assert not select(samples, "warptd_device_remapped_rows", **DEV0, kind="uncorrectable")

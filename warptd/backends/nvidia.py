@@ -107,7 +107,10 @@ class NvidiaBackend(AcceleratorBackend):
             tuple[int, bool], FieldRequest
         ] = {}  # the last batch per device and kind  # the full field batch per device (its NVLinks known)
         self._fans: dict[int, int] = {}  # fans per device, asked once
-        self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
+        self._decoded: dict[int, Decoded] = {}
+        self._steady: dict[
+            int, tuple[FieldRequest, list[float]]
+        ] = {}  # this read's values, by position  # this read's gauges and raw counters from the fields
         self._known: dict[int, GPUInfo] = {}  # last identity read per index
         self._generation = self._session.generation
         self._suspect = False
@@ -314,6 +317,7 @@ class NvidiaBackend(AcceleratorBackend):
         plan = None if power_only else self._plan(index)
         field_ids = _POWER_FIELDS if power_only else plan.keys if plan else _DEVICE_FIELDS
         self._fields[index] = values = {}
+        self._steady.pop(index, None)
         unsupported = self._fields_unsupported.setdefault(index, set())
         wanted = [field for field in field_ids if field not in unsupported]
         if not wanted:
@@ -322,13 +326,21 @@ class NvidiaBackend(AcceleratorBackend):
         request = self._requests.get((index, power_only))
         if request is None or request.keys != tuple(wanted):
             request = self._requests[index, power_only] = FieldRequest(nvml, tuple(wanted))
+            if plan is not None:
+                request.decode_with(plan)
         answers = self.call(index, "fields", request.send, self._handles[index])
         if answers is None:
             if ("fields", index) in self._unsupported:  # a driver without field values
                 unsupported.update(field_ids)
             return
-        success, types = nvml.NVML_SUCCESS, _FIELD_TYPES
+        numbers = request.steady(answers)
+        if numbers is not None:  # every field answered as in the last clean read
+            self._fields[index] = dict(zip(request.keys, numbers, strict=True))
+            self._steady[index] = (request, numbers)
+            return
+        success, types, answered = nvml.NVML_SUCCESS, _FIELD_TYPES, []
         for field_id, code, value_type, value in self._unpack(answers):
+            answered.append(value_type)
             if code == success and value_type in types.get(field_id[0], _INTEGERS):
                 values[field_id] = float(value)  # type: ignore[arg-type]  # an integer type: never None
                 continue
@@ -342,6 +354,8 @@ class NvidiaBackend(AcceleratorBackend):
                 unsupported.add(field_id)
             else:
                 self.on_error(("field_{}_{}".format(*field_id), index), kind, error)
+        if len(values) == len(answered):
+            request.mark_clean(tuple(answered))
 
     def _field(self, index: int, field_id: int) -> float | None:
         return self._fields.get(index, {}).get((field_id, 0))
@@ -456,7 +470,12 @@ class NvidiaBackend(AcceleratorBackend):
         plan = self._plans.get(index)
         if plan is None:
             return {}, {}
-        gauges, counters = plan.decode(self._fields.get(index, {}))
+        values = self._fields.get(index, {})
+        steady = self._steady.get(index)
+        if steady is not None:
+            gauges, counters = steady[0].decode(steady[1], values)
+        else:
+            gauges, counters = plan.decode(values)
         if self._field_unsupported(index, nvidia_fields.FI_PCIE_REPLAY_COUNTER):
             replays = self._get(index, "pcie_replays", "nvmlDeviceGetPcieReplayCounter")
             if replays is not None:

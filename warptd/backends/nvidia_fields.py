@@ -124,6 +124,9 @@ def nvlink(links: int) -> tuple[FieldSpec, ...]:
 #: One metric's share of a plan: its name, whether it is a counter, and (key, label values, scale)
 #: of each of its fields.
 _Group = tuple[str, bool, tuple[tuple[FieldKey, tuple[str, ...], float], ...]]
+#: Consecutive answers of one metric in a request: metric, counter?, first and end position, the
+#: label values of each, scale.
+Run = tuple[str, bool, int, int, tuple[tuple[str, ...], ...], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,18 +135,19 @@ class FieldPlan:
 
     groups: tuple[_Group, ...]
     keys: tuple[FieldKey, ...]
+    specs: Mapping[FieldKey, FieldSpec]
 
     @classmethod
     def build(cls, base: tuple[FieldKey, ...], links: int) -> FieldPlan:
-        specs = (*HEALTH, *nvlink(links))
         by_metric: dict[str, list[FieldSpec]] = {}
-        for spec in specs:
+        for spec in (*HEALTH, *nvlink(links)):
             by_metric.setdefault(spec.metric, []).append(spec)
         groups = tuple(
             (metric, members[0].counter, tuple((s.key, s.labels, s.scale) for s in members))
             for metric, members in by_metric.items()
         )
-        return cls(groups, (*base, *OTHER, *(spec.key for spec in specs)))
+        specs = {spec.key: spec for members in by_metric.values() for spec in members}
+        return cls(groups, (*base, *OTHER, *specs), specs)  # a metric's fields side by side: see runs
 
     def decode(self, values: Mapping[FieldKey, float]) -> Decoded:
         """The gauges and the raw counters that this read's field values give."""
@@ -154,12 +158,30 @@ class FieldPlan:
             series = {labels: v * scale for key, labels, scale in fields if (v := get(key)) is not None}
             if series:
                 (counters if counter else gauges)[metric] = series
-        action = get((FI_GPU_RECOVERY_ACTION, 0))
-        if action is not None and 0 <= action < len(RECOVERY_ACTIONS):  # a newer action: unknown, absent
-            gauges[catalog.RECOVERY_ACTION.name] = {
-                (name,): float(code == action) for code, name in enumerate(RECOVERY_ACTIONS)
-            }
+        _recovery_action(gauges, values)
         return gauges, counters
+
+    def runs(self, keys: tuple[FieldKey, ...]) -> tuple[Run, ...]:
+        """The runs of one metric's answers in a request for ``keys`` (which keep the plan's order)."""
+        runs: list[Run] = []
+        for position, key in enumerate(keys):
+            spec = self.specs.get(key)
+            if spec is None:
+                continue
+            if runs and runs[-1][0] == spec.metric and runs[-1][3] == position and runs[-1][5] == spec.scale:
+                metric, counter, start, _, labels, scale = runs[-1]
+                runs[-1] = (metric, counter, start, position + 1, (*labels, spec.labels), scale)
+            else:
+                runs.append((spec.metric, spec.counter, position, position + 1, (spec.labels,), spec.scale))
+        return tuple(runs)
+
+
+def _recovery_action(gauges: dict[str, LabelledValues], values: Mapping[FieldKey, float]) -> None:
+    action = values.get((FI_GPU_RECOVERY_ACTION, 0))
+    if action is not None and 0 <= action < len(RECOVERY_ACTIONS):  # a newer action: unknown, absent
+        gauges[catalog.RECOVERY_ACTION.name] = {
+            (name,): float(code == action) for code, name in enumerate(RECOVERY_ACTIONS)
+        }
 
 
 # -- reading the answers ---------------------------------------------------------------------------
@@ -224,16 +246,72 @@ class FieldRequest:
         self.keys = keys
         self._nvml = nvml
         #: nvidia-ml-py's own lookup and check (what its wrapper calls); its wrapper where they are gone.
-        self._direct = all(
+        self._direct = sys.byteorder == "little" and all(
             hasattr(nvml, name)
             for name in ("_nvmlGetFunctionPointer", "_nvmlCheckReturn", "c_nvmlFieldValue_t")
         )
+        if self._direct:
+            self._direct = unpacker(nvml.c_nvmlFieldValue_t) is _unpack  # the layout as expected
         if self._direct:
             self._array = nvml.c_nvmlFieldValue_t * len(keys)
             template = self._array()
             for slot, (field_id, scope_id) in zip(template, keys, strict=True):
                 slot.fieldId, slot.scopeId = field_id, scope_id
             self._template = bytes(template)
+            self._flat = struct.Struct("<" + _ANSWER.format.lstrip("<") * len(keys))
+        self._clean: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._conversions: tuple[tuple[int, Any], ...] = ()
+        self.runs: tuple[Run, ...] = ()
+        self._last_series: list[tuple[list[float] | None, LabelledValues]] = []
+
+    def decode_with(self, plan: FieldPlan) -> None:
+        """Decode this request's answers by ``plan``'s runs of one metric."""
+        self.runs = plan.runs(self.keys)
+        self._last_series = [(None, {})] * len(self.runs)
+
+    def steady(self, answers: Any) -> list[float] | None:
+        """Every value of a read that answered as the last clean one did (each field succeeded, with
+        the same value types): one unpack of the whole array. None otherwise (read answer by answer)."""
+        if self._clean is None:
+            return None
+        flat = self._flat.unpack(bytes(answers))
+        if flat[3::5] != self._clean[0] or flat[2::5] != self._clean[1]:
+            return None
+        raw = list(flat[4::5])
+        for position, convert in self._conversions:
+            raw[position] = convert(raw[position])
+        return list(map(float, raw))
+
+    def decode(self, numbers: list[float], values: Mapping[FieldKey, float]) -> Decoded:
+        """:meth:`FieldPlan.decode` for a :meth:`steady` read: by slices of its runs, and a run read
+        as last time (health counters mostly stand still) keeps last time's series."""
+        gauges: dict[str, LabelledValues] = {}
+        counters: dict[str, LabelledValues] = {}
+        last = self._last_series
+        for position, (metric, counter, start, end, labels, scale) in enumerate(self.runs):
+            read = numbers[start:end]
+            if last[position][0] == read:
+                series = last[position][1]
+            else:
+                series = dict(zip(labels, read if scale == 1.0 else [v * scale for v in read], strict=True))
+                last[position] = (read, series)
+            target = counters if counter else gauges
+            if metric in target:
+                target[metric] = {**target[metric], **series}
+            else:
+                target[metric] = series
+        _recovery_action(gauges, values)
+        return gauges, counters
+
+    def mark_clean(self, value_types: tuple[int, ...]) -> None:
+        """This request's last read succeeded for every field, with these value types."""
+        if self._direct and all(value_type < len(_MEMBERS) for value_type in value_types):
+            self._clean = ((0,) * len(self.keys), value_types)
+            self._conversions = tuple(
+                (position, _MEMBERS[value_type])
+                for position, value_type in enumerate(value_types)
+                if value_type not in _RAW
+            )
 
     def send(self, handle: Any) -> Any:
         """``nvmlDeviceGetFieldValues`` for these keys; raises the NVMLError of its return code."""
