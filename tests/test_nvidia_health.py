@@ -247,3 +247,48 @@ def test_a_field_failing_after_steady_reads_drops_only_its_series(rig, fake_nvml
     samples = rig.tick()  # steady again without the field
     assert value(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="4", direction="rx") == 78 * KIB
     assert not select(samples, "warptd_device_remapped_rows", **DEV0, kind="uncorrectable")
+
+
+def test_field_ids_are_those_of_the_installed_pynvml():
+    """The ids warptd fixes (the driver's ABI) are the installed nvidia-ml-py's constants."""
+    import pynvml
+
+    from warptd.backends import nvidia_fields as f
+
+    expected = {
+        "ECC_SBE_VOL_TOTAL": 3,
+        "ECC_DBE_VOL_TOTAL": 4,
+        "ECC_SBE_AGG_TOTAL": 5,
+        "ECC_DBE_AGG_TOTAL": 6,
+        "RETIRED_SBE": 29,
+        "RETIRED_DBE": 30,
+        "RETIRED_PENDING": 31,
+        "MEMORY_TEMP": f.FI_MEMORY_TEMP,
+        "NVLINK_LINK_COUNT": f.FI_NVLINK_LINK_COUNT,
+        "PCIE_REPLAY_COUNTER": f.FI_PCIE_REPLAY_COUNTER,
+        "NVLINK_THROUGHPUT_DATA_TX": f.FI_NVLINK_THROUGHPUT_DATA_TX,
+        "NVLINK_THROUGHPUT_DATA_RX": f.FI_NVLINK_THROUGHPUT_DATA_RX,
+        "REMAPPED_COR": f.FI_REMAPPED_ROWS[0],
+        "REMAPPED_UNC": f.FI_REMAPPED_ROWS[1],
+        "REMAPPED_PENDING": f.FI_REMAPPED_ROWS[2],
+        "REMAPPED_FAILURE": f.FI_REMAPPED_ROWS[3],
+        "PCIE_COUNT_TX_BYTES": 197,
+        "PCIE_COUNT_RX_BYTES": 198,
+        "GET_GPU_RECOVERY_ACTION": f.FI_GPU_RECOVERY_ACTION,
+    }
+    for kind, name in (
+        ("crc_flit", "CRC_FLIT"),
+        ("crc_data", "CRC_DATA"),
+        ("replay", "REPLAY"),
+        ("recovery", "RECOVERY"),
+    ):
+        for link in range(f.NVLINK_ERROR_LINKS):
+            expected[f"NVLINK_{name}_ERROR_COUNT_L{link}"] = next(
+                s.field_id for s in f.nvlink(f.NVLINK_ERROR_LINKS) if s.labels == (str(link), kind)
+            )
+    for name, field_id in expected.items():
+        assert getattr(pynvml, f"NVML_FI_DEV_{name}") == field_id, name
+    used = {spec.field_id for spec in f.HEALTH} | {key[0] for key in f.OTHER}
+    assert used <= set(expected.values())  # every health field is checked above
+    for code, action in enumerate(f.RECOVERY_ACTIONS):
+        assert getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{action.upper()}") == code

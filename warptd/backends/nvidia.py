@@ -102,15 +102,11 @@ class NvidiaBackend(AcceleratorBackend):
         self._uuids: dict[int, str] = {}
         self._fields: dict[int, dict[FieldKey, float]] = {}  # this read's field values per device
         self._fields_unsupported: dict[int, set[FieldKey]] = {}
-        self._plans: dict[int, FieldPlan] = {}
-        self._requests: dict[
-            tuple[int, bool], FieldRequest
-        ] = {}  # the last batch per device and kind  # the full field batch per device (its NVLinks known)
+        self._plans: dict[int, FieldPlan] = {}  # the full field batch per device (its NVLinks known)
+        self._requests: dict[tuple[int, bool], FieldRequest] = {}  # the last batch per device and kind
+        self._steady: dict[int, tuple[FieldRequest, list[float]]] = {}  # this read's values by position
+        self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
         self._fans: dict[int, int] = {}  # fans per device, asked once
-        self._decoded: dict[int, Decoded] = {}
-        self._steady: dict[
-            int, tuple[FieldRequest, list[float]]
-        ] = {}  # this read's values, by position  # this read's gauges and raw counters from the fields
         self._known: dict[int, GPUInfo] = {}  # last identity read per index
         self._generation = self._session.generation
         self._suspect = False

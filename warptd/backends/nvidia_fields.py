@@ -1,7 +1,7 @@
 """NVML field values for health and traffic: which field ids to batch, and what each becomes.
 
 Ids, scopes, value types and units are nvml.h's (the driver's ABI), fixed here rather than taken from
-nvidia-ml-py, whose constants follow one header; ``docs/hardware.md`` lists each with the driver that
+nvidia-ml-py, whose constants follow one header; ``docs/telemetry.md`` lists each with the driver that
 added it. An id a driver does not know answers INVALID_ARGUMENT and is not asked again for that GPU.
 """
 
