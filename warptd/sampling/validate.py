@@ -8,7 +8,6 @@ never graphed.
 from __future__ import annotations
 
 import math
-import sys
 
 from warptd.exporter.catalog import BY_NAME, DEVICE_LABELS
 from warptd.models import DeviceReading, LabelledValues, MemoryUsage, Utilization
@@ -53,10 +52,12 @@ def _utilization(util: Utilization | None, rejected: list[int]) -> Utilization |
 
 
 def _all_ok(values: LabelledValues, high: float) -> bool:
-    """Every value a number in 0..high (NaN and infinities fail the comparison: ``high`` is finite)."""
+    """Every value a number in 0..high, checked by C-level passes (a NaN or an infinity makes the sum
+    non-finite); False also for no values or a non-number, which the per-value check then sorts out."""
+    numbers = values.values()
     try:
-        return all(0.0 <= v <= high for v in values.values())
-    except TypeError:  # not a number
+        return math.isfinite(sum(numbers)) and min(numbers) >= 0.0 and max(numbers) <= high
+    except (TypeError, ValueError):
         return False
 
 
@@ -66,12 +67,12 @@ def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) 
     kept = {}
     for metric, values in values_by_metric.items():
         spec = BY_NAME.get(metric)
-        if spec is None or any(len(labels) != len(spec.labels) - len(DEVICE_LABELS) for labels in values):
+        if spec is None or not set(map(len, values)) <= {len(spec.labels) - len(DEVICE_LABELS)}:
             rejected[0] += len(values)  # a backend naming a metric the exporter does not know
             continue
         high = 1.0 if metric.endswith("_ratio") else math.inf
-        if _all_ok(values, 1.0 if high == 1.0 else sys.float_info.max):
-            kept[metric] = values  # the common case, checked in one pass without a copy
+        if _all_ok(values, high):
+            kept[metric] = values  # the common case, checked without a copy
             continue
         kept[metric] = {labels: v for labels, v in values.items() if _ok(v, 0.0, high)}
         rejected[0] += len(values) - len(kept[metric])
