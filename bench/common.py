@@ -62,12 +62,15 @@ def wait_http(port: int, path: str, timeout: float = 30, poll: float = 0.1) -> N
     raise RuntimeError(f"nothing ready on :{port}{path}")
 
 
-def start_warptd_double(gpus: int, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], float]:
-    """Start the daemon with ``gpus`` simulated GPUs; return it and the seconds until /readyz said 200."""
-    args = [sys.executable, str(ROOT / "bench" / "double_daemon.py"), str(gpus)]
+def start_warptd_double(
+    gpus: int, port: int, *extra: str, root: Path = ROOT
+) -> tuple[subprocess.Popen[bytes], float]:
+    """Start the daemon of ``root`` (this tree, or an older checkout) with ``gpus`` simulated GPUs;
+    return it and the seconds until /readyz said 200."""
+    args = [sys.executable, str(root / "bench" / "double_daemon.py"), str(gpus)]
     args += ["--backend", "nvidia", "--listen", f"127.0.0.1:{port}", "--log-level", "warning", *extra]
     started = time.monotonic()
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_http(port, "/readyz", poll=0.01)
     return proc, time.monotonic() - started
 

@@ -12,7 +12,10 @@
    /metrics latency with and without it (bench/pods_bench.py);
 5. the HTTP server against today's (a worktree of 15089dc at /tmp/old-warptd) and node_exporter:
    latency, wrk -c32, RSS, idle CPU at 8 and 64 GPUs, and scrapes under 1,200 slow clients
-   (bench/http_bench.py).
+   (bench/http_bench.py);
+6. NVIDIA health and traffic fields: today's daemon (an export of 748b416 at /tmp/warptd-748b416)
+   and this tree side by side at 1 Hz and 10 Hz with 8 GPUs (CPU, NVML calls per GPU per sample),
+   /metrics latency and RSS at 8 and 64 GPUs (bench/nvml_fields_bench.py; skipped without it).
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ def main() -> int:
     status |= subprocess.call(
         [sys.executable, str(HERE / "http_bench.py"), *(["--quick"] if args.quick else [])]
     )
+    if Path("/tmp/warptd-748b416/bench/double_daemon.py").exists():
+        status |= subprocess.call(
+            [sys.executable, str(HERE / "nvml_fields_bench.py"), *(["--quick"] if args.quick else [])]
+        )
+    else:
+        print("\n## NVML fields benchmark skipped: no /tmp/warptd-748b416 (see bench/nvml_fields_bench.py)")
     if importlib.util.find_spec("torch") is None:
         print(f"\n## stress benchmarks skipped: torch is not installed (pip install '{HERE.parent}[stress]')")
     else:

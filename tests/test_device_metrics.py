@@ -120,3 +120,29 @@ def test_impossible_or_unknown_values_are_rejected_and_counted(scripted):
     for name in ("warptd_device_sm_active_ratio", "warptd_device_dram_bandwidth_ratio"):
         assert not select(samples, name)
     assert value(samples, "warptd_sample_errors_total", backend="scripted", kind="invalid_value") == 4
+
+
+def test_infinite_negative_or_non_numeric_values_are_rejected(scripted):
+    backend, tick = scripted
+    backend.counters = {
+        "warptd_device_pcie_bytes_total": {("tx",): float("inf"), ("rx",): 10.0},
+        "warptd_device_pcie_replays_total": {(): -1.0},
+        "warptd_device_ecc_errors_total": {("corrected",): "3", ("uncorrected",): 2.0},  # type: ignore[dict-item]
+    }
+    samples = parse(tick().decode())
+    assert value(samples, "warptd_device_pcie_bytes_total", direction="rx", **DEV) == 10
+    assert value(samples, "warptd_device_ecc_errors_total", kind="uncorrected", **DEV) == 2
+    assert not select(samples, "warptd_device_pcie_bytes_total", direction="tx")
+    assert not select(samples, "warptd_device_pcie_replays_total")
+    assert not select(samples, "warptd_device_ecc_errors_total", kind="corrected")
+    assert value(samples, "warptd_sample_errors_total", backend="scripted", kind="invalid_value") == 3
+
+
+def test_a_counter_read_unchanged_keeps_its_total_then_moves_on(scripted):
+    backend, tick = scripted
+    totals = []
+    for raw in (4, 4, 4, 9, 9, 2):  # standing still, rising, standing still, a reset
+        backend.counters = {"warptd_device_ecc_errors_total": {("corrected",): raw, ("uncorrected",): 1}}
+        samples = parse(tick().decode())
+        totals.append(value(samples, "warptd_device_ecc_errors_total", kind="corrected", **DEV))
+    assert totals == [4, 4, 4, 9, 9, 11]

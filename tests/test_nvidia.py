@@ -74,7 +74,11 @@ def test_handles_are_cached_not_looked_up_per_sample(rig, fake_nvml):
 def test_not_supported_fields_are_absent_not_zero(rig, fake_nvml):
     gpu = fake_nvml.gpus[1]
     gpu.unsupported = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature"}
-    gpu.unsupported_fields = {pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE}
+    gpu.unsupported_fields = {
+        pynvml.NVML_FI_DEV_POWER_INSTANT,
+        pynvml.NVML_FI_DEV_POWER_AVERAGE,
+        pynvml.NVML_FI_DEV_MEMORY_TEMP,
+    }
     gpu.energy_mj = None
     gpu.supported_reasons = 0
     gpu.current_reasons = 0
@@ -317,19 +321,19 @@ def test_double_runs_under_the_real_pynvml(settings):
 
 
 @pytest.mark.parametrize(
-    ("field", "garbage", "metric"),
+    ("field", "garbage", "metric", "labels"),
     [
-        ("power_mw", -5000, "warptd_device_power_watts"),
-        ("util_gpu", 180, "warptd_device_utilization_ratio"),
-        ("temperature", 4_000_000_000, "warptd_device_temperature_celsius"),
-        ("memory_used", 200 * 2**30, "warptd_device_memory_used_bytes"),  # more than the total
+        ("power_mw", -5000, "warptd_device_power_watts", {}),
+        ("util_gpu", 180, "warptd_device_utilization_ratio", {}),
+        ("temperature", 4_000_000_000, "warptd_device_temperature_celsius", {"sensor": "gpu"}),
+        ("memory_used", 200 * 2**30, "warptd_device_memory_used_bytes", {}),  # more than the total
     ],
 )
-def test_garbage_values_are_rejected_and_counted(rig, fake_nvml, field, garbage, metric):
+def test_garbage_values_are_rejected_and_counted(rig, fake_nvml, field, garbage, *, metric, labels):
     setattr(fake_nvml.gpus[0], field, garbage)
     samples = rig.tick()
-    assert not select(samples, metric, **DEV0)  # never exported
-    assert select(samples, metric, **DEV1)  # the sane GPU still is
+    assert not select(samples, metric, **DEV0, **labels)  # never exported
+    assert select(samples, metric, **DEV1, **labels)  # the sane GPU still is
     assert value(samples, "warptd_device_up", **DEV0) == 1
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") >= 1
 

@@ -20,9 +20,17 @@ ACTIVITY_SERIES = (
     "warptd_device_dram_bandwidth_ratio",
     "warptd_device_pipe_active_ratio",
     "warptd_device_engine_active_ratio",
-    "warptd_device_pcie_bytes_total",
-    "warptd_device_nvlink_bytes_total",
 )
+# Traffic from GPM stands in only where the driver keeps no byte counter field (see the traffic test).
+TRAFFIC_SERIES = ("warptd_device_pcie_bytes_total", "warptd_device_nvlink_bytes_total")
+# NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES and NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX: the driver's counters.
+TRAFFIC_FIELDS = {197, 198, 138, 139}
+
+
+def without_traffic_fields(fake) -> None:
+    """A driver without the byte counter fields (before R550): GPM's throughputs are the traffic."""
+    for gpu in fake.gpus:
+        gpu.unsupported_fields = TRAFFIC_FIELDS
 ACTIVITY = {
     pynvml.NVML_GPM_METRIC_SM_UTIL: 0.5,
     pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.25,
@@ -126,6 +134,7 @@ def test_a_driver_without_gpm_reads_as_before(settings):
 
 
 def test_metrics_a_gpu_lacks_are_absent_and_dropped_from_its_request(rig, fake_nvml):
+    without_traffic_fields(fake_nvml)
     gpu = fake_nvml.gpus[1]
     nvdec = [getattr(pynvml, f"NVML_GPM_METRIC_NVDEC_{i}_UTIL") for i in range(4, 8)]
     gpu.gpm_unsupported = {*nvdec, pynvml.NVML_GPM_METRIC_NVLINK_L17_RX_PER_SEC}
@@ -160,6 +169,7 @@ def test_a_driver_with_an_older_gpm_header_gets_the_first_headers_metrics(rig, f
 
 
 def test_traffic_counters_grow_by_rate_times_period(rig, fake_nvml):
+    without_traffic_fields(fake_nvml)
     gpu = fake_nvml.gpus[0]
     rig.tick()
     time.sleep(0.05)
@@ -218,3 +228,16 @@ def test_promtool_clean(rig, fake_nvml):
     body = rig.exposition.render(None, None)[0]
     assert b"warptd_device_sm_active_ratio" in body and b"warptd_device_nvlink_bytes_total" in body
     assert_promtool_clean(body)
+
+
+def test_the_driver_s_byte_counters_win_over_gpm_throughput(rig, fake_nvml):
+    """Where the driver keeps a byte counter field, that is the series; GPM's integral is not added."""
+    gpu = fake_nvml.gpus[0]
+    rig.tick()
+    for step in range(1, 4):
+        gpu.pcie_bytes[0], gpu.pcie_bytes[1] = step * 1_000_000, step * 500_000  # the field counters
+        gpu.advance_gpm(pcie=(300 * MIB, 120 * MIB))  # GPM saw far more: not used
+        time.sleep(0.05)
+        samples = rig.tick()
+    assert value(samples, "warptd_device_pcie_bytes_total", direction="tx", **DEV0) == 3_000_000
+    assert value(samples, "warptd_device_pcie_bytes_total", direction="rx", **DEV0) == 1_500_000

@@ -66,6 +66,7 @@ CLOCK_EVENT_FIELDS = (269, 270, 271)
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
 MAX_UTIL_SAMPLES = 128  # nv-processes
+MAX_LINKS, MAX_FANS = 18, 4  # nv-health
 _U32, _U64, _I32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
 # --- nv-gpm: GPM counters (struct gpm_counters) ---
 GPM_ACTIVE, GPM_LINKS, GPM_METRIC_IDS = 30, 18, 480
@@ -196,6 +197,25 @@ class GpuState(ctypes.Structure):
         ("mig_name", (ctypes.c_char * 96) * MAX_MIG),
         ("gpm_unsupported", ctypes.c_uint8 * GPM_METRIC_IDS),
         ("gpm_metric_max", _U32),  # the driver header's NVML_GPM_METRIC_MAX; 0 = every id known
+        # --- nv-health: health, traffic and the rest of nvidia-smi ---
+        ("ecc_volatile", _U64 * 2),
+        ("ecc_aggregate", _U64 * 2),
+        ("pcie_bytes", _U64 * 2),
+        ("nvlink_errors", (_U64 * 4) * MAX_LINKS),
+        ("nvlink_kib", (_U64 * 2) * MAX_LINKS),
+        ("retires_pages", _U32),
+        ("remapped", _U32 * 4),
+        ("retired", _U32 * 3),
+        ("pcie_replays", _U32),
+        ("recovery_action", _U32),
+        ("nvlink_count", _U32),
+        ("fan_count", _U32),
+        ("fan_percent", _U32 * MAX_FANS),
+        ("encoder_util", _U32),
+        ("decoder_util", _U32),
+        ("pstate", _U32),
+        ("nv_health_pad", _U32),
+        # --- end nv-health ---
     ]
 
 
@@ -370,6 +390,17 @@ _SCALARS = (
     "memory_total", "memory_used", "memory_reserved", "util_gpu", "util_memory", "temperature",
     "memory_temperature", "power_limit_mw", "pcie_gen", "supported_reasons", "current_reasons",
     "supported_events", "handle_error", "mig_mode", "smoothing_fields",
+    # nv-health
+    "retires_pages", "pcie_replays", "recovery_action", "nvlink_count", "encoder_util", "decoder_util",
+    "pstate",
+)  # fmt: skip
+#: nv-health: the health and traffic arrays of ``struct gpu``, read and written in place
+#: (``gpu.ecc_volatile[1] = 2``): ECC SBE/DBE, remapped rows (cor, unc, pending, failure), retired pages
+#: (SBE, DBE, pending), PCIe bytes (tx, rx), NVLink errors [link][crc_flit, crc_data, replay, recovery],
+#: NVLink KiB [link][tx, rx], fan percent.
+_ARRAYS = (
+    "ecc_volatile", "ecc_aggregate", "remapped", "retired", "pcie_bytes", "nvlink_errors", "nvlink_kib",
+    "fan_percent",
 )  # fmt: skip
 
 
@@ -446,6 +477,30 @@ class FakeGpu:
         self.live = live
         self.pci_bus_id = f"00000000:{0x18 + index:02X}:00.0"
         self.gpm_supported = compute_capability >= (9, 0)  # nv-gpm: GPM from Hopper on
+        self.nvlink_count = MAX_LINKS  # nv-health: an H100 SXM, without fans, remapping rows
+        self.pstate = 0
+
+    # -- nv-health ----------------------------------------------------------------------------
+    @property
+    def fans(self) -> list[int]:
+        """Fan speeds in percent; an empty list is a board without fans (NOT_SUPPORTED)."""
+        return list(self.state.fan_percent[: self.state.fan_count])
+
+    @fans.setter
+    def fans(self, percents: list[int]) -> None:
+        for fan, percent in enumerate(percents[:MAX_FANS]):
+            self.state.fan_percent[fan] = percent
+        self.state.fan_count = min(len(percents), MAX_FANS)
+
+    def reload_driver(self) -> None:
+        """What a driver reload does to this GPU's counters: the volatile ECC, PCIe and NVLink counts
+        restart from 0; the aggregate (lifetime) ECC counts and the remapped rows stay."""
+        state = self.state
+        ctypes.memset(ctypes.addressof(state.ecc_volatile), 0, ctypes.sizeof(state.ecc_volatile))
+        ctypes.memset(ctypes.addressof(state.pcie_bytes), 0, ctypes.sizeof(state.pcie_bytes))
+        ctypes.memset(ctypes.addressof(state.nvlink_errors), 0, ctypes.sizeof(state.nvlink_errors))
+        ctypes.memset(ctypes.addressof(state.nvlink_kib), 0, ctypes.sizeof(state.nvlink_kib))
+        state.pcie_replays = 0
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _SCALARS:
@@ -454,7 +509,7 @@ class FakeGpu:
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:  # only for names not set on the object itself
-        if name in _SCALARS:
+        if name in _SCALARS or name in _ARRAYS:
             return getattr(self.state, name)
         raise AttributeError(name)
 

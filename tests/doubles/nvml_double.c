@@ -43,6 +43,10 @@
 #define FIELD_IDS MAX_FIELD
 #endif
 #define MAX_SETS 64
+/* --- nv-health: array sizes --- */
+#define MAX_LINKS 18 /* NVLinks of an H100 SXM */
+#define MAX_FANS 4
+/* --- end nv-health --- */
 #define STATE_MAGIC 0x4e564d4cu /* "NVML" */
 #define STATE_VERSION 3u
 
@@ -86,7 +90,15 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
     /* --- nv-gpm: GPM and MIG instances --- */                                                  \
     X(nvmlGpmQueryDeviceSupport) X(nvmlGpmSampleAlloc) X(nvmlGpmSampleFree) X(nvmlGpmSampleGet)    \
     X(nvmlGpmMigSampleGet) X(nvmlGpmMetricsGet) X(nvmlDeviceGetGpuInstanceId)                      \
-    X(nvmlDeviceGetComputeInstanceId)
+    X(nvmlDeviceGetComputeInstanceId)                                                        \
+    NV_HEALTH_FUNCTIONS(X)
+
+/* --- nv-health: functions --- */
+#define NV_HEALTH_FUNCTIONS(X)                                                                    \
+    X(nvmlDeviceGetNumFans) X(nvmlDeviceGetFanSpeed_v2) X(nvmlDeviceGetEncoderUtilization)         \
+    X(nvmlDeviceGetDecoderUtilization) X(nvmlDeviceGetPerformanceState)                           \
+    X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetRemappedRows)
+/* --- end nv-health --- */
 
 #define AS_ID(name) FN_##name,
 enum { FUNCTIONS(AS_ID) FN_COUNT };
@@ -157,6 +169,24 @@ struct gpu {
     uint8_t gpm_unsupported[GPM_METRIC_IDS]; /* per metric id: its nvmlReturn is NOT_SUPPORTED */
     uint32_t gpm_metric_max; /* the driver header's NVML_GPM_METRIC_MAX: a larger id fails the call */
     /* --- end nv-gpm --- */
+    /* --- nv-health: health, traffic and the rest of nvidia-smi --- */
+    uint64_t ecc_volatile[2];  /* fields 3 SBE, 4 DBE: since the driver loaded (reset by a reload) */
+    uint64_t ecc_aggregate[2]; /* fields 5 SBE, 6 DBE: the GPU's lifetime */
+    uint64_t pcie_bytes[2];    /* fields 197 TX, 198 RX (R550+): bytes */
+    uint64_t nvlink_errors[MAX_LINKS][4]; /* per link: CRC flit, CRC data, replay, recovery */
+    uint64_t nvlink_kib[MAX_LINKS][2];    /* fields 138 TX, 139 RX with scopeId = link: KiB */
+    uint32_t retires_pages;    /* pre-Ampere: the page-retirement fields answer, the row-remapping ones not */
+    uint32_t remapped[4];      /* fields 142-145: correctable, uncorrectable, pending, failure */
+    uint32_t retired[3];       /* fields 29 SBE, 30 DBE, 31 pending */
+    uint32_t pcie_replays;     /* field 94 and nvmlDeviceGetPcieReplayCounter */
+    uint32_t recovery_action;  /* field 230: nvmlDeviceGpuRecoveryAction_t */
+    uint32_t nvlink_count;     /* field 91 */
+    uint32_t fan_count;        /* 0: no fans (nvmlDeviceGetNumFans answers NOT_SUPPORTED) */
+    uint32_t fan_percent[MAX_FANS];
+    uint32_t encoder_util, decoder_util; /* percent over the sampling period below */
+    uint32_t pstate;           /* 0..15, 32 = NVML_PSTATE_UNKNOWN */
+    uint32_t nv_health_pad;
+    /* --- end nv-health --- */
 };
 
 struct state {
@@ -508,6 +538,55 @@ struct field_value { /* nvmlFieldValue_t */
     uint64_t value;
 };
 
+/* --- nv-health: the health, traffic and memory-temperature fields (ids and units from nvml.h) --- */
+static int nvlink_error(const struct gpu *g, uint32_t id, struct field_value *v) {
+    /* Per-link ids, L0-L5 then L6-L11 in a later block: CRC flit 32/96, CRC data 39/102, replay 46/108,
+     * recovery 53/114 (the seventh id of the first block, L0+6, is the total over links: not kept). */
+    static const uint32_t first[4] = {32, 39, 46, 53}, later[4] = {96, 102, 108, 114};
+    for (int kind = 0; kind < 4; kind++) {
+        uint32_t link = MAX_LINKS;
+        if (id >= first[kind] && id < first[kind] + 6) link = id - first[kind];
+        else if (id >= later[kind] && id < later[kind] + 6) link = 6 + id - later[kind];
+        if (link == MAX_LINKS) continue;
+        if (link >= g->nvlink_count) return ERROR_NOT_SUPPORTED;
+        v->value_type = VALUE_ULL;
+        v->value = g->nvlink_errors[link][kind];
+        return SUCCESS;
+    }
+    return ERROR_NOT_SUPPORTED;
+}
+
+static int health_field(const struct gpu *g, struct field_value *v) {
+    uint32_t id = v->field_id, scope = v->scope_id;
+    int remaps = !g->retires_pages;
+    v->value_type = VALUE_ULL;
+    switch (id) {
+    case 3: case 4: v->value = g->ecc_volatile[id - 3]; return SUCCESS;
+    case 5: case 6: v->value = g->ecc_aggregate[id - 5]; return SUCCESS;
+    case 197: case 198: v->value = g->pcie_bytes[id - 197]; return SUCCESS;
+    case 138: case 139:
+        if (scope >= g->nvlink_count) return ERROR_INVALID_ARGUMENT; /* no such link */
+        v->value = g->nvlink_kib[scope][id - 138];
+        return SUCCESS;
+    }
+    v->value_type = VALUE_UINT;
+    switch (id) {
+    case 29: case 30: case 31:
+        if (!g->retires_pages) return ERROR_NOT_SUPPORTED;
+        v->value = g->retired[id - 29];
+        return SUCCESS;
+    case 142: case 143: case 144: case 145:
+        if (!remaps) return ERROR_NOT_SUPPORTED;
+        v->value = g->remapped[id - 142];
+        return SUCCESS;
+    case 91: v->value = g->nvlink_count; return SUCCESS;
+    case 94: v->value = g->pcie_replays; return SUCCESS;
+    case 230: v->value = g->recovery_action; return SUCCESS;
+    }
+    return nvlink_error(g, id, v);
+}
+/* --- end nv-health --- */
+
 static int field(const struct gpu *g, struct field_value *v) {
     uint32_t id = v->field_id;
     if (id >= FIELD_IDS) return ERROR_INVALID_ARGUMENT;
@@ -530,7 +609,7 @@ static int field(const struct gpu *g, struct field_value *v) {
     case FI_CLOCKS_EVENT_SW_THERMAL: v->value = g->clock_event_ns[0]; break;
     case FI_CLOCKS_EVENT_HW_THERMAL: v->value = g->clock_event_ns[1]; break;
     case FI_CLOCKS_EVENT_HW_POWER_BRAKE: v->value = g->clock_event_ns[2]; break;
-    default: return ERROR_NOT_SUPPORTED;
+    default: return health_field(g, v);
     }
     return v->value == NOT_COUNTED ? ERROR_NOT_SUPPORTED : SUCCESS;
 }
@@ -924,3 +1003,50 @@ int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
 int double_gpm_live(void) { return 0; } /* an R470-era driver has no GPM */
 #endif
 /* --- end nv-gpm --- */
+/* --- nv-health: fans, media engines, performance state, the PCIe replay and row-remap calls --- */
+int nvmlDeviceGetNumFans(void *h, unsigned int *n) {
+    DEVICE_CALL(nvmlDeviceGetNumFans, h);
+    if (!g->fan_count) return ERROR_NOT_SUPPORTED; /* a passively cooled board */
+    *n = g->fan_count;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetFanSpeed_v2(void *h, unsigned int fan, unsigned int *percent) {
+    DEVICE_CALL(nvmlDeviceGetFanSpeed_v2, h);
+    if (fan >= g->fan_count) return g->fan_count ? ERROR_INVALID_ARGUMENT : ERROR_NOT_SUPPORTED;
+    *percent = g->fan_percent[fan];
+    return SUCCESS;
+}
+
+int nvmlDeviceGetEncoderUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
+    DEVICE_CALL(nvmlDeviceGetEncoderUtilization, h);
+    *percent = g->encoder_util, *period_us = 167000;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetDecoderUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
+    DEVICE_CALL(nvmlDeviceGetDecoderUtilization, h);
+    *percent = g->decoder_util, *period_us = 167000;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetPerformanceState(void *h, int *pstate) {
+    DEVICE_CALL(nvmlDeviceGetPerformanceState, h);
+    *pstate = (int)g->pstate;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetPcieReplayCounter(void *h, unsigned int *replays) {
+    DEVICE_CALL(nvmlDeviceGetPcieReplayCounter, h);
+    *replays = g->pcie_replays;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetRemappedRows(void *h, unsigned int *cor, unsigned int *unc, unsigned int *pending,
+                              unsigned int *failure) {
+    DEVICE_CALL(nvmlDeviceGetRemappedRows, h);
+    if (g->retires_pages) return ERROR_NOT_SUPPORTED;
+    *cor = g->remapped[0], *unc = g->remapped[1], *pending = g->remapped[2], *failure = g->remapped[3];
+    return SUCCESS;
+}
+/* --- end nv-health --- */

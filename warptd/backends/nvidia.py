@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
 
-from warptd.backends import nvml_session
+from warptd.backends import nvidia_fields, nvml_session
 from warptd.backends.base import AcceleratorBackend
+from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldRequest
 from warptd.backends.nvidia_gpm import GpmReader
 from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.exporter import catalog
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -54,10 +56,11 @@ _VIOLATION_POLICIES: dict[str, str] = {
     "sw_power_cap": "NVML_PERF_POLICY_POWER",
     "sync_boost": "NVML_PERF_POLICY_SYNC_BOOST",
 }
-_DEVICE_FIELDS = (FI_POWER_INSTANT, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
-_POWER_FIELDS = (FI_POWER_INSTANT,)
-# nvmlValue_t member by nvmlValueType_t (NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6).
-_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+_DEVICE_FIELDS: tuple[FieldKey, ...] = tuple(
+    (field_id, 0) for field_id in (FI_POWER_INSTANT, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
+)
+_POWER_FIELDS: tuple[FieldKey, ...] = ((FI_POWER_INSTANT, 0),)
+# nvmlValueType_t: NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6.
 _INTEGERS = frozenset({1, 2, 3, 4, 5, 6})
 _64_BIT_INTEGERS = frozenset({2, 3, 4})
 # The value types a field must have: a duration counter is 64-bit. A field answering another type is
@@ -68,6 +71,7 @@ _FIELD_TYPES: dict[int, frozenset[int]] = {
     FI_POWER_AVERAGE: _INTEGERS,
     **dict.fromkeys(_THROTTLE_FIELDS.values(), _64_BIT_INTEGERS),
 }
+_LAST_PSTATE = 15  # NVML_PSTATE_15
 _CLOCKS: dict[str, str] = {
     "graphics": "NVML_CLOCK_GRAPHICS",
     "sm": "NVML_CLOCK_SM",
@@ -122,13 +126,19 @@ class NvidiaBackend(AcceleratorBackend):
             self._throttle_bits = {reason: getattr(nvml, const) for reason, const in _THROTTLE_BITS.items()}
             self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
             self._clocks = {clock: getattr(nvml, const) for clock, const in _CLOCKS.items()}
+            self._unpack = nvidia_fields.unpacker(getattr(nvml, "c_nvmlFieldValue_t", None))
         except AttributeError as exc:  # an nvidia-ml-py too old for these constants
             self._lease.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
         self._uuids: dict[int, str] = {}
-        self._fields: dict[int, dict[int, float]] = {}  # this read's field values per device
-        self._fields_unsupported: dict[int, set[int]] = {}
+        self._fields: dict[int, dict[FieldKey, float]] = {}  # this read's field values per device
+        self._fields_unsupported: dict[int, set[FieldKey]] = {}
+        self._plans: dict[int, FieldPlan] = {}  # the full field batch per device (its NVLinks known)
+        self._requests: dict[tuple[int, bool], FieldRequest] = {}  # the last batch per device and kind
+        self._steady: dict[int, tuple[FieldRequest, list[float]]] = {}  # this read's values by position
+        self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
+        self._fans: dict[int, int] = {}  # fans per device, asked once
         self._known: dict[int, GPUInfo] = {}  # last identity read per index
         self._generation = self._session.generation
         self._suspect = False
@@ -182,6 +192,9 @@ class NvidiaBackend(AcceleratorBackend):
             self._uuids.clear()
             self._fields_unsupported.clear()
             self._gpm.reset()  # the samples belonged to the NVML before the reopen
+            self._plans.clear()
+            self._requests.clear()
+            self._fans.clear()
 
     def device_identity(self, index: int) -> str | None:
         with self._session.lock:
@@ -309,42 +322,72 @@ class NvidiaBackend(AcceleratorBackend):
             return None
         return self.call(index, what, function, self._handles[index], *args)
 
+    def _plan(self, index: int) -> FieldPlan | None:
+        """The device's full field batch, built once its NVLink count is known (one field read)."""
+        if index not in self._plans:
+            answers = self._get(index, "nvlink_count", "nvmlDeviceGetFieldValues", [nvidia_fields.LINK_COUNT])
+            if answers is None and ("nvlink_count", index) not in self._unsupported:
+                return None  # failing now: this read asks the fields without the links
+            links = 0
+            for _, code, value_type, value in self._unpack(answers or ()):
+                if code == self._nvml.NVML_SUCCESS and value_type in _INTEGERS:
+                    links = int(value)  # type: ignore[arg-type]
+            self._plans[index] = FieldPlan.build(_DEVICE_FIELDS, links)
+        return self._plans[index]
+
     def begin_read(self, index: int, power_only: bool) -> None:
-        """The batched reads of one GPU: its field values, then (full reads only) its GPM sample."""
+        """The batched reads of one GPU: its field values, decoded once for the gauges and counters,
+        then (full reads only) its GPM sample."""
         self._read_fields(index, power_only)
         if not power_only:
+            self._decoded[index] = self._field_metrics(index)
             self._read_gpm(index)
 
     def _read_fields(self, index: int, power_only: bool) -> None:
-        """One ``nvmlDeviceGetFieldValues`` batch per read. Each value carries its own return code: a
-        field answered "not supported" once is not asked again for this GPU."""
-        field_ids = _POWER_FIELDS if power_only else _DEVICE_FIELDS
+        """The field batch. Each value carries its own return code: a field answered "not supported"
+        once is not asked again for this GPU."""
+        plan = None if power_only else self._plan(index)
+        field_ids = _POWER_FIELDS if power_only else plan.keys if plan else _DEVICE_FIELDS
         self._fields[index] = values = {}
+        self._steady.pop(index, None)
         unsupported = self._fields_unsupported.setdefault(index, set())
         wanted = [field for field in field_ids if field not in unsupported]
         if not wanted:
             return
         nvml = self._nvml
-        answers = self._get(index, "fields", "nvmlDeviceGetFieldValues", wanted)
+        request = self._requests.get((index, power_only))
+        if request is None or request.keys != tuple(wanted):
+            request = self._requests[index, power_only] = FieldRequest(nvml, tuple(wanted))
+            if plan is not None:
+                request.decode_with(plan)
+        answers = self.call(index, "fields", request.send, self._handles[index])
         if answers is None:
             if ("fields", index) in self._unsupported:  # a driver without field values
                 unsupported.update(field_ids)
             return
-        for answer in answers:
-            field_id, code = answer.fieldId, answer.nvmlReturn
-            if code == nvml.NVML_SUCCESS and answer.valueType in _FIELD_TYPES.get(field_id, _INTEGERS):
-                values[field_id] = float(getattr(answer.value, _VALUE_MEMBERS[answer.valueType]))
+        numbers = request.steady(answers)
+        if numbers is not None:  # every field answered as in the last clean read
+            self._fields[index] = dict(zip(request.keys, numbers, strict=True))
+            self._steady[index] = (request, numbers)
+            return
+        success, types, answered = nvml.NVML_SUCCESS, _FIELD_TYPES, []
+        for field_id, code, value_type, value in self._unpack(answers):
+            answered.append(value_type)
+            if code == success and value_type in types.get(field_id[0], _INTEGERS):
+                values[field_id] = float(value)  # type: ignore[arg-type]  # an integer type: never None
                 continue
             error = nvml.NVMLError(code)
             # An id this driver does not know answers INVALID_ARGUMENT; one that it numbers as another
             # field answers a value of the wrong type: neither is this field, now or later.
             if code in (nvml.NVML_SUCCESS, nvml.NVML_ERROR_INVALID_ARGUMENT):
                 unsupported.add(field_id)
-                log.debug("nvml_field_unsupported", device=index, field=field_id, type=answer.valueType)
+                log.debug("nvml_field_unsupported", device=index, field=field_id, type=value_type)
             elif (kind := self.classify_error(error)) is ErrorKind.NOT_SUPPORTED:
                 unsupported.add(field_id)
             else:
-                self.on_error((f"field_{field_id}", index), kind, error)
+                self.on_error(("field_{}_{}".format(*field_id), index), kind, error)
+        if len(values) == len(answered):
+            request.mark_clean(tuple(answered))
 
     def _read_gpm(self, index: int) -> None:
         """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM."""
@@ -352,19 +395,11 @@ class NvidiaBackend(AcceleratorBackend):
         if self._gpm.supported(index, index, handle):
             self._gpm.sample(index, index, "gpm_sample", lambda sample: nvml.nvmlGpmSampleGet(handle, sample))
 
-    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
-        """GPM activity over the last sample period (Hopper and newer)."""
-        return self._gpm.gauges(index)
-
-    def get_counters(self, index: int) -> dict[str, LabelledValues]:
-        """PCIe and NVLink bytes integrated from GPM throughput (field counters win where merged)."""
-        return self._gpm.counters(index)
-
     def _field(self, index: int, field_id: int) -> float | None:
-        return self._fields.get(index, {}).get(field_id)
+        return self._fields.get(index, {}).get((field_id, 0))
 
     def _field_unsupported(self, index: int, field_id: int) -> bool:
-        return field_id in self._fields_unsupported.get(index, ())
+        return (field_id, 0) in self._fields_unsupported.get(index, ())
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
         return memory_usage(self, self._nvml, index, self._handles[index])
@@ -374,8 +409,15 @@ class NvidiaBackend(AcceleratorBackend):
         return Utilization(compute=rates.gpu / 100, memory=rates.memory / 100) if rates is not None else None
 
     def get_temperatures(self, index: int) -> dict[str, float]:
+        """The GPU sensor, and the memory (HBM) sensor from the field batch where the GPU has one."""
+        temperatures = {}
         gpu = self._get(index, "temperature", "nvmlDeviceGetTemperature", self._nvml.NVML_TEMPERATURE_GPU)
-        return {"gpu": float(gpu)} if gpu is not None else {}
+        if gpu is not None:
+            temperatures["gpu"] = float(gpu)
+        memory = self._field(index, nvidia_fields.FI_MEMORY_TEMP)
+        if memory is not None:
+            temperatures["memory"] = memory
+        return temperatures
 
     def get_power_usage(self, index: int) -> float | None:
         """The instantaneous field where the GPU has it; else nvmlDeviceGetPowerUsage (which is
@@ -446,6 +488,80 @@ class NvidiaBackend(AcceleratorBackend):
             if nanoseconds is not None:
                 counters[reason] = nanoseconds / 1e9
         return counters
+
+    # -- health, traffic and the rest of nvidia-smi --------------------------------------------
+    def _field_metrics(self, index: int) -> Decoded:
+        """Gauges and raw counters from this read's field batch (health, PCIe and NVLink bytes), with
+        the calls that stand in where the GPU lacks a field (PCIe replays, remapped rows)."""
+        plan = self._plans.get(index)
+        if plan is None:
+            return {}, {}
+        values = self._fields.get(index, {})
+        steady = self._steady.get(index)
+        if steady is not None:
+            gauges, counters = steady[0].decode(steady[1], values)
+        else:
+            gauges, counters = plan.decode(values)
+        if self._field_unsupported(index, nvidia_fields.FI_PCIE_REPLAY_COUNTER):
+            replays = self._get(index, "pcie_replays", "nvmlDeviceGetPcieReplayCounter")
+            if replays is not None:
+                counters[catalog.PCIE_REPLAYS.name] = {(): float(replays)}
+        if all(self._field_unsupported(index, field_id) for field_id in nvidia_fields.FI_REMAPPED_ROWS):
+            rows = self._get(index, "remapped_rows", "nvmlDeviceGetRemappedRows")
+            if rows is not None:
+                gauges[catalog.REMAPPED_ROWS.name] = {("correctable",): rows[0], ("uncorrectable",): rows[1]}
+                gauges[catalog.ROW_REMAP_PENDING.name] = {(): float(bool(rows[2]))}
+                gauges[catalog.ROW_REMAP_FAILURE.name] = {(): float(bool(rows[3]))}
+        return gauges, counters
+
+    def field_counters(self, index: int) -> dict[str, LabelledValues]:
+        """This read's raw counters from the field batch: health and traffic (PCIe, NVLink bytes)."""
+        return self._decoded.get(index, ({}, {}))[1]
+
+    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        """Health from the field batch, GPM activity over the last sample period, nvidia-smi's rest."""
+        return {**self._decoded.get(index, ({}, {}))[0], **self._gpm.gauges(index), **self._smi_gauges(index)}
+
+    def get_counters(self, index: int) -> dict[str, LabelledValues]:
+        """Health and traffic counters of the field batch; PCIe and NVLink bytes integrated from GPM
+        throughput stand in for each series the driver keeps no counter of."""
+        counters = dict(self.field_counters(index))
+        for metric, integrated in self._gpm.counters(index).items():
+            counted = counters.get(metric)
+            counters[metric] = {**integrated, **counted} if counted else integrated
+        return counters
+
+    def _smi_gauges(self, index: int) -> dict[str, LabelledValues]:
+        """Fans, encoder and decoder utilization, performance state: what nvidia-smi shows beside."""
+        gauges: dict[str, LabelledValues] = {}
+        fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds(index).items()}
+        if fans:
+            gauges[catalog.FAN_SPEED.name] = fans
+        for metric, fn_name in (
+            (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization"),
+            (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization"),
+        ):
+            answer = self._get(index, metric.name, fn_name)  # [percent, sampling period in µs]
+            if answer is not None:
+                gauges[metric.name] = {(): answer[0] / 100}
+        pstate = self._get(index, "pstate", "nvmlDeviceGetPerformanceState")
+        if pstate is not None and 0 <= pstate <= _LAST_PSTATE:  # NVML_PSTATE_UNKNOWN (32): absent
+            gauges[catalog.PERFORMANCE_STATE.name] = {(): float(pstate)}
+        return gauges
+
+    def _fan_speeds(self, index: int) -> dict[int, float]:
+        """Percent by fan; a board without fans answers NOT_SUPPORTED once and is not asked again."""
+        if index not in self._fans:
+            count = self._get(index, "fans", "nvmlDeviceGetNumFans")
+            if count is None:
+                return {}
+            self._fans[index] = count
+        speeds = {}
+        for fan in range(self._fans[index]):
+            percent = self._get(index, f"fan_{fan}", "nvmlDeviceGetFanSpeed_v2", fan)
+            if percent is not None:
+                speeds[fan] = float(percent)
+        return speeds
 
     def shutdown(self) -> None:
         with self._session.lock:

@@ -177,7 +177,7 @@ RECOVERY_ACTION = _device(
     "warptd_device_recovery_action",
     "gauge",
     "1 for the recovery action the driver recommends now, 0 for the others: none, gpu_reset, "
-    "node_reboot, drain_p2p, drain_and_reset.",
+    "node_reboot, drain_p2p, drain_and_reset, recover_imex_domain, bus_reset, system_reboot.",
     "action",
 )
 # -- activity: what the device's units are doing, beyond "a kernel ran" -------------------------------

@@ -103,8 +103,10 @@ class Sampler:
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
-        # (backend, device uuid or index) -> metric -> label values -> counter
-        self._counters: dict[tuple[str, str], dict[str, dict[tuple[str, ...], MonotonicCounter]]] = {}
+        # backend, device, metric -> label values -> counter
+        self._counters: dict[tuple[str, str, str], dict[tuple[str, ...], MonotonicCounter]] = {}
+        # backend, device, metric -> the raw values last read and the totals they gave
+        self._last_counters: dict[tuple[str, str, str], tuple[LabelledValues, LabelledValues]] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
@@ -451,18 +453,25 @@ class Sampler:
         return seconds
 
     def _counter_totals(self, name: str, reading: DeviceReading) -> dict[str, LabelledValues]:
-        """The reading's further counters made monotonic: a decrease is a reset (driver reload)."""
+        """The reading's further counters made monotonic: a decrease is a reset (driver reload).
+        Health counters mostly stand still: a metric read as last time keeps last time's totals."""
         totals: dict[str, LabelledValues] = {}
-        device = self._counters.setdefault((name, reading.uuid or str(reading.index)), {})
+        device = reading.uuid or str(reading.index)
         for metric, values in reading.counters.items():
-            counters = device.setdefault(metric, {})
+            key = (name, device, metric)
+            last = self._last_counters.get(key)
+            if last is not None and last[0] == values:
+                totals[metric] = last[1]
+                continue
+            series = self._counters.setdefault(key, {})
             totals[metric] = metric_totals = {}
             for labels, raw in values.items():
-                counter = counters.get(labels)
+                counter = series.get(labels)
                 if counter is None:
-                    counter = counters[labels] = MonotonicCounter()
+                    counter = series[labels] = MonotonicCounter()
                 counter.update(raw)
                 metric_totals[labels] = counter.total or 0.0
+            self._last_counters[key] = (values, metric_totals)
         return totals
 
     def _domains(self, name: str, raw: _Raw) -> list[DomainPower] | None:

@@ -58,10 +58,13 @@ _LIMITS: dict[str, tuple[int, float]] = {
 }
 
 
-def _plausible(labels: tuple[str, ...], value: float, arity: int, high: float) -> bool:
-    try:  # NaN fails both comparisons; inf - inf is NaN
-        return len(labels) == arity and 0.0 <= value <= high and value - value == 0.0
-    except TypeError:  # not a number
+def _all_ok(values: LabelledValues, high: float) -> bool:
+    """Every value a number in 0..high, checked by C-level passes (a NaN or an infinity makes the sum
+    non-finite); False also for no values or a non-number, which the per-value check then sorts out."""
+    numbers = values.values()
+    try:
+        return math.isfinite(sum(numbers)) and min(numbers) >= 0.0 and max(numbers) <= high
+    except (TypeError, ValueError):
         return False
 
 
@@ -71,17 +74,14 @@ def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) 
     kept = {}
     for metric, values in values_by_metric.items():
         limits = _LIMITS.get(metric)
-        if limits is None:  # a backend naming a metric the exporter does not know
-            rejected[0] += len(values)
+        if limits is None or not set(map(len, values)) <= {limits[0]}:
+            rejected[0] += len(values)  # a metric the exporter does not know, or not its labels
             continue
-        arity, high = limits
-        try:  # the common case, every value plausible, checked inline; NaN fails both comparisons
-            if all(len(k) == arity and 0.0 <= v <= high and v - v == 0.0 for k, v in values.items()):
-                kept[metric] = dict(values)
-                continue
-        except TypeError:  # not a number: sorted out one by one below
-            pass
-        kept[metric] = {labels: v for labels, v in values.items() if _plausible(labels, v, *limits)}
+        high = limits[1]
+        if _all_ok(values, high):
+            kept[metric] = dict(values)  # the common case, checked in C-level passes
+            continue
+        kept[metric] = {labels: v for labels, v in values.items() if _ok(v, 0.0, high)}
         rejected[0] += len(values) - len(kept[metric])
     return kept
 

@@ -1,0 +1,294 @@
+"""NVIDIA health, traffic and nvidia-smi values through the C NVML double and the real pynvml."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import assert_promtool_clean
+from tests.doubles.nvml import FakeNvml
+from tests.helpers import select, value
+
+DEV0 = {"backend": "nvidia", "device": "0"}
+DEV1 = {"backend": "nvidia", "device": "1"}
+KIB = 1024
+
+
+@pytest.fixture
+def rig(make_rig, fake_nvml):
+    return make_rig("nvidia")
+
+
+def test_ecc_counts_are_counters_by_kind(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.ecc_volatile[0], gpu.ecc_volatile[1] = 7, 2
+    gpu.ecc_aggregate[0], gpu.ecc_aggregate[1] = 120, 9
+    rig.tick()
+    gpu.ecc_volatile[0], gpu.ecc_volatile[1] = 10, 3
+    samples = rig.tick()
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 10
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="uncorrected") == 3
+    assert value(samples, "warptd_device_ecc_lifetime_errors_total", **DEV0, kind="corrected") == 120
+    assert value(samples, "warptd_device_ecc_lifetime_errors_total", **DEV0, kind="uncorrected") == 9
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV1, kind="uncorrected") == 0
+
+
+def test_ecc_counter_reset_at_a_driver_reload_stays_monotonic(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.ecc_volatile[0], gpu.pcie_replays = 40, 5
+    gpu.nvlink_errors[3][2] = 11  # link 3, replay
+    rig.tick()
+    gpu.reload_driver()  # every volatile count restarts from 0
+    gpu.ecc_volatile[0], gpu.pcie_replays = 4, 1
+    gpu.nvlink_errors[3][2] = 2
+    samples = rig.tick()
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 44
+    assert value(samples, "warptd_device_pcie_replays_total", **DEV0) == 6
+    assert value(samples, "warptd_device_nvlink_errors_total", **DEV0, link="3", kind="replay") == 13
+
+
+def test_row_remapping_and_page_retirement(rig, fake_nvml):
+    ampere, volta = fake_nvml.gpus
+    ampere.remapped[0], ampere.remapped[1], ampere.remapped[2], ampere.remapped[3] = 3, 1, 1, 0
+    volta.retires_pages = 1  # pre-Ampere: pages are retired, rows are not remapped
+    volta.retired[0], volta.retired[1], volta.retired[2] = 4, 2, 1
+    samples = rig.tick()
+    assert value(samples, "warptd_device_remapped_rows", **DEV0, kind="correctable") == 3
+    assert value(samples, "warptd_device_remapped_rows", **DEV0, kind="uncorrectable") == 1
+    assert value(samples, "warptd_device_row_remap_pending", **DEV0) == 1
+    assert value(samples, "warptd_device_row_remap_failure", **DEV0) == 0
+    assert not select(samples, "warptd_device_retired_pages", **DEV0)  # Ampere+: not supported, absent
+    assert value(samples, "warptd_device_retired_pages", **DEV1, cause="single_bit_ecc") == 4
+    assert value(samples, "warptd_device_retired_pages", **DEV1, cause="double_bit_ecc") == 2
+    assert value(samples, "warptd_device_retired_pages_pending", **DEV1) == 1
+    for name in ("warptd_device_remapped_rows", "warptd_device_row_remap_pending"):
+        assert not select(samples, name, **DEV1)
+    # The remapped-rows call stands in only where the fields are missing, and is then not asked again
+    assert fake_nvml.calls("nvmlDeviceGetRemappedRows") == 1
+
+
+def test_remapped_rows_call_where_the_driver_lacks_the_fields(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.unsupported_fields = {142, 143, 144, 145, 94}
+    gpu.remapped[0], gpu.remapped[3] = 6, 1
+    gpu.pcie_replays = 9
+    samples = rig.tick()
+    assert value(samples, "warptd_device_remapped_rows", **DEV0, kind="correctable") == 6
+    assert value(samples, "warptd_device_row_remap_failure", **DEV0) == 1
+    assert value(samples, "warptd_device_pcie_replays_total", **DEV0) == 9
+    assert fake_nvml.calls("nvmlDeviceGetPcieReplayCounter") == 1  # only GPU 0 lacks field 94
+
+
+def test_nvlink_errors_per_link_and_kind(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.nvlink_count = 12
+    gpu.nvlink_errors[0][0] = 1  # link 0 CRC flit: id 32
+    gpu.nvlink_errors[5][1] = 2  # link 5 CRC data: id 44
+    gpu.nvlink_errors[6][2] = 3  # link 6 replay: id 108 (the second block)
+    gpu.nvlink_errors[11][3] = 4  # link 11 recovery: id 119
+    samples = rig.tick()
+    errors = "warptd_device_nvlink_errors_total"
+    assert value(samples, errors, **DEV0, link="0", kind="crc_flit") == 1
+    assert value(samples, errors, **DEV0, link="5", kind="crc_data") == 2
+    assert value(samples, errors, **DEV0, link="6", kind="replay") == 3
+    assert value(samples, errors, **DEV0, link="11", kind="recovery") == 4
+    assert len(select(samples, errors, **DEV0)) == 12 * 4
+    assert len(select(samples, errors, **DEV1)) == 12 * 4  # 18 links: the per-link ids number 12
+
+
+def test_traffic_counters_in_bytes(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    gpu.pcie_bytes[0], gpu.pcie_bytes[1] = 5_000_000, 7_000_000
+    gpu.nvlink_kib[17][0], gpu.nvlink_kib[17][1] = 300, 500
+    samples = rig.tick()
+    assert value(samples, "warptd_device_pcie_bytes_total", **DEV0, direction="tx") == 5_000_000
+    assert value(samples, "warptd_device_pcie_bytes_total", **DEV0, direction="rx") == 7_000_000
+    nvlink = "warptd_device_nvlink_bytes_total"
+    assert value(samples, nvlink, **DEV0, link="17", direction="tx") == 300 * KIB  # KiB in the field
+    assert value(samples, nvlink, **DEV0, link="17", direction="rx") == 500 * KIB
+    assert len(select(samples, nvlink, **DEV0)) == 18 * 2
+
+
+def test_only_the_links_the_gpu_has_are_asked(rig, fake_nvml):
+    fake_nvml.gpus[1].nvlink_count = 0  # a PCIe card
+    samples = rig.tick()
+    for name in ("warptd_device_nvlink_bytes_total", "warptd_device_nvlink_errors_total"):
+        assert not select(samples, name, **DEV1)
+        assert select(samples, name, **DEV0)
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+    before = fake_nvml.calls("nvmlDeviceGetFieldValues")
+    rig.tick("nvidia")
+    assert fake_nvml.calls("nvmlDeviceGetFieldValues") - before == 2  # one batch per GPU, links included
+
+
+def test_recovery_action_is_one_hot(rig, fake_nvml):
+    fake_nvml.gpus[0].recovery_action = 2  # NVML_GPU_RECOVERY_ACTION_NODE_REBOOT
+    fake_nvml.gpus[1].recovery_action = 99  # an action newer than warptd: absent, not a guess
+    samples = rig.tick()
+    actions = {s.labels["action"]: s.value for s in select(samples, "warptd_device_recovery_action", **DEV0)}
+    assert actions["node_reboot"] == 1
+    assert sum(actions.values()) == 1
+    assert {"none", "gpu_reset", "drain_p2p", "drain_and_reset"} <= actions.keys()
+    assert not select(samples, "warptd_device_recovery_action", **DEV1)
+
+
+def test_memory_temperature_fans_media_and_pstate(rig, fake_nvml):
+    gpu0, gpu1 = fake_nvml.gpus
+    gpu0.memory_temperature = 61
+    gpu1.fans = [45, 70]  # a PCIe board with two fans; GPU 0 has none
+    gpu0.encoder_util, gpu0.decoder_util, gpu0.pstate = 25, 80, 2
+    gpu1.pstate = 32  # NVML_PSTATE_UNKNOWN
+    samples = rig.tick()
+    assert value(samples, "warptd_device_temperature_celsius", **DEV0, sensor="memory") == 61
+    assert value(samples, "warptd_device_temperature_celsius", **DEV0, sensor="gpu") == 41
+    assert value(samples, "warptd_device_fan_speed_ratio", **DEV1, fan="0") == pytest.approx(0.45)
+    assert value(samples, "warptd_device_fan_speed_ratio", **DEV1, fan="1") == pytest.approx(0.70)
+    assert not select(samples, "warptd_device_fan_speed_ratio", **DEV0)
+    assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV0) == pytest.approx(0.25)
+    assert value(samples, "warptd_device_decoder_utilization_ratio", **DEV0) == pytest.approx(0.80)
+    assert value(samples, "warptd_device_performance_state", **DEV0) == 2
+    assert not select(samples, "warptd_device_performance_state", **DEV1)
+    rig.tick("nvidia")
+    assert fake_nvml.calls("nvmlDeviceGetNumFans") == 2  # asked once per GPU, fans or not
+    assert fake_nvml.calls("nvmlDeviceGetFanSpeed_v2") == 2 * 2  # GPU 1's two fans, twice
+
+
+def test_a_field_unsupported_on_one_gpu_only(rig, fake_nvml):
+    fake_nvml.gpus[1].unsupported_fields = {4, 197}  # DBE volatile, PCIe TX bytes
+    samples = rig.tick()
+    assert not select(samples, "warptd_device_ecc_errors_total", **DEV1, kind="uncorrected")
+    assert select(samples, "warptd_device_ecc_errors_total", **DEV1, kind="corrected")
+    assert not select(samples, "warptd_device_pcie_bytes_total", **DEV1, direction="tx")
+    assert select(samples, "warptd_device_ecc_errors_total", **DEV0, kind="uncorrected")
+    assert select(samples, "warptd_device_pcie_bytes_total", **DEV0, direction="tx")
+    fake_nvml.gpus[1].unsupported_fields = set()  # answered once NOT_SUPPORTED: not asked again
+    samples = rig.tick()
+    assert not select(samples, "warptd_device_ecc_errors_total", **DEV1, kind="uncorrected")
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+def test_a_failing_field_is_counted_and_asked_again(rig, fake_nvml):
+    fake_nvml.gpus[0].raises["nvmlDeviceGetFieldValues"] = 999  # NVML_ERROR_UNKNOWN: the whole batch
+    samples = rig.tick()
+    assert not select(samples, "warptd_device_ecc_errors_total", **DEV0)
+    assert select(samples, "warptd_device_ecc_errors_total", **DEV1)
+    del fake_nvml.gpus[0].raises["nvmlDeviceGetFieldValues"]
+    samples = rig.tick()
+    assert select(samples, "warptd_device_ecc_errors_total", **DEV0)
+    assert select(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="17")
+
+
+def test_r470_driver_lacks_the_newer_fields(make_rig):
+    fake = FakeNvml(gpus=1, driver="r470", driver_version="470.256.02")
+    with fake.installed():
+        rig = make_rig("nvidia")
+        samples = rig.tick()
+        for name in ("warptd_device_recovery_action", "warptd_device_pcie_bytes_total"):
+            assert not select(samples, name, **DEV0), name
+        for name in (
+            "warptd_device_ecc_errors_total",
+            "warptd_device_remapped_rows",
+            "warptd_device_pcie_replays_total",
+            "warptd_device_nvlink_bytes_total",
+        ):
+            assert select(samples, name, **DEV0), name
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+        rig.close()
+    fake.close()
+
+
+def test_exposition_is_promtool_clean(rig, fake_nvml):
+    fake_nvml.gpus[1].fans = [30]
+    fake_nvml.gpus[0].ecc_volatile[0] = 1
+    rig.tick()
+    body = rig.exposition.render(None, None)[0]
+    assert b"warptd_device_nvlink_bytes_total{" in body
+    assert_promtool_clean(body)
+
+
+def test_answers_read_from_bytes_match_pynvml_attributes():
+    """The byte reader agrees with pynvml's own struct attributes for every nvmlValueType_t."""
+    import pynvml
+
+    from warptd.backends import nvidia_fields
+
+    assert nvidia_fields.unpacker(pynvml.c_nvmlFieldValue_t) is nvidia_fields._unpack  # layout as expected
+    members = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+    samples = (2.5, 4_000_000_000, 2**40 + 3, 2**63 + 5, -(2**40), -7, 65_000)
+    answers = (pynvml.c_nvmlFieldValue_t * (len(samples) + 1))()
+    for value_type, (slot, sample) in enumerate(zip(answers, samples, strict=False)):
+        slot.fieldId, slot.scopeId, slot.valueType, slot.nvmlReturn = (
+            100 + value_type,
+            value_type,
+            value_type,
+            0,
+        )
+        setattr(slot.value, members[value_type], sample)
+    answers[-1].fieldId, answers[-1].valueType, answers[-1].nvmlReturn = 7, 1, pynvml.NVML_ERROR_NOT_SUPPORTED
+    fast = list(nvidia_fields._unpack(answers))
+    assert fast == list(nvidia_fields._attributes(answers))
+    assert [value for _, _, _, value in fast[:-1]] == list(samples)
+    assert fast[-1][:3] == ((7, 0), pynvml.NVML_ERROR_NOT_SUPPORTED, 1)
+
+
+def test_a_field_failing_after_steady_reads_drops_only_its_series(rig, fake_nvml):
+    gpu = fake_nvml.gpus[0]
+    for errors in (1, 2, 3):  # reads after the first take the one-unpack path
+        gpu.ecc_volatile[0] = errors
+        samples = rig.tick()
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 3
+    gpu.unsupported_fields = {143}  # the GPU stops answering one field
+    gpu.ecc_volatile[0], gpu.nvlink_kib[4][1] = 5, 77
+    samples = rig.tick()
+    assert not select(samples, "warptd_device_remapped_rows", **DEV0, kind="uncorrectable")
+    assert select(samples, "warptd_device_remapped_rows", **DEV0, kind="correctable")
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 5
+    assert value(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="4", direction="rx") == 77 * KIB
+    gpu.nvlink_kib[4][1] = 78
+    samples = rig.tick()  # steady again without the field
+    assert value(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="4", direction="rx") == 78 * KIB
+    assert not select(samples, "warptd_device_remapped_rows", **DEV0, kind="uncorrectable")
+
+
+def test_field_ids_are_those_of_the_installed_pynvml():
+    """The ids warptd fixes (the driver's ABI) are the installed nvidia-ml-py's constants."""
+    import pynvml
+
+    from warptd.backends import nvidia_fields as f
+
+    expected = {
+        "ECC_SBE_VOL_TOTAL": 3,
+        "ECC_DBE_VOL_TOTAL": 4,
+        "ECC_SBE_AGG_TOTAL": 5,
+        "ECC_DBE_AGG_TOTAL": 6,
+        "RETIRED_SBE": 29,
+        "RETIRED_DBE": 30,
+        "RETIRED_PENDING": 31,
+        "MEMORY_TEMP": f.FI_MEMORY_TEMP,
+        "NVLINK_LINK_COUNT": f.FI_NVLINK_LINK_COUNT,
+        "PCIE_REPLAY_COUNTER": f.FI_PCIE_REPLAY_COUNTER,
+        "NVLINK_THROUGHPUT_DATA_TX": f.FI_NVLINK_THROUGHPUT_DATA_TX,
+        "NVLINK_THROUGHPUT_DATA_RX": f.FI_NVLINK_THROUGHPUT_DATA_RX,
+        "REMAPPED_COR": f.FI_REMAPPED_ROWS[0],
+        "REMAPPED_UNC": f.FI_REMAPPED_ROWS[1],
+        "REMAPPED_PENDING": f.FI_REMAPPED_ROWS[2],
+        "REMAPPED_FAILURE": f.FI_REMAPPED_ROWS[3],
+        "PCIE_COUNT_TX_BYTES": 197,
+        "PCIE_COUNT_RX_BYTES": 198,
+        "GET_GPU_RECOVERY_ACTION": f.FI_GPU_RECOVERY_ACTION,
+    }
+    for kind, name in (
+        ("crc_flit", "CRC_FLIT"),
+        ("crc_data", "CRC_DATA"),
+        ("replay", "REPLAY"),
+        ("recovery", "RECOVERY"),
+    ):
+        for link in range(f.NVLINK_ERROR_LINKS):
+            expected[f"NVLINK_{name}_ERROR_COUNT_L{link}"] = next(
+                s.field_id for s in f.nvlink(f.NVLINK_ERROR_LINKS) if s.labels == (str(link), kind)
+            )
+    for name, field_id in expected.items():
+        assert getattr(pynvml, f"NVML_FI_DEV_{name}") == field_id, name
+    used = {spec.field_id for spec in f.HEALTH} | {key[0] for key in f.OTHER}
+    assert used <= set(expected.values())  # every health field is checked above
+    for code, action in enumerate(f.RECOVERY_ACTIONS):
+        assert getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{action.upper()}") == code

@@ -1,0 +1,324 @@
+"""NVML field values for health and traffic: which field ids to batch, and what each becomes.
+
+Ids, scopes, value types and units are nvml.h's (the driver's ABI), fixed here rather than taken from
+nvidia-ml-py, whose constants follow one header; ``docs/telemetry.md`` lists each with the driver that
+added it. An id a driver does not know answers INVALID_ARGUMENT and is not asked again for that GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from warptd.exporter import catalog
+from warptd.models import LabelledValues
+
+#: A field as asked: (field id, scope id). The scope is the NVLink link for per-link fields, else 0.
+FieldKey = tuple[int, int]
+
+FI_NVLINK_LINK_COUNT = 91  # NVLink links the GPU has
+LINK_COUNT: FieldKey = (FI_NVLINK_LINK_COUNT, 0)
+FI_MEMORY_TEMP = 82  # °C, HBM temperature
+FI_GPU_RECOVERY_ACTION = 230  # nvmlDeviceGpuRecoveryAction_t (newest drivers)
+FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB of data (no protocol overhead); scopeId = link
+FI_NVLINK_THROUGHPUT_DATA_RX = 139
+KIB = 1024.0
+#: NVML_GPU_RECOVERY_ACTION_* in value order (nvml.h; the installed nvidia-ml-py has all eight).
+RECOVERY_ACTIONS = (
+    "none",
+    "gpu_reset",
+    "node_reboot",
+    "drain_p2p",
+    "drain_and_reset",
+    "recover_imex_domain",
+    "bus_reset",
+    "system_reboot",
+)
+#: Per-link NVLink error counters by kind: the field id of link 0 for links 0-5 and of link 6 for
+#: links 6-11 (NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_L0 / _L6).
+NVLINK_ERROR_IDS: dict[str, tuple[int, int]] = {
+    "crc_flit": (32, 96),
+    "crc_data": (39, 102),
+    "replay": (46, 108),
+    "recovery": (53, 114),
+}
+#: Links the per-link error ids number (L0-L11); links beyond have only the throughput counters.
+NVLINK_ERROR_LINKS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One field value and the series it becomes: ``metric{labels} = value * scale``."""
+
+    field_id: int
+    metric: str
+    labels: tuple[str, ...] = ()
+    scale: float = 1.0
+    counter: bool = False
+    scope_id: int = 0
+
+    @property
+    def key(self) -> FieldKey:
+        return self.field_id, self.scope_id
+
+
+def _counter(field_id: int, metric: catalog.MetricSpec, *labels: str, scale: float = 1.0) -> FieldSpec:
+    return FieldSpec(field_id, metric.name, labels, scale, counter=True)
+
+
+def _gauge(field_id: int, metric: catalog.MetricSpec, *labels: str) -> FieldSpec:
+    return FieldSpec(field_id, metric.name, labels)
+
+
+#: The fields every GPU is asked for (those a GPU lacks answer NOT_SUPPORTED once, then are not asked).
+HEALTH: tuple[FieldSpec, ...] = (
+    _counter(3, catalog.ECC_ERRORS, "corrected"),  # NVML_FI_DEV_ECC_SBE_VOL_TOTAL
+    _counter(4, catalog.ECC_ERRORS, "uncorrected"),  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL
+    _counter(5, catalog.ECC_LIFETIME_ERRORS, "corrected"),  # NVML_FI_DEV_ECC_SBE_AGG_TOTAL
+    _counter(6, catalog.ECC_LIFETIME_ERRORS, "uncorrected"),  # NVML_FI_DEV_ECC_DBE_AGG_TOTAL
+    _gauge(142, catalog.REMAPPED_ROWS, "correctable"),  # NVML_FI_DEV_REMAPPED_COR
+    _gauge(143, catalog.REMAPPED_ROWS, "uncorrectable"),  # NVML_FI_DEV_REMAPPED_UNC
+    _gauge(144, catalog.ROW_REMAP_PENDING),  # NVML_FI_DEV_REMAPPED_PENDING, 1 = yes
+    _gauge(145, catalog.ROW_REMAP_FAILURE),  # NVML_FI_DEV_REMAPPED_FAILURE, 1 = yes
+    _gauge(29, catalog.RETIRED_PAGES, "single_bit_ecc"),  # NVML_FI_DEV_RETIRED_SBE
+    _gauge(30, catalog.RETIRED_PAGES, "double_bit_ecc"),  # NVML_FI_DEV_RETIRED_DBE
+    _gauge(31, catalog.RETIRED_PAGES_PENDING),  # NVML_FI_DEV_RETIRED_PENDING, 1 = yes
+    _counter(94, catalog.PCIE_REPLAYS),  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
+    _counter(197, catalog.PCIE_BYTES, "tx"),  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, bytes, may wrap
+    _counter(198, catalog.PCIE_BYTES, "rx"),  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+)
+#: The health fields read by a call of their own where the GPU lacks the field.
+FI_PCIE_REPLAY_COUNTER = 94
+FI_REMAPPED_ROWS = (142, 143, 144, 145)
+#: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).
+OTHER: tuple[FieldKey, ...] = ((FI_MEMORY_TEMP, 0), (FI_GPU_RECOVERY_ACTION, 0))
+
+
+_NVLINK_DIRECTIONS = ((FI_NVLINK_THROUGHPUT_DATA_TX, "tx"), (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"))
+Decoded = tuple[dict[str, LabelledValues], dict[str, LabelledValues]]  # gauges, raw counters
+
+
+def nvlink(links: int) -> tuple[FieldSpec, ...]:
+    """The per-link fields of a GPU with ``links`` NVLinks: error counters and data bytes by direction."""
+    specs = []
+    for link in range(links):
+        name = str(link)
+        if link < NVLINK_ERROR_LINKS:
+            for kind, (first, later) in NVLINK_ERROR_IDS.items():
+                field_id = first + link if link < 6 else later + link - 6
+                specs.append(_counter(field_id, catalog.NVLINK_ERRORS, name, kind))
+        for field_id, direction in (
+            (FI_NVLINK_THROUGHPUT_DATA_TX, "tx"),
+            (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"),
+        ):
+            specs.append(
+                FieldSpec(field_id, catalog.NVLINK_BYTES.name, (name, direction), KIB, True, scope_id=link)
+            )
+    return tuple(specs)
+
+
+#: One metric's share of a plan: its name, whether it is a counter, and (key, label values, scale)
+#: of each of its fields.
+_Group = tuple[str, bool, tuple[tuple[FieldKey, tuple[str, ...], float], ...]]
+#: Consecutive answers of one metric in a request: metric, counter?, first and end position, the
+#: label values of each, scale.
+Run = tuple[str, bool, int, int, tuple[tuple[str, ...], ...], float]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPlan:
+    """What one GPU is asked in its field batch, and how the answers decode."""
+
+    groups: tuple[_Group, ...]
+    keys: tuple[FieldKey, ...]
+    specs: Mapping[FieldKey, FieldSpec]
+
+    @classmethod
+    def build(cls, base: tuple[FieldKey, ...], links: int) -> FieldPlan:
+        by_metric: dict[str, list[FieldSpec]] = {}
+        for spec in (*HEALTH, *nvlink(links)):
+            by_metric.setdefault(spec.metric, []).append(spec)
+        groups = tuple(
+            (metric, members[0].counter, tuple((s.key, s.labels, s.scale) for s in members))
+            for metric, members in by_metric.items()
+        )
+        specs = {spec.key: spec for members in by_metric.values() for spec in members}
+        return cls(groups, (*base, *OTHER, *specs), specs)  # a metric's fields side by side: see runs
+
+    def decode(self, values: Mapping[FieldKey, float]) -> Decoded:
+        """The gauges and the raw counters that this read's field values give."""
+        gauges: dict[str, LabelledValues] = {}
+        counters: dict[str, LabelledValues] = {}
+        get = values.get
+        for metric, counter, fields in self.groups:
+            series = {labels: v * scale for key, labels, scale in fields if (v := get(key)) is not None}
+            if series:
+                (counters if counter else gauges)[metric] = series
+        _recovery_action(gauges, values)
+        return gauges, counters
+
+    def runs(self, keys: tuple[FieldKey, ...]) -> tuple[Run, ...]:
+        """The runs of one metric's answers in a request for ``keys`` (which keep the plan's order)."""
+        runs: list[Run] = []
+        for position, key in enumerate(keys):
+            spec = self.specs.get(key)
+            if spec is None:
+                continue
+            if runs and runs[-1][0] == spec.metric and runs[-1][3] == position and runs[-1][5] == spec.scale:
+                metric, counter, start, _, labels, scale = runs[-1]
+                runs[-1] = (metric, counter, start, position + 1, (*labels, spec.labels), scale)
+            else:
+                runs.append((spec.metric, spec.counter, position, position + 1, (spec.labels,), spec.scale))
+        return tuple(runs)
+
+
+def _recovery_action(gauges: dict[str, LabelledValues], values: Mapping[FieldKey, float]) -> None:
+    action = values.get((FI_GPU_RECOVERY_ACTION, 0))
+    if action is not None and 0 <= action < len(RECOVERY_ACTIONS):  # a newer action: unknown, absent
+        gauges[catalog.RECOVERY_ACTION.name] = {
+            (name,): float(code == action) for code, name in enumerate(RECOVERY_ACTIONS)
+        }
+
+
+# -- reading the answers ---------------------------------------------------------------------------
+#: nvmlFieldValue_t as nvidia-ml-py lays it out: fieldId, scopeId, timestamp, latencyUsec, valueType,
+#: nvmlReturn, then the 8-byte nvmlValue_t union. Checked against ``pynvml.c_nvmlFieldValue_t`` by
+#: :func:`unpacker`: reading its attributes one by one costs more than the NVML call itself.
+_LAYOUT = {"fieldId": 0, "scopeId": 4, "valueType": 24, "nvmlReturn": 28, "value": 32}
+_SIZE = 40
+#: The union read as its 8 raw bytes, little-endian: each member is then its low bytes.
+_ANSWER = struct.Struct("<II16xIIQ")
+_DOUBLE = struct.Struct("<d")
+#: nvmlValueType_t (DOUBLE, UNSIGNED_INT, UNSIGNED_LONG, UNSIGNED_LONG_LONG, SIGNED_LONG_LONG,
+#: SIGNED_INT, UNSIGNED_SHORT) -> the member's value from the union's raw bytes.
+_MEMBERS = (
+    lambda raw: _DOUBLE.unpack(raw.to_bytes(8, "little"))[0],
+    lambda raw: raw & 0xFFFFFFFF,
+    lambda raw: raw,
+    lambda raw: raw,
+    lambda raw: raw - (1 << 64) if raw >> 63 else raw,
+    lambda raw: (raw & 0xFFFFFFFF) - (1 << 32) if raw >> 31 & 1 else raw & 0xFFFFFFFF,
+    lambda raw: raw & 0xFFFF,
+)
+_RAW = frozenset({2, 3})  # UNSIGNED_LONG, UNSIGNED_LONG_LONG: the raw 8 bytes are the value
+#: One answer: (field id, scope id), nvmlReturn, valueType, value (None for an unknown type).
+Answer = tuple[FieldKey, int, int, float | None]
+
+
+def _unpack(answers: Any) -> list[Answer]:
+    return [
+        ((field_id, scope_id), code, value_type, raw if value_type in _RAW else _member(value_type, raw))
+        for field_id, scope_id, value_type, code, raw in _ANSWER.iter_unpack(bytes(answers))
+    ]
+
+
+def _member(value_type: int, raw: int) -> float | None:
+    return _MEMBERS[value_type](raw) if value_type < len(_MEMBERS) else None
+
+
+def _attributes(answers: Any) -> Iterator[Answer]:
+    members = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+    for answer in answers:
+        value_type = answer.valueType
+        value = getattr(answer.value, members[value_type]) if value_type < len(members) else None
+        yield (answer.fieldId, answer.scopeId), answer.nvmlReturn, value_type, value
+
+
+def unpacker(structure: type[ctypes.Structure] | None) -> Any:
+    """How to read an array of ``structure`` (pynvml's c_nvmlFieldValue_t): from its bytes when its
+    layout is the one :data:`_LAYOUT` expects, else attribute by attribute."""
+    if structure is None:
+        return _attributes
+    layout = {name: getattr(structure, name).offset for name in _LAYOUT if hasattr(structure, name)}
+    fits = layout == _LAYOUT and ctypes.sizeof(structure) == _SIZE and sys.byteorder == "little"
+    return _unpack if fits else _attributes
+
+
+class FieldRequest:
+    """One GPU's batch, ready to send: the nvmlFieldValue_t array is laid out once and copied per
+    call, where nvidia-ml-py's wrapper would set each id through its slow attribute hooks."""
+
+    def __init__(self, nvml: Any, keys: tuple[FieldKey, ...]) -> None:
+        self.keys = keys
+        self._nvml = nvml
+        #: nvidia-ml-py's own lookup and check (what its wrapper calls); its wrapper where they are gone.
+        self._direct = sys.byteorder == "little" and all(
+            hasattr(nvml, name)
+            for name in ("_nvmlGetFunctionPointer", "_nvmlCheckReturn", "c_nvmlFieldValue_t")
+        )
+        if self._direct:
+            self._direct = unpacker(nvml.c_nvmlFieldValue_t) is _unpack  # the layout as expected
+        if self._direct:
+            self._array = nvml.c_nvmlFieldValue_t * len(keys)
+            template = self._array()
+            for slot, (field_id, scope_id) in zip(template, keys, strict=True):
+                slot.fieldId, slot.scopeId = field_id, scope_id
+            self._template = bytes(template)
+            self._flat = struct.Struct("<" + _ANSWER.format.lstrip("<") * len(keys))
+        self._clean: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._conversions: tuple[tuple[int, Any], ...] = ()
+        self.runs: tuple[Run, ...] = ()
+        self._last_series: list[tuple[list[float] | None, LabelledValues]] = []
+
+    def decode_with(self, plan: FieldPlan) -> None:
+        """Decode this request's answers by ``plan``'s runs of one metric."""
+        self.runs = plan.runs(self.keys)
+        self._last_series = [(None, {})] * len(self.runs)
+
+    def steady(self, answers: Any) -> list[float] | None:
+        """Every value of a read that answered as the last clean one did (each field succeeded, with
+        the same value types): one unpack of the whole array. None otherwise (read answer by answer)."""
+        if self._clean is None:
+            return None
+        flat = self._flat.unpack(bytes(answers))
+        if flat[3::5] != self._clean[0] or flat[2::5] != self._clean[1]:
+            return None
+        raw = list(flat[4::5])
+        for position, convert in self._conversions:
+            raw[position] = convert(raw[position])
+        return list(map(float, raw))
+
+    def decode(self, numbers: list[float], values: Mapping[FieldKey, float]) -> Decoded:
+        """:meth:`FieldPlan.decode` for a :meth:`steady` read: by slices of its runs, and a run read
+        as last time (health counters mostly stand still) keeps last time's series."""
+        gauges: dict[str, LabelledValues] = {}
+        counters: dict[str, LabelledValues] = {}
+        last = self._last_series
+        for position, (metric, counter, start, end, labels, scale) in enumerate(self.runs):
+            read = numbers[start:end]
+            if last[position][0] == read:
+                series = last[position][1]
+            else:
+                series = dict(zip(labels, read if scale == 1.0 else [v * scale for v in read], strict=True))
+                last[position] = (read, series)
+            target = counters if counter else gauges
+            if metric in target:
+                target[metric] = {**target[metric], **series}
+            else:
+                target[metric] = series
+        _recovery_action(gauges, values)
+        return gauges, counters
+
+    def mark_clean(self, value_types: tuple[int, ...]) -> None:
+        """This request's last read succeeded for every field, with these value types."""
+        if self._direct and all(value_type < len(_MEMBERS) for value_type in value_types):
+            self._clean = ((0,) * len(self.keys), value_types)
+            self._conversions = tuple(
+                (position, _MEMBERS[value_type])
+                for position, value_type in enumerate(value_types)
+                if value_type not in _RAW
+            )
+
+    def send(self, handle: Any) -> Any:
+        """``nvmlDeviceGetFieldValues`` for these keys; raises the NVMLError of its return code."""
+        nvml = self._nvml
+        if not self._direct:
+            return nvml.nvmlDeviceGetFieldValues(handle, list(self.keys))
+        values = self._array.from_buffer_copy(self._template)
+        function = nvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        nvml._nvmlCheckReturn(function(handle, ctypes.c_int32(len(self.keys)), ctypes.byref(values)))
+        return values
