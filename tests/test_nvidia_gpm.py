@@ -31,6 +31,8 @@ def without_traffic_fields(fake) -> None:
     """A driver without the byte counter fields (before R550): GPM's throughputs are the traffic."""
     for gpu in fake.gpus:
         gpu.unsupported_fields = TRAFFIC_FIELDS
+
+
 ACTIVITY = {
     pynvml.NVML_GPM_METRIC_SM_UTIL: 0.5,
     pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.25,
