@@ -243,3 +243,7 @@ def test_the_driver_s_byte_counters_win_over_gpm_throughput(rig, fake_nvml):
         samples = rig.tick()
     assert value(samples, "warptd_device_pcie_bytes_total", direction="tx", **DEV0) == 3_000_000
     assert value(samples, "warptd_device_pcie_bytes_total", direction="rx", **DEV0) == 1_500_000
+    # ... and GPM is no longer asked for throughputs the driver counts: only the ratios are left.
+    backend = next(b for b in rig.loaded.accelerators if b.name == "nvidia")
+    asked = backend._gpm._sources[0].metrics
+    assert asked and not [metric for metric in asked if metric.rate]

@@ -112,7 +112,9 @@ class AcceleratorBackend(GuardedSDK, ABC):
         return {}
 
     def get_gauges(self, index: int) -> dict[str, LabelledValues]:
-        """Further gauges by catalog metric name (``warptd_device_sm_active_ratio``), then label values."""
+        """Further gauges by catalog metric name (``warptd_device_sm_active_ratio``), then label values.
+        The dicts handed over belong to the reading: never change them afterwards (return new ones, or
+        the same ones again unchanged)."""
         return {}
 
     def get_counters(self, index: int) -> dict[str, LabelledValues]:

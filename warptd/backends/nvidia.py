@@ -72,6 +72,8 @@ _FIELD_TYPES: dict[int, frozenset[int]] = {
     **dict.fromkeys(_THROTTLE_FIELDS.values(), _64_BIT_INTEGERS),
 }
 _LAST_PSTATE = 15  # NVML_PSTATE_15
+#: Byte counters the driver may keep in fields, which GPM throughput otherwise stands in for.
+_TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_BYTES.name)
 _CLOCKS: dict[str, str] = {
     "graphics": "NVML_CLOCK_GRAPHICS",
     "sm": "NVML_CLOCK_SM",
@@ -390,10 +392,13 @@ class NvidiaBackend(AcceleratorBackend):
             request.mark_clean(tuple(answered))
 
     def _read_gpm(self, index: int) -> None:
-        """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM."""
+        """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM. The
+        throughputs of the series the driver counts in fields are not asked (its counters win)."""
         handle, nvml = self._handles[index], self._nvml
         if self._gpm.supported(index, index, handle):
             self._gpm.sample(index, index, "gpm_sample", lambda sample: nvml.nvmlGpmSampleGet(handle, sample))
+            counted = self.field_counters(index)
+            self._gpm.cover(index, {(name, labels) for name in _TRAFFIC for labels in counted.get(name, ())})
 
     def _field(self, index: int, field_id: int) -> float | None:
         return self._fields.get(index, {}).get((field_id, 0))

@@ -101,6 +101,7 @@ class _Source:
     taken_at: float = 0.0
     gauges: dict[str, LabelledValues] = field(default_factory=dict)
     totals: dict[str, LabelledValues] = field(default_factory=dict)  # integrated bytes, as raw counters
+    covered: bool = False  # the throughputs of series the driver counts itself are no longer asked
 
 
 class GpmReader:
@@ -209,9 +210,21 @@ class GpmReader:
         return source.gauges if source is not None else {}
 
     def counters(self, key: Hashable) -> dict[str, LabelledValues]:
-        """Bytes integrated from the throughputs so far, as raw counters (they restart at a reset)."""
+        """Bytes integrated from the throughputs so far, as raw counters (they restart at a reset);
+        copies, as the totals go on growing in place."""
         source = self._sources.get(key)
-        return source.totals if source is not None else {}
+        return {name: dict(totals) for name, totals in source.totals.items()} if source is not None else {}
+
+    def cover(self, key: Hashable, counted: set[tuple[str, tuple[str, ...]]]) -> None:
+        """Stop asking source ``key`` for the throughputs of ``counted`` series (metric, labels): the
+        driver keeps byte counters of them. Once per source: a reset source asks everything again."""
+        source = self._sources.get(key)
+        if source is None or source.covered or not counted:
+            return
+        source.covered = True
+        source.metrics = [m for m in source.metrics if not (m.rate and (m.metric, m.labels) in counted)]
+        for name, totals in source.totals.items():
+            source.totals[name] = {labels: v for labels, v in totals.items() if (name, labels) not in counted}
 
     def forget(self, key: Hashable) -> None:
         """Free the samples of a source that is gone (a destroyed MIG instance)."""

@@ -70,7 +70,8 @@ def _all_ok(values: LabelledValues, high: float) -> bool:
 
 def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) -> dict[str, LabelledValues]:
     """Further gauges and counters: metrics of the catalog only, with their own labels, finite, never
-    negative, and ``_ratio`` metrics within 0..1. Copied: a backend may reuse its dicts next read."""
+    negative, and ``_ratio`` metrics within 0..1. Kept as given: a backend hands over each dict it
+    reports and never changes it afterwards (it may report the same one again)."""
     kept = {}
     for metric, values in values_by_metric.items():
         limits = _LIMITS.get(metric)
@@ -79,7 +80,7 @@ def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) 
             continue
         high = limits[1]
         if _all_ok(values, high):
-            kept[metric] = dict(values)  # the common case, checked in C-level passes
+            kept[metric] = values  # the common case, checked in C-level passes
             continue
         kept[metric] = {labels: v for labels, v in values.items() if _ok(v, 0.0, high)}
         rejected[0] += len(values) - len(kept[metric])
