@@ -146,3 +146,17 @@ def test_a_counter_read_unchanged_keeps_its_total_then_moves_on(scripted):
         samples = parse(tick().decode())
         totals.append(value(samples, "warptd_device_ecc_errors_total", kind="corrected", **DEV))
     assert totals == [4, 4, 4, 9, 9, 11]
+
+
+def test_a_dict_handed_over_again_is_not_checked_again_but_a_new_one_is():
+    """The last reading's dicts pass by identity; a new dict, even equal to an old one, is checked."""
+    from warptd.models import DeviceReading
+    from warptd.sampling.validate import sanitize_device
+
+    steady = {("correctable",): 3.0}
+    first = DeviceReading(index=0, gauges={"warptd_device_remapped_rows": steady})
+    assert sanitize_device(first) == 0
+    again = DeviceReading(index=0, gauges={"warptd_device_remapped_rows": steady})
+    assert sanitize_device(again, first) == 0 and again.gauges["warptd_device_remapped_rows"] is steady
+    garbage = DeviceReading(index=0, gauges={"warptd_device_remapped_rows": {("correctable",): -1.0}})
+    assert sanitize_device(garbage, first) == 1 and garbage.gauges["warptd_device_remapped_rows"] == {}

@@ -370,7 +370,9 @@ class Sampler:
                 indices = list(range(backend.get_device_count()))
             backend.begin_sample()
             readings = [backend.read_device(i) for i in indices]
-            rejected = sum(sanitize_device(r) for r in readings)
+            state = self.snapshot.get(name)
+            last = {sample.reading.index: sample.reading for sample in state.devices} if state else {}
+            rejected = sum(sanitize_device(r, last.get(r.index)) for r in readings)
         errors = backend.take_errors()
         if rejected:
             errors[ErrorKind.INVALID_VALUE] += rejected

@@ -68,12 +68,18 @@ def _all_ok(values: LabelledValues, high: float) -> bool:
         return False
 
 
-def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) -> dict[str, LabelledValues]:
+def _labelled(
+    values_by_metric: dict[str, LabelledValues], checked: dict[str, LabelledValues], rejected: list[int]
+) -> dict[str, LabelledValues]:
     """Further gauges and counters: metrics of the catalog only, with their own labels, finite, never
     negative, and ``_ratio`` metrics within 0..1. Kept as given: a backend hands over each dict it
-    reports and never changes it afterwards (it may report the same one again)."""
+    reports and never changes it afterwards, and hands the same one over again while its values stand
+    still (health counters, mostly): one kept from the last reading, ``checked``, is not checked again."""
     kept = {}
     for metric, values in values_by_metric.items():
+        if checked.get(metric) is values:
+            kept[metric] = values
+            continue
         limits = _LIMITS.get(metric)
         if limits is None or not set(map(len, values)) <= {limits[0]}:
             rejected[0] += len(values)  # a metric the exporter does not know, or not its labels
@@ -87,8 +93,9 @@ def _labelled(values_by_metric: dict[str, LabelledValues], rejected: list[int]) 
     return kept
 
 
-def sanitize_device(reading: DeviceReading) -> int:
-    """Drop impossible values from ``reading`` in place; return how many were dropped."""
+def sanitize_device(reading: DeviceReading, previous: DeviceReading | None = None) -> int:
+    """Drop impossible values from ``reading`` in place; return how many were dropped. ``previous``:
+    the device's last reading, whose further values need no second check where they are the same."""
     rejected = [0]
     reading.memory = _memory(reading.memory, rejected)
     reading.utilization = _utilization(reading.utilization, rejected)
@@ -99,8 +106,8 @@ def sanitize_device(reading: DeviceReading) -> int:
     reading.temperatures_celsius = _filtered(reading.temperatures_celsius, *TEMPERATURE_RANGE, rejected)
     reading.clocks_hertz = _filtered(reading.clocks_hertz, 0.0, MAX_HERTZ, rejected)
     reading.throttle_counter_seconds = _filtered(reading.throttle_counter_seconds, 0.0, math.inf, rejected)
-    reading.gauges = _labelled(reading.gauges, rejected)
-    reading.counters = _labelled(reading.counters, rejected)
+    reading.gauges = _labelled(reading.gauges, previous.gauges if previous else {}, rejected)
+    reading.counters = _labelled(reading.counters, previous.counters if previous else {}, rejected)
     return rejected[0]
 
 
