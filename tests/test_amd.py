@@ -536,3 +536,13 @@ def test_lost_gpu_drops_its_health_series(rig, fake):
     for name in ("warptd_device_ecc_errors_total", "warptd_device_nvlink_bytes_total"):
         assert not select(samples, name, **DEV0), name
     assert value(samples, "warptd_device_pcie_replays_total", **DEV1) == 0
+
+
+def test_bad_pages_answered_as_a_sentence_read_as_none_pending(rig, fake, monkeypatch):
+    """Some amdsmi releases answer "No bad pages found." instead of an empty list: nothing pending,
+    and the backend keeps sampling (it once raised outside the guarded call and went stale)."""
+    backend = next(b for b in rig.loaded.accelerators if b.name == "amd")
+    monkeypatch.setattr(backend._sdk, "amdsmi_get_gpu_bad_page_info", lambda handle: "No bad pages found.")
+    samples = rig.tick()
+    assert value(samples, "warptd_backend_up", backend="amd") == 1
+    assert value(samples, "warptd_device_retired_pages_pending", **DEV0) == 0

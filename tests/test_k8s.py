@@ -361,3 +361,19 @@ def test_devices_match_by_uuid_pci_address_or_serial():
     assert [o.pod for o in pods.owners(amd)] == ["b"]
     assert [o.pod for o in pods.owners(gaudi)] == ["c"]
     assert pods.owners(other) == ()
+
+
+def test_an_older_read_published_late_is_not_counted_twice(pod_rig, kubelet, fake_nvml):
+    """A window's fast reads and the regular tick may publish one GPU out of order: the energy total
+    it carries is monotonic, so a lower one is an older read and changes nothing."""
+    from warptd.models import DeviceReading
+    from warptd.sampling.snapshot import DeviceSample
+
+    gpu0 = fake_nvml.gpus[0]
+    kubelet.pods = {("ml", "a", "main"): {GPU: [gpu0.uuid]}}
+    pod_rig.poll_and_tick()
+    energy = PodEnergy(pod_rig.pods, pod_rig.rig.snapshot)
+    for joules in (90.0, 110.0, 100.0, 120.0):  # 100 J is the read before 110 J, published after it
+        sample = DeviceSample(DeviceReading(index=0, uuid=gpu0.uuid), energy_joules=joules)
+        energy.on_sample("nvidia", [sample], None)
+    assert energy.totals() == {("ml", "a", "main", "nvidia"): pytest.approx(30.0)}

@@ -134,14 +134,14 @@ def test_recovery_action_is_one_hot(rig, fake_nvml):
 def test_memory_temperature_fans_media_and_pstate(rig, fake_nvml):
     gpu0, gpu1 = fake_nvml.gpus
     gpu0.memory_temperature = 61
-    gpu1.fans = [45, 70]  # a PCIe board with two fans; GPU 0 has none
+    gpu1.fans = [45, 110]  # a PCIe board with two fans (NVML may pass 100 %); GPU 0 has none
     gpu0.encoder_util, gpu0.decoder_util, gpu0.pstate = 25, 80, 2
     gpu1.pstate = 32  # NVML_PSTATE_UNKNOWN
     samples = rig.tick()
     assert value(samples, "warptd_device_temperature_celsius", **DEV0, sensor="memory") == 61
     assert value(samples, "warptd_device_temperature_celsius", **DEV0, sensor="gpu") == 41
     assert value(samples, "warptd_device_fan_speed_ratio", **DEV1, fan="0") == pytest.approx(0.45)
-    assert value(samples, "warptd_device_fan_speed_ratio", **DEV1, fan="1") == pytest.approx(0.70)
+    assert value(samples, "warptd_device_fan_speed_ratio", **DEV1, fan="1") == pytest.approx(1.10)
     assert not select(samples, "warptd_device_fan_speed_ratio", **DEV0)
     assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV0) == pytest.approx(0.25)
     assert value(samples, "warptd_device_decoder_utilization_ratio", **DEV0) == pytest.approx(0.80)

@@ -371,8 +371,11 @@ class AmdBackend(AcceleratorBackend):
         pages = self._get(index, "bad_pages", "amdsmi_get_gpu_bad_page_info")
         if pages is None:
             return None
-        pending = self._sdk.amdsmi_wrapper.AMDSMI_MEM_PAGE_STATUS_PENDING
-        return float(any(page.get("status") == pending for page in pages))
+        if not isinstance(pages, list):  # some releases answer "No bad pages found." instead of []
+            return 0.0
+        # amdsmi_memory_page_status_t: RESERVED 0, PENDING 1, UNRESERVABLE 2 (amdsmi.h)
+        pending = getattr(self._sdk.amdsmi_wrapper, "AMDSMI_MEM_PAGE_STATUS_PENDING", 1)
+        return float(any(isinstance(page, dict) and page.get("status") == pending for page in pages))
 
     def get_counters(self, index: int) -> dict[str, LabelledValues]:
         ecc = self._get(index, "ecc", "amdsmi_get_gpu_total_ecc_count") or {}

@@ -169,22 +169,26 @@ class NvidiaMigBackend(AcceleratorBackend):
             for key in self._gpm.sources():
                 if key not in sources:
                     self._gpm.forget(key)
-            return [device.uuid for device in self._devices] != before
+            changed = [device.uuid for device in self._devices] != before
+            if changed:  # what an index answered belonged to the device that had it before
+                self._unsupported.clear()
+            return changed
 
     def list_devices(self) -> list[GPUInfo]:
-        driver = self.get_driver_version()
-        devices = []
-        for index, device in enumerate(self._devices):
-            memory = self.get_memory_usage(index) if self._present(index) else None
-            devices.append(
-                GPUInfo(
-                    index=index,
-                    model=device.name or "NVIDIA MIG device",
-                    **GPUInfo.memory_fields(memory.total if memory else None),
-                    uuid=device.uuid,
-                    driver_version=driver,
+        with self._session.lock:  # never beside a reopen (by this backend or nvidia)
+            driver = self.get_driver_version()
+            devices = []
+            for index, device in enumerate(self._devices):
+                memory = self.get_memory_usage(index) if self._present(index) else None
+                devices.append(
+                    GPUInfo(
+                        index=index,
+                        model=device.name or "NVIDIA MIG device",
+                        **GPUInfo.memory_fields(memory.total if memory else None),
+                        uuid=device.uuid,
+                        driver_version=driver,
+                    )
                 )
-            )
         return devices
 
     def get_driver_version(self) -> str | None:

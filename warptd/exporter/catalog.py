@@ -226,7 +226,8 @@ DECODER_UTILIZATION = _device(
 FAN_SPEED = _device(
     "warptd_device_fan_speed_ratio",
     "gauge",
-    "Fan speed relative to the fan's maximum, by fan; absent on boards without fans.",
+    "Fan speed by fan, relative to the fan's rated maximum; absent on boards without fans. NVML's is "
+    "relative to the fan's maximum noise-tolerance speed and may exceed 1.",
     "fan",
 )
 PERFORMANCE_STATE = _device(

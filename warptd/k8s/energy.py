@@ -85,8 +85,8 @@ class PodEnergy:
                 info = infos.get(sample.reading.index)
                 key = (backend, sample.reading.uuid or str(sample.reading.index))
                 energy, previous = sample.energy_joules, self._last.get(key)
-                if energy is None or info is None:
-                    continue
+                if energy is None or info is None or (previous is not None and energy < previous):
+                    continue  # a monotonic total lower than the last: an older read published late
                 self._last[key] = energy
                 owners = self.attribution.owners(info)
                 for owner in owners:

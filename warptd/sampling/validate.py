@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from warptd.exporter.catalog import BY_NAME, DEVICE_LABELS
+from warptd.exporter.catalog import BY_NAME, DEVICE_LABELS, FAN_SPEED
 from warptd.models import DeviceReading, LabelledValues, MemoryUsage, Utilization
 from warptd.power.base import DomainReading
 
@@ -51,9 +51,14 @@ def _utilization(util: Utilization | None, rejected: list[int]) -> Utilization |
     return Utilization(_check(util.compute, 0.0, 1.0, rejected), _check(util.memory, 0.0, 1.0, rejected))
 
 
+#: Ratios that may legitimately pass 1: NVML's fan speed is relative to a speed the fan may exceed.
+_RATIOS_OVER_ONE = {FAN_SPEED.name: 2.0}
 #: Per catalog metric: how many labels follow the device labels, and the highest plausible value.
 _LIMITS: dict[str, tuple[int, float]] = {
-    name: (len(spec.labels) - len(DEVICE_LABELS), 1.0 if name.endswith("_ratio") else math.inf)
+    name: (
+        len(spec.labels) - len(DEVICE_LABELS),
+        _RATIOS_OVER_ONE.get(name, 1.0) if name.endswith("_ratio") else math.inf,
+    )
     for name, spec in BY_NAME.items()
 }
 
