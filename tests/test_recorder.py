@@ -165,3 +165,20 @@ def test_no_extrapolation_past_a_lost_device():
     recorder.ended_mono = start + 5.0
     gpu = recorder.recording_now().targets[0]
     assert gpu.up is False and gpu.energy_joules == pytest.approx(100)
+
+
+def test_a_device_whose_index_now_names_another_device_is_gone():
+    """MIG instances are re-listed: the index a window recorded may name another device; its samples
+    are not this target's, which reads as lost from then on, keeping what it used until then."""
+    recorder = Recorder([GPU], kind="window", name="w")
+    recorder.start()
+    for at, watts, energy in ((0.0, 100, 0.0), (1.0, 100, 100.0)):
+        own = sample(watts, energy)
+        own.reading.uuid = "GPU-0"
+        recorder.on_sample("nvidia", [own], None, at)
+    other = sample(400, 5000.0)
+    other.reading.uuid = "MIG-other"
+    recorder.on_sample("nvidia", [other], None, 2.0)
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.up is False and gpu.samples == 2
+    assert gpu.energy_joules == 100 and gpu.power_peak_watts == 100

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -328,3 +329,19 @@ def test_the_daemon_serves_reports_without_importing_plotly():
     # Three 5 MB reports (the client in the same process) add ~11 MiB with glibc's mmap threshold
     # pinned; unpinned, or with plotly imported here, it is 26 MiB or more.
     assert measured["rss_after_mib"] - measured["rss_before_mib"] < 22, measured
+
+
+def test_a_third_report_is_refused_at_once_while_two_render():
+    """Busy renderers answer 503 without waiting: a waiting request would hold an HTTP handler thread."""
+    from warptd.recording import render
+
+    held = [render._slots.acquire(blocking=False) for _ in range(render.MAX_RENDERS)]
+    try:
+        assert all(held)
+        started = time.monotonic()
+        with pytest.raises(render.ReportError) as refused:
+            render.render_report(sample_recording(count=3))
+        assert refused.value.status == 503 and time.monotonic() - started < 1.0
+    finally:
+        for _ in held:
+            render._slots.release()

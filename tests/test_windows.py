@@ -229,6 +229,23 @@ def test_open_windows_and_history_are_bounded(make_daemon):
     assert [w["name"] for w in call(daemon.port, "GET", "/windows")[1]["windows"]] == ["w2", "w1"]
 
 
+def test_only_the_newest_ended_windows_keep_their_time_series(make_daemon, monkeypatch):
+    """The history keeps every ended window's summary, and the samples of the newest few only."""
+    from warptd.recording import windows
+
+    monkeypatch.setattr(windows, "HISTORY_WITH_POINTS", 2)
+    daemon = make_daemon()
+    ended = [
+        end_window(daemon.port, open_window(daemon.port, name=f"w{i}", devices=["nvidia:0"])["id"])
+        for i in range(4)
+    ]
+    for recording, kept in zip(ended, (False, False, True, True), strict=True):
+        shown = call(daemon.port, "GET", f"/windows/{recording['id']}")[1]
+        gpu = shown["targets"][0]
+        assert bool(gpu["points"]) is kept, recording["name"]
+        assert gpu["energy_joules"] == recording["targets"][0]["energy_joules"]  # the summary stays
+
+
 @pytest.mark.parametrize(
     ("payload", "status", "message"),
     [

@@ -7,6 +7,7 @@ long recording keeps an even, coarser series.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import uuid
@@ -19,6 +20,8 @@ from warptd.sampling.snapshot import DeviceSample
 
 #: Points kept per target before the series is thinned (summaries stay exact).
 MAX_POINTS = 2048
+#: The most points one recording keeps over all its targets: a window on 8 GPUs keeps 512 per GPU.
+MAX_RECORDING_POINTS = 4096
 JOULES_PER_KWH = 3.6e6
 
 
@@ -113,7 +116,7 @@ def activity_ratios(reading: DeviceReading) -> dict[str, float]:
     for short in ACTIVITY_METRICS:
         for labels, value in gauges.get(f"warptd_device_{short}_ratio", {}).items():
             if value is not None:
-                ratios["_".join((short, *labels))] = float(value)
+                ratios[sys.intern("_".join((short, *labels)))] = float(value)  # one string per key
     return ratios
 
 
@@ -196,9 +199,9 @@ class Recorder:
         self.kind, self.name, self.labels = kind, name, dict(labels or {})
         self.id = recording_id or uuid.uuid4().hex[:12]
         self.interval_seconds = interval_seconds
-        self.max_points = max_points
-        self.edges = edges
         self.targets = list(targets)
+        self.max_points = max(64, min(max_points, MAX_RECORDING_POINTS // max(1, len(self.targets))))
+        self.edges = edges
         self._states = {(t.kind, t.backend, t.key): _TargetState(t) for t in targets}
         self._lock = threading.Lock()
         self.recording = False
@@ -241,7 +244,14 @@ class Recorder:
         at = time.monotonic() if at is None else at
         for sample in devices or ():
             state = self._states.get(("device", backend, str(sample.reading.index)))
-            if state is not None:
+            if state is None:
+                continue
+            expected, read = state.target.uuid, sample.reading
+            if expected and read.uuid and read.uuid != expected:
+                # The index names another device now (MIG instances re-listed): this one is gone.
+                gone = DeviceSample(DeviceReading(index=read.index, uuid=expected, up=False))
+                self.add_device(state.target, gone, at)
+            else:
                 self.add_device(state.target, sample, at)
         for domain in domains or ():
             state = self._states.get(("domain", backend, domain.domain))

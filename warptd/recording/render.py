@@ -43,7 +43,9 @@ def _child_environment() -> dict[str, str]:
 def render_report(recording: Recording, timeout: float = RENDER_TIMEOUT_S) -> bytes:
     """The recording's HTML report (UTF-8), rendered by a child process; raises :class:`ReportError`.
     Bytes, as the child wrote them: a 5 MB page is not decoded and encoded again on the way out."""
-    if not _slots.acquire(timeout=timeout):
+    # Never wait for a slot: a waiting request would hold one of the HTTP handler threads that
+    # /windows and /stress need, and enough of them would starve those.
+    if not _slots.acquire(blocking=False):
         raise ReportError(503, f"{MAX_RENDERS} reports are already rendering; retry shortly")
     try:
         result = subprocess.run(

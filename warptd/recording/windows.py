@@ -24,6 +24,9 @@ from warptd.recording.schema import Recording
 from warptd.recording.selection import UnknownTarget, select_targets
 from warptd.sampling.snapshot import DeviceSample, Snapshot
 
+#: Ended windows that keep their time series (the rest keep their summaries only).
+HISTORY_WITH_POINTS = 10
+
 log = structlog.get_logger("warptd.windows")
 
 
@@ -127,10 +130,16 @@ class WindowManager:
             window.recorder.start()
             self._open[window.id] = window
         self.sampling.watch(window.id, _pairs(window.devices), window.power)
-        self._read_edges(window)
         window.timer = threading.Timer(self.limits.max_duration_s, self._expire, args=[window.id])
         window.timer.daemon = True
-        window.timer.start()
+        window.timer.start()  # before the edge reads: a window always ends by itself
+        with self._lock:
+            ended_meanwhile = window.id not in self._open
+        if ended_meanwhile:  # a request ended it (and unwatched) before the watch above
+            window.timer.cancel()
+            self.sampling.unwatch(window.id)
+            raise WindowError(409, f"window {window.id} was ended while it opened")
+        self._read_edges(window)
         log.info("window_opened", window=window.id, name=name, targets=[t.id for t in targets])
         self._on_change()
         return self._carbon(window.recorder.recording_now())
@@ -193,6 +202,7 @@ class WindowManager:
             self._ended[window_id] = recording
             while len(self._ended) > self.limits.history:
                 self._ended.popitem(last=False)
+            self._thin_history()
         if window.timer is not None:
             window.timer.cancel()
         self.sampling.unwatch(window_id)
@@ -200,6 +210,17 @@ class WindowManager:
         self._on_end(recording)
         self._on_change()
         return recording
+
+    def _thin_history(self) -> None:
+        """Only the newest ``HISTORY_WITH_POINTS`` ended windows keep their time series; older ones
+        keep their summaries, so the history costs kilobytes per window, not megabytes."""
+        if len(self._ended) <= HISTORY_WITH_POINTS:
+            return
+        older = list(self._ended)[-HISTORY_WITH_POINTS - 1]
+        recording = self._ended[older]
+        if any(target.points for target in recording.targets):
+            targets = [target.model_copy(update={"points": []}) for target in recording.targets]
+            self._ended[older] = recording.model_copy(update={"targets": targets})
 
     def _expire(self, window_id: str) -> None:
         with contextlib.suppress(WindowError):  # a request ended it at the same moment

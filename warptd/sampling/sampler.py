@@ -222,8 +222,9 @@ class Sampler:
         """Read backend ``name``'s watched devices (or ``indices``; a power backend: every domain)
         now, on its worker, and publish them; False when the read could not be done in time.
 
-        A fast read already in flight is waited for instead of queueing another, so a hung SDK
-        holds at most one fast read; hangs and timeouts are counted by the normal job only.
+        A fast read already in flight is waited for first, so a hung SDK holds at most one fast read
+        (hangs and timeouts are counted by the normal job only); then these devices are read anyway:
+        that read began before this edge and may not have covered them.
         """
         previous = self._fast_inflight.get(name)
         if previous is not None and not previous.done():
@@ -231,7 +232,6 @@ class Sampler:
                 previous.result(timeout=self.settings.sample_timeout)
             except Exception:  # its own caller reports it
                 return False
-            return True
         backend = self.backends[name]
         if isinstance(backend, PowerBackend):
             wanted = None
