@@ -78,12 +78,13 @@ def _labelled(
 ) -> dict[str, LabelledValues]:
     """Further gauges and counters: metrics of the catalog only, with their own labels, finite, never
     negative, and ``_ratio`` metrics within 0..1. Kept as given: a backend hands over each dict it
-    reports and never changes it afterwards, and hands the same one over again while its values stand
-    still (health counters, mostly): one kept from the last reading, ``checked``, is not checked again."""
+    reports and never changes it afterwards. Values as in the last reading's kept dict, ``checked``
+    (health counters, mostly, and idle activity), are not checked again: that dict is kept instead."""
     kept = {}
     for metric, values in values_by_metric.items():
-        if checked.get(metric) is values:
-            kept[metric] = values
+        last = checked.get(metric)
+        if last is values or last == values:  # as last time: checked then (a C-level comparison)
+            kept[metric] = last
             continue
         limits = _LIMITS.get(metric)
         if limits is None or not set(map(len, values)) <= {limits[0]}:
