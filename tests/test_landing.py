@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
-import tempfile
 
 import pytest
 
-from tests.conftest import require_tool
+from tests.browser import browse
 from tests.helpers import http, wait_until
 from warptd import __version__
 from warptd.daemon import Daemon
@@ -33,43 +31,13 @@ def daemon(settings, fake_nvml, sysfs):
     d.stop()
 
 
-def _browse(port: int) -> tuple[str, str]:
-    """The DOM after the page's script ran, and chromium's console log."""
-    chromium = require_tool("chromium")
-    with tempfile.TemporaryDirectory() as profile:
-        result = subprocess.run(
-            [
-                chromium,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                f"--user-data-dir={profile}",
-                "--enable-logging=stderr",
-                "--v=0",
-                "--virtual-time-budget=3000",
-                "--dump-dom",
-                f"http://127.0.0.1:{port}/",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout, result.stderr
-
-
 def _rows(dom: str) -> list[list[str]]:
     body = dom.split('<tbody id="device-rows">', 1)[1].split("</tbody>", 1)[0]
     return [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", body)]
 
 
 def test_landing_page_in_chromium_lists_endpoints_and_fills_the_device_table(daemon, fake_nvml):
-    dom, log = _browse(daemon.port)
-    console = [line for line in log.splitlines() if "CONSOLE" in line or "Content Security Policy" in line]
+    dom, console = browse(f"http://127.0.0.1:{daemon.port}/", budget_ms=3000)
     assert console == [], console
     for path, item in openapi_document()["paths"].items():
         for method in set(item) - {"parameters"}:

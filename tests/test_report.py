@@ -9,13 +9,12 @@ import json
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_tool
+from tests.browser import browse
 from tests.helpers import http, wait_until
 from tests.recordings import HOSTILE, finished_job, sample_recording
 from warptd.cli import main
@@ -55,42 +54,6 @@ window.addEventListener("load", () => setTimeout(() => {
   document.body.appendChild(out);
 }, 0));
 </script>"""
-
-
-def browse(url: str) -> tuple[str, list[str]]:
-    """The DOM after the page's scripts ran in headless chromium, and its console lines. Every host
-    name resolves nowhere, so a resource the page tried to fetch would show as a console error."""
-    chromium = require_tool("chromium")
-    with tempfile.TemporaryDirectory() as profile:
-        result = subprocess.run(
-            [
-                chromium,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                f"--user-data-dir={profile}",
-                "--enable-logging=stderr",
-                "--v=0",
-                "--virtual-time-budget=10000",
-                "--dump-dom",
-                url,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert result.returncode == 0, result.stderr[-3000:]
-    console = [
-        line
-        for line in result.stderr.splitlines()
-        if "CONSOLE" in line or "Content Security Policy" in line or "Failed to load" in line
-    ]
-    return result.stdout, console
 
 
 def plotted(dom: str) -> dict:

@@ -364,7 +364,8 @@ def test_window_metrics_only_name_allowed_windows_and_pass_promtool(make_daemon)
 def test_a_window_report_draws_the_window_s_own_samples_in_chromium(make_daemon, tmp_path):
     """GET /windows/ID/report: the recording the window returned, drawn point for point in a real
     browser; an open window's report is of what it recorded so far; an unknown one is a JSON 404."""
-    from tests.test_report import browse, expected_series, plotted, traces, with_probe
+    from tests.browser import browse
+    from tests.test_report import expected_series, plotted, traces, with_probe
     from warptd.recording.schema import Recording
 
     daemon = make_daemon()
