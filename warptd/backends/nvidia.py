@@ -7,7 +7,6 @@ includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
@@ -15,7 +14,7 @@ import structlog
 from warptd.backends import nvidia_fields, nvml_session
 from warptd.backends.base import AcceleratorBackend
 from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldRequest
-from warptd.backends.nvidia_gpm import GpmReader
+from warptd.backends.nvml_backend import NvmlBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.exporter import catalog
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
@@ -112,18 +111,15 @@ def mig_device_handles(backend: AcceleratorBackend, nvml: Any, index: int, handl
     return handles
 
 
-class NvidiaBackend(AcceleratorBackend):
+class NvidiaBackend(NvmlBackend):
     """NVIDIA GPUs; handles come from the shared :mod:`nvml_session`, cached once."""
 
     name: ClassVar[str] = "nvidia"
-    source: ClassVar[str] = "nvml"
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self._lease = nvml_session.lease()
-        self._session = self._lease.session
         try:
-            self._nvml = nvml = self._session.nvml
+            nvml = self._nvml
             self._handles = self._session.handles
             self._throttle_bits = {reason: getattr(nvml, const) for reason, const in _THROTTLE_BITS.items()}
             self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
@@ -142,27 +138,7 @@ class NvidiaBackend(AcceleratorBackend):
         self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
         self._fans: dict[int, int] = {}  # fans per device, asked once
         self._known: dict[int, GPUInfo] = {}  # last identity read per index
-        self._generation = self._session.generation
-        self._suspect = False
         self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
-        self._gpm = GpmReader(nvml, self.call, self._is_unsupported)
-
-    def classify_error(self, exc: BaseException) -> ErrorKind:
-        return self._session.classify(exc)
-
-    def _is_unsupported(self, exc: BaseException) -> bool:
-        return self.classify_error(exc) is ErrorKind.NOT_SUPPORTED
-
-    def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
-        nvml = self._nvml
-        if isinstance(exc, nvml.NVMLError) and exc.value == nvml.NVML_ERROR_UNINITIALIZED:
-            # NVML was shut down under us: nothing of this device is readable until it is reopened.
-            if isinstance(key, tuple):
-                self._lost_now.add(key[1])
-            self._suspect = True
-        elif kind is ErrorKind.DEVICE_LOST:
-            self._suspect = True
-        super().on_error(key, kind, exc)
 
     def needs_rediscovery(self) -> bool:
         """After a lost GPU or a reset NVML, while a handle is refused, and while MIG is on anywhere:
@@ -245,10 +221,6 @@ class NvidiaBackend(AcceleratorBackend):
 
     def get_device_count(self) -> int:
         return len(self._handles)
-
-    def get_driver_version(self) -> str | None:
-        version = self.guarded("driver", self._nvml.nvmlSystemGetDriverVersion)
-        return nvml_session.text(version) if version is not None else None
 
     def list_devices(self) -> list[GPUInfo]:
         """Every GPU's identity. If NVML went away while listing (reset under us: the reads fail),
@@ -567,8 +539,3 @@ class NvidiaBackend(AcceleratorBackend):
             if percent is not None:
                 speeds[fan] = float(percent)
         return speeds
-
-    def shutdown(self) -> None:
-        with self._session.lock:
-            self._gpm.reset()  # free the GPM samples while NVML is still up
-        self._lease.release()

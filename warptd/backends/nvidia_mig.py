@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from warptd.backends import nvml_session
-from warptd.backends.base import AcceleratorBackend
 from warptd.backends.nvidia import memory_usage, mig_device_handles
-from warptd.backends.nvidia_gpm import GpmReader
-from warptd.errors import ErrorKind
+from warptd.backends.nvml_backend import NvmlBackend
 from warptd.exporter import catalog
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
@@ -51,40 +49,18 @@ class MigDevice:
         return ("gpu_instance", self.parent, self.gpu_instance)
 
 
-class NvidiaMigBackend(AcceleratorBackend):
+class NvidiaMigBackend(NvmlBackend):
     """The MIG devices of the node's MIG-enabled GPUs, over the shared NVML session."""
 
     name: ClassVar[str] = "nvidia_mig"
-    source: ClassVar[str] = "nvml"
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self._lease = nvml_session.lease()
-        self._session = self._lease.session
-        self._nvml = self._session.nvml
-        self._gpm = GpmReader(self._nvml, self.call, self._is_unsupported)
         self._sampled: set[Hashable] = set()  # GPU instances sampled this tick
-        self._suspect = False
         with self._session.lock:
             self._generation = self._session.generation
             self._mig_gpus = self._mig_enabled_gpus()
             self._devices = self._enumerate()
-
-    def classify_error(self, exc: BaseException) -> ErrorKind:
-        return self._session.classify(exc)
-
-    def _is_unsupported(self, exc: BaseException) -> bool:
-        return self.classify_error(exc) is ErrorKind.NOT_SUPPORTED
-
-    def on_error(self, key: Hashable, kind: ErrorKind, exc: BaseException) -> None:
-        nvml = self._nvml
-        if kind is ErrorKind.DEVICE_LOST or (
-            isinstance(exc, nvml.NVMLError) and exc.value == nvml.NVML_ERROR_UNINITIALIZED
-        ):
-            self._suspect = True  # the parent GPU is lost, or NVML was reset: list again
-            if isinstance(key, tuple):
-                self._lost_now.add(key[1])
-        super().on_error(key, kind, exc)
 
     # -- discovery -------------------------------------------------------------------------------
     def _mig_enabled_gpus(self) -> int:
@@ -191,10 +167,6 @@ class NvidiaMigBackend(AcceleratorBackend):
                 )
         return devices
 
-    def get_driver_version(self) -> str | None:
-        version = self.guarded("driver", self._nvml.nvmlSystemGetDriverVersion)
-        return nvml_session.text(version) if version is not None else None
-
     def device_identity(self, index: int) -> str | None:
         return self._devices[index].uuid if index < len(self._devices) else None
 
@@ -259,8 +231,3 @@ class NvidiaMigBackend(AcceleratorBackend):
 
     def get_counters(self, index: int) -> dict[str, LabelledValues]:
         return self._gpm.counters(self._devices[index].gpm_source)
-
-    def shutdown(self) -> None:
-        with self._session.lock:
-            self._gpm.reset()
-        self._lease.release()
