@@ -138,7 +138,7 @@ def main() -> None:
         "--parts",
         nargs="+",
         default=["1hz", "10hz", "metrics", "breakdown"],
-        choices=["1hz", "10hz", "metrics"],
+        choices=["1hz", "10hz", "metrics", "breakdown"],
     )
     args = parser.parse_args()
     idle, scrapes = (20.0, 50) if args.quick else (args.idle, args.scrapes)

@@ -49,7 +49,8 @@ class Rig:
         self.exposition = Exposition(self.snapshot, node=settings.node)
 
     def tick(self, *names: str) -> list[Sample]:
-        for name in names or list(self.sampler.backends):
+        # as the daemon does: a companion power backend is published with its accelerator backend
+        for name in names or self.sampler.scheduled():
             self.sampler.tick(name)
         return self.scrape()
 

@@ -11,6 +11,7 @@ from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml, nvml_error
 from tests.helpers import Rig, select, value
 from warptd.backends.nvidia import NvidiaBackend
+from warptd.errors import ErrorKind
 
 DEV0 = {"backend": "nvidia", "device": "0"}
 DEV1 = {"backend": "nvidia", "device": "1"}
@@ -265,6 +266,38 @@ def test_nvml_power_backend_domains(settings, fake_nvml):
     assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0") == 1
     gpus = rig.loaded.power[0].get_gpu_power()
     assert [g.power_watts for g in gpus] == [120.0, 120.0]
+    rig.close()
+
+
+def test_nvml_domains_come_from_the_nvidia_read_when_both_are_loaded(settings, fake_nvml):
+    """One SDK read per GPU per tick serves the device and the power domain: the same numbers, the
+    same energy totals, and nvml stale whenever nvidia's read failed."""
+    rig = Rig(settings)
+    assert "nvml" in rig.sampler.backends and "nvml" not in rig.sampler.scheduled()
+    fake_nvml.gpus[1].energy_mj = 7000
+    samples = rig.tick()
+    energy_calls = fake_nvml.calls("nvmlDeviceGetTotalEnergyConsumption")
+    samples = rig.tick()
+    assert fake_nvml.calls("nvmlDeviceGetTotalEnergyConsumption") - energy_calls == 2  # once per GPU
+    for index, dev in enumerate((DEV0, DEV1)):
+        domain = {"source": "nvml", "domain": f"gpu{index}"}
+        device_power = value(samples, "warptd_device_power_watts", **dev)
+        assert value(samples, "warptd_power_watts", **domain) == device_power == 120
+        assert value(samples, "warptd_energy_joules_total", **domain) == value(
+            samples, "warptd_device_energy_joules_total", **dev
+        )
+    assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu1") == 7
+    assert value(samples, "warptd_samples_total", backend="nvml") == 2
+
+    fake_nvml.gpus[0].lost = True
+    samples = rig.tick()
+    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0") == 0
+    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1") == 1
+
+    rig.sampler._fail("nvidia", ErrorKind.TIMEOUT, "timeout")  # what a read past --sample-timeout does
+    samples = rig.scrape()
+    assert value(samples, "warptd_backend_up", backend="nvml") == 0
+    assert value(samples, "warptd_sample_errors_total", backend="nvml", kind="timeout") == 1
     rig.close()
 
 
@@ -592,7 +625,7 @@ def test_field_ids_an_old_driver_does_not_know_fall_back_quietly(settings):
         assert not select(samples, "warptd_device_power_average_watts", **DEV0)
         assert value(samples, "warptd_device_throttle_seconds_total", reason="sw_power_cap", **DEV0) == 0
         assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
-        assert fake.calls("nvmlDeviceGetPowerUsage") == 3 * 2  # the nvidia and nvml backends, each tick
+        assert fake.calls("nvmlDeviceGetPowerUsage") == 3  # once a tick: nvml publishes from nvidia's read
         rig.close()
     fake.close()
 

@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from warptd.backends.guard import GuardedSDK
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from warptd.config import Settings
+    from warptd.models import DeviceReading
 
 
 class PowerSource(StrEnum):
@@ -112,6 +115,11 @@ class PowerBackend(GuardedSDK, ABC):
     def get_gpu_power(self) -> list[GPUPowerInfo]:
         """Per-device readings where this source covers accelerators."""
         return []
+
+    def domains_from(self, readings: Sequence[DeviceReading]) -> list[DomainReading] | None:
+        """The domains that the companion backend's device readings already hold, so that one SDK
+        read serves both; None when this source reads something else (its own counters)."""
+        return None
 
     def shutdown(self) -> None:
         """Release the source."""

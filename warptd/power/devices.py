@@ -9,8 +9,11 @@ from warptd.errors import ErrorKind
 from warptd.power.base import DomainReading, GPUPowerInfo, PowerBackend
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from warptd.backends.base import AcceleratorBackend
     from warptd.config import Settings
+    from warptd.models import DeviceReading
 
 
 class DevicePowerBackend(PowerBackend):
@@ -38,18 +41,30 @@ class DevicePowerBackend(PowerBackend):
     def read_domains(self) -> list[DomainReading]:
         readings = []
         for index in range(self.devices.get_device_count()):
-            power_energy = self.devices.read_power(index)
-            power, energy = power_energy or (None, None)
-            readings.append(
-                DomainReading(
-                    domain=f"{self.domain_prefix}{index}",
-                    power_watts=power,
-                    energy_counter_joules=energy,
-                    readable=power is not None or energy is not None,
-                    identity=self.devices.device_identity(index),
-                )
-            )
+            power, energy = self.devices.read_power(index) or (None, None)
+            readings.append(self._domain(index, power, energy, self.devices.device_identity(index)))
         return readings
+
+    def domains_from(self, readings: Sequence[DeviceReading]) -> list[DomainReading]:
+        """The same domains from the companion accelerator backend's full read (the same SDK calls:
+        its power and energy counter), identified by the UUIDs that read was given."""
+        return [
+            self._domain(r.index, r.power_watts, r.energy_counter_joules, r.uuid or None)
+            if r.up
+            else self._domain(r.index, None, None, r.uuid or None)
+            for r in readings
+        ]
+
+    def _domain(
+        self, index: int, power: float | None, energy: float | None, identity: str | None
+    ) -> DomainReading:
+        return DomainReading(
+            domain=f"{self.domain_prefix}{index}",
+            power_watts=power,
+            energy_counter_joules=energy,
+            readable=power is not None or energy is not None,
+            identity=identity,
+        )
 
     def get_gpu_power(self) -> list[GPUPowerInfo]:
         gpus = []

@@ -5,6 +5,11 @@ counters must not wrap twice between two reads) runs at that where it is shorter
 watches (an open energy window, a running stress job: :meth:`Sampler.watch`) are also read by a
 second job per backend at ``--window-interval``, which reads only those devices, on the same worker.
 
+A power backend that measures an accelerator backend's devices through the same SDK calls (NVML's
+``nvml`` beside ``nvidia``: :meth:`PowerBackend.domains_from`) has no job of its own while that backend
+is loaded: each full read of the accelerator backend publishes its domains too, so a GPU's power and
+energy counter are read once per tick, not twice. Loaded alone, or watched, it reads itself.
+
 A hung SDK call blocks only that backend's worker: its job gives up after ``sample_timeout``,
 marks the backend stale (its series are dropped) and counts a ``timeout``; later ticks count
 ``hung`` until the call returns. Other backends keep their own workers and schedule.
@@ -128,6 +133,12 @@ class Sampler:
             )
         for backend in power:
             self._add(backend, BackendState(backend.name, "power", source=backend.source))
+        #: accelerator backend -> the power backends published from its full reads (no job of their own)
+        self._derived: dict[str, list[PowerBackend]] = {}
+        for backend in power:
+            if backend.companion in self.backends and backend.domains_from([]) is not None:
+                self._derived.setdefault(backend.companion, []).append(backend)
+        self._derived_names = {p.name for derived in self._derived.values() for p in derived}
         self.scheduler = BackgroundScheduler(
             executors={"default": JobExecutor(max_workers=max(2, 2 * len(self.backends) + 1))},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
@@ -163,8 +174,12 @@ class Sampler:
                 reason="the backend must be read at least this often (e.g. its counters would wrap unseen)",
             )
 
+    def scheduled(self) -> list[str]:
+        """The backends with a job of their own: all but those published from a companion's reads."""
+        return [name for name in self.backends if name not in self._derived_names]
+
     def start(self) -> None:
-        for name in self.backends:
+        for name in self.scheduled():
             self._log_capped(name)
             self.scheduler.add_job(
                 self.tick,
@@ -259,7 +274,7 @@ class Sampler:
         old, self.settings = self.settings, settings
         if not self.scheduler.running:
             return
-        for name in self.backends:
+        for name in self.scheduled():
             seconds = self.interval(name)
             if seconds != self.interval(name, old):
                 self._log_capped(name)
@@ -292,7 +307,7 @@ class Sampler:
 
     def sample_all(self) -> None:
         """Sample every backend once, now, on the calling thread's schedule (for ``warptd sample``)."""
-        for name in self.backends:
+        for name in self.scheduled():
             self.tick(name)
 
     # -- one tick ---------------------------------------------------------------------------
@@ -323,6 +338,7 @@ class Sampler:
         One read of a backend is published at a time, and a device's reading older than one
         already published (a normal and a fast read crossing) is dropped.
         """
+        derived = self._derived_raws(name, raw) if full else []
         with self._publishing[name]:
             self.snapshot.count_errors(name, raw.errors)
             state = self.snapshot.get(name)
@@ -356,6 +372,24 @@ class Sampler:
             self.state.maybe_save(self._energy)
         for listener in self.listeners:
             listener(name, new_devices, new_domains, raw.at)
+        for power_name, power_raw in derived:
+            self._publish(power_name, power_raw, started, full=True)
+
+    def _derived_raws(self, name: str, raw: _Raw) -> list[tuple[str, _Raw]]:
+        """The reads of the power backends published from accelerator ``name``'s full read, taken
+        before its samples are made (which replace a reading's power with the tracker's)."""
+        derived = self._derived.get(name)
+        if not derived:
+            return []
+        self._name_devices(name, raw.readings)
+        return [(p.name, _Raw(raw.at, p.domains_from(raw.readings) or [], Counter())) for p in derived]
+
+    def _name_devices(self, name: str, readings: list[DeviceReading]) -> None:
+        """Give each reading its device's UUID (what energy totals are kept by), "" where unknown."""
+        state = self.snapshot.get(name)
+        uuids = {info.index: info.uuid or "" for info in (state.devices_info if state else [])}
+        for reading in readings:
+            reading.uuid = uuids.get(reading.index, "")
 
     def _read(self, name: str, indices: list[int] | None = None) -> _Raw:
         """Read every device (or only ``indices``, a fast read) or every domain of backend ``name``."""
@@ -404,6 +438,8 @@ class Sampler:
                 tracker.gap()  # nothing is integrated across the outage
         self.snapshot.count_errors(name, Counter({kind: 1}))
         self.snapshot.update(name, healthy=False, stale_reason=reason, last_attempt_done=time.time())
+        for power in self._derived.get(name, ()):  # its read was this one
+            self._fail(power.name, kind, reason)
 
     # -- turning readings into samples ------------------------------------------------------
     def _tracker(self, key: str) -> EnergyTracker:
@@ -416,15 +452,13 @@ class Sampler:
 
     def _devices(self, name: str, raw: _Raw) -> list[DeviceSample]:
         """Samples of the readings newer than the last published one of their device."""
-        state = self.snapshot.get(name)
-        uuids = {info.index: info.uuid or "" for info in (state.devices_info if state else [])}
+        self._name_devices(name, raw.readings)
         samples = []
         reading: DeviceReading
         for reading in raw.readings:
             if self._seen_at.get((name, reading.index), -math.inf) >= raw.at:
                 continue
             self._seen_at[(name, reading.index)] = raw.at
-            reading.uuid = uuids.get(reading.index, "")
             tracker = self._tracker(f"{name}/{reading.uuid or reading.index}")
             if not reading.up:
                 tracker.gap()
