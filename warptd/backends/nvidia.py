@@ -59,6 +59,8 @@ _DEVICE_FIELDS: tuple[FieldKey, ...] = tuple(
     (field_id, 0) for field_id in (FI_POWER_INSTANT, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
 )
 _POWER_FIELDS: tuple[FieldKey, ...] = ((FI_POWER_INSTANT, 0),)
+#: The fields read one by one through :meth:`NvidiaBackend._field` (the rest decode by the plan).
+_LOOKED_UP = frozenset((*_DEVICE_FIELDS, *nvidia_fields.OTHER))
 # nvmlValueType_t: NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6.
 _INTEGERS = frozenset({1, 2, 3, 4, 5, 6})
 _64_BIT_INTEGERS = frozenset({2, 3, 4})
@@ -325,15 +327,19 @@ class NvidiaBackend(NvmlBackend):
         self._fields[index] = values = {}
         self._steady.pop(index, None)
         unsupported = self._fields_unsupported.setdefault(index, set())
-        wanted = [field for field in field_ids if field not in unsupported]
-        if not wanted:
-            return
         nvml = self._nvml
         request = self._requests.get((index, power_only))
-        if request is None or request.keys != tuple(wanted):
-            request = self._requests[index, power_only] = FieldRequest(nvml, tuple(wanted))
-            if plan is not None:
-                request.decode_with(plan)
+        # The last request stands while neither the plan nor what this GPU lacks changed (that set
+        # only grows until a reopen, which drops the requests).
+        if request is None or request.made_from != (field_ids, len(unsupported)):
+            wanted = tuple(field for field in field_ids if field not in unsupported)
+            if not wanted:
+                return
+            if request is None or request.keys != wanted:
+                request = self._requests[index, power_only] = FieldRequest(nvml, wanted, _LOOKED_UP)
+                if plan is not None:
+                    request.decode_with(plan)
+            request.made_from = (field_ids, len(unsupported))
         answers = self.call(index, "fields", request.send, self._handles[index])
         if answers is None:
             if ("fields", index) in self._unsupported:  # a driver without field values
@@ -341,7 +347,7 @@ class NvidiaBackend(NvmlBackend):
             return
         numbers = request.steady(answers)
         if numbers is not None:  # every field answered as in the last clean read
-            self._fields[index] = dict(zip(request.keys, numbers, strict=True))
+            self._fields[index] = request.looked_up(numbers)
             self._steady[index] = (request, numbers)
             return
         success, types, answered = nvml.NVML_SUCCESS, _FIELD_TYPES, []
@@ -369,8 +375,11 @@ class NvidiaBackend(NvmlBackend):
         handle, nvml = self._handles[index], self._nvml
         if self._gpm.supported(index, index, handle):
             self._gpm.sample(index, index, "gpm_sample", lambda sample: nvml.nvmlGpmSampleGet(handle, sample))
-            counted = self.field_counters(index)
-            self._gpm.cover(index, {(name, labels) for name in _TRAFFIC for labels in counted.get(name, ())})
+            if not self._gpm.covered(index):
+                counted = self.field_counters(index)
+                self._gpm.cover(
+                    index, {(name, labels) for name in _TRAFFIC for labels in counted.get(name, ())}
+                )
 
     def _field(self, index: int, field_id: int) -> float | None:
         return self._fields.get(index, {}).get((field_id, 0))

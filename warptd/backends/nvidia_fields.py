@@ -242,9 +242,11 @@ class FieldRequest:
     """One GPU's batch, ready to send: the nvmlFieldValue_t array is laid out once and copied per
     call, where nvidia-ml-py's wrapper would set each id through its slow attribute hooks."""
 
-    def __init__(self, nvml: Any, keys: tuple[FieldKey, ...]) -> None:
+    def __init__(self, nvml: Any, keys: tuple[FieldKey, ...], looked_up: frozenset[FieldKey]) -> None:
         self.keys = keys
         self._nvml = nvml
+        #: The field ids it was made from and how many of them the GPU was known to lack then.
+        self.made_from: tuple[tuple[FieldKey, ...], int] | None = None
         #: nvidia-ml-py's own lookup and check (what its wrapper calls); its wrapper where they are gone.
         self._direct = sys.byteorder == "little" and all(
             hasattr(nvml, name)
@@ -258,8 +260,10 @@ class FieldRequest:
             for slot, (field_id, scope_id) in zip(template, keys, strict=True):
                 slot.fieldId, slot.scopeId = field_id, scope_id
             self._template = bytes(template)
-            self._flat = struct.Struct("<" + _ANSWER.format.lstrip("<") * len(keys))
-        self._clean: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        #: The values read one by one (power, throttle times …) and their positions in the answers.
+        self._looked_up = tuple((key, position) for position, key in enumerate(keys) if key in looked_up)
+        #: Each answer's valueType and nvmlReturn as one 64-bit word, as a clean read left them.
+        self._clean: bytes | None = None
         self._conversions: tuple[tuple[int, Any], ...] = ()
         self.runs: tuple[Run, ...] = ()
         self._last_series: list[tuple[list[float] | None, LabelledValues]] = []
@@ -271,16 +275,22 @@ class FieldRequest:
 
     def steady(self, answers: Any) -> list[float] | None:
         """Every value of a read that answered as the last clean one did (each field succeeded, with
-        the same value types): one unpack of the whole array. None otherwise (read answer by answer)."""
+        the same value types), read from the array's 8-byte words at C speed: an answer is five words,
+        the fourth its valueType and nvmlReturn, the fifth its value. None otherwise (read answer by
+        answer). Integer fields stay ints: a number is made a float only where a series changes."""
         if self._clean is None:
             return None
-        flat = self._flat.unpack(bytes(answers))
-        if flat[3::5] != self._clean[0] or flat[2::5] != self._clean[1]:
+        words = memoryview(answers).cast("B").cast("Q")
+        if words[3::5].tobytes() != self._clean:
             return None
-        raw = list(flat[4::5])
+        raw = words[4::5].tolist()
         for position, convert in self._conversions:
             raw[position] = convert(raw[position])
-        return list(map(float, raw))
+        return raw
+
+    def looked_up(self, numbers: list[float]) -> dict[FieldKey, float]:
+        """The values read one by one (by :meth:`NvidiaBackend._field`) from a :meth:`steady` read."""
+        return {key: float(numbers[position]) for key, position in self._looked_up}
 
     def decode(self, numbers: list[float], values: Mapping[FieldKey, float]) -> Decoded:
         """:meth:`FieldPlan.decode` for a :meth:`steady` read: by slices of its runs, and a run read
@@ -293,7 +303,7 @@ class FieldRequest:
             if last[position][0] == read:
                 series = last[position][1]
             else:
-                series = dict(zip(labels, read if scale == 1.0 else [v * scale for v in read], strict=True))
+                series = dict(zip(labels, [float(v) * scale for v in read], strict=True))
                 last[position] = (read, series)
             target = counters if counter else gauges
             if metric in target:
@@ -306,7 +316,7 @@ class FieldRequest:
     def mark_clean(self, value_types: tuple[int, ...]) -> None:
         """This request's last read succeeded for every field, with these value types."""
         if self._direct and all(value_type < len(_MEMBERS) for value_type in value_types):
-            self._clean = ((0,) * len(self.keys), value_types)
+            self._clean = struct.pack(f"<{len(value_types)}Q", *value_types)  # nvmlReturn 0: success
             self._conversions = tuple(
                 (position, _MEMBERS[value_type])
                 for position, value_type in enumerate(value_types)

@@ -89,6 +89,18 @@ def _metric_layout(nvml: ModuleType) -> tuple[int, struct.Struct]:
     return nvml.c_nvmlGpmMetricsGet_t.metrics.offset, layout
 
 
+def _runs(metrics: list[GpmMetric]) -> tuple[tuple[str, bool, int, int, tuple[tuple[str, ...], ...]], ...]:
+    """Consecutive metrics of one catalog metric and kind, as (metric, rate?, start, end, labels)."""
+    runs: list[tuple[str, bool, int, int, tuple[tuple[str, ...], ...]]] = []
+    for position, metric in enumerate(metrics):
+        if runs and runs[-1][0] == metric.metric and runs[-1][1] == metric.rate:
+            name, rate, start, _, labels = runs[-1]
+            runs[-1] = (name, rate, start, position + 1, (*labels, metric.labels))
+        else:
+            runs.append((metric.metric, metric.rate, position, position + 1, (metric.labels,)))
+    return tuple(runs)
+
+
 @dataclass(slots=True)
 class _Source:
     """One GPU or GPU instance: its two samples, which holds the previous one, and what it answered."""
@@ -97,6 +109,13 @@ class _Source:
     request: Any  # the reused nvmlGpmMetricsGet_t
     metrics: list[GpmMetric]
     asked: list[GpmMetric] = field(default_factory=list)  # the metric ids written into the request
+    #: ``asked`` as runs of one metric (metric, rate?, start, end, labels), and one unpacker of all
+    #: their (nvmlReturn, value) pairs: a read where every metric succeeded decodes run by run.
+    runs: tuple[tuple[str, bool, int, int, tuple[tuple[str, ...], ...]], ...] = ()
+    unpack_all: struct.Struct | None = None
+    #: Per ratio run, the values last read and the series made of them: an idle engine's series (most
+    #: of them, most of the time) is kept, not rebuilt, and a dict handed over is never changed.
+    last_series: list[tuple[tuple[float, ...], LabelledValues] | None] = field(default_factory=list)
     previous: int | None = None  # index into samples of the last good sample
     taken_at: float = 0.0
     gauges: dict[str, LabelledValues] = field(default_factory=dict)
@@ -151,6 +170,12 @@ class GpmReader:
             for slot, metric in enumerate(source.metrics):
                 request.metrics[slot].metricId = metric.id
             source.asked = list(source.metrics)
+            source.runs = _runs(source.asked)
+            source.last_series = [None] * len(source.runs)
+            one = self._layout.format
+            source.unpack_all = (
+                struct.Struct(one + one[1:] * (len(source.asked) - 1)) if source.asked else None
+            )
         if self._call(index, "gpm_metrics", self._metrics_get, source) is None:
             return
         self._collect(source, period)
@@ -174,6 +199,8 @@ class GpmReader:
         return self._layout.iter_unpack(raw)
 
     def _collect(self, source: _Source, period: float) -> None:
+        if source.unpack_all is not None and self._collect_all(source, period):
+            return
         nvml, dropped, gauges, totals = self._nvml, [], source.gauges, source.totals
         bytes_per_rate = MIB * period
         answers = self._answers(source.request, len(source.metrics))
@@ -189,6 +216,35 @@ class GpmReader:
                 ratios[metric.labels] = value / 100
         for metric in dropped:
             source.metrics.remove(metric)
+
+    def _collect_all(self, source: _Source, period: float) -> bool:
+        """The common case, every metric answered: one unpack, then each run of one metric at once.
+        False (nothing taken) when some metric failed: the caller sorts the answers one by one."""
+        assert source.unpack_all is not None
+        raw = ctypes.string_at(
+            ctypes.addressof(source.request) + self._metrics_offset, source.unpack_all.size
+        )
+        flat = source.unpack_all.unpack(raw)
+        if any(flat[0::2]):  # some nvmlReturn is not NVML_SUCCESS
+            return False
+        values, gauges, totals, last = flat[1::2], source.gauges, source.totals, source.last_series
+        bytes_per_rate = MIB * period
+        for position, (metric, rate, start, end, labels) in enumerate(source.runs):
+            read = values[start:end]
+            if rate:
+                counted = totals.get(metric) or totals.setdefault(metric, {})
+                for label, value in zip(labels, read, strict=True):
+                    counted[label] = counted.get(label, 0.0) + value * bytes_per_rate
+                continue
+            kept = last[position]
+            if kept is not None and kept[0] == read:
+                series = kept[1]
+            else:
+                series = dict(zip(labels, [value / 100 for value in read], strict=True))
+                last[position] = (read, series)
+            earlier = gauges.get(metric)
+            gauges[metric] = {**earlier, **series} if earlier else series
+        return True
 
     def _open(self, key: Hashable, index: int) -> _Source | None:
         """Allocate the source's two samples; None (asked again next tick) when that fails."""
@@ -214,6 +270,11 @@ class GpmReader:
         copies, as the totals go on growing in place."""
         source = self._sources.get(key)
         return {name: dict(totals) for name, totals in source.totals.items()} if source is not None else {}
+
+    def covered(self, key: Hashable) -> bool:
+        """Whether :meth:`cover` already took the counted series out of source ``key`` (or it has none)."""
+        source = self._sources.get(key)
+        return source is None or source.covered
 
     def cover(self, key: Hashable, counted: set[tuple[str, tuple[str, ...]]]) -> None:
         """Stop asking source ``key`` for the throughputs of ``counted`` series (metric, labels): the
