@@ -328,18 +328,9 @@ class NvidiaBackend(NvmlBackend):
         self._steady.pop(index, None)
         unsupported = self._fields_unsupported.setdefault(index, set())
         nvml = self._nvml
-        request = self._requests.get((index, power_only))
-        # The last request stands while neither the plan nor what this GPU lacks changed (that set
-        # only grows until a reopen, which drops the requests).
-        if request is None or request.made_from != (field_ids, len(unsupported)):
-            wanted = tuple(field for field in field_ids if field not in unsupported)
-            if not wanted:
-                return
-            if request is None or request.keys != wanted:
-                request = self._requests[index, power_only] = FieldRequest(nvml, wanted, _LOOKED_UP)
-                if plan is not None:
-                    request.decode_with(plan)
-            request.made_from = (field_ids, len(unsupported))
+        request = self._request(index, power_only, plan, field_ids, unsupported)
+        if request is None:
+            return
         answers = self.call(index, "fields", request.send, self._handles[index])
         if answers is None:
             if ("fields", index) in self._unsupported:  # a driver without field values
@@ -368,6 +359,29 @@ class NvidiaBackend(NvmlBackend):
                 self.on_error(("field_{}_{}".format(*field_id), index), kind, error)
         if len(values) == len(answered):
             request.mark_clean(tuple(answered))
+
+    def _request(
+        self,
+        index: int,
+        power_only: bool,
+        plan: FieldPlan | None,
+        field_ids: tuple[FieldKey, ...],
+        unsupported: set[FieldKey],
+    ) -> FieldRequest | None:
+        """The batch to send: the last one while neither the plan nor what this GPU lacks changed
+        (that set only grows until a reopen, which drops the requests); None when nothing is left."""
+        request = self._requests.get((index, power_only))
+        if request is not None and request.made_from == (field_ids, len(unsupported)):
+            return request
+        wanted = tuple(field for field in field_ids if field not in unsupported)
+        if not wanted:
+            return None
+        if request is None or request.keys != wanted:
+            request = self._requests[index, power_only] = FieldRequest(self._nvml, wanted, _LOOKED_UP)
+            if plan is not None:
+                request.decode_with(plan)
+        request.made_from = (field_ids, len(unsupported))
+        return request
 
     def _read_gpm(self, index: int) -> None:
         """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM. The
