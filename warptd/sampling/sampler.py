@@ -10,9 +10,12 @@ A power backend that measures an accelerator backend's devices through the same 
 is loaded: each full read of the accelerator backend publishes its domains too, so a GPU's power and
 energy counter are read once per tick, not twice. Loaded alone, or watched, it reads itself.
 
-A hung SDK call blocks only that backend's worker: its job gives up after ``sample_timeout``,
-marks the backend stale (its series are dropped) and counts a ``timeout``; later ticks count
-``hung`` until the call returns. Other backends keep their own workers and schedule.
+A scheduled tick hands the read to the backend's worker and returns: the worker reads and publishes,
+so a sample wakes two threads (the scheduler's, the worker), not four. A hung SDK call blocks only
+that backend's worker: :class:`~warptd.sampling.deadlines.Deadlines` gives up on the read after
+``sample_timeout``, marks the backend stale (its series are dropped) and counts a ``timeout``; later
+ticks count ``hung`` until the call returns, whose late result is dropped. Other backends keep their
+own workers and schedule. :meth:`Sampler.tick` is the same read made and waited for by its caller.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from apscheduler.executors.debug import DebugExecutor
 from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from warptd.errors import ErrorKind
 from warptd.power.base import DomainPower, DomainReading, PowerBackend
 from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleTracker
+from warptd.sampling.deadlines import Deadlines
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
 from warptd.sampling.state import CounterState
 from warptd.sampling.validate import sanitize_device, sanitize_domain
@@ -139,8 +144,13 @@ class Sampler:
             if backend.companion in self.backends and backend.domains_from([]) is not None:
                 self._derived.setdefault(backend.companion, []).append(backend)
         self._derived_names = {p.name for derived in self._derived.values() for p in derived}
+        self._deadlines = Deadlines(lambda: self.settings.sample_timeout, self._timed_out)
         self.scheduler = BackgroundScheduler(
-            executors={"default": JobExecutor(max_workers=max(2, 2 * len(self.backends) + 1))},
+            executors={
+                "default": JobExecutor(max_workers=max(2, 2 * len(self.backends) + 1)),
+                # the regular ticks only hand their read to the backend's worker: run on the spot
+                "handoff": DebugExecutor(),
+            },
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone=UTC,
         )
@@ -182,13 +192,15 @@ class Sampler:
         for name in self.scheduled():
             self._log_capped(name)
             self.scheduler.add_job(
-                self.tick,
+                self._hand_off,
                 "interval",
                 args=[name],
                 seconds=self.interval(name),
                 next_run_time=datetime.now(UTC),
                 id=f"sample-{name}",
+                executor="handoff",
             )
+        self._deadlines.start()
         self.scheduler.start()
         for name in self.backends:
             self._schedule_fast(name)
@@ -285,15 +297,22 @@ class Sampler:
                 )
 
     def halt(self) -> None:
-        """Stop scheduling and wait for the jobs running now (then :meth:`sample_all` may read)."""
+        """Stop scheduling and wait for the jobs and reads running now, each at most until its
+        timeout (then :meth:`sample_all` may read)."""
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
+        for future in [*self._inflight.values(), *self._fast_inflight.values()]:
+            try:
+                future.result(timeout=self.settings.sample_timeout)
+            except Exception:  # a hung or failed read: counted where it happened
+                continue
 
     def stop(self) -> None:
         """Stop scheduling, save the energy totals, shut the SDKs down; a backend whose read hangs is
         shut down when that read returns (so a shared SDK session is still released), not waited for."""
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        self._deadlines.stop()
         self.state.maybe_save(self._energy, force=True)
         for name, worker in self._workers.items():
             worker.close()
@@ -311,6 +330,39 @@ class Sampler:
             self.tick(name)
 
     # -- one tick ---------------------------------------------------------------------------
+    def _hand_off(self, name: str) -> None:
+        """A scheduled tick, on the scheduler's thread: give backend ``name``'s read to its worker,
+        which publishes it. While the last read is in flight this tick is skipped, and counted
+        ``hung`` once that read is past its deadline."""
+        previous = self._inflight.get(name)
+        if previous is not None and not previous.done():
+            if self._deadlines.expired(name):
+                self._fail(name, ErrorKind.HUNG, "hung")
+            return
+        started = time.monotonic()
+        self._deadlines.arm(name, started)
+        self._inflight[name] = self._workers[name].submit(lambda: self._read_and_publish(name, started))
+
+    def _read_and_publish(self, name: str, started: float) -> None:
+        """A scheduled tick's work, on the backend's worker; a read given up on is not published."""
+        try:
+            raw = self._read(name)
+        except Exception as exc:  # a backend bug outside its guarded SDK calls
+            if not self._deadlines.finish(name):
+                log.error("sample_failed", backend=name, error=repr(exc))
+                self._fail(name, ErrorKind.UNEXPECTED, "error")
+            return
+        if self._deadlines.finish(name):
+            return
+        try:
+            self._publish(name, raw, started, full=True)
+        except Exception as exc:  # a listener's bug: the worker goes on
+            log.error("publish_failed", backend=name, error=repr(exc))
+
+    def _timed_out(self, name: str) -> None:
+        log.warning("sample_timeout", backend=name, timeout_s=self.settings.sample_timeout)
+        self._fail(name, ErrorKind.TIMEOUT, "timeout")
+
     def tick(self, name: str) -> None:
         """Read backend ``name`` once, within the timeout, and publish the result."""
         previous = self._inflight.get(name)
@@ -323,8 +375,7 @@ class Sampler:
         try:
             raw = future.result(timeout=self.settings.sample_timeout)
         except FutureTimeout:
-            log.warning("sample_timeout", backend=name, timeout_s=self.settings.sample_timeout)
-            self._fail(name, ErrorKind.TIMEOUT, "timeout")
+            self._timed_out(name)
             return
         except Exception as exc:  # a backend bug outside its guarded SDK calls
             log.error("sample_failed", backend=name, error=repr(exc))
