@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import (
     ROOT,
-    cpu_seconds,
     emit,
     free_port,
     get,
@@ -36,6 +35,7 @@ from common import (
     start_node_exporter,
     start_warptd_double,
     stop,
+    thread_cpu_seconds,
 )
 from metrics_bench import measure
 
@@ -68,7 +68,7 @@ def side_by_side(trees: dict[str, Path], interval: float, idle: float) -> list[d
                 port,
             )
         time.sleep(3)  # past discovery and the first samples
-        before = {name: (cpu_seconds(p.pid), nvml_calls(p.pid), samples_total(port, "nvidia"))
+        before = {name: (thread_cpu_seconds(p.pid), nvml_calls(p.pid), samples_total(port, "nvidia"))
                   for name, (p, port) in daemons.items()}  # fmt: skip
         started = time.monotonic()
         time.sleep(idle)  # sampling only: what a scrape costs (a render) is measured apart, below
@@ -77,7 +77,7 @@ def side_by_side(trees: dict[str, Path], interval: float, idle: float) -> list[d
         for name, (proc, port) in daemons.items():
             cpu0, calls0, samples0 = before[name]
             samples = max(1.0, samples_total(port, "nvidia") - samples0)
-            cpu = cpu_seconds(proc.pid) - cpu0
+            cpu = thread_cpu_seconds(proc.pid) - cpu0
             body = get(port)[1]
             rows.append({
                 "daemon": name,
