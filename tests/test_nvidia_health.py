@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.conftest import assert_promtool_clean
@@ -292,3 +294,44 @@ def test_field_ids_are_those_of_the_installed_pynvml():
     assert used <= set(expected.values())  # every health field is checked above
     for code, action in enumerate(f.RECOVERY_ACTIONS):
         assert getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{action.upper()}") == code
+
+
+def test_slow_values_are_read_every_health_interval_and_reported_between(settings, fake_nvml, make_rig):
+    """Sampled faster than --health-interval, a GPU's health batch, power limit, fans and media
+    engines are read that often; the samples between carry their last values, and power, clocks and
+    throttling are read every sample. A GPU that comes back reads them all at once."""
+    settings.interval, settings.health_interval = 0.05, 0.4
+    rig = make_rig("nvidia")
+    gpu = fake_nvml.gpus[0]
+    gpu.ecc_volatile[0], gpu.encoder_util = 5, 30
+    rig.tick()
+    slow = (
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetEncoderUtilization",
+        "nvmlDeviceGetDecoderUtilization",
+    )
+    calls = [fake_nvml.calls(name) for name in slow]
+    gpu.ecc_volatile[0], gpu.encoder_util, gpu.power_limit_mw = 9, 60, 400_000
+    gpu.power_mw = 250_000
+    samples = rig.tick()
+    assert [fake_nvml.calls(name) for name in slow] == calls  # not due yet
+    assert value(samples, "warptd_device_power_watts", **DEV0) == 250  # read every sample
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 5  # the last read
+    assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV0) == 0.3
+    assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 700
+    assert select(samples, "warptd_device_nvlink_bytes_total", **DEV0)  # still there between reads
+
+    slow_reads = rig.sampler.backends["nvidia"]._slow_reads
+    time.sleep(0.4)  # the health interval
+    samples = rig.tick()
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 9
+    assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV0) == 0.6
+    assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 400
+    assert slow_reads.due(0) is False  # that read counted as the last one
+
+    gpu.lost = True
+    rig.tick()
+    gpu.lost = False
+    gpu.ecc_volatile[0] = 12
+    samples = rig.tick()  # back: everything read at once, not a health interval later
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 12

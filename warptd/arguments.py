@@ -148,6 +148,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {"type": _number, "metavar": "SECONDS", "help": "a sample may take (default 2)"},
         ),
         (
+            ("--health-interval",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "between two reads of health counters and other slow values (default 1)",
+            },
+        ),
+        (
             ("--window-interval",),
             {
                 "type": _number,

@@ -109,6 +109,13 @@ class Settings(BaseSettings):
     stress_max_duration: float = Field(3600.0, ge=1, le=7 * 86400, description="Longest stress run, seconds")
     stress_history: int = Field(50, ge=1, le=10_000, description="Finished stress jobs kept for GET /stress")
     windows: bool = Field(True, description="Serve the /windows endpoints (--no-windows turns them off)")
+    health_interval: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two reads of a device's slow-changing values (health counters, "
+        "link counters, power limit, fans, media engines) when --interval is shorter",
+    )
     window_interval: float = Field(
         0.1, gt=0, le=3600, description="Seconds between two samples of a device inside an open window"
     )

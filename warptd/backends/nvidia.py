@@ -13,6 +13,7 @@ import structlog
 
 from warptd.backends import nvidia_fields, nvml_session
 from warptd.backends.base import AcceleratorBackend
+from warptd.backends.cadence import SlowReads
 from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldRequest
 from warptd.backends.nvml_backend import NvmlBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
@@ -59,6 +60,8 @@ _DEVICE_FIELDS: tuple[FieldKey, ...] = tuple(
     (field_id, 0) for field_id in (FI_POWER_INSTANT, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
 )
 _POWER_FIELDS: tuple[FieldKey, ...] = ((FI_POWER_INSTANT, 0),)
+#: What a sample between two reads of the slow values asks: power, throttle times, memory temperature.
+_SAMPLE_FIELDS: tuple[FieldKey, ...] = (*_DEVICE_FIELDS, (nvidia_fields.FI_MEMORY_TEMP, 0))
 #: The fields read one by one through :meth:`NvidiaBackend._field` (the rest decode by the plan).
 _LOOKED_UP = frozenset((*_DEVICE_FIELDS, *nvidia_fields.OTHER))
 # nvmlValueType_t: NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6.
@@ -135,10 +138,15 @@ class NvidiaBackend(NvmlBackend):
         self._fields: dict[int, dict[FieldKey, float]] = {}  # this read's field values per device
         self._fields_unsupported: dict[int, set[FieldKey]] = {}
         self._plans: dict[int, FieldPlan] = {}  # the full field batch per device (its NVLinks known)
-        self._requests: dict[tuple[int, bool], FieldRequest] = {}  # the last batch per device and kind
+        self._requests: dict[tuple[int, str], FieldRequest] = {}  # the last batch per device and kind
         self._steady: dict[int, tuple[FieldRequest, list[float]]] = {}  # this read's values by position
         self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
         self._fans: dict[int, int] = {}  # fans per device, asked once
+        self._slow_reads = SlowReads(settings)
+        #: The slow values of each device's last read of them (:mod:`~warptd.backends.cadence`): its
+        #: enforced power limit (W) and nvidia-smi's gauges besides the performance state.
+        self._power_limits: dict[int, float | None] = {}
+        self._slow_gauges: dict[int, dict[str, LabelledValues]] = {}
         self._known: dict[int, GPUInfo] = {}  # last identity read per index
         self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
 
@@ -175,6 +183,7 @@ class NvidiaBackend(NvmlBackend):
             self._plans.clear()
             self._requests.clear()
             self._fans.clear()
+            self._slow_reads.forget()
 
     def device_identity(self, index: int) -> str | None:
         with self._session.lock:
@@ -197,7 +206,10 @@ class NvidiaBackend(NvmlBackend):
     def read_device(self, index: int) -> DeviceReading:
         with self._session.lock:
             self._sync_generation()
-            return super().read_device(index)
+            reading = super().read_device(index)
+        if not reading.up:
+            self._slow_reads.forget(index)  # back up, it reads everything at once
+        return reading
 
     def read_power(self, index: int) -> tuple[float | None, float | None] | None:
         with self._session.lock:
@@ -312,23 +324,47 @@ class NvidiaBackend(NvmlBackend):
         return self._plans[index]
 
     def begin_read(self, index: int, power_only: bool) -> None:
-        """The batched reads of one GPU: its field values, decoded once for the gauges and counters,
-        then (full reads only) its GPM sample."""
-        self._read_fields(index, power_only)
-        if not power_only:
+        """The batched reads of one GPU: its field values, then (full reads only) its GPM sample. Every
+        ``--health-interval`` the batch holds every field (health, links), decoded once for the gauges
+        and counters, and the other slow values are read; the samples between report those."""
+        if power_only:
+            self._read_fields(index, _POWER_FIELDS, None)
+            return
+        if not self._slow_reads.due(index):
+            self._read_fields(index, _SAMPLE_FIELDS, None)
+        else:
+            plan = self._plan(index)
+            self._read_fields(index, plan.keys if plan else _SAMPLE_FIELDS, plan)
             self._decoded[index] = self._field_metrics(index)
-            self._read_gpm(index)
+            self._read_slow(index)
+        self._read_gpm(index)
 
-    def _read_fields(self, index: int, power_only: bool) -> None:
-        """The field batch. Each value carries its own return code: a field answered "not supported"
-        once is not asked again for this GPU."""
-        plan = None if power_only else self._plan(index)
-        field_ids = _POWER_FIELDS if power_only else plan.keys if plan else _DEVICE_FIELDS
+    def _read_slow(self, index: int) -> None:
+        """The slow values besides the field batch: the enforced power limit, fans, encoder and decoder."""
+        milliwatts = self._get(index, "power_limit", "nvmlDeviceGetEnforcedPowerLimit")
+        self._power_limits[index] = milliwatts / 1000 if milliwatts is not None else None
+        gauges: dict[str, LabelledValues] = {}
+        fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds(index).items()}
+        if fans:
+            gauges[catalog.FAN_SPEED.name] = fans
+        for metric, fn_name in (
+            (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization"),
+            (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization"),
+        ):
+            answer = self._get(index, metric.name, fn_name)  # [percent, sampling period in µs]
+            if answer is not None:
+                gauges[metric.name] = {(): answer[0] / 100}
+        self._slow_gauges[index] = gauges
+
+    def _read_fields(self, index: int, field_ids: tuple[FieldKey, ...], plan: FieldPlan | None) -> None:
+        """One field batch (``plan``: the full one, which decodes into gauges and counters). Each
+        value carries its own return code: a field answered "not supported" once is not asked again
+        for this GPU."""
         self._fields[index] = values = {}
         self._steady.pop(index, None)
         unsupported = self._fields_unsupported.setdefault(index, set())
         nvml = self._nvml
-        request = self._request(index, power_only, plan, field_ids, unsupported)
+        request = self._request(index, plan, field_ids, unsupported)
         if request is None:
             return
         answers = self.call(index, "fields", request.send, self._handles[index])
@@ -363,21 +399,22 @@ class NvidiaBackend(NvmlBackend):
     def _request(
         self,
         index: int,
-        power_only: bool,
         plan: FieldPlan | None,
         field_ids: tuple[FieldKey, ...],
         unsupported: set[FieldKey],
     ) -> FieldRequest | None:
-        """The batch to send: the last one while neither the plan nor what this GPU lacks changed
-        (that set only grows until a reopen, which drops the requests); None when nothing is left."""
-        request = self._requests.get((index, power_only))
+        """The batch to send: the last one of its kind while neither the plan nor what this GPU lacks
+        changed (that set only grows until a reopen, which drops the requests); None when nothing is
+        left to ask."""
+        kind = "full" if plan is not None else "power" if field_ids is _POWER_FIELDS else "sample"
+        request = self._requests.get((index, kind))
         if request is not None and request.made_from == (field_ids, len(unsupported)):
             return request
         wanted = tuple(field for field in field_ids if field not in unsupported)
         if not wanted:
             return None
         if request is None or request.keys != wanted:
-            request = self._requests[index, power_only] = FieldRequest(self._nvml, wanted, _LOOKED_UP)
+            request = self._requests[index, kind] = FieldRequest(self._nvml, wanted, _LOOKED_UP)
             if plan is not None:
                 request.decode_with(plan)
         request.made_from = (field_ids, len(unsupported))
@@ -432,8 +469,8 @@ class NvidiaBackend(NvmlBackend):
         return milliwatts / 1000 if milliwatts is not None else None
 
     def get_power_limit(self, index: int) -> float | None:
-        milliwatts = self._get(index, "power_limit", "nvmlDeviceGetEnforcedPowerLimit")
-        return milliwatts / 1000 if milliwatts is not None else None
+        """The enforced limit as of the last read of the slow values."""
+        return self._power_limits.get(index)
 
     def get_energy_counter(self, index: int) -> float | None:
         millijoules = self._get(index, "energy", "nvmlDeviceGetTotalEnergyConsumption")
@@ -532,21 +569,12 @@ class NvidiaBackend(NvmlBackend):
         return counters
 
     def _smi_gauges(self, index: int) -> dict[str, LabelledValues]:
-        """Fans, encoder and decoder utilization, performance state: what nvidia-smi shows beside."""
-        gauges: dict[str, LabelledValues] = {}
-        fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds(index).items()}
-        if fans:
-            gauges[catalog.FAN_SPEED.name] = fans
-        for metric, fn_name in (
-            (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization"),
-            (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization"),
-        ):
-            answer = self._get(index, metric.name, fn_name)  # [percent, sampling period in µs]
-            if answer is not None:
-                gauges[metric.name] = {(): answer[0] / 100}
+        """What nvidia-smi shows beside: the performance state, read every sample, and the fans,
+        encoder and decoder utilization of the last read of the slow values."""
+        gauges = self._slow_gauges.get(index, {})
         pstate = self._get(index, "pstate", "nvmlDeviceGetPerformanceState")
         if pstate is not None and 0 <= pstate <= _LAST_PSTATE:  # NVML_PSTATE_UNKNOWN (32): absent
-            gauges[catalog.PERFORMANCE_STATE.name] = {(): float(pstate)}
+            return {**gauges, catalog.PERFORMANCE_STATE.name: {(): float(pstate)}}
         return gauges
 
     def _fan_speeds(self, index: int) -> dict[int, float]:

@@ -1,0 +1,44 @@
+"""When a device's slow-changing values are read again: health counters, limits, fans, media engines.
+
+They change on events (an ECC error, a row remapped, an administrator's power limit), not from one
+sample to the next, so a backend sampled faster than ``--health-interval`` reads them only that often
+and reports the last values in between, like DCGM's per-field update intervals. At ``--interval``
+equal to or longer than ``--health-interval`` (1 s both by default) every sample reads them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+
+class SlowReads:
+    """Per device, the monotonic time its slow values were last read."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._last: dict[int, float] = {}
+
+    def due(self, index: int, now: float | None = None) -> bool:
+        """Whether this read of device ``index`` reads its slow values too (and if so, from now on it
+        counts as their last read). Half a sample of slack: at 0.1 s and 1 s, every tenth sample."""
+        settings = self._settings
+        if settings.interval >= settings.health_interval:
+            return True  # every sample reads them
+        now = time.monotonic() if now is None else now
+        last = self._last.get(index)
+        if last is not None and now - last < settings.health_interval - settings.interval / 2:
+            return False
+        self._last[index] = now
+        return True
+
+    def forget(self, index: int | None = None) -> None:
+        """Read device ``index``'s (or every device's) slow values at its next read: it was down, or
+        the SDK was reopened."""
+        if index is None:
+            self._last.clear()
+        else:
+            self._last.pop(index, None)
