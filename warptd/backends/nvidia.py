@@ -128,7 +128,9 @@ class NvidiaBackend(NvmlBackend):
             self._handles = self._session.handles
             self._throttle_bits = {reason: getattr(nvml, const) for reason, const in _THROTTLE_BITS.items()}
             self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
-            self._clocks = {clock: getattr(nvml, const) for clock, const in _CLOCKS.items()}
+            self._clocks = tuple(
+                (clock, f"clock_{clock}", getattr(nvml, const)) for clock, const in _CLOCKS.items()
+            )
             self._unpack = nvidia_fields.unpacker(getattr(nvml, "c_nvmlFieldValue_t", None))
         except AttributeError as exc:  # an nvidia-ml-py too old for these constants
             self._lease.release()
@@ -143,6 +145,15 @@ class NvidiaBackend(NvmlBackend):
         self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
         self._fans: dict[int, int] = {}  # fans per device, asked once
         self._slow_reads = SlowReads(settings)
+        #: Per "Supported"/"Current": the clock-event reason calls this nvidia-ml-py has, newest first.
+        self._reason_calls = {
+            which: [
+                (f"clocks_{kind}_{which}", function)
+                for kind, name in (("event", "Event"), ("throttle", "Throttle"))
+                if (function := self._function(f"nvmlDeviceGet{which}Clocks{name}Reasons")) is not None
+            ]
+            for which in ("Supported", "Current")
+        }
         #: The slow values of each device's last read of them (:mod:`~warptd.backends.cadence`): its
         #: enforced power limit (W) and nvidia-smi's gauges besides the performance state.
         self._power_limits: dict[int, float | None] = {}
@@ -478,8 +489,8 @@ class NvidiaBackend(NvmlBackend):
 
     def get_clocks(self, index: int) -> dict[str, float]:
         clocks = {}
-        for clock, kind in self._clocks.items():
-            mhz = self._get(index, f"clock_{clock}", "nvmlDeviceGetClockInfo", kind)
+        for clock, what, kind in self._clocks:
+            mhz = self._get(index, what, "nvmlDeviceGetClockInfo", kind)
             if mhz is not None:
                 clocks[clock] = mhz * 1e6
         return clocks
@@ -487,11 +498,7 @@ class NvidiaBackend(NvmlBackend):
     def _reasons(self, index: int, which: str) -> int | None:
         """``nvmlDevice{which}ClocksEventReasons`` (R535+), else the older ``…ClocksThrottleReasons``."""
         handle = self._handles[index]
-        versions = (
-            (f"clocks_{kind}_{which}", self._function(f"nvmlDeviceGet{which}Clocks{name}Reasons"), (handle,))
-            for kind, name in (("event", "Event"), ("throttle", "Throttle"))
-        )
-        return self.call_versions(index, *(v for v in versions if v[1] is not None))
+        return self.call_versions(index, *((what, fn, (handle,)) for what, fn in self._reason_calls[which]))
 
     def _supported_mask(self, index: int) -> int:
         if index not in self._supported_masks:

@@ -112,7 +112,7 @@ class Sampler:
         self.listeners: list[Listener] = []
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir, settings.procfs)
-        self._throttle: dict[tuple[str, str, str], ThrottleTracker] = {}
+        self._throttle: dict[tuple[str, str], dict[str, ThrottleTracker]] = {}  # backend, device -> reason
         # backend, device, metric -> label values -> counter
         self._counters: dict[tuple[str, str, str], dict[tuple[str, ...], MonotonicCounter]] = {}
         # backend, device, metric -> the raw values last read and the totals they gave
@@ -528,15 +528,16 @@ class Sampler:
         return samples
 
     def _throttle_seconds(self, name: str, at: float, reading: DeviceReading) -> dict[str, float]:
+        trackers = self._throttle.get((name, reading.uuid or str(reading.index)))
+        if trackers is None:
+            trackers = self._throttle[(name, reading.uuid or str(reading.index))] = {}
+        active, counted = reading.throttle_active, reading.throttle_counter_seconds
         seconds = {}
-        for reason in reading.throttle_active.keys() | reading.throttle_counter_seconds.keys():
-            key = (name, reading.uuid or str(reading.index), reason)
-            tracker = self._throttle.get(key)
+        for reason in active.keys() | counted.keys():
+            tracker = trackers.get(reason)
             if tracker is None:
-                tracker = self._throttle[key] = ThrottleTracker()
-            seconds[reason] = tracker.update(
-                at, reading.throttle_active.get(reason, False), reading.throttle_counter_seconds.get(reason)
-            )
+                tracker = trackers[reason] = ThrottleTracker()
+            seconds[reason] = tracker.update(at, active.get(reason, False), counted.get(reason))
         return seconds
 
     def _counter_totals(self, name: str, reading: DeviceReading) -> dict[str, LabelledValues]:

@@ -8,6 +8,7 @@ never graphed.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from warptd.exporter.catalog import BY_NAME, DEVICE_LABELS, FAN_SPEED
 from warptd.models import DeviceReading, LabelledValues, MemoryUsage, Utilization
@@ -30,6 +31,8 @@ def _check(value: float | None, low: float, high: float, rejected: list[int]) ->
 
 
 def _filtered(values: dict[str, float], low: float, high: float, rejected: list[int]) -> dict[str, float]:
+    if not values or _all_within(values, low, high):
+        return values  # the common case, checked in C-level passes
     kept = {k: v for k, v in values.items() if _ok(v, low, high)}
     rejected[0] += len(values) - len(kept)
     return kept
@@ -46,8 +49,8 @@ def _memory(memory: MemoryUsage | None, rejected: list[int]) -> MemoryUsage | No
 
 
 def _utilization(util: Utilization | None, rejected: list[int]) -> Utilization | None:
-    if util is None:
-        return None
+    if util is None or (_ok(util.compute, 0.0, 1.0) and _ok(util.memory, 0.0, 1.0)):
+        return util
     return Utilization(_check(util.compute, 0.0, 1.0, rejected), _check(util.memory, 0.0, 1.0, rejected))
 
 
@@ -63,12 +66,12 @@ _LIMITS: dict[str, tuple[int, float]] = {
 }
 
 
-def _all_ok(values: LabelledValues, high: float) -> bool:
-    """Every value a number in 0..high, checked by C-level passes (a NaN or an infinity makes the sum
-    non-finite); False also for no values or a non-number, which the per-value check then sorts out."""
+def _all_within(values: dict[Any, float], low: float, high: float) -> bool:
+    """Every value a number in low..high, checked by C-level passes (a NaN or an infinity makes the
+    sum non-finite); False also for no values or a non-number, which the per-value check then sorts out."""
     numbers = values.values()
     try:
-        return math.isfinite(sum(numbers)) and min(numbers) >= 0.0 and max(numbers) <= high
+        return math.isfinite(sum(numbers)) and min(numbers) >= low and max(numbers) <= high
     except (TypeError, ValueError):
         return False
 
@@ -91,7 +94,7 @@ def _labelled(
             rejected[0] += len(values)  # a metric the exporter does not know, or not its labels
             continue
         high = limits[1]
-        if _all_ok(values, high):
+        if _all_within(values, 0.0, high):
             kept[metric] = values  # the common case, checked in C-level passes
             continue
         kept[metric] = {labels: v for labels, v in values.items() if _ok(v, 0.0, high)}
