@@ -276,9 +276,9 @@ def test_nvml_domains_come_from_the_nvidia_read_when_both_are_loaded(settings, f
     assert "nvml" in rig.sampler.backends and "nvml" not in rig.sampler.scheduled()
     fake_nvml.gpus[1].energy_mj = 7000
     samples = rig.tick()
-    energy_calls = fake_nvml.calls("nvmlDeviceGetTotalEnergyConsumption")
+    batches = fake_nvml.calls("nvmlDeviceGetFieldValues")
     samples = rig.tick()
-    assert fake_nvml.calls("nvmlDeviceGetTotalEnergyConsumption") - energy_calls == 2  # once per GPU
+    assert fake_nvml.calls("nvmlDeviceGetFieldValues") - batches == 2  # one batch per GPU, not two
     for index, dev in enumerate((DEV0, DEV1)):
         domain = {"source": "nvml", "domain": f"gpu{index}"}
         device_power = value(samples, "warptd_device_power_watts", **dev)
@@ -665,3 +665,23 @@ def test_mig_instances_created_after_start_are_listed(make_rig, fake_nvml, redis
     rig.tick("nvidia")
     assert rig.snapshot.get("nvidia").devices_info[0].aliases == gpu.mig_uuids
     assert fake_nvml.calls("nvmlInitWithFlags") == 1  # re-listed, never reopened
+
+
+def test_energy_comes_from_the_field_batch_and_the_call_only_without_the_field(rig, fake_nvml):
+    new, old = fake_nvml.gpus
+    old.unsupported_fields = {83}  # a driver without NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+    new.energy_mj, old.energy_mj = 9_000_000, 4_000_000
+    rig.tick()
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 9000
+    assert value(samples, "warptd_device_energy_joules_total", **DEV1) == 4000
+    assert fake_nvml.calls("nvmlDeviceGetTotalEnergyConsumption") == 2  # the old GPU's, each tick
+
+    new.raises["nvmlDeviceGetTotalEnergyConsumption"] = pynvml.NVML_ERROR_UNKNOWN  # the field fails too
+    samples = rig.tick()
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 1  # once
+    assert fake_nvml.calls("nvmlDeviceGetTotalEnergyConsumption") == 3  # no stand-in call for a failure
+    del new.raises["nvmlDeviceGetTotalEnergyConsumption"]
+    new.energy_mj = 9_500_000
+    samples = rig.tick()
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 9500

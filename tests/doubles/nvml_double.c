@@ -60,6 +60,7 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 #define MEMORY_V2 0x02000028u
 #define NOT_COUNTED UINT64_MAX /* a violation counter this GPU does not keep */
 #define FI_MEMORY_TEMP 82
+#define FI_TOTAL_ENERGY_CONSUMPTION 83 /* mJ since the driver was loaded: nvmlDeviceGetTotalEnergyConsumption */
 #define FI_POWER_AVERAGE 185
 #define FI_POWER_INSTANT 186
 #define FI_PERF_POLICY_POWER 74
@@ -492,11 +493,15 @@ int nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *mw) {
     return SUCCESS;
 }
 
-int nvmlDeviceGetTotalEnergyConsumption(void *h, unsigned long long *mj) {
-    DEVICE_CALL(nvmlDeviceGetTotalEnergyConsumption, h);
+static uint64_t energy_mj(const struct gpu *g) {
     uint64_t energy = g->energy_mj;
     if (g->live) energy += (uint64_t)((double)(now_ns(CLOCK_MONOTONIC) - g->live_since_ns) / 1e9 * instant_mw(g));
-    *mj = energy;
+    return energy;
+}
+
+int nvmlDeviceGetTotalEnergyConsumption(void *h, unsigned long long *mj) {
+    DEVICE_CALL(nvmlDeviceGetTotalEnergyConsumption, h);
+    *mj = energy_mj(g);
     return SUCCESS;
 }
 
@@ -603,6 +608,11 @@ static int field(const struct gpu *g, struct field_value *v) {
     }
     v->value_type = VALUE_ULL;
     switch (id) {
+    case FI_TOTAL_ENERGY_CONSUMPTION: /* the same counter: a GPU without it (pre-Volta) lacks both */
+        if (g->fn_error[FN_nvmlDeviceGetTotalEnergyConsumption])
+            return g->fn_error[FN_nvmlDeviceGetTotalEnergyConsumption];
+        v->value = energy_mj(g);
+        return SUCCESS;
     case FI_PERF_POLICY_POWER: v->value = g->violation_ns[0]; break;
     case FI_PERF_POLICY_THERMAL: v->value = g->violation_ns[1]; break;
     case FI_PERF_POLICY_SYNC_BOOST: v->value = g->violation_ns[2]; break;

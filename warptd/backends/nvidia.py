@@ -41,6 +41,9 @@ _THROTTLE_BITS: dict[str, str] = {
 # 12.57x releases carry 251-253 for the last three, which current drivers read as other fields).
 FI_POWER_AVERAGE = 185  # mW, the driver's 1 s average (Ampere and newer)
 FI_POWER_INSTANT = 186  # mW, instantaneous
+#: mJ since the driver was loaded: nvmlDeviceGetTotalEnergyConsumption's counter (Volta and newer), in
+#: the batch rather than a call of its own; the call stands in only where the field is unsupported.
+FI_TOTAL_ENERGY = 83
 # Time spent in each clock-event reason, ns: the perf-policy counters for the SW power cap (74) and sync
 # boost (76), and NVML_FI_DEV_CLOCKS_EVENT_REASON_{SW_THERM,HW_THERM,HW_POWER_BRAKE}_SLOWDOWN.
 _THROTTLE_FIELDS: dict[str, int] = {
@@ -57,9 +60,10 @@ _VIOLATION_POLICIES: dict[str, str] = {
     "sync_boost": "NVML_PERF_POLICY_SYNC_BOOST",
 }
 _DEVICE_FIELDS: tuple[FieldKey, ...] = tuple(
-    (field_id, 0) for field_id in (FI_POWER_INSTANT, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
+    (field_id, 0)
+    for field_id in (FI_POWER_INSTANT, FI_TOTAL_ENERGY, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
 )
-_POWER_FIELDS: tuple[FieldKey, ...] = ((FI_POWER_INSTANT, 0),)
+_POWER_FIELDS: tuple[FieldKey, ...] = ((FI_POWER_INSTANT, 0), (FI_TOTAL_ENERGY, 0))
 #: What a sample between two reads of the slow values asks: power, throttle times, memory temperature.
 _SAMPLE_FIELDS: tuple[FieldKey, ...] = (*_DEVICE_FIELDS, (nvidia_fields.FI_MEMORY_TEMP, 0))
 #: The fields read one by one through :meth:`NvidiaBackend._field` (the rest decode by the plan).
@@ -73,6 +77,7 @@ _64_BIT_INTEGERS = frozenset({2, 3, 4})
 _FIELD_TYPES: dict[int, frozenset[int]] = {
     FI_POWER_INSTANT: _INTEGERS,
     FI_POWER_AVERAGE: _INTEGERS,
+    FI_TOTAL_ENERGY: _64_BIT_INTEGERS,
     **dict.fromkeys(_THROTTLE_FIELDS.values(), _64_BIT_INTEGERS),
 }
 _LAST_PSTATE = 15  # NVML_PSTATE_15
@@ -484,7 +489,11 @@ class NvidiaBackend(NvmlBackend):
         return self._power_limits.get(index)
 
     def get_energy_counter(self, index: int) -> float | None:
-        millijoules = self._get(index, "energy", "nvmlDeviceGetTotalEnergyConsumption")
+        """The energy field; ``nvmlDeviceGetTotalEnergyConsumption`` only where the driver lacks the
+        field (a field failing this read is counted once, as the call's failure would be)."""
+        millijoules = self._field(index, FI_TOTAL_ENERGY)
+        if millijoules is None and self._field_unsupported(index, FI_TOTAL_ENERGY):
+            millijoules = self._get(index, "energy", "nvmlDeviceGetTotalEnergyConsumption")
         return millijoules / 1000 if millijoules is not None else None
 
     def get_clocks(self, index: int) -> dict[str, float]:
