@@ -596,7 +596,7 @@ def test_a_failed_reopen_keeps_the_gpus_down_and_is_retried(rig, fake_nvml, redi
     assert value(samples, "warptd_device_power_watts", **DEV1) == 120
 
 
-def test_a_pynvml_without_the_deprecated_wrappers_still_reads(rig, fake_nvml, monkeypatch):
+def test_a_pynvml_without_the_deprecated_wrappers_still_reads(make_rig, fake_nvml, monkeypatch):
     """nvidia-ml-py drops …ClocksThrottleReasons and nvmlDeviceGetViolationStatus with CUDA 14."""
     for name in (
         "nvmlDeviceGetCurrentClocksThrottleReasons",
@@ -604,6 +604,7 @@ def test_a_pynvml_without_the_deprecated_wrappers_still_reads(rig, fake_nvml, mo
         "nvmlDeviceGetViolationStatus",
     ):
         monkeypatch.delattr(pynvml, name)
+    rig = make_rig("nvidia")  # loaded with that nvidia-ml-py
     for gpu in fake_nvml.gpus:
         gpu.unsupported_fields = {74, 76}  # so the violation-status fallback would be asked
     samples = rig.tick()

@@ -155,10 +155,18 @@ class AcceleratorBackend(GuardedSDK, ABC):
 
     # -- shared machinery -------------------------------------------------------------------
     def call(self, index: int, what: str, fn: Callable[..., T], *args: object) -> T | None:
-        """Guarded SDK call for device ``index``; once the device is lost this sample, skip the rest."""
+        """:meth:`guarded` SDK call for device ``index`` (inlined: a sample makes a dozen per device);
+        once the device is lost this sample, skip the rest."""
         if index in self._lost_now:
             return None
-        return self.guarded((what, index), fn, *args)
+        key = (what, index)
+        if key in self._unsupported:
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self.on_error(key, self.classify_error(exc), exc)
+            return None
 
     def call_versions(
         self, index: int, *versions: tuple[str, Callable[..., T], tuple[object, ...]]

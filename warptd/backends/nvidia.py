@@ -150,6 +150,7 @@ class NvidiaBackend(NvmlBackend):
         self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
         self._fans: dict[int, int] = {}  # fans per device, asked once
         self._slow_reads = SlowReads(settings)
+        self._functions: dict[str, Any] = {}  # pynvml functions by name, looked up once
         #: Per "Supported"/"Current": the clock-event reason calls this nvidia-ml-py has, newest first.
         self._reason_calls = {
             which: [
@@ -320,10 +321,11 @@ class NvidiaBackend(NvmlBackend):
         return getattr(self._nvml, name, None)
 
     def _get(self, index: int, what: str, fn_name: str, *args: object) -> Any:
-        function = self._function(fn_name)
+        function = self._functions.get(fn_name) or self._function(fn_name)
         if function is None:
             self._unsupported.add((what, index))
             return None
+        self._functions[fn_name] = function
         return self.call(index, what, function, self._handles[index], *args)
 
     def _plan(self, index: int) -> FieldPlan | None:
