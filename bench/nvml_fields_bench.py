@@ -1,12 +1,13 @@
 """What reading the health, traffic and nvidia-smi fields costs (issue 12's Performance section).
 
     git archive 748b416 | (mkdir -p /tmp/warptd-748b416 && tar -x -C /tmp/warptd-748b416)  # once
-    python bench/nvml_fields_bench.py [--old /tmp/warptd-748b416] [--idle 60] [--quick]
+    python bench/nvml_fields_bench.py [--old /tmp/warptd-748b416] [--idle 30] [--rounds 5] [--quick]
 
 1. Today's daemon (748b416, today's fields) and this tree's (the whole field set, 18 NVLinks per GPU)
-   side by side over the C NVML double, 8 GPUs at 1 Hz, CPU over one shared window without scrapes
-   (sampling only): CPU ms per sample and % of one core, and NVML calls per GPU per sample (the
-   double counts every call);
+   side by side over the C NVML double, 8 GPUs at 1 Hz, CPU over ``--rounds`` shared windows without
+   scrapes (sampling only; both without the XID thread, whose double polls): CPU ms per sample and %
+   of one core (medians, and the median ratio to 748b416 over the same windows), and NVML calls per
+   GPU per sample (the double counts every call);
 2. the same at 10 Hz (the issue asks under 1.5 % of one core);
 3. ``/metrics`` p50 latency and RSS at 8 and 64 GPUs beside node_exporter (``metrics_bench.measure``);
 4. where the difference goes, in process for each tree: CPU ms for the 8 device reads, for one whole
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -57,8 +59,12 @@ def nvml_calls(pid: int) -> int:
         return sum((ctypes.c_uint64 * MAX_FN).from_buffer_copy(state.read(8 * MAX_FN)))
 
 
-def side_by_side(trees: dict[str, Path], interval: float, idle: float) -> list[dict[str, object]]:
-    """The daemons of ``trees`` at once, 8 GPUs each, measured over one shared idle window."""
+def side_by_side(
+    trees: dict[str, Path], interval: float, idle: float, rounds: int
+) -> list[dict[str, object]]:
+    """The daemons of ``trees`` at once, 8 GPUs each, measured over ``rounds`` shared idle windows of
+    ``idle`` s: this machine's speed drifts between minutes, so each row gives every window's CPU, the
+    median, and the median of the per-window ratios to the first tree (measured over the same window)."""
     daemons = {}
     try:
         for name, root in trees.items():
@@ -68,24 +74,34 @@ def side_by_side(trees: dict[str, Path], interval: float, idle: float) -> list[d
                 port,
             )
         time.sleep(3)  # past discovery and the first samples
-        before = {name: (thread_cpu_seconds(p.pid), nvml_calls(p.pid), samples_total(port, "nvidia"))
-                  for name, (p, port) in daemons.items()}  # fmt: skip
-        started = time.monotonic()
-        time.sleep(idle)  # sampling only: what a scrape costs (a render) is measured apart, below
-        elapsed = time.monotonic() - started
+        windows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in daemons}
+        for _ in range(rounds):
+            before = {name: (thread_cpu_seconds(p.pid), nvml_calls(p.pid), samples_total(port, "nvidia"))
+                      for name, (p, port) in daemons.items()}  # fmt: skip
+            started = time.monotonic()
+            time.sleep(idle)  # sampling only: what a scrape costs (a render) is measured apart, below
+            elapsed = time.monotonic() - started
+            for name, (proc, port) in daemons.items():
+                cpu0, calls0, samples0 = before[name]
+                samples = max(1.0, samples_total(port, "nvidia") - samples0)
+                cpu = thread_cpu_seconds(proc.pid) - cpu0
+                calls = (nvml_calls(proc.pid) - calls0) / samples / GPUS
+                windows[name].append((cpu / elapsed * 100, cpu / samples * 1e3, calls))
+        first = next(iter(windows.values()))
         rows = []
-        for name, (proc, port) in daemons.items():
-            cpu0, calls0, samples0 = before[name]
-            samples = max(1.0, samples_total(port, "nvidia") - samples0)
-            cpu = thread_cpu_seconds(proc.pid) - cpu0
+        for name, (_, port) in daemons.items():
             body = get(port)[1]
+            measured = windows[name]
+            ratios = [mine[0] / theirs[0] for mine, theirs in zip(measured, first, strict=True)]
             rows.append({
                 "daemon": name,
                 "interval_s": interval,
                 "series": sum(1 for line in body.splitlines() if line and not line.startswith(b"#")),
-                "cpu_pct_of_core": cpu / elapsed * 100,
-                "cpu_ms_per_sample": cpu / samples * 1e3,
-                "nvml_calls_per_gpu_sample": (nvml_calls(proc.pid) - calls0) / samples / GPUS,
+                "cpu_pct_of_core": statistics.median(w[0] for w in measured),
+                "cpu_pct_each_window": " ".join(f"{w[0]:.3f}" for w in measured),
+                "ratio_to_first": statistics.median(ratios),
+                "cpu_ms_per_sample": statistics.median(w[1] for w in measured),
+                "nvml_calls_per_gpu_sample": statistics.median(w[2] for w in measured),
             })  # fmt: skip
         return rows
     finally:
@@ -137,7 +153,8 @@ def breakdown(trees: dict[str, Path]) -> list[dict[str, object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--old", type=Path, default=Path("/tmp/warptd-748b416"))
-    parser.add_argument("--idle", type=float, default=60.0)
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds of each measured window")
+    parser.add_argument("--rounds", type=int, default=5, help="windows per interval (median reported)")
     parser.add_argument("--scrapes", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="20 s windows, 50 scrapes")
     parser.add_argument(
@@ -151,11 +168,12 @@ def main() -> None:
     if not (args.old / "bench" / "double_daemon.py").exists():
         sys.exit(f"no old checkout at {args.old}: see this script's docstring")
     if "1hz" in args.parts:
-        rows = side_by_side({"748b416": args.old, "this tree": ROOT}, 1.0, idle)
+        rows = side_by_side({"748b416": args.old, "this tree": ROOT}, 1.0, idle, args.rounds)
         emit(rows, "8 GPUs at 1 Hz, side by side")
     if "10hz" in args.parts:
         emit(
-            side_by_side({"748b416": args.old, "this tree": ROOT}, 0.1, idle), "8 GPUs at 10 Hz, side by side"
+            side_by_side({"748b416": args.old, "this tree": ROOT}, 0.1, idle, args.rounds),
+            "8 GPUs at 10 Hz, side by side",
         )
     if "breakdown" in args.parts:
         rows = breakdown({"748b416": args.old, "this tree": ROOT})
