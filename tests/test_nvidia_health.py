@@ -335,3 +335,14 @@ def test_slow_values_are_read_every_health_interval_and_reported_between(setting
     gpu.ecc_volatile[0] = 12
     samples = rig.tick()  # back: everything read at once, not a health interval later
     assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 12
+
+
+def test_a_reload_changes_the_health_interval_live(settings, fake_nvml, make_rig):
+    settings.interval, settings.health_interval = 0.05, 60.0
+    rig = make_rig("nvidia")
+    gpu = fake_nvml.gpus[0]
+    rig.tick()
+    gpu.ecc_volatile[0] = 3
+    assert value(rig.tick(), "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 0  # a minute away
+    rig.sampler.reconfigure(settings.model_copy(update={"health_interval": 0.05}))  # SIGHUP
+    assert value(rig.tick(), "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 3  # every sample

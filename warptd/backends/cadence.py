@@ -9,6 +9,7 @@ equal to or longer than ``--health-interval`` (1 s both by default) every sample
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -16,16 +17,17 @@ if TYPE_CHECKING:
 
 
 class SlowReads:
-    """Per device, the monotonic time its slow values were last read."""
+    """Per device, the monotonic time its slow values were last read; ``settings()`` gives the settings
+    in force (a reload changes the intervals live)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Callable[[], Settings]) -> None:
         self._settings = settings
         self._last: dict[int, float] = {}
 
     def due(self, index: int, now: float | None = None) -> bool:
         """Whether this read of device ``index`` reads its slow values too (and if so, from now on it
         counts as their last read). Half a sample of slack: at 0.1 s and 1 s, every tenth sample."""
-        settings = self._settings
+        settings = self._settings()
         if settings.interval >= settings.health_interval:
             return True  # every sample reads them
         now = time.monotonic() if now is None else now

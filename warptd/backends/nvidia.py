@@ -149,7 +149,7 @@ class NvidiaBackend(NvmlBackend):
         self._steady: dict[int, tuple[FieldRequest, list[float]]] = {}  # this read's values by position
         self._decoded: dict[int, Decoded] = {}  # this read's gauges and raw counters from the fields
         self._fans: dict[int, int] = {}  # fans per device, asked once
-        self._slow_reads = SlowReads(settings)
+        self._slow_reads = SlowReads(lambda: self.settings)
         self._functions: dict[str, Any] = {}  # pynvml functions by name, looked up once
         #: Per "Supported"/"Current": the clock-event reason calls this nvidia-ml-py has, newest first.
         self._reason_calls = {

@@ -284,6 +284,8 @@ class Sampler:
         """Apply reloaded settings: a new interval reschedules the jobs it changes; the timeout
         applies next tick."""
         old, self.settings = self.settings, settings
+        for backend in self.backends.values():
+            backend.settings = settings  # what they read per sample (--health-interval) applies live
         if not self.scheduler.running:
             return
         for name in self.scheduled():
