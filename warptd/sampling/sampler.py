@@ -125,6 +125,7 @@ class Sampler:
         self._publishing: dict[str, threading.Lock] = {}  # one tick's results published at a time
         self._seen_at: dict[tuple[str, int | str], float] = {}  # newest read published per device
         self.watches = Watches()
+        self._power_names: set[str] = set()  # the power backends among ``backends``
         self._watch_lock = threading.Lock()
         for backend in accelerators:
             self._add(
@@ -157,6 +158,8 @@ class Sampler:
 
     def _add(self, backend: AcceleratorBackend | PowerBackend, state: BackendState) -> None:
         self.backends[backend.name] = backend
+        if isinstance(backend, PowerBackend):  # asked once: an ABC's isinstance is slow per sample
+            self._power_names.add(backend.name)
         self.snapshot.add(state)
         self._workers[backend.name] = _Worker(backend.name)
         self._publishing[backend.name] = threading.Lock()
@@ -398,7 +401,7 @@ class Sampler:
             new_devices: list[DeviceSample] | None = None
             new_domains: list[DomainPower] | None = None
             changes: dict[str, object]
-            if isinstance(self.backends[name], PowerBackend):
+            if name in self._power_names:
                 new_domains = self._domains(name, raw)
                 kept = state.domains if state else []
                 changes = {"domains": new_domains if new_domains is not None else kept}
@@ -448,8 +451,8 @@ class Sampler:
         """Read every device (or only ``indices``, a fast read) or every domain of backend ``name``."""
         backend = self.backends[name]
         infos = None
-        if isinstance(backend, PowerBackend):
-            readings: list[Any] = backend.read_domains()
+        if name in self._power_names:
+            readings: list[Any] = backend.read_domains()  # type: ignore[union-attr]
             rejected = sum(sanitize_domain(r) for r in readings)
         else:
             if indices is None:
