@@ -156,7 +156,7 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of each measured window")
     parser.add_argument("--rounds", type=int, default=5, help="windows per interval (median reported)")
     parser.add_argument("--scrapes", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="20 s windows, 50 scrapes")
+    parser.add_argument("--quick", action="store_true", help="2 windows of 20 s, 50 scrapes")
     parser.add_argument(
         "--parts",
         nargs="+",
@@ -165,14 +165,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     idle, scrapes = (20.0, 50) if args.quick else (args.idle, args.scrapes)
+    rounds = 2 if args.quick else args.rounds
     if not (args.old / "bench" / "double_daemon.py").exists():
         sys.exit(f"no old checkout at {args.old}: see this script's docstring")
     if "1hz" in args.parts:
-        rows = side_by_side({"748b416": args.old, "this tree": ROOT}, 1.0, idle, args.rounds)
+        rows = side_by_side({"748b416": args.old, "this tree": ROOT}, 1.0, idle, rounds)
         emit(rows, "8 GPUs at 1 Hz, side by side")
     if "10hz" in args.parts:
         emit(
-            side_by_side({"748b416": args.old, "this tree": ROOT}, 0.1, idle, args.rounds),
+            side_by_side({"748b416": args.old, "this tree": ROOT}, 0.1, idle, rounds),
             "8 GPUs at 10 Hz, side by side",
         )
     if "breakdown" in args.parts:
