@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pynvml
 import pytest
 
 from tests.conftest import assert_promtool_clean
@@ -344,5 +345,31 @@ def test_a_reload_changes_the_health_interval_live(settings, fake_nvml, make_rig
     rig.tick()
     gpu.ecc_volatile[0] = 3
     assert value(rig.tick(), "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 0  # a minute away
-    rig.sampler.reconfigure(settings.model_copy(update={"health_interval": 0.05}))  # SIGHUP
+    rig.sampler.reconfigure(settings.model_copy(update={"health_interval": 0.05, "node": "node-b"}))  # SIGHUP
     assert value(rig.tick(), "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 3  # every sample
+    nvidia, nvml = rig.sampler.backends["nvidia"], rig.sampler.backends["nvml"]
+    assert nvml.devices.settings.health_interval == 0.05  # the power backend's own reader too
+    assert nvidia.settings.node == "node-a"  # what needs a restart is not handed over
+
+
+def test_a_failed_read_of_the_slow_values_is_retried_at_the_next_sample(settings, fake_nvml, make_rig):
+    """A failure at a health read costs one sample of those series, not a whole health interval."""
+    settings.interval, settings.health_interval = 0.05, 30.0
+    rig = make_rig("nvidia")
+    gpu = fake_nvml.gpus[0]
+    gpu.ecc_volatile[0] = 5
+    assert select(rig.tick(), "warptd_device_ecc_errors_total", **DEV0)
+    rig.sampler.backends["nvidia"]._slow_reads.forget(0)  # as if 30 s had passed
+    gpu.raises["nvmlDeviceGetFieldValues"] = pynvml.NVML_ERROR_UNKNOWN
+    gpu.raises["nvmlDeviceGetEnforcedPowerLimit"] = pynvml.NVML_ERROR_UNKNOWN
+    samples = rig.tick()
+    assert not select(samples, "warptd_device_ecc_errors_total", **DEV0)  # failed now: absent now
+    del gpu.raises["nvmlDeviceGetFieldValues"]
+    del gpu.raises["nvmlDeviceGetEnforcedPowerLimit"]
+    gpu.ecc_volatile[0] = 6
+    samples = rig.tick()  # read again at once, not 30 s later
+    assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 6
+    assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 700
+    calls = fake_nvml.calls("nvmlDeviceGetEnforcedPowerLimit")
+    rig.tick()
+    assert fake_nvml.calls("nvmlDeviceGetEnforcedPowerLimit") == calls  # and then every 30 s again

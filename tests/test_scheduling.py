@@ -6,6 +6,7 @@ import threading
 import time
 
 from tests.helpers import Rig, select, value, wait_until
+from warptd.errors import ErrorKind
 from warptd.sampling.deadlines import Deadlines
 
 
@@ -72,5 +73,82 @@ def test_scheduled_reads_publish_from_the_worker_and_a_hung_one_goes_stale(setti
         assert rig.snapshot.get("nvidia").samples > done
         assert value(rig.scrape(), "warptd_sample_errors_total", backend="nvidia", kind="timeout") == 1
     finally:
+        fake_nvml.gpus[1].release.set()
+        rig.close()
+
+
+def test_a_reload_reschedules_a_companion_backends_fast_job(settings, fake_nvml):
+    """``nvml`` has no regular job beside ``nvidia``, but a window watching it gives it a fast one."""
+    settings.backends = ["nvidia"]
+    settings.interval, settings.window_interval = 0.5, 0.1
+    rig = Rig(settings)
+    rig.sampler.start()
+    try:
+        rig.sampler.watch("w1", set(), {"nvml"})
+        assert rig.sampler.fast_sampling("nvml")
+        rig.sampler.reconfigure(settings.model_copy(update={"window_interval": 0.25}))  # SIGHUP
+        assert rig.sampler.scheduler.get_job("fast-nvml").trigger.interval.total_seconds() == 0.25
+    finally:
+        rig.close()
+
+
+def test_a_late_timeout_never_marks_a_newer_sample_stale(settings, fake_nvml):
+    """The deadline thread marks a read stale before that read can be dropped, so the sample after it
+    is published healthy and stays so, even when the timeout is reported slowly."""
+    settings.backends = ["nvidia"]
+    settings.interval, settings.sample_timeout = 0.05, 0.2
+    rig = Rig(settings)
+    report = rig.sampler._deadlines._on_timeout
+    rig.sampler._deadlines._on_timeout = lambda name: (time.sleep(0.3), report(name))  # a slow report
+    rig.sampler.start()
+    try:
+        assert wait_until(lambda: (rig.snapshot.get("nvidia").samples or 0) >= 2, timeout=5)
+        fake_nvml.gpus[1].hang.set()
+        time.sleep(0.25)  # past the deadline, the report under way
+        fake_nvml.gpus[1].hang.clear()
+        fake_nvml.gpus[1].release.set()
+        done = rig.snapshot.get("nvidia").samples
+        assert wait_until(lambda: rig.snapshot.get("nvidia").samples > done, timeout=3)
+        time.sleep(0.4)
+        assert rig.snapshot.get("nvidia").healthy
+        assert value(rig.scrape(), "warptd_sample_errors_total", backend="nvidia", kind="timeout") == 1
+    finally:
+        fake_nvml.gpus[1].release.set()
+        rig.close()
+
+
+def test_halt_waits_at_most_one_timeout_and_not_for_reads_given_up_on(settings, fake_nvml):
+    settings.backends = ["nvidia"]
+    settings.interval, settings.sample_timeout = 0.05, 0.3
+    rig = Rig(settings)
+    rig.sampler.start()
+    try:
+        assert wait_until(lambda: (rig.snapshot.get("nvidia").samples or 0) >= 1, timeout=5)
+        fake_nvml.gpus[1].hang.set()
+        assert wait_until(lambda: not rig.snapshot.get("nvidia").healthy, timeout=5)
+        started = time.monotonic()
+        rig.sampler.halt()
+        assert time.monotonic() - started < 0.25  # the hung read was given up on: not waited for
+    finally:
+        fake_nvml.gpus[1].hang.clear()
+        fake_nvml.gpus[1].release.set()
+        rig.close()
+
+
+def test_a_tick_read_that_timed_out_counts_hung_at_the_scheduled_ticks(settings, fake_nvml):
+    settings.backends = ["nvidia"]
+    settings.interval, settings.sample_timeout = 0.05, 0.2
+    rig = Rig(settings)
+    fake_nvml.gpus[1].hang.set()
+    try:
+        rig.sampler.tick("nvidia")  # gives up after the timeout; the read goes on
+        rig.sampler.start()
+        assert wait_until(
+            lambda: value(rig.scrape(), "warptd_sample_errors_total", backend="nvidia", kind="hung") >= 1,
+            timeout=3,
+        )
+        assert rig.snapshot.get("nvidia").errors[ErrorKind.TIMEOUT] == 1
+    finally:
+        fake_nvml.gpus[1].hang.clear()
         fake_nvml.gpus[1].release.set()
         rig.close()

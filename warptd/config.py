@@ -272,3 +272,13 @@ def plain_message(error: Mapping[str, Any]) -> str:
     for prefix in _PYDANTIC_PREFIXES:
         message = message.removeprefix(prefix)
     return message
+
+
+#: The settings backends read while sampling, so a reload hands these to them (the rest of theirs,
+#: paths and the like, stays as the process was started with: those need a restart).
+BACKEND_LIVE_SETTINGS = ("interval", "health_interval", "sample_timeout")
+
+
+def with_live_settings(current: Settings, reloaded: Settings) -> Settings:
+    """``current`` with the :data:`BACKEND_LIVE_SETTINGS` of ``reloaded``."""
+    return current.model_copy(update={name: getattr(reloaded, name) for name in BACKEND_LIVE_SETTINGS})

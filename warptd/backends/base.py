@@ -7,6 +7,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from warptd.backends.guard import GuardedSDK
+from warptd.config import with_live_settings
 from warptd.errors import ErrorKind
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
@@ -39,6 +40,10 @@ class AcceleratorBackend(GuardedSDK, ABC):
         super().__init__()
         self.settings = settings
         self._lost_now: set[int] = set()
+
+    def reconfigure(self, settings: Settings) -> None:
+        """A reload: take the settings read while sampling (``--health-interval`` …) from ``settings``."""
+        self.settings = with_live_settings(self.settings, settings)
 
     # -- discovery and identity -------------------------------------------------------------
     @abstractmethod

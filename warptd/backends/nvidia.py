@@ -352,15 +352,20 @@ class NvidiaBackend(NvmlBackend):
             self._read_fields(index, _SAMPLE_FIELDS, None)
         else:
             plan = self._plan(index)
-            self._read_fields(index, plan.keys if plan else _SAMPLE_FIELDS, plan)
+            complete = self._read_fields(index, plan.keys if plan else _SAMPLE_FIELDS, plan)
             self._decoded[index] = self._field_metrics(index)
-            self._read_slow(index)
+            if not (self._read_slow(index) and complete and plan is not None):
+                # What failed is absent from this sample, as any failed value is, and not for a whole
+                # health interval: the slow values are read again at the next sample.
+                self._slow_reads.forget(index)
         self._read_gpm(index)
 
-    def _read_slow(self, index: int) -> None:
-        """The slow values besides the field batch: the enforced power limit, fans, encoder and decoder."""
+    def _read_slow(self, index: int) -> bool:
+        """The slow values besides the field batch: the enforced power limit, fans, encoder and
+        decoder. False when one failed now (rather than being unsupported)."""
         milliwatts = self._get(index, "power_limit", "nvmlDeviceGetEnforcedPowerLimit")
         self._power_limits[index] = milliwatts / 1000 if milliwatts is not None else None
+        answered = milliwatts is not None or ("power_limit", index) in self._unsupported
         gauges: dict[str, LabelledValues] = {}
         fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds(index).items()}
         if fans:
@@ -372,30 +377,34 @@ class NvidiaBackend(NvmlBackend):
             answer = self._get(index, metric.name, fn_name)  # [percent, sampling period in µs]
             if answer is not None:
                 gauges[metric.name] = {(): answer[0] / 100}
+            elif (metric.name, index) not in self._unsupported:
+                answered = False
         self._slow_gauges[index] = gauges
+        return answered
 
-    def _read_fields(self, index: int, field_ids: tuple[FieldKey, ...], plan: FieldPlan | None) -> None:
+    def _read_fields(self, index: int, field_ids: tuple[FieldKey, ...], plan: FieldPlan | None) -> bool:
         """One field batch (``plan``: the full one, which decodes into gauges and counters). Each
         value carries its own return code: a field answered "not supported" once is not asked again
-        for this GPU."""
+        for this GPU. False when the batch, or some field in it, failed now."""
         self._fields[index] = values = {}
         self._steady.pop(index, None)
         unsupported = self._fields_unsupported.setdefault(index, set())
         nvml = self._nvml
         request = self._request(index, plan, field_ids, unsupported)
         if request is None:
-            return
+            return True
         answers = self.call(index, "fields", request.send, self._handles[index])
         if answers is None:
             if ("fields", index) in self._unsupported:  # a driver without field values
                 unsupported.update(field_ids)
-            return
+                return True
+            return False
         numbers = request.steady(answers)
         if numbers is not None:  # every field answered as in the last clean read
             self._fields[index] = request.looked_up(numbers)
             self._steady[index] = (request, numbers)
-            return
-        success, types, answered = nvml.NVML_SUCCESS, _FIELD_TYPES, []
+            return True
+        success, types, answered, failed = nvml.NVML_SUCCESS, _FIELD_TYPES, [], False
         for field_id, code, value_type, value in self._unpack(answers):
             answered.append(value_type)
             if code == success and value_type in types.get(field_id[0], _INTEGERS):
@@ -411,8 +420,10 @@ class NvidiaBackend(NvmlBackend):
                 unsupported.add(field_id)
             else:
                 self.on_error(("field_{}_{}".format(*field_id), index), kind, error)
+                failed = True
         if len(values) == len(answered):
             request.mark_clean(tuple(answered))
+        return not failed
 
     def _request(
         self,

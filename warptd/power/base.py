@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from warptd.backends.guard import GuardedSDK
+from warptd.config import with_live_settings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -103,6 +104,10 @@ class PowerBackend(GuardedSDK, ABC):
     def __init__(self, settings: Settings) -> None:
         super().__init__()
         self.settings = settings
+
+    def reconfigure(self, settings: Settings) -> None:
+        """A reload: take the settings read while sampling from ``settings``."""
+        self.settings = with_live_settings(self.settings, settings)
 
     @abstractmethod
     def is_available(self) -> bool:

@@ -32,6 +32,10 @@ class DevicePowerBackend(PowerBackend):
     def classify_error(self, exc: BaseException) -> ErrorKind:
         return self.devices.classify_error(exc)
 
+    def reconfigure(self, settings: Settings) -> None:
+        super().reconfigure(settings)
+        self.devices.reconfigure(settings)
+
     def take_errors(self) -> Counter[ErrorKind]:
         return super().take_errors() + self.devices.take_errors()
 
@@ -47,11 +51,12 @@ class DevicePowerBackend(PowerBackend):
 
     def domains_from(self, readings: Sequence[DeviceReading]) -> list[DomainReading]:
         """The same domains from the companion accelerator backend's full read (the same SDK calls:
-        its power and energy counter), identified by the UUIDs that read was given."""
+        its power and energy counter), identified as :meth:`read_domains` identifies them."""
+        identity = self.devices.device_identity
         return [
-            self._domain(r.index, r.power_watts, r.energy_counter_joules, r.uuid or None)
+            self._domain(r.index, r.power_watts, r.energy_counter_joules, identity(r.index))
             if r.up
-            else self._domain(r.index, None, None, r.uuid or None)
+            else self._domain(r.index, None, None, identity(r.index))
             for r in readings
         ]
 

@@ -11,6 +11,10 @@ import threading
 import time
 from collections.abc import Callable
 
+import structlog
+
+log = structlog.get_logger("warptd.sampler")
+
 
 class Deadlines:
     """Reads in flight by backend name; ``on_timeout(name)`` is called once for each past its deadline."""
@@ -43,6 +47,11 @@ class Deadlines:
                 return True
             return False
 
+    def armed(self, name: str) -> bool:
+        """Whether a read of ``name`` is in flight and not yet past its deadline."""
+        with self._condition:
+            return name in self._armed
+
     def expired(self, name: str) -> bool:
         """Whether ``name``'s read was given up on and has not returned yet (it hangs)."""
         with self._condition:
@@ -56,16 +65,19 @@ class Deadlines:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while True:
-            with self._condition:
-                if self._stopped:
-                    return
+        with self._condition:
+            while not self._stopped:
                 due, wait = self._due(time.monotonic())
+                # Under the lock, so a read returning now is dropped (finish) only once its backend
+                # is marked stale, never after a newer sample was published; the callback takes no
+                # lock of ours.
+                for name in due:
+                    try:
+                        self._on_timeout(name)
+                    except Exception as exc:  # the thread must go on watching the others
+                        log.error("deadline_callback_failed", backend=name, error=repr(exc))
                 if not due:
                     self._condition.wait(wait)
-                    continue
-            for name in due:  # outside the lock: the callback marks the backend stale
-                self._on_timeout(name)
 
     def _due(self, now: float) -> tuple[list[str], float]:
         """The reads past their deadline (moved to expired), and how long to sleep until the next one."""

@@ -288,12 +288,12 @@ class Sampler:
         applies next tick."""
         old, self.settings = self.settings, settings
         for backend in self.backends.values():
-            backend.settings = settings  # what they read per sample (--health-interval) applies live
+            backend.reconfigure(settings)  # what they read per sample (--health-interval) applies live
         if not self.scheduler.running:
             return
-        for name in self.scheduled():
+        for name in self.backends:
             seconds = self.interval(name)
-            if seconds != self.interval(name, old):
+            if name not in self._derived_names and seconds != self.interval(name, old):
                 self._log_capped(name)
                 self.scheduler.reschedule_job(f"sample-{name}", trigger="interval", seconds=seconds)
             if settings.window_interval != old.window_interval and self.fast_sampling(name):
@@ -302,13 +302,15 @@ class Sampler:
                 )
 
     def halt(self) -> None:
-        """Stop scheduling and wait for the jobs and reads running now, each at most until its
-        timeout (then :meth:`sample_all` may read)."""
+        """Stop scheduling and wait for the jobs and reads running now, all together at most one
+        timeout, and not for a read already given up on (then :meth:`sample_all` may read)."""
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
-        for future in [*self._inflight.values(), *self._fast_inflight.values()]:
+        deadline = time.monotonic() + self.settings.sample_timeout
+        pending = [f for name, f in self._inflight.items() if not self._deadlines.expired(name)]
+        for future in [*pending, *self._fast_inflight.values()]:
             try:
-                future.result(timeout=self.settings.sample_timeout)
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception:  # a hung or failed read: counted where it happened
                 continue
 
@@ -341,7 +343,8 @@ class Sampler:
         ``hung`` once that read is past its deadline."""
         previous = self._inflight.get(name)
         if previous is not None and not previous.done():
-            if self._deadlines.expired(name):
+            # past its deadline (or a :meth:`tick` read, which gave up waiting before returning)
+            if self._deadlines.expired(name) or not self._deadlines.armed(name):
                 self._fail(name, ErrorKind.HUNG, "hung")
             return
         started = time.monotonic()
@@ -437,7 +440,6 @@ class Sampler:
         derived = self._derived.get(name)
         if not derived:
             return []
-        self._name_devices(name, raw.readings)
         return [(p.name, _Raw(raw.at, p.domains_from(raw.readings) or [], Counter())) for p in derived]
 
     def _name_devices(self, name: str, readings: list[DeviceReading]) -> None:
