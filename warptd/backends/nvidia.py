@@ -321,11 +321,13 @@ class NvidiaBackend(NvmlBackend):
         return getattr(self._nvml, name, None)
 
     def _get(self, index: int, what: str, fn_name: str, *args: object) -> Any:
-        function = self._functions.get(fn_name) or self._function(fn_name)
+        function = self._functions.get(fn_name)
         if function is None:
-            self._unsupported.add((what, index))
-            return None
-        self._functions[fn_name] = function
+            function = self._function(fn_name)
+            if function is None:
+                self._unsupported.add((what, index))
+                return None
+            self._functions[fn_name] = function
         return self.call(index, what, function, self._handles[index], *args)
 
     def _plan(self, index: int) -> FieldPlan | None:

@@ -442,13 +442,6 @@ class Sampler:
             return []
         return [(p.name, _Raw(raw.at, p.domains_from(raw.readings) or [], Counter())) for p in derived]
 
-    def _name_devices(self, name: str, readings: list[DeviceReading]) -> None:
-        """Give each reading its device's UUID (what energy totals are kept by), "" where unknown."""
-        state = self.snapshot.get(name)
-        uuids = {info.index: info.uuid or "" for info in (state.devices_info if state else [])}
-        for reading in readings:
-            reading.uuid = uuids.get(reading.index, "")
-
     def _read(self, name: str, indices: list[int] | None = None) -> _Raw:
         """Read every device (or only ``indices``, a fast read) or every domain of backend ``name``."""
         backend = self.backends[name]
@@ -510,13 +503,15 @@ class Sampler:
 
     def _devices(self, name: str, raw: _Raw) -> list[DeviceSample]:
         """Samples of the readings newer than the last published one of their device."""
-        self._name_devices(name, raw.readings)
+        state = self.snapshot.get(name)
+        uuids = {info.index: info.uuid or "" for info in (state.devices_info if state else [])}
         samples = []
         reading: DeviceReading
         for reading in raw.readings:
             if self._seen_at.get((name, reading.index), -math.inf) >= raw.at:
                 continue
             self._seen_at[(name, reading.index)] = raw.at
+            reading.uuid = uuids.get(reading.index, "")
             tracker = self._tracker(f"{name}/{reading.uuid or reading.index}")
             if not reading.up:
                 tracker.gap()
@@ -535,9 +530,10 @@ class Sampler:
         return samples
 
     def _throttle_seconds(self, name: str, at: float, reading: DeviceReading) -> dict[str, float]:
-        trackers = self._throttle.get((name, reading.uuid or str(reading.index)))
+        device = (name, reading.uuid or str(reading.index))
+        trackers = self._throttle.get(device)
         if trackers is None:
-            trackers = self._throttle[(name, reading.uuid or str(reading.index))] = {}
+            trackers = self._throttle[device] = {}
         active, counted = reading.throttle_active, reading.throttle_counter_seconds
         seconds = {}
         for reason in active.keys() | counted.keys():
