@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml, nvml_error
 from tests.helpers import Rig, select, value
+from warptd.backends.base import AcceleratorBackend
 from warptd.backends.nvidia import NvidiaBackend
 from warptd.errors import ErrorKind
 
@@ -686,3 +687,37 @@ def test_energy_comes_from_the_field_batch_and_the_call_only_without_the_field(r
     new.energy_mj = 9_500_000
     samples = rig.tick()
     assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 9500
+
+
+def test_a_steady_sample_makes_its_calls_in_one_pass_read_as_the_getters_read_them(make_rig, fake_nvml):
+    """After the first read, a sample's calls (memory, utilization, temperature, clock events, pstate,
+    clocks) go in one unchecked pass, each once; its values are those the guarded getters give."""
+    rig = make_rig("nvidia")
+    backend = rig.loaded.accelerators[0]
+    rig.tick()
+    before = fake_nvml.calls("nvmlDeviceGetTemperature")
+    backend.begin_read(0, power_only=False)
+    one_pass = backend.read_values(0)
+    assert fake_nvml.calls("nvmlDeviceGetTemperature") == before + 1
+    assert backend._one_pass(0) is not None  # every call answered: no getter was asked
+    assert one_pass == AcceleratorBackend.read_values(backend, 0)  # the same batch, call by call
+    assert one_pass.memory is not None and one_pass.memory.reserved is not None  # nvmlMemory_v2
+    assert one_pass.clocks_hertz and one_pass.temperatures_celsius["gpu"] > 0
+
+
+def test_a_call_failing_in_the_one_pass_is_sorted_out_by_the_guarded_getters(make_rig, fake_nvml):
+    """A failure found by the one pass is asked again through the guard: counted once, that value
+    absent, the others read; the next sample is one pass again."""
+    rig = make_rig("nvidia")
+    rig.tick()
+    gpu = fake_nvml.gpus[0]
+    gpu.raises["nvmlDeviceGetTemperature"] = pynvml.NVML_ERROR_UNKNOWN
+    samples = rig.tick()
+    assert select(samples, "warptd_device_temperature_celsius", sensor="gpu", **DEV0) == []
+    assert value(samples, "warptd_device_clock_hertz", clock="sm", **DEV0) > 0
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 1
+    del gpu.raises["nvmlDeviceGetTemperature"]
+    calls = fake_nvml.calls("nvmlDeviceGetClockInfo")
+    samples = rig.tick()
+    assert value(samples, "warptd_device_temperature_celsius", sensor="gpu", **DEV0) > 0
+    assert fake_nvml.calls("nvmlDeviceGetClockInfo") == calls + 3 * len(fake_nvml.gpus)

@@ -222,11 +222,18 @@ class AcceleratorBackend(GuardedSDK, ABC):
             return DeviceReading(index=index, up=False)
         self._lost_now.discard(index)
         self.begin_read(index, power_only=False)
-        supported = self.get_supported_throttle_reasons(index)
-        active_now = self.get_throttle_reasons(index)
-        active = set(active_now or ())
-        throttle = {} if active_now is None else {r: r in active for r in supported or sorted(active)}
-        reading = DeviceReading(
+        reading = self.read_values(index)
+        if index in self._lost_now:
+            return DeviceReading(index=index, up=False)
+        return reading
+
+    def read_values(self, index: int) -> DeviceReading:
+        """The values of one device after :meth:`begin_read`, through the getters; a backend may make
+        its calls in one pass instead, converted by the same code."""
+        throttle = throttle_states(
+            self.get_supported_throttle_reasons(index), self.get_throttle_reasons(index)
+        )
+        return DeviceReading(
             index=index,
             memory=self.get_memory_usage(index),
             utilization=self.get_utilization(index),
@@ -241,6 +248,14 @@ class AcceleratorBackend(GuardedSDK, ABC):
             gauges=self.get_gauges(index),
             counters=self.get_counters(index),
         )
-        if index in self._lost_now:
-            return DeviceReading(index=index, up=False)
-        return reading
+
+
+def throttle_states(supported: list[str], active: list[str] | None) -> dict[str, bool]:
+    """Each reason the device can report mapped to whether it is active (only the active ones where
+    it does not say what it can report); none when the active ones could not be read."""
+    if active is None:
+        return {}
+    if not supported:
+        return dict.fromkeys(sorted(active), True)
+    on = set(active)
+    return {reason: reason in on for reason in supported}

@@ -7,12 +7,14 @@ includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where 
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
 
-from warptd.backends import nvidia_fields, nvml_session
-from warptd.backends.base import AcceleratorBackend
+from warptd.backends import nvidia_fields, nvml_calls, nvml_session
+from warptd.backends.base import AcceleratorBackend, throttle_states
 from warptd.backends.cadence import SlowReads
 from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldRequest
 from warptd.backends.nvml_backend import NvmlBackend
@@ -90,20 +92,24 @@ _CLOCKS: dict[str, str] = {
 }
 
 
-def memory_usage(backend: AcceleratorBackend, nvml: Any, index: int, handle: Any) -> MemoryUsage | None:
-    """``nvmlMemory_v2``: used as nvidia-smi shows it, reserved apart; v1 on older drivers. A GPU's
-    handle or a MIG device's (its own slice of memory)."""
+Version = tuple[str, Callable[..., Any], tuple[object, ...]]  # guard key, function, arguments
+
+
+def memory_versions(nvml: Any, handle: Any) -> tuple[Version, ...]:
+    """``nvmlMemory_v2`` (used as nvidia-smi shows it, reserved apart), then v1 for older drivers. A
+    GPU's handle or a MIG device's (its own slice of memory)."""
     v2 = getattr(nvml, "nvmlMemory_v2", None)
-    info = backend.call_versions(
-        index,
-        *([("memory_v2", nvml.nvmlDeviceGetMemoryInfo, (handle, v2))] if v2 is not None else []),
-        ("memory", nvml.nvmlDeviceGetMemoryInfo, (handle,)),
-    )
-    if info is None:
-        return None
-    return MemoryUsage(
-        total=info.total, used=info.used, free=info.free, reserved=getattr(info, "reserved", None)
-    )
+    v1: Version = ("memory", nvml_calls.memory(nvml, handle, None), ())
+    return (("memory_v2", nvml_calls.memory(nvml, handle, v2), ()), v1) if v2 is not None else (v1,)
+
+
+def memory_usage(backend: AcceleratorBackend, nvml: Any, index: int, handle: Any) -> MemoryUsage | None:
+    return backend.call_versions(index, *memory_versions(nvml, handle))
+
+
+# The calls of a sample besides its batches (:meth:`NvidiaBackend._sample_calls`), by slot; the clocks
+# follow in the order of ``_CLOCKS``.
+MEMORY, UTILIZATION, TEMPERATURE, REASONS, PSTATE, CLOCKS = range(6)
 
 
 def mig_device_handles(backend: AcceleratorBackend, nvml: Any, index: int, handle: Any) -> list[Any]:
@@ -151,12 +157,16 @@ class NvidiaBackend(NvmlBackend):
         self._fans: dict[int, int] = {}  # fans per device, asked once
         self._slow_reads = SlowReads(lambda: self.settings)
         self._functions: dict[str, Any] = {}  # pynvml functions by name, looked up once
+        #: Per device: its handle and the calls of a sample besides the batches (:meth:`_sample_calls`),
+        #: and the one pass made of them while nothing new is unsupported (:meth:`_one_pass`).
+        self._calls: dict[int, tuple[Any, tuple[tuple[Version, ...], ...]]] = {}
+        self._passes: dict[int, tuple[object, int, list[tuple[int, Any, tuple[object, ...], Any]]]] = {}
         #: Per "Supported"/"Current": the clock-event reason calls this nvidia-ml-py has, newest first.
         self._reason_calls = {
             which: [
                 (f"clocks_{kind}_{which}", function)
                 for kind, name in (("event", "Event"), ("throttle", "Throttle"))
-                if (function := self._function(f"nvmlDeviceGet{which}Clocks{name}Reasons")) is not None
+                if self._function(function := f"nvmlDeviceGet{which}Clocks{name}Reasons") is not None
             ]
             for which in ("Supported", "Current")
         }
@@ -199,6 +209,8 @@ class NvidiaBackend(NvmlBackend):
             self._gpm.reset()  # the samples belonged to the NVML before the reopen
             self._plans.clear()
             self._requests.clear()
+            self._calls.clear()
+            self._passes.clear()
             self._fans.clear()
             self._slow_reads.forget()
 
@@ -469,17 +481,107 @@ class NvidiaBackend(NvmlBackend):
     def _field_unsupported(self, index: int, field_id: int) -> bool:
         return (field_id, 0) in self._fields_unsupported.get(index, ())
 
+    # -- the calls of a sample besides the batches ------------------------------------------------
+    def _sample_calls(self, index: int) -> tuple[tuple[Version, ...], ...]:
+        """By slot (``MEMORY`` …), the versions of each call newest first, prepared once per handle
+        (:mod:`~warptd.backends.nvml_calls`): the getters make them one by one through the guard,
+        :meth:`read_values` in one pass. A call this nvidia-ml-py no longer wraps is not made."""
+        handle = self._handles[index]
+        calls = self._calls.get(index)
+        if calls is None or calls[0] is not handle:
+            nvml, scalar = self._nvml, nvml_calls.scalar
+            calls = self._calls[index] = (
+                handle,
+                (
+                    memory_versions(nvml, handle),
+                    self._version("utilization", nvml_calls.utilization(nvml, handle)),
+                    self._version(
+                        "temperature",
+                        scalar(nvml, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU),
+                    ),
+                    self._reason_versions(handle, "Current"),
+                    self._version("pstate", scalar(nvml, "nvmlDeviceGetPerformanceState", handle)),
+                    *(
+                        self._version(what, scalar(nvml, "nvmlDeviceGetClockInfo", handle, kind))
+                        for _, what, kind in self._clocks
+                    ),
+                ),
+            )
+        return calls[1]
+
+    def _version(self, what: str, call: nvml_calls.PreparedCall) -> tuple[Version, ...]:
+        return () if self._function(call.name) is None else ((what, call, ()),)
+
+    def _reason_versions(self, handle: Any, which: str) -> tuple[Version, ...]:
+        """``nvmlDevice{which}ClocksEventReasons`` (R535+), else the older ``…ClocksThrottleReasons``."""
+        return tuple(
+            (what, nvml_calls.scalar(self._nvml, name, handle, out=ctypes.c_ulonglong), ())
+            for what, name in self._reason_calls[which]
+        )
+
+    def _guarded(self, index: int, slot: int) -> Any:
+        return self.call_versions(index, *self._sample_calls(index)[slot])
+
+    def _one_pass(self, index: int) -> list[Any] | None:
+        """Every call of a sample, unchecked until one fails, in the version the getters would make
+        now (none that is unsupported): answers by slot, None where not asked. None when one failed
+        or is not looked up yet: the guarded getters then sort out which, and how."""
+        calls = self._sample_calls(index)
+        passes = self._passes.get(index)
+        if passes is None or passes[0] is not calls or passes[1] != len(self._unsupported):
+            unsupported, steps = self._unsupported, []
+            for slot, versions in enumerate(calls):
+                for what, call, _ in versions:
+                    if (what, index) not in unsupported:
+                        if call.function is None:
+                            return None
+                        steps.append((slot, call.function, call.args, call.read))
+                        break
+            passes = self._passes[index] = (calls, len(unsupported), steps)
+        answers: list[Any] = [None] * len(calls)
+        for slot, function, args, read in passes[2]:
+            if function(*args):  # not NVML_SUCCESS
+                return None
+            answers[slot] = read()
+        return answers
+
+    def read_values(self, index: int) -> DeviceReading:
+        """The sample's calls in one pass, converted as the getters convert them; through the guarded
+        getters when one failed (an error, a GPU lost, a call newly unsupported) or its batch did."""
+        answers = None if index in self._lost_now else self._one_pass(index)
+        if answers is None:
+            return super().read_values(index)
+        return DeviceReading(
+            index=index,
+            memory=answers[MEMORY],
+            utilization=answers[UTILIZATION],
+            power_watts=self.get_power_usage(index),
+            power_average_watts=self.get_power_average(index),
+            power_limit_watts=self.get_power_limit(index),
+            energy_counter_joules=self.get_energy_counter(index),
+            temperatures_celsius=self._temperatures_from(index, answers[TEMPERATURE]),
+            clocks_hertz=self._clocks_from(answers[CLOCKS:]),
+            throttle_active=throttle_states(
+                self.get_supported_throttle_reasons(index), self._reason_names(answers[REASONS])
+            ),
+            throttle_counter_seconds=self.get_throttle_counters(index),
+            gauges=self._gauges(index, answers[PSTATE]),
+            counters=self.get_counters(index),
+        )
+
+    # -- the getters ------------------------------------------------------------------------------
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        return memory_usage(self, self._nvml, index, self._handles[index])
+        return self._guarded(index, MEMORY)  # type: ignore[no-any-return]
 
     def get_utilization(self, index: int) -> Utilization | None:
-        rates = self._get(index, "utilization", "nvmlDeviceGetUtilizationRates")
-        return Utilization(compute=rates.gpu / 100, memory=rates.memory / 100) if rates is not None else None
+        return self._guarded(index, UTILIZATION)  # type: ignore[no-any-return]
 
     def get_temperatures(self, index: int) -> dict[str, float]:
+        return self._temperatures_from(index, self._guarded(index, TEMPERATURE))
+
+    def _temperatures_from(self, index: int, gpu: int | None) -> dict[str, float]:
         """The GPU sensor, and the memory (HBM) sensor from the field batch where the GPU has one."""
         temperatures = {}
-        gpu = self._get(index, "temperature", "nvmlDeviceGetTemperature", self._nvml.NVML_TEMPERATURE_GPU)
         if gpu is not None:
             temperatures["gpu"] = float(gpu)
         memory = self._field(index, nvidia_fields.FI_MEMORY_TEMP)
@@ -512,21 +614,19 @@ class NvidiaBackend(NvmlBackend):
         return millijoules / 1000 if millijoules is not None else None
 
     def get_clocks(self, index: int) -> dict[str, float]:
-        clocks = {}
-        for clock, what, kind in self._clocks:
-            mhz = self._get(index, what, "nvmlDeviceGetClockInfo", kind)
-            if mhz is not None:
-                clocks[clock] = mhz * 1e6
-        return clocks
+        return self._clocks_from([self._guarded(index, CLOCKS + n) for n in range(len(self._clocks))])
 
-    def _reasons(self, index: int, which: str) -> int | None:
-        """``nvmlDevice{which}ClocksEventReasons`` (R535+), else the older ``…ClocksThrottleReasons``."""
-        handle = self._handles[index]
-        return self.call_versions(index, *((what, fn, (handle,)) for what, fn in self._reason_calls[which]))
+    def _clocks_from(self, answers: list[int | None]) -> dict[str, float]:
+        """Hz from MHz, by clock (``answers`` in the order of ``_CLOCKS``)."""
+        return {
+            clock: mhz * 1e6
+            for (clock, _, _), mhz in zip(self._clocks, answers, strict=True)
+            if mhz is not None
+        }
 
     def _supported_mask(self, index: int) -> int:
         if index not in self._supported_masks:
-            mask = self._reasons(index, "Supported")
+            mask = self.call_versions(index, *self._reason_versions(self._handles[index], "Supported"))
             if mask is None:
                 return 0  # lost or failing now: ask again next sample
             self._supported_masks[index] = mask
@@ -537,7 +637,9 @@ class NvidiaBackend(NvmlBackend):
         return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
 
     def get_throttle_reasons(self, index: int) -> list[str] | None:
-        mask = self._reasons(index, "Current")
+        return self._reason_names(self._guarded(index, REASONS))
+
+    def _reason_names(self, mask: int | None) -> list[str] | None:
         if mask is None:
             return None
         return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
@@ -587,8 +689,15 @@ class NvidiaBackend(NvmlBackend):
         return self._decoded.get(index, ({}, {}))[1]
 
     def get_gauges(self, index: int) -> dict[str, LabelledValues]:
+        return self._gauges(index, self._guarded(index, PSTATE))
+
+    def _gauges(self, index: int, pstate: int | None) -> dict[str, LabelledValues]:
         """Health from the field batch, GPM activity over the last sample period, nvidia-smi's rest."""
-        return {**self._decoded.get(index, ({}, {}))[0], **self._gpm.gauges(index), **self._smi_gauges(index)}
+        return {
+            **self._decoded.get(index, ({}, {}))[0],
+            **self._gpm.gauges(index),
+            **self._smi_gauges(index, pstate),
+        }
 
     def get_counters(self, index: int) -> dict[str, LabelledValues]:
         """Health and traffic counters of the field batch; PCIe and NVLink bytes integrated from GPM
@@ -599,11 +708,10 @@ class NvidiaBackend(NvmlBackend):
             counters[metric] = {**integrated, **counted} if counted else integrated
         return counters
 
-    def _smi_gauges(self, index: int) -> dict[str, LabelledValues]:
+    def _smi_gauges(self, index: int, pstate: int | None) -> dict[str, LabelledValues]:
         """What nvidia-smi shows beside: the performance state, read every sample, and the fans,
         encoder and decoder utilization of the last read of the slow values."""
         gauges = self._slow_gauges.get(index, {})
-        pstate = self._get(index, "pstate", "nvmlDeviceGetPerformanceState")
         if pstate is not None and 0 <= pstate <= _LAST_PSTATE:  # NVML_PSTATE_UNKNOWN (32): absent
             return {**gauges, catalog.PERFORMANCE_STATE.name: {(): float(pstate)}}
         return gauges

@@ -106,7 +106,10 @@ class _Source:
     """One GPU or GPU instance: its two samples, which holds the previous one, and what it answered."""
 
     samples: list[Any]
-    request: Any  # the reused nvmlGpmMetricsGet_t
+    #: Per sample taken last, the nvmlGpmMetricsGet_t pairing it with the other: both set up once, so
+    #: a tick sets no field through nvidia-ml-py's attribute hooks.
+    requests: tuple[Any, Any]
+    request: Any  # the one of this tick
     metrics: list[GpmMetric]
     asked: list[GpmMetric] = field(default_factory=list)  # the metric ids written into the request
     #: ``asked`` as runs of one metric (metric, rate?, start, end, labels), and one unpacker of all
@@ -163,12 +166,12 @@ class GpmReader:
         period, source.taken_at = now - source.taken_at, now
         if previous is None or not source.metrics:
             return
-        request = source.request
-        request.sample1, request.sample2 = source.samples[previous], source.samples[current]
-        if source.asked != source.metrics:  # the ids stay in the request between ticks
-            request.numMetrics = len(source.metrics)
-            for slot, metric in enumerate(source.metrics):
-                request.metrics[slot].metricId = metric.id
+        source.request = source.requests[current]
+        if source.asked != source.metrics:  # the ids stay in the requests between ticks
+            for request in source.requests:
+                request.numMetrics = len(source.metrics)
+                for slot, metric in enumerate(source.metrics):
+                    request.metrics[slot].metricId = metric.id
             source.asked = list(source.metrics)
             source.runs = _runs(source.asked)
             source.last_series = [None] * len(source.runs)
@@ -255,9 +258,18 @@ class GpmReader:
                 self._free(samples)
                 return None
             samples.append(sample)
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        self._sources[key] = source = _Source(samples=samples, request=request, metrics=list(self._table))
+        requests = []
+        for current in range(2):
+            request = nvml.c_nvmlGpmMetricsGet_t()
+            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            request.sample1, request.sample2 = samples[1 - current], samples[current]
+            requests.append(request)
+        self._sources[key] = source = _Source(
+            samples=samples,
+            requests=(requests[0], requests[1]),
+            request=requests[0],
+            metrics=list(self._table),
+        )
         return source
 
     def gauges(self, key: Hashable) -> dict[str, LabelledValues]:

@@ -1,0 +1,75 @@
+"""NVML calls prepared once per GPU: the function pointer nvidia-ml-py's wrapper looks up and the
+out-value it allocates, made and checked as the wrapper makes them, without its per-call set-up.
+
+A sample makes about ten such calls per GPU, and the wrapper's set-up (a lock-guarded lookup, a new
+ctypes value, nvidia-ml-py's attribute hooks on its structs) costs more than the C call itself. The
+values are read through ctypes' own field descriptors, past those hooks (which turn bytes into str,
+and none of these values is bytes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+from warptd.models import MemoryUsage, Utilization
+
+
+class PreparedCall:
+    """One call of one GPU: ``function(*args)`` fills ``out``; ``read()`` turns it into our value."""
+
+    __slots__ = ("args", "function", "name", "nvml", "read")
+
+    def __init__(self, nvml: Any, name: str, args: tuple[object, ...], read: Callable[[], Any]) -> None:
+        self.nvml, self.name, self.args, self.read = nvml, name, args, read
+        self.function: Any = None  # looked up at the first call, as the wrapper looks it up
+
+    def __call__(self) -> Any:
+        """The call as the wrapper makes it: its NVMLError for a failed return (FUNCTION_NOT_FOUND
+        for a function this driver lacks), else the value read."""
+        nvml = self.nvml
+        if self.function is None:
+            self.function = nvml._nvmlGetFunctionPointer(self.name)
+        nvml._nvmlCheckReturn(self.function(*self.args))
+        return self.read()
+
+
+def scalar(nvml: Any, name: str, handle: Any, *inputs: int, out: type[Any] = ctypes.c_uint) -> PreparedCall:
+    """A call answering one number (``nvmlDeviceGetTemperature(handle, sensor, &value)``); enum inputs
+    passed as unsigned ints, as the wrapper passes them."""
+    value = out()
+    return PreparedCall(
+        nvml, name, (handle, *map(ctypes.c_uint, inputs), ctypes.byref(value)), lambda: value.value
+    )
+
+
+def memory(nvml: Any, handle: Any, version: int | None) -> PreparedCall:
+    """``nvmlDeviceGetMemoryInfo_v2`` with ``version`` set (reserved memory apart), else v1."""
+    if version is not None:
+        info, name = nvml.c_nvmlMemory_v2_t(), "nvmlDeviceGetMemoryInfo_v2"
+        info.version = version
+    else:
+        info, name = nvml.c_nvmlMemory_t(), "nvmlDeviceGetMemoryInfo"
+    kind = type(info)
+    total, used, free = kind.total.__get__, kind.used.__get__, kind.free.__get__
+    reserved = kind.reserved.__get__ if version is not None else None
+
+    def read() -> MemoryUsage:
+        return MemoryUsage(
+            total=total(info), used=used(info), free=free(info), reserved=reserved(info) if reserved else None
+        )
+
+    return PreparedCall(nvml, name, (handle, ctypes.byref(info)), read)
+
+
+def utilization(nvml: Any, handle: Any) -> PreparedCall:
+    """``nvmlDeviceGetUtilizationRates``: percent of the last sample period, as ratios."""
+    rates = nvml.c_nvmlUtilization_t()
+    gpu, memory_ = type(rates).gpu.__get__, type(rates).memory.__get__
+    return PreparedCall(
+        nvml,
+        "nvmlDeviceGetUtilizationRates",
+        (handle, ctypes.byref(rates)),
+        lambda: Utilization(compute=gpu(rates) / 100, memory=memory_(rates) / 100),
+    )
