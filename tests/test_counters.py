@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from warptd.models import CLOCK_EVENT_REASONS, DeviceReading
-from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleTracker
+from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleSeconds, ThrottleTracker
 
 
 def test_counter_starts_at_first_raw_value_and_adds_deltas():
@@ -79,6 +79,23 @@ def test_throttle_counter_holds_its_total_when_one_read_fails():
     t.update(0.0, False, 4.0)
     assert t.update(1.0, True, None) == 4.0  # not the sampled total, which would go backwards
     assert t.update(2.0, False, 5.0) == 5.0
+
+
+def test_throttle_seconds_keep_the_totals_of_a_reading_that_changes_none():
+    """Idle readings (nothing active, counters as before) hand back the last totals; a reason that
+    turns active counts the time since the last reading, kept or not, as a tracker fed each would."""
+    device, alone = ThrottleSeconds(), ThrottleTracker()
+    idle, counted = {"hw_slowdown": False}, {"sw_power_cap": 2.0}
+    first = device.update(0.0, idle, counted)
+    assert first == {"hw_slowdown": 0.0, "sw_power_cap": 2.0}
+    assert device.update(1.0, dict(idle), dict(counted)) is first  # kept, not recomputed
+    assert device.update(2.0, idle, {"sw_power_cap": 2.5}) == {"hw_slowdown": 0.0, "sw_power_cap": 2.5}
+    assert device.update(3.0, idle, {"sw_power_cap": 2.5})["hw_slowdown"] == 0.0  # kept
+    for at, on in ((0.0, False), (1.0, False), (2.0, False), (3.0, False), (3.5, True), (4.5, True)):
+        expected = alone.update(at, on, None)
+    seconds = device.update(3.5, {"hw_slowdown": True}, {"sw_power_cap": 2.5})
+    assert seconds["hw_slowdown"] == 0.5  # from the kept reading at 3.0, not the one at 2.0
+    assert device.update(4.5, {"hw_slowdown": True}, {"sw_power_cap": 2.5})["hw_slowdown"] == expected == 1.5
 
 
 def test_energy_gap_is_not_integrated():

@@ -166,3 +166,36 @@ class ThrottleTracker:
         if active:
             self.accumulated += dt
         return self.accumulated
+
+
+class ThrottleSeconds:
+    """Seconds in each throttle reason of one device. A reading with no reason active and its
+    counters as last read changes no total: the last totals are kept, not recomputed (the common
+    case, each sample); the trackers catch up on its time at the next reading that does change."""
+
+    __slots__ = ("_last", "_skipped_at", "trackers")
+
+    def __init__(self) -> None:
+        self.trackers: dict[str, ThrottleTracker] = {}
+        self._last: tuple[dict[str, bool], dict[str, float], dict[str, float]] | None = None
+        self._skipped_at: float | None = None
+
+    def update(self, now: float, active: dict[str, bool], counted: dict[str, float]) -> dict[str, float]:
+        """The monotonic seconds total of each reason of this reading (by the device's reasons)."""
+        last = self._last
+        if last is not None and True not in active.values() and last[0] == active and last[1] == counted:
+            self._skipped_at = now
+            return last[2]
+        trackers = self.trackers
+        if self._skipped_at is not None:  # the readings kept were read too: time runs from the last
+            for tracker in trackers.values():
+                tracker.last_time = self._skipped_at
+            self._skipped_at = None
+        seconds = {}
+        for reason in active.keys() | counted.keys():
+            tracker = trackers.get(reason)
+            if tracker is None:
+                tracker = trackers[reason] = ThrottleTracker()
+            seconds[reason] = tracker.update(now, active.get(reason, False), counted.get(reason))
+        self._last = (active, counted, seconds)
+        return seconds

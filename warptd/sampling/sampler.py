@@ -39,7 +39,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from warptd.errors import ErrorKind
 from warptd.power.base import DomainPower, DomainReading, PowerBackend
-from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleTracker
+from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleSeconds
 from warptd.sampling.deadlines import Deadlines
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
 from warptd.sampling.state import CounterState
@@ -112,11 +112,11 @@ class Sampler:
         self.listeners: list[Listener] = []
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir, settings.procfs)
-        self._throttle: dict[tuple[str, str], dict[str, ThrottleTracker]] = {}  # backend, device -> reason
+        self._throttle: dict[tuple[str, str], ThrottleSeconds] = {}  # by backend, device
         # backend, device, metric -> label values -> counter
         self._counters: dict[tuple[str, str, str], dict[tuple[str, ...], MonotonicCounter]] = {}
-        # backend, device, metric -> the raw values last read and the totals they gave
-        self._last_counters: dict[tuple[str, str, str], tuple[LabelledValues, LabelledValues]] = {}
+        # (backend, device, metric) or (backend, device) -> the raw values last read, the totals they gave
+        self._last_counters: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
@@ -531,23 +531,20 @@ class Sampler:
 
     def _throttle_seconds(self, name: str, at: float, reading: DeviceReading) -> dict[str, float]:
         device = (name, reading.uuid or str(reading.index))
-        trackers = self._throttle.get(device)
-        if trackers is None:
-            trackers = self._throttle[device] = {}
-        active, counted = reading.throttle_active, reading.throttle_counter_seconds
-        seconds = {}
-        for reason in active.keys() | counted.keys():
-            tracker = trackers.get(reason)
-            if tracker is None:
-                tracker = trackers[reason] = ThrottleTracker()
-            seconds[reason] = tracker.update(at, active.get(reason, False), counted.get(reason))
-        return seconds
+        seconds = self._throttle.get(device)
+        if seconds is None:
+            seconds = self._throttle[device] = ThrottleSeconds()
+        return seconds.update(at, reading.throttle_active, reading.throttle_counter_seconds)
 
     def _counter_totals(self, name: str, reading: DeviceReading) -> dict[str, LabelledValues]:
         """The reading's further counters made monotonic: a decrease is a reset (driver reload).
-        Health counters mostly stand still: a metric read as last time keeps last time's totals."""
-        totals: dict[str, LabelledValues] = {}
+        Health counters mostly stand still: a reading, or a metric, read as last time keeps last
+        time's totals."""
         device = reading.uuid or str(reading.index)
+        last_reading = self._last_counters.get((name, device))
+        if last_reading is not None and last_reading[0] == reading.counters:
+            return last_reading[1]
+        totals: dict[str, LabelledValues] = {}
         for metric, values in reading.counters.items():
             key = (name, device, metric)
             last = self._last_counters.get(key)
@@ -563,6 +560,7 @@ class Sampler:
                 counter.update(raw)
                 metric_totals[labels] = counter.total or 0.0
             self._last_counters[key] = (values, metric_totals)
+        self._last_counters[name, device] = (reading.counters, totals)
         return totals
 
     def _domains(self, name: str, raw: _Raw) -> list[DomainPower] | None:

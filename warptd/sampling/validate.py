@@ -20,7 +20,9 @@ TEMPERATURE_RANGE = (-60.0, 250.0)
 
 
 def _ok(value: float | None, low: float, high: float) -> bool:
-    return value is None or (isinstance(value, int | float) and math.isfinite(value) and low <= value <= high)
+    return value is None or (
+        isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high
+    )
 
 
 def _check(value: float | None, low: float, high: float, rejected: list[int]) -> float | None:
@@ -82,7 +84,10 @@ def _labelled(
     """Further gauges and counters: metrics of the catalog only, with their own labels, finite, never
     negative, and ``_ratio`` metrics within 0..1. Kept as given: a backend hands over each dict it
     reports and never changes it afterwards. Values as in the last reading's kept dict, ``checked``
-    (health counters, mostly, and idle activity), are not checked again: that dict is kept instead."""
+    (health counters, mostly, and idle activity), are not checked again: that dict is kept instead,
+    or the whole of ``checked`` where nothing changed (one C-level comparison)."""
+    if values_by_metric == checked:
+        return checked
     kept = {}
     for metric, values in values_by_metric.items():
         last = checked.get(metric)
