@@ -115,10 +115,11 @@ class DeviceReading:
     def __post_init__(self) -> None:
         """Move the clock-event reasons that are not throttling out of the throttle fields, once,
         here, whatever built the reading: no backend, exporter or summary has to leave them out."""
-        events = {r: on for r, on in self.throttle_active.items() if r in CLOCK_EVENT_REASONS}
-        if events:
-            self.throttle_active = {r: on for r, on in self.throttle_active.items() if r not in events}
-            self.clock_events_active = {**self.clock_events_active, **events}
+        if not CLOCK_EVENT_REASONS.isdisjoint(self.throttle_active):
+            throttle, events = {}, dict(self.clock_events_active)
+            for reason, on in self.throttle_active.items():
+                (events if reason in CLOCK_EVENT_REASONS else throttle)[reason] = on
+            self.throttle_active, self.clock_events_active = throttle, events
         if not CLOCK_EVENT_REASONS.isdisjoint(self.throttle_counter_seconds):
             self.throttle_counter_seconds = {
                 r: s for r, s in self.throttle_counter_seconds.items() if r not in CLOCK_EVENT_REASONS

@@ -66,6 +66,7 @@ _DEVICE_FIELDS: tuple[FieldKey, ...] = tuple(
     for field_id in (FI_POWER_INSTANT, FI_TOTAL_ENERGY, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
 )
 _POWER_FIELDS: tuple[FieldKey, ...] = ((FI_POWER_INSTANT, 0), (FI_TOTAL_ENERGY, 0))
+_THROTTLE_KEYS: tuple[tuple[str, FieldKey], ...] = tuple((r, (f, 0)) for r, f in _THROTTLE_FIELDS.items())
 #: What a sample between two reads of the slow values asks: power, throttle times, memory temperature.
 _SAMPLE_FIELDS: tuple[FieldKey, ...] = (*_DEVICE_FIELDS, (nvidia_fields.FI_MEMORY_TEMP, 0))
 #: The fields read one by one through :meth:`NvidiaBackend._field` (the rest decode by the plan).
@@ -147,6 +148,7 @@ class NvidiaBackend(NvmlBackend):
             self._lease.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
+        self._supported_bits: dict[int, tuple[tuple[str, int], ...]] = {}  # by supported mask
         self._uuids: dict[int, str] = {}
         self._fields: dict[int, dict[FieldKey, float]] = {}  # this read's field values per device
         self._fields_unsupported: dict[int, set[FieldKey]] = {}
@@ -561,9 +563,7 @@ class NvidiaBackend(NvmlBackend):
             energy_counter_joules=self.get_energy_counter(index),
             temperatures_celsius=self._temperatures_from(index, answers[TEMPERATURE]),
             clocks_hertz=self._clocks_from(answers[CLOCKS:]),
-            throttle_active=throttle_states(
-                self.get_supported_throttle_reasons(index), self._reason_names(answers[REASONS])
-            ),
+            throttle_active=self._throttle_states(index, answers[REASONS]),
             throttle_counter_seconds=self.get_throttle_counters(index),
             gauges=self._gauges(index, answers[PSTATE]),
             counters=self.get_counters(index),
@@ -636,6 +636,19 @@ class NvidiaBackend(NvmlBackend):
         mask = self._supported_mask(index)
         return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
 
+    def _throttle_states(self, index: int, mask: int | None) -> dict[str, bool]:
+        """:func:`~warptd.backends.base.throttle_states` of the reasons set in ``mask``, by the
+        supported reasons' bits, listed once per supported mask."""
+        supported = self._supported_mask(index)
+        if mask is None or not supported:
+            return throttle_states([], self._reason_names(mask))
+        bits = self._supported_bits.get(supported)
+        if bits is None:
+            bits = self._supported_bits[supported] = tuple(
+                (reason, bit) for reason, bit in self._throttle_bits.items() if supported & bit
+            )
+        return {reason: mask & bit != 0 for reason, bit in bits}
+
     def get_throttle_reasons(self, index: int) -> list[str] | None:
         return self._reason_names(self._guarded(index, REASONS))
 
@@ -647,10 +660,10 @@ class NvidiaBackend(NvmlBackend):
     def get_throttle_counters(self, index: int) -> dict[str, float]:
         """Seconds in each reason from the clock-event duration fields (ns); the violation counters
         stand in only where the driver lacks a field, and only for the reasons they really count."""
-        counters = {}
-        for reason, field_id in _THROTTLE_FIELDS.items():
-            nanoseconds = self._field(index, field_id)
-            if nanoseconds is None and reason in self._policies and self._field_unsupported(index, field_id):
+        counters, values = {}, self._fields.get(index, {})
+        for reason, key in _THROTTLE_KEYS:
+            nanoseconds = values.get(key)
+            if nanoseconds is None and reason in self._policies and self._field_unsupported(index, key[0]):
                 status = self._get(
                     index, f"violation_{reason}", "nvmlDeviceGetViolationStatus", self._policies[reason]
                 )
