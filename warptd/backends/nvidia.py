@@ -20,7 +20,14 @@ from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldReq
 from warptd.backends.nvml_backend import NvmlBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.exporter import catalog
-from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
+from warptd.models import (
+    CLOCK_EVENT_REASONS,
+    DeviceReading,
+    GPUInfo,
+    LabelledValues,
+    MemoryUsage,
+    Utilization,
+)
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -148,7 +155,8 @@ class NvidiaBackend(NvmlBackend):
             self._lease.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
-        self._supported_bits: dict[int, tuple[tuple[str, int], ...]] = {}  # by supported mask
+        #: By supported mask: the (reason, bit) of its throttle reasons, and of its clock events.
+        self._supported_bits: dict[int, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {}
         self._uuids: dict[int, str] = {}
         self._fields: dict[int, dict[FieldKey, float]] = {}  # this read's field values per device
         self._fields_unsupported: dict[int, set[FieldKey]] = {}
@@ -468,9 +476,9 @@ class NvidiaBackend(NvmlBackend):
     def _read_gpm(self, index: int) -> None:
         """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM. The
         throughputs of the series the driver counts in fields are not asked (its counters win)."""
-        handle, nvml = self._handles[index], self._nvml
+        handle = self._handles[index]
         if self._gpm.supported(index, index, handle):
-            self._gpm.sample(index, index, "gpm_sample", lambda sample: nvml.nvmlGpmSampleGet(handle, sample))
+            self._gpm.sample(index, index, "gpm_sample", "nvmlGpmSampleGet", handle)
             if not self._gpm.covered(index):
                 counted = self.field_counters(index)
                 self._gpm.cover(
@@ -553,6 +561,7 @@ class NvidiaBackend(NvmlBackend):
         answers = None if index in self._lost_now else self._one_pass(index)
         if answers is None:
             return super().read_values(index)
+        throttle, events = self._throttle_states(index, answers[REASONS])
         return DeviceReading(
             index=index,
             memory=answers[MEMORY],
@@ -563,7 +572,8 @@ class NvidiaBackend(NvmlBackend):
             energy_counter_joules=self.get_energy_counter(index),
             temperatures_celsius=self._temperatures_from(index, answers[TEMPERATURE]),
             clocks_hertz=self._clocks_from(answers[CLOCKS:]),
-            throttle_active=self._throttle_states(index, answers[REASONS]),
+            throttle_active=throttle,
+            clock_events_active=events,
             throttle_counter_seconds=self.get_throttle_counters(index),
             gauges=self._gauges(index, answers[PSTATE]),
             counters=self.get_counters(index),
@@ -636,18 +646,24 @@ class NvidiaBackend(NvmlBackend):
         mask = self._supported_mask(index)
         return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
 
-    def _throttle_states(self, index: int, mask: int | None) -> dict[str, bool]:
-        """:func:`~warptd.backends.base.throttle_states` of the reasons set in ``mask``, by the
-        supported reasons' bits, listed once per supported mask."""
+    def _throttle_states(self, index: int, mask: int | None) -> tuple[dict[str, bool], dict[str, bool]]:
+        """The reading's ``throttle_active`` and ``clock_events_active`` from the clock-event mask, by
+        the supported reasons' bits, split once per supported mask: what
+        :func:`~warptd.backends.base.throttle_states` and the reading itself would make of it."""
         supported = self._supported_mask(index)
         if mask is None or not supported:
-            return throttle_states([], self._reason_names(mask))
-        bits = self._supported_bits.get(supported)
-        if bits is None:
-            bits = self._supported_bits[supported] = tuple(
-                (reason, bit) for reason, bit in self._throttle_bits.items() if supported & bit
+            return throttle_states([], self._reason_names(mask)), {}
+        split = self._supported_bits.get(supported)
+        if split is None:
+            bits = [(reason, bit) for reason, bit in self._throttle_bits.items() if supported & bit]
+            split = self._supported_bits[supported] = (
+                tuple((reason, bit) for reason, bit in bits if reason not in CLOCK_EVENT_REASONS),
+                tuple((reason, bit) for reason, bit in bits if reason in CLOCK_EVENT_REASONS),
             )
-        return {reason: mask & bit != 0 for reason, bit in bits}
+        return (
+            {reason: mask & bit != 0 for reason, bit in split[0]},
+            {reason: mask & bit != 0 for reason, bit in split[1]},
+        )
 
     def get_throttle_reasons(self, index: int) -> list[str] | None:
         return self._reason_names(self._guarded(index, REASONS))

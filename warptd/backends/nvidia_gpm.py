@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from warptd.backends.nvml_calls import PreparedCall
 from warptd.exporter import catalog
 from warptd.models import LabelledValues
 
@@ -110,6 +111,9 @@ class _Source:
     #: a tick sets no field through nvidia-ml-py's attribute hooks.
     requests: tuple[Any, Any]
     request: Any  # the one of this tick
+    #: Per sample: the call taking it, and the call reading the metrics of its request (prepared once).
+    takes: tuple[PreparedCall, PreparedCall]
+    gets: tuple[PreparedCall, PreparedCall]
     metrics: list[GpmMetric]
     asked: list[GpmMetric] = field(default_factory=list)  # the metric ids written into the request
     #: ``asked`` as runs of one metric (metric, rate?, start, end, labels), and one unpacker of all
@@ -120,6 +124,7 @@ class _Source:
     #: of them, most of the time) is kept, not rebuilt, and a dict handed over is never changed.
     last_series: list[tuple[tuple[float, ...], LabelledValues] | None] = field(default_factory=list)
     previous: int | None = None  # index into samples of the last good sample
+    current: int = 0  # index into samples of the one this tick takes
     taken_at: float = 0.0
     gauges: dict[str, LabelledValues] = field(default_factory=dict)
     totals: dict[str, LabelledValues] = field(default_factory=dict)  # integrated bytes, as raw counters
@@ -151,15 +156,16 @@ class GpmReader:
             self._supported[gpu] = bool(answer.isSupportedDevice)
         return self._supported[gpu]
 
-    def sample(self, key: Hashable, index: int, what: str, take: Callable[[Any], Any]) -> None:
-        """Take one sample of source ``key`` (``take(sample)`` fills it; guarded as ``what``) and
-        derive the metrics over the period since the previous one. Absent values when a step fails."""
-        source = self._sources.get(key) or self._open(key, index)
+    def sample(self, key: Hashable, index: int, what: str, take: str, *args: object) -> None:
+        """Take one sample of source ``key`` (the C function ``take``, called with ``args`` and the
+        sample; guarded as ``what``) and derive the metrics over the period since the previous one.
+        Absent values when a step fails."""
+        source = self._sources.get(key) or self._open(key, index, take, args)
         if source is None:
             return
         source.gauges = {}
-        current = 0 if source.previous != 0 else 1
-        if self._call(index, what, take, source.samples[current]) is None:
+        source.current = current = 0 if source.previous != 0 else 1
+        if self._call(index, what, source.takes[current]) is None:
             source.previous = None  # start over: the next tick's sample has nothing to pair with
             return
         now, previous, source.previous = time.monotonic(), source.previous, current
@@ -188,7 +194,7 @@ class GpmReader:
         request (INVALID_ARGUMENT): then ask only the ids of the first GPM header from the next tick."""
         nvml = self._nvml
         try:
-            return nvml.nvmlGpmMetricsGet(source.request)
+            return source.gets[source.current]()
         except nvml.NVMLError as exc:
             first = [metric for metric in source.metrics if metric.id < FIRST_HEADER_METRIC_MAX]
             if exc.value == nvml.NVML_ERROR_INVALID_ARGUMENT and len(first) < len(source.metrics):
@@ -224,10 +230,7 @@ class GpmReader:
         """The common case, every metric answered: one unpack, then each run of one metric at once.
         False (nothing taken) when some metric failed: the caller sorts the answers one by one."""
         assert source.unpack_all is not None
-        raw = ctypes.string_at(
-            ctypes.addressof(source.request) + self._metrics_offset, source.unpack_all.size
-        )
-        flat = source.unpack_all.unpack(raw)
+        flat = source.unpack_all.unpack_from(source.request, self._metrics_offset)  # its memory, no copy
         if any(flat[0::2]):  # some nvmlReturn is not NVML_SUCCESS
             return False
         values, gauges, totals, last = flat[1::2], source.gauges, source.totals, source.last_series
@@ -249,7 +252,7 @@ class GpmReader:
             gauges[metric] = {**earlier, **series} if earlier else series
         return True
 
-    def _open(self, key: Hashable, index: int) -> _Source | None:
+    def _open(self, key: Hashable, index: int, take: str, args: tuple[object, ...]) -> _Source | None:
         """Allocate the source's two samples; None (asked again next tick) when that fails."""
         nvml, samples = self._nvml, []
         for _ in range(2):
@@ -264,10 +267,17 @@ class GpmReader:
             request.version = nvml.NVML_GPM_METRICS_GET_VERSION
             request.sample1, request.sample2 = samples[1 - current], samples[current]
             requests.append(request)
+        takes = [PreparedCall(nvml, take, (*args, sample), lambda: True) for sample in samples]
+        gets = [
+            PreparedCall(nvml, "nvmlGpmMetricsGet", (ctypes.byref(request),), lambda request=request: request)
+            for request in requests
+        ]
         self._sources[key] = source = _Source(
             samples=samples,
             requests=(requests[0], requests[1]),
             request=requests[0],
+            takes=(takes[0], takes[1]),
+            gets=(gets[0], gets[1]),
             metrics=list(self._table),
         )
         return source

@@ -198,13 +198,10 @@ class NvidiaMigBackend(NvmlBackend):
         if power_only or source in self._sampled:
             return
         self._sampled.add(source)
-        nvml, parent, instance = self._nvml, device.parent_handle, device.gpu_instance
+        parent = device.parent_handle
         if self._gpm.supported(("gpu", device.parent), index, parent):
             self._gpm.sample(
-                source,
-                index,
-                "gpm_mig_sample",
-                lambda sample: nvml.nvmlGpmMigSampleGet(parent, instance, sample),
+                source, index, "gpm_mig_sample", "nvmlGpmMigSampleGet", parent, device.gpu_instance
             )
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
