@@ -255,11 +255,14 @@ class FieldRequest:
         if self._direct:
             self._direct = unpacker(nvml.c_nvmlFieldValue_t) is _unpack  # the layout as expected
         if self._direct:
-            self._array = nvml.c_nvmlFieldValue_t * len(keys)
-            template = self._array()
-            for slot, (field_id, scope_id) in zip(template, keys, strict=True):
+            #: One array for every call, reset from its template first: its answers are read before the
+            #: next call of this request.
+            self._values = (nvml.c_nvmlFieldValue_t * len(keys))()
+            for slot, (field_id, scope_id) in zip(self._values, keys, strict=True):
                 slot.fieldId, slot.scopeId = field_id, scope_id
-            self._template = bytes(template)
+            self._template = bytes(self._values)
+            self._address = ctypes.addressof(self._values)
+            self._arguments = (ctypes.c_int32(len(keys)), ctypes.byref(self._values))
         #: The values read one by one (power, throttle times …) and their positions in the answers.
         self._looked_up = tuple((key, position) for position, key in enumerate(keys) if key in looked_up)
         #: Each answer's valueType and nvmlReturn as one 64-bit word, as a clean read left them.
@@ -328,7 +331,7 @@ class FieldRequest:
         nvml = self._nvml
         if not self._direct:
             return nvml.nvmlDeviceGetFieldValues(handle, list(self.keys))
-        values = self._array.from_buffer_copy(self._template)
+        ctypes.memmove(self._address, self._template, len(self._template))
         function = nvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
-        nvml._nvmlCheckReturn(function(handle, ctypes.c_int32(len(self.keys)), ctypes.byref(values)))
-        return values
+        nvml._nvmlCheckReturn(function(handle, *self._arguments))
+        return self._values
