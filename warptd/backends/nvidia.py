@@ -8,6 +8,7 @@ includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where 
 from __future__ import annotations
 
 import ctypes
+from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -16,6 +17,7 @@ import structlog
 from warptd.backends import nvidia_fields, nvml_calls, nvml_session
 from warptd.backends.base import AcceleratorBackend, throttle_states
 from warptd.backends.cadence import SlowReads
+from warptd.backends.kept import Kept
 from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldRequest
 from warptd.backends.nvml_backend import NvmlBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
@@ -115,6 +117,15 @@ def memory_usage(backend: AcceleratorBackend, nvml: Any, index: int, handle: Any
     return backend.call_versions(index, *memory_versions(nvml, handle))
 
 
+def _temperatures(sensors: tuple[int | None, float | None]) -> dict[str, float]:
+    """By sensor: the GPU's (a call), the memory's (a field)."""
+    gpu, memory = sensors
+    temperatures = {"gpu": float(gpu)} if gpu is not None else {}
+    if memory is not None:
+        temperatures["memory"] = memory
+    return temperatures
+
+
 # The calls of a sample besides its batches (:meth:`NvidiaBackend._sample_calls`), by slot; the clocks
 # follow in the order of ``_CLOCKS``.
 MEMORY, UTILIZATION, TEMPERATURE, REASONS, PSTATE, CLOCKS = range(6)
@@ -155,8 +166,10 @@ class NvidiaBackend(NvmlBackend):
             self._lease.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._supported_masks: dict[int, int] = {}
-        #: By supported mask: the (reason, bit) of its throttle reasons, and of its clock events.
-        self._supported_bits: dict[int, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {}
+        #: By supported and active clock-event masks: the throttle and the clock-event states.
+        self._states: dict[tuple[int, int], tuple[dict[str, bool], dict[str, bool]]] = {}
+        #: By device and value: what was made of its last answers (:mod:`~warptd.backends.kept`).
+        self._kept: defaultdict[tuple[int, str], Kept[Any]] = defaultdict(Kept)
         self._uuids: dict[int, str] = {}
         self._fields: dict[int, dict[FieldKey, float]] = {}  # this read's field values per device
         self._fields_unsupported: dict[int, set[FieldKey]] = {}
@@ -221,6 +234,7 @@ class NvidiaBackend(NvmlBackend):
             self._requests.clear()
             self._calls.clear()
             self._passes.clear()
+            self._kept.clear()
             self._fans.clear()
             self._slow_reads.forget()
 
@@ -571,7 +585,7 @@ class NvidiaBackend(NvmlBackend):
             power_limit_watts=self.get_power_limit(index),
             energy_counter_joules=self.get_energy_counter(index),
             temperatures_celsius=self._temperatures_from(index, answers[TEMPERATURE]),
-            clocks_hertz=self._clocks_from(answers[CLOCKS:]),
+            clocks_hertz=self._clocks_from(index, answers[CLOCKS:]),
             throttle_active=throttle,
             clock_events_active=events,
             throttle_counter_seconds=self.get_throttle_counters(index),
@@ -591,13 +605,8 @@ class NvidiaBackend(NvmlBackend):
 
     def _temperatures_from(self, index: int, gpu: int | None) -> dict[str, float]:
         """The GPU sensor, and the memory (HBM) sensor from the field batch where the GPU has one."""
-        temperatures = {}
-        if gpu is not None:
-            temperatures["gpu"] = float(gpu)
         memory = self._field(index, nvidia_fields.FI_MEMORY_TEMP)
-        if memory is not None:
-            temperatures["memory"] = memory
-        return temperatures
+        return self._kept[index, "temperatures"].of((gpu, memory), _temperatures)
 
     def get_power_usage(self, index: int) -> float | None:
         """The instantaneous field where the GPU has it; else nvmlDeviceGetPowerUsage (which is
@@ -624,10 +633,13 @@ class NvidiaBackend(NvmlBackend):
         return millijoules / 1000 if millijoules is not None else None
 
     def get_clocks(self, index: int) -> dict[str, float]:
-        return self._clocks_from([self._guarded(index, CLOCKS + n) for n in range(len(self._clocks))])
+        return self._clocks_from(index, [self._guarded(index, CLOCKS + n) for n in range(len(self._clocks))])
 
-    def _clocks_from(self, answers: list[int | None]) -> dict[str, float]:
+    def _clocks_from(self, index: int, answers: list[int | None]) -> dict[str, float]:
         """Hz from MHz, by clock (``answers`` in the order of ``_CLOCKS``)."""
+        return self._kept[index, "clocks"].of(tuple(answers), self._hertz)
+
+    def _hertz(self, answers: tuple[int | None, ...]) -> dict[str, float]:
         return {
             clock: mhz * 1e6
             for (clock, _, _), mhz in zip(self._clocks, answers, strict=True)
@@ -647,23 +659,22 @@ class NvidiaBackend(NvmlBackend):
         return [reason for reason, bit in self._throttle_bits.items() if mask & bit]
 
     def _throttle_states(self, index: int, mask: int | None) -> tuple[dict[str, bool], dict[str, bool]]:
-        """The reading's ``throttle_active`` and ``clock_events_active`` from the clock-event mask, by
-        the supported reasons' bits, split once per supported mask: what
-        :func:`~warptd.backends.base.throttle_states` and the reading itself would make of it."""
+        """The reading's ``throttle_active`` and ``clock_events_active`` from the clock-event mask:
+        what :func:`~warptd.backends.base.throttle_states` and the reading itself would make of it,
+        made once per supported and active masks (readings never change the dicts they hold)."""
         supported = self._supported_mask(index)
         if mask is None or not supported:
             return throttle_states([], self._reason_names(mask)), {}
-        split = self._supported_bits.get(supported)
-        if split is None:
-            bits = [(reason, bit) for reason, bit in self._throttle_bits.items() if supported & bit]
-            split = self._supported_bits[supported] = (
-                tuple((reason, bit) for reason, bit in bits if reason not in CLOCK_EVENT_REASONS),
-                tuple((reason, bit) for reason, bit in bits if reason in CLOCK_EVENT_REASONS),
+        states = self._states.get((supported, mask))
+        if states is None:
+            bits = [
+                (reason, mask & bit != 0) for reason, bit in self._throttle_bits.items() if supported & bit
+            ]
+            states = self._states[supported, mask] = (
+                {reason: on for reason, on in bits if reason not in CLOCK_EVENT_REASONS},
+                {reason: on for reason, on in bits if reason in CLOCK_EVENT_REASONS},
             )
-        return (
-            {reason: mask & bit != 0 for reason, bit in split[0]},
-            {reason: mask & bit != 0 for reason, bit in split[1]},
-        )
+        return states
 
     def get_throttle_reasons(self, index: int) -> list[str] | None:
         return self._reason_names(self._guarded(index, REASONS))

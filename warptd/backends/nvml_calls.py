@@ -4,7 +4,7 @@ out-value it allocates, made and checked as the wrapper makes them, without its 
 A sample makes about ten such calls per GPU, and the wrapper's set-up (a lock-guarded lookup, a new
 ctypes value, nvidia-ml-py's attribute hooks on its structs) costs more than the C call itself. The
 values are read through ctypes' own field descriptors, past those hooks (which turn bytes into str,
-and none of these values is bytes).
+and none of these values is bytes), and the same object is handed back while they stand still.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
+from warptd.backends.kept import Kept
 from warptd.models import MemoryUsage, Utilization
 
 
@@ -51,25 +52,31 @@ def memory(nvml: Any, handle: Any, version: int | None) -> PreparedCall:
         info.version = version
     else:
         info, name = nvml.c_nvmlMemory_t(), "nvmlDeviceGetMemoryInfo"
-    kind = type(info)
+    kind, kept = type(info), Kept[MemoryUsage]()
     total, used, free = kind.total.__get__, kind.used.__get__, kind.free.__get__
-    reserved = kind.reserved.__get__ if version is not None else None
+    reserved = kind.reserved.__get__ if version is not None else lambda _: None
 
     def read() -> MemoryUsage:
-        return MemoryUsage(
-            total=total(info), used=used(info), free=free(info), reserved=reserved(info) if reserved else None
-        )
+        return kept.of((total(info), used(info), free(info), reserved(info)), _memory_usage)
 
     return PreparedCall(nvml, name, (handle, ctypes.byref(info)), read)
 
 
 def utilization(nvml: Any, handle: Any) -> PreparedCall:
     """``nvmlDeviceGetUtilizationRates``: percent of the last sample period, as ratios."""
-    rates = nvml.c_nvmlUtilization_t()
+    rates, kept = nvml.c_nvmlUtilization_t(), Kept[Utilization]()
     gpu, memory_ = type(rates).gpu.__get__, type(rates).memory.__get__
     return PreparedCall(
         nvml,
         "nvmlDeviceGetUtilizationRates",
         (handle, ctypes.byref(rates)),
-        lambda: Utilization(compute=gpu(rates) / 100, memory=memory_(rates) / 100),
+        lambda: kept.of((gpu(rates), memory_(rates)), _ratios),
     )
+
+
+def _memory_usage(raw: tuple[int, int, int, int | None]) -> MemoryUsage:
+    return MemoryUsage(total=raw[0], used=raw[1], free=raw[2], reserved=raw[3])
+
+
+def _ratios(percents: tuple[int, int]) -> Utilization:
+    return Utilization(compute=percents[0] / 100, memory=percents[1] / 100)

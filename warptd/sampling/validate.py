@@ -109,16 +109,21 @@ def _labelled(
 
 def sanitize_device(reading: DeviceReading, previous: DeviceReading | None = None) -> int:
     """Drop impossible values from ``reading`` in place; return how many were dropped. ``previous``:
-    the device's last reading, whose further values need no second check where they are the same."""
+    the device's last reading, whose values need no second check where the backend handed over the
+    same object again (it keeps what it made while its answers stand still) or equal further values."""
     rejected = [0]
-    reading.memory = _memory(reading.memory, rejected)
-    reading.utilization = _utilization(reading.utilization, rejected)
+    if previous is None or reading.memory is not previous.memory:
+        reading.memory = _memory(reading.memory, rejected)
+    if previous is None or reading.utilization is not previous.utilization:
+        reading.utilization = _utilization(reading.utilization, rejected)
     reading.power_watts = _check(reading.power_watts, 0.0, MAX_WATTS, rejected)
     reading.power_average_watts = _check(reading.power_average_watts, 0.0, MAX_WATTS, rejected)
     reading.power_limit_watts = _check(reading.power_limit_watts, 0.0, MAX_WATTS, rejected)
     reading.energy_counter_joules = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
-    reading.temperatures_celsius = _filtered(reading.temperatures_celsius, *TEMPERATURE_RANGE, rejected)
-    reading.clocks_hertz = _filtered(reading.clocks_hertz, 0.0, MAX_HERTZ, rejected)
+    if previous is None or reading.temperatures_celsius is not previous.temperatures_celsius:
+        reading.temperatures_celsius = _filtered(reading.temperatures_celsius, *TEMPERATURE_RANGE, rejected)
+    if previous is None or reading.clocks_hertz is not previous.clocks_hertz:
+        reading.clocks_hertz = _filtered(reading.clocks_hertz, 0.0, MAX_HERTZ, rejected)
     reading.throttle_counter_seconds = _filtered(reading.throttle_counter_seconds, 0.0, math.inf, rejected)
     reading.gauges = _labelled(reading.gauges, previous.gauges if previous else {}, rejected)
     reading.counters = _labelled(reading.counters, previous.counters if previous else {}, rejected)
