@@ -742,10 +742,14 @@ class NvidiaBackend(NvmlBackend):
     def get_counters(self, index: int) -> dict[str, LabelledValues]:
         """Health and traffic counters of the field batch; PCIe and NVLink bytes integrated from GPM
         throughput stand in for each series the driver keeps no counter of."""
-        counters = dict(self.field_counters(index))
-        for metric, integrated in self._gpm.counters(index).items():
-            counted = counters.get(metric)
-            counters[metric] = {**integrated, **counted} if counted else integrated
+        counted = self.field_counters(index)
+        integrated = {metric: series for metric, series in self._gpm.counters(index).items() if series}
+        if not integrated:
+            return counted  # the batch's own dict: the sampler knows it again by identity
+        counters = dict(counted)
+        for metric, series in integrated.items():
+            fields = counters.get(metric)
+            counters[metric] = {**series, **fields} if fields else series
         return counters
 
     def _smi_gauges(self, index: int, pstate: int | None) -> dict[str, LabelledValues]:
