@@ -173,7 +173,7 @@ class GpmReader:
         if previous is None or not source.metrics:
             return
         source.request = source.requests[current]
-        if source.asked != source.metrics:  # the ids stay in the requests between ticks
+        if len(source.asked) != len(source.metrics):  # metrics only lose entries; ids stay between ticks
             for request in source.requests:
                 request.numMetrics = len(source.metrics)
                 for slot, metric in enumerate(source.metrics):

@@ -113,6 +113,7 @@ class Sampler:
         self._energy: dict[str, EnergyTracker] = {}
         self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str], ThrottleSeconds] = {}  # by backend, device
+        self._uuids_of: dict[str, tuple[list[GPUInfo], dict[int, str]]] = {}  # by backend
         # backend, device, metric -> label values -> counter
         self._counters: dict[tuple[str, str, str], dict[tuple[str, ...], MonotonicCounter]] = {}
         # (backend, device, metric) or (backend, device) -> the raw values last read, the totals they gave
@@ -504,13 +505,14 @@ class Sampler:
     def _devices(self, name: str, raw: _Raw) -> list[DeviceSample]:
         """Samples of the readings newer than the last published one of their device."""
         state = self.snapshot.get(name)
-        uuids = {info.index: info.uuid or "" for info in (state.devices_info if state else [])}
+        uuids = self._uuids(name, state.devices_info if state else [])
         samples = []
         reading: DeviceReading
         for reading in raw.readings:
-            if self._seen_at.get((name, reading.index), -math.inf) >= raw.at:
+            seen = (name, reading.index)
+            if self._seen_at.get(seen, -math.inf) >= raw.at:
                 continue
-            self._seen_at[(name, reading.index)] = raw.at
+            self._seen_at[seen] = raw.at
             reading.uuid = uuids.get(reading.index, "")
             tracker = self._tracker(f"{name}/{reading.uuid or reading.index}")
             if not reading.up:
@@ -528,6 +530,13 @@ class Sampler:
                 )
             )
         return samples
+
+    def _uuids(self, name: str, infos: list[GPUInfo]) -> dict[int, str]:
+        """Each device's UUID by index, made once per list of identities (a new list at rediscovery)."""
+        made = self._uuids_of.get(name)
+        if made is None or made[0] is not infos:
+            made = self._uuids_of[name] = (infos, {info.index: info.uuid or "" for info in infos})
+        return made[1]
 
     def _throttle_seconds(self, name: str, at: float, reading: DeviceReading) -> dict[str, float]:
         device = (name, reading.uuid or str(reading.index))
