@@ -83,6 +83,26 @@ def test_every_activity_series_is_the_ratio_over_the_last_period(rig, fake_nvml)
     assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **DEV0) == 0
 
 
+def test_answers_as_last_period_keep_the_gauges_whole_and_a_change_is_read(rig, fake_nvml):
+    """An idle GPU's metrics (the same answers each period) hand over last period's gauges whole;
+    the next change is read at once, throughputs still integrate each period."""
+    gpu, backend = fake_nvml.gpus[0], rig.loaded.accelerators[0]
+    rig.tick()
+    gpu.advance_gpm(activity=ACTIVITY)
+    rig.tick()
+    gpu.advance_gpm(activity=ACTIVITY)
+    rig.tick()
+    kept = backend._gpm.gauges(0)
+    gpu.advance_gpm(activity=ACTIVITY)
+    samples = rig.tick()
+    assert backend._gpm.gauges(0) is kept
+    assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
+    gpu.advance_gpm(activity={**ACTIVITY, pynvml.NVML_GPM_METRIC_SM_UTIL: 0.2})
+    samples = rig.tick()
+    assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.2)
+    assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **DEV0) == pytest.approx(0.4)
+
+
 def test_one_gpm_sample_and_one_metrics_get_per_gpu_per_tick(rig, fake_nvml):
     ticks = 6
     for _ in range(ticks):

@@ -126,6 +126,15 @@ def _temperatures(sensors: tuple[int | None, float | None]) -> dict[str, float]:
     return temperatures
 
 
+def _merged(parts: tuple[dict[str, LabelledValues], ...]) -> dict[str, LabelledValues]:
+    return {metric: series for part in parts for metric, series in part.items()}
+
+
+def _with_pstate(raw: tuple[dict[str, LabelledValues], int]) -> dict[str, LabelledValues]:
+    gauges, pstate = raw
+    return {**gauges, catalog.PERFORMANCE_STATE.name: {(): float(pstate)}}
+
+
 # The calls of a sample besides its batches (:meth:`NvidiaBackend._sample_calls`), by slot; the clocks
 # follow in the order of ``_CLOCKS``.
 MEMORY, UTILIZATION, TEMPERATURE, REASONS, PSTATE, CLOCKS = range(6)
@@ -732,12 +741,14 @@ class NvidiaBackend(NvmlBackend):
         return self._gauges(index, self._guarded(index, PSTATE))
 
     def _gauges(self, index: int, pstate: int | None) -> dict[str, LabelledValues]:
-        """Health from the field batch, GPM activity over the last sample period, nvidia-smi's rest."""
-        return {
-            **self._decoded.get(index, ({}, {}))[0],
-            **self._gpm.gauges(index),
-            **self._smi_gauges(index, pstate),
-        }
+        """Health from the field batch, GPM activity over the last sample period, nvidia-smi's rest:
+        merged again only when one of them is not the dict it handed over last time."""
+        parts = (
+            self._decoded.get(index, ({}, {}))[0],
+            self._gpm.gauges(index),
+            self._smi_gauges(index, pstate),
+        )
+        return self._kept[index, "gauges"].of(parts, _merged)
 
     def get_counters(self, index: int) -> dict[str, LabelledValues]:
         """Health and traffic counters of the field batch; PCIe and NVLink bytes integrated from GPM
@@ -757,7 +768,7 @@ class NvidiaBackend(NvmlBackend):
         encoder and decoder utilization of the last read of the slow values."""
         gauges = self._slow_gauges.get(index, {})
         if pstate is not None and 0 <= pstate <= _LAST_PSTATE:  # NVML_PSTATE_UNKNOWN (32): absent
-            return {**gauges, catalog.PERFORMANCE_STATE.name: {(): float(pstate)}}
+            return self._kept[index, "smi"].of((gauges, pstate), _with_pstate)
         return gauges
 
     def _fan_speeds(self, index: int) -> dict[int, float]:

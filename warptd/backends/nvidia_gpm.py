@@ -124,6 +124,8 @@ class _Source:
     #: of them, most of the time) is kept, not rebuilt, and a dict handed over is never changed.
     last_series: list[tuple[tuple[float, ...], LabelledValues] | None] = field(default_factory=list)
     previous: int | None = None  # index into samples of the last good sample
+    last_answers: tuple[float, ...] = ()  # the last decoded (nvmlReturn, value) pairs, flat
+    integrates: bool = False  # some metric asked is a throughput, integrated each period
     current: int = 0  # index into samples of the one this tick takes
     taken_at: float = 0.0
     gauges: dict[str, LabelledValues] = field(default_factory=dict)
@@ -163,7 +165,7 @@ class GpmReader:
         source = self._sources.get(key) or self._open(key, index, take, args)
         if source is None:
             return
-        source.gauges = {}
+        last_gauges, source.gauges = source.gauges, {}
         source.current = current = 0 if source.previous != 0 else 1
         if self._call(index, what, source.takes[current]) is None:
             source.previous = None  # start over: the next tick's sample has nothing to pair with
@@ -180,6 +182,7 @@ class GpmReader:
                     request.metrics[slot].metricId = metric.id
             source.asked = list(source.metrics)
             source.runs = _runs(source.asked)
+            source.integrates = any(rate for _, rate, *_ in source.runs)
             source.last_series = [None] * len(source.runs)
             one = self._layout.format
             source.unpack_all = (
@@ -187,7 +190,7 @@ class GpmReader:
             )
         if self._call(index, "gpm_metrics", self._metrics_get, source) is None:
             return
-        self._collect(source, period)
+        self._collect(source, period, last_gauges)
 
     def _metrics_get(self, source: _Source) -> Any:
         """``nvmlGpmMetricsGet``. A driver whose header predates some of the ids may refuse the whole
@@ -207,8 +210,8 @@ class GpmReader:
         raw = ctypes.string_at(ctypes.addressof(request) + self._metrics_offset, count * self._layout.size)
         return self._layout.iter_unpack(raw)
 
-    def _collect(self, source: _Source, period: float) -> None:
-        if source.unpack_all is not None and self._collect_all(source, period):
+    def _collect(self, source: _Source, period: float, last_gauges: dict[str, LabelledValues]) -> None:
+        if source.unpack_all is not None and self._collect_all(source, period, last_gauges):
             return
         nvml, dropped, gauges, totals = self._nvml, [], source.gauges, source.totals
         bytes_per_rate = MIB * period
@@ -226,13 +229,18 @@ class GpmReader:
         for metric in dropped:
             source.metrics.remove(metric)
 
-    def _collect_all(self, source: _Source, period: float) -> bool:
-        """The common case, every metric answered: one unpack, then each run of one metric at once.
-        False (nothing taken) when some metric failed: the caller sorts the answers one by one."""
+    def _collect_all(self, source: _Source, period: float, last_gauges: dict[str, LabelledValues]) -> bool:
+        """The common case, every metric answered: one unpack, then each run of one metric at once;
+        answers as last time without throughputs to integrate keep last time's gauges whole. False
+        (nothing taken) when some metric failed: the caller sorts the answers one by one."""
         assert source.unpack_all is not None
         flat = source.unpack_all.unpack_from(source.request, self._metrics_offset)  # its memory, no copy
         if any(flat[0::2]):  # some nvmlReturn is not NVML_SUCCESS
             return False
+        if flat == source.last_answers and not source.integrates and last_gauges:
+            source.gauges = last_gauges
+            return True
+        source.last_answers = flat
         values, gauges, totals, last = flat[1::2], source.gauges, source.totals, source.last_series
         bytes_per_rate = MIB * period
         for position, (metric, rate, start, end, labels) in enumerate(source.runs):

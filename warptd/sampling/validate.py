@@ -86,7 +86,7 @@ def _labelled(
     reports and never changes it afterwards. Values as in the last reading's kept dict, ``checked``
     (health counters, mostly, and idle activity), are not checked again: that dict is kept instead,
     or the whole of ``checked`` where nothing changed (one C-level comparison)."""
-    if values_by_metric == checked:
+    if values_by_metric is checked or values_by_metric == checked:
         return checked
     kept = {}
     for metric, values in values_by_metric.items():
