@@ -375,7 +375,9 @@ def test_garbage_values_are_rejected_and_counted(rig, fake_nvml, field, garbage,
     samples = rig.tick()  # the same answers again: the backend hands over the same object
     if field != "power_mw":  # power then comes from the energy counter's rise instead
         assert not select(samples, metric, **DEV0, **labels)
-    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") >= 2 * rejected
+    assert (
+        value(samples, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") >= 2 * rejected
+    )
 
 
 def test_nan_power_from_a_plugin_is_rejected(settings):

@@ -152,3 +152,29 @@ def test_a_tick_read_that_timed_out_counts_hung_at_the_scheduled_ticks(settings,
         fake_nvml.gpus[1].hang.clear()
         fake_nvml.gpus[1].release.set()
         rig.close()
+
+
+def test_the_hand_off_executor_runs_jobs_on_the_scheduler_thread_and_survives_an_error(caplog):
+    """A job that raises is logged as APScheduler logs it, and the next run still comes."""
+    from datetime import UTC, datetime
+
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from warptd.sampling.sampler import HandOffExecutor
+
+    runs: list[str] = []
+
+    def job() -> None:
+        runs.append(threading.current_thread().name)
+        if len(runs) == 1:
+            raise RuntimeError("a bug in a tick")
+
+    scheduler = BackgroundScheduler(executors={"default": HandOffExecutor()}, timezone=UTC)
+    scheduler.add_job(job, "interval", seconds=0.05, next_run_time=datetime.now(UTC))
+    scheduler.start()
+    try:
+        assert wait_until(lambda: len(runs) >= 3, timeout=5)
+    finally:
+        scheduler.shutdown(wait=True)
+    assert len(set(runs)) == 1 and runs[0] != threading.current_thread().name  # the scheduler's own
+    assert "a bug in a tick" in caplog.text
