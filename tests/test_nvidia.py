@@ -391,6 +391,37 @@ def test_nan_power_from_a_plugin_is_rejected(settings):
     assert reading.power_watts is None and reading.temperatures_celsius == {"a": 40.0}
 
 
+@pytest.mark.parametrize(
+    ("field", "garbage"),
+    [
+        ("power_watts", -1.0),
+        ("power_average_watts", float("inf")),
+        ("power_limit_watts", 20_000.0),
+        ("energy_counter_joules", float("nan")),
+        ("energy_counter_joules", float("inf")),
+        ("power_watts", "400"),
+    ],
+)
+def test_each_impossible_power_value_is_dropped_alone(field, garbage):
+    """The power values pass in one expression when sane; one that is not is dropped and counted,
+    the others kept."""
+    from warptd.models import DeviceReading
+    from warptd.sampling.validate import sanitize_device
+
+    sane = {
+        "power_watts": 400.0,
+        "power_average_watts": 390.0,
+        "power_limit_watts": 700,
+        "energy_counter_joules": 5e6,
+    }
+    reading = DeviceReading(index=0, **{**sane, field: garbage})
+    assert sanitize_device(reading) == 1
+    assert getattr(reading, field) is None
+    assert all(getattr(reading, name) == value for name, value in sane.items() if name != field)
+    clean = DeviceReading(index=0, **sane)
+    assert sanitize_device(clean) == 0 and clean.power_limit_watts == 700
+
+
 @pytest.fixture
 def rediscover_now(monkeypatch):
     from warptd.sampling import sampler

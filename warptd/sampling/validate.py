@@ -107,6 +107,26 @@ def _labelled(
     return kept
 
 
+def _power_within(reading: DeviceReading) -> bool:
+    """The common case in one expression: every power value absent or in range, the energy counter
+    finite (NaN fails every comparison). False sends each value through :func:`_check`."""
+    watts, average, limit, energy = (
+        reading.power_watts,
+        reading.power_average_watts,
+        reading.power_limit_watts,
+        reading.energy_counter_joules,
+    )
+    try:
+        return (
+            (watts is None or 0.0 <= watts <= MAX_WATTS)
+            and (average is None or 0.0 <= average <= MAX_WATTS)
+            and (limit is None or 0.0 <= limit <= MAX_WATTS)
+            and (energy is None or 0.0 <= energy < math.inf)
+        )
+    except TypeError:  # not a number: sorted out value by value
+        return False
+
+
 def sanitize_device(reading: DeviceReading, previous: DeviceReading | None = None) -> int:
     """Drop impossible values from ``reading`` in place; return how many were dropped. ``previous``:
     the device's last reading, whose values need no second check where the backend handed over the
@@ -116,10 +136,11 @@ def sanitize_device(reading: DeviceReading, previous: DeviceReading | None = Non
         reading.memory = _memory(reading.memory, rejected)
     if previous is None or reading.utilization is not previous.utilization:
         reading.utilization = _utilization(reading.utilization, rejected)
-    reading.power_watts = _check(reading.power_watts, 0.0, MAX_WATTS, rejected)
-    reading.power_average_watts = _check(reading.power_average_watts, 0.0, MAX_WATTS, rejected)
-    reading.power_limit_watts = _check(reading.power_limit_watts, 0.0, MAX_WATTS, rejected)
-    reading.energy_counter_joules = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
+    if not _power_within(reading):
+        reading.power_watts = _check(reading.power_watts, 0.0, MAX_WATTS, rejected)
+        reading.power_average_watts = _check(reading.power_average_watts, 0.0, MAX_WATTS, rejected)
+        reading.power_limit_watts = _check(reading.power_limit_watts, 0.0, MAX_WATTS, rejected)
+        reading.energy_counter_joules = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
     if previous is None or reading.temperatures_celsius is not previous.temperatures_celsius:
         reading.temperatures_celsius = _filtered(reading.temperatures_celsius, *TEMPERATURE_RANGE, rejected)
     if previous is None or reading.clocks_hertz is not previous.clocks_hertz:
