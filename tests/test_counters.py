@@ -98,6 +98,18 @@ def test_throttle_seconds_keep_the_totals_of_a_reading_that_changes_none():
     assert device.update(4.5, {"hw_slowdown": True}, {"sw_power_cap": 2.5})["hw_slowdown"] == expected == 1.5
 
 
+def test_throttle_seconds_catch_up_only_the_reasons_the_kept_readings_had():
+    """A reason missing from the kept readings (its call failed) counts from where it was last read,
+    as a tracker fed every reading does."""
+    device, alone = ThrottleSeconds(), ThrottleTracker()
+    device.update(0.0, {"hw_slowdown": False, "sw_power_cap": False}, {})
+    alone.update(0.0, False, None)
+    for at in (1.0, 2.0):
+        device.update(at, {"sw_power_cap": False}, {})  # hw_slowdown not read: kept from t=1 on
+    assert device.update(3.0, {"hw_slowdown": True, "sw_power_cap": False}, {})["hw_slowdown"] == 3.0
+    assert alone.update(3.0, True, None) == 3.0
+
+
 def test_energy_gap_is_not_integrated():
     t = EnergyTracker()
     t.update(0.0, 100.0, None)

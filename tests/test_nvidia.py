@@ -745,13 +745,20 @@ def test_a_steady_sample_makes_its_calls_in_one_pass_read_as_the_getters_read_th
 
 
 def test_a_call_failing_in_the_one_pass_is_sorted_out_by_the_guarded_getters(make_rig, fake_nvml):
-    """A failure found by the one pass is asked again through the guard: counted once, that value
-    absent, the others read; the next sample is one pass again."""
+    """A failure found by the one pass is counted as the guard counts it, once, that value absent;
+    the calls after it go through the guard, each made once; the next sample is one pass again."""
     rig = make_rig("nvidia")
     rig.tick()
     gpu = fake_nvml.gpus[0]
     gpu.raises["nvmlDeviceGetTemperature"] = pynvml.NVML_ERROR_UNKNOWN
+    temperatures, clocks = (
+        fake_nvml.calls("nvmlDeviceGetTemperature"),
+        fake_nvml.calls("nvmlDeviceGetClockInfo"),
+    )
     samples = rig.tick()
+    gpus = len(fake_nvml.gpus)
+    assert fake_nvml.calls("nvmlDeviceGetTemperature") == temperatures + gpus  # not asked again
+    assert fake_nvml.calls("nvmlDeviceGetClockInfo") == clocks + 3 * gpus  # nor the calls after it
     assert select(samples, "warptd_device_temperature_celsius", sensor="gpu", **DEV0) == []
     assert value(samples, "warptd_device_clock_hertz", clock="sm", **DEV0) > 0
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 1
@@ -760,3 +767,19 @@ def test_a_call_failing_in_the_one_pass_is_sorted_out_by_the_guarded_getters(mak
     samples = rig.tick()
     assert value(samples, "warptd_device_temperature_celsius", sensor="gpu", **DEV0) > 0
     assert fake_nvml.calls("nvmlDeviceGetClockInfo") == calls + 3 * len(fake_nvml.gpus)
+
+
+def test_a_supported_mask_of_bits_warptd_does_not_know_reports_the_active_reasons(settings):
+    """A driver whose supported mask holds only bits newer than warptd's reasons: the reasons active
+    now are reported (as throttling or clock events), as where it reports no mask at all."""
+    fake = FakeNvml(
+        [FakeGpu(index=0, supported_reasons=1 << 40, current_reasons=pynvml.nvmlClocksEventReasonSwPowerCap)]
+    )
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        for _ in range(2):  # the first sample through the getters, the second in one pass
+            samples = rig.tick()
+            assert value(samples, "warptd_device_throttle_active", reason="sw_power_cap", **DEV0) == 1
+        rig.close()
+    fake.close()

@@ -103,6 +103,25 @@ def test_answers_as_last_period_keep_the_gauges_whole_and_a_change_is_read(rig, 
     assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **DEV0) == pytest.approx(0.4)
 
 
+def test_a_metric_failing_once_comes_back_though_the_answers_stand_still(rig, fake_nvml):
+    """A metric that answers an error one period (not "unsupported") is absent then, and back at the
+    next period even when every answer equals the last clean period's."""
+    gpu = fake_nvml.gpus[0]
+    rig.tick()
+    gpu.advance_gpm(activity=ACTIVITY)
+    rig.tick()
+    gpu.fail_gpm_metric(pynvml.NVML_GPM_METRIC_SM_UTIL, pynvml.NVML_ERROR_TIMEOUT)
+    gpu.advance_gpm(activity=ACTIVITY)
+    samples = rig.tick()
+    assert not select(samples, "warptd_device_sm_active_ratio", **DEV0)
+    assert value(samples, "warptd_device_sm_occupancy_ratio", **DEV0) == pytest.approx(0.25)
+    gpu.fail_gpm_metric(pynvml.NVML_GPM_METRIC_SM_UTIL, None)
+    for _ in range(2):
+        gpu.advance_gpm(activity=ACTIVITY)
+        samples = rig.tick()
+        assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
+
+
 def test_one_gpm_sample_and_one_metrics_get_per_gpu_per_tick(rig, fake_nvml):
     ticks = 6
     for _ in range(ticks):

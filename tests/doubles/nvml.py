@@ -707,6 +707,12 @@ class FakeGpu:
         for metric in range(GPM_METRIC_IDS):
             self.state.gpm_unsupported[metric] = metric in wanted
 
+    def fail_gpm_metric(self, metric: int, code: int | None) -> None:
+        """Metric ``metric`` answers nvmlReturn ``code`` (2-255, e.g. NVML_ERROR_TIMEOUT) in its slot of
+        nvmlGpmMetricsGet until called again with None."""
+        assert code is None or 1 < code < 256, "the double keeps a metric's return code in one byte"
+        self.state.gpm_unsupported[metric] = code or 0
+
     def gpm_counters(self, mig: int | None = None) -> GpmCounters:
         """The live GPM counters of the GPU, or of its ``mig``-th MIG device's GPU instance."""
         return self.state.gpm if mig is None else self.state.mig_gpm[mig]

@@ -167,7 +167,7 @@ struct gpu {
     uint32_t mig_gi[MAX_MIG], mig_ci[MAX_MIG];
     uint64_t mig_memory_total[MAX_MIG], mig_memory_used[MAX_MIG];
     char mig_name[MAX_MIG][96];        /* what nvmlDeviceGetName answers on the MIG handle */
-    uint8_t gpm_unsupported[GPM_METRIC_IDS]; /* per metric id: its nvmlReturn is NOT_SUPPORTED */
+    uint8_t gpm_unsupported[GPM_METRIC_IDS]; /* per metric id: 1, NOT_SUPPORTED; 2-255, that nvmlReturn */
     uint32_t gpm_metric_max; /* the driver header's NVML_GPM_METRIC_MAX: a larger id fails the call */
     /* --- end nv-gpm --- */
     /* --- nv-health: health, traffic and the rest of nvidia-smi --- */
@@ -1004,7 +1004,9 @@ int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
         m->value = 0;
         m->info = (struct gpm_metric_info){NULL, NULL, NULL};
         if (m->metric_id >= GPM_METRIC_IDS) m->nvml_return = ERROR_INVALID_ARGUMENT;
-        else if (g->gpm_unsupported[m->metric_id]) m->nvml_return = ERROR_NOT_SUPPORTED;
+        else if (g->gpm_unsupported[m->metric_id]) /* 1: NOT_SUPPORTED; else that return code */
+            m->nvml_return = g->gpm_unsupported[m->metric_id] == 1 ? ERROR_NOT_SUPPORTED
+                                                                   : g->gpm_unsupported[m->metric_id];
         else m->nvml_return = gpm_metric(a, b, m);
     }
     return SUCCESS;

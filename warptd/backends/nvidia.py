@@ -8,6 +8,8 @@ includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where 
 from __future__ import annotations
 
 import ctypes
+import functools
+import operator
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -166,6 +168,7 @@ class NvidiaBackend(NvmlBackend):
             nvml = self._nvml
             self._handles = self._session.handles
             self._throttle_bits = {reason: getattr(nvml, const) for reason, const in _THROTTLE_BITS.items()}
+            self._known_bits = functools.reduce(operator.or_, self._throttle_bits.values(), 0)
             self._policies = {reason: getattr(nvml, const) for reason, const in _VIOLATION_POLICIES.items()}
             self._clocks = tuple(
                 (clock, f"clock_{clock}", getattr(nvml, const)) for clock, const in _CLOCKS.items()
@@ -192,7 +195,7 @@ class NvidiaBackend(NvmlBackend):
         #: Per device: its handle and the calls of a sample besides the batches (:meth:`_sample_calls`),
         #: and the one pass made of them while nothing new is unsupported (:meth:`_one_pass`).
         self._calls: dict[int, tuple[Any, tuple[tuple[Version, ...], ...]]] = {}
-        self._passes: dict[int, tuple[object, int, list[tuple[int, Any, tuple[object, ...], Any]]]] = {}
+        self._passes: dict[int, tuple[object, int, list[tuple[int, str, Any, tuple[object, ...], Any]]]] = {}
         #: Per "Supported"/"Current": the clock-event reason calls this nvidia-ml-py has, newest first.
         self._reason_calls = {
             which: [
@@ -556,9 +559,11 @@ class NvidiaBackend(NvmlBackend):
         return self.call_versions(index, *self._sample_calls(index)[slot])
 
     def _one_pass(self, index: int) -> list[Any] | None:
-        """Every call of a sample, unchecked until one fails, in the version the getters would make
-        now (none that is unsupported): answers by slot, None where not asked. None when one failed
-        or is not looked up yet: the guarded getters then sort out which, and how."""
+        """Every call of a sample in the version the getters would make now (none that is
+        unsupported), unchecked until one fails: answers by slot, None where not asked. The call
+        that failed is counted as the guard counts it (its next version asked where it turned out
+        unsupported), and the calls after it go through the guard, each made once, as the getters
+        make them. None before every call was looked up once (by the getters)."""
         calls = self._sample_calls(index)
         passes = self._passes.get(index)
         if passes is None or passes[0] is not calls or passes[1] != len(self._unsupported):
@@ -568,19 +573,31 @@ class NvidiaBackend(NvmlBackend):
                     if (what, index) not in unsupported:
                         if call.function is None:
                             return None
-                        steps.append((slot, call.function, call.args, call.read))
+                        steps.append((slot, what, call.function, call.args, call.read))
                         break
             passes = self._passes[index] = (calls, len(unsupported), steps)
         answers: list[Any] = [None] * len(calls)
-        for slot, function, args, read in passes[2]:
-            if function(*args):  # not NVML_SUCCESS
-                return None
+        steps = passes[2]
+        for position, (slot, what, function, args, read) in enumerate(steps):
+            code = function(*args)
+            if code:  # not NVML_SUCCESS
+                self._failed_in_pass(index, what, code)
+                if (what, index) in self._unsupported:  # as call_versions: the next version now
+                    answers[slot] = self._guarded(index, slot)
+                for later in steps[position + 1 :]:
+                    answers[later[0]] = self._guarded(index, later[0])
+                break
             answers[slot] = read()
         return answers
 
+    def _failed_in_pass(self, index: int, what: str, code: int) -> None:
+        """The failure of one call of the pass, counted as :meth:`call` counts what a call raises."""
+        error = self._nvml.NVMLError(code)
+        self.on_error((what, index), self.classify_error(error), error)
+
     def read_values(self, index: int) -> DeviceReading:
         """The sample's calls in one pass, converted as the getters convert them; through the guarded
-        getters when one failed (an error, a GPU lost, a call newly unsupported) or its batch did."""
+        getters where its batch made the GPU lost, or at its first sample."""
         answers = None if index in self._lost_now else self._one_pass(index)
         if answers is None:
             return super().read_values(index)
@@ -671,7 +688,7 @@ class NvidiaBackend(NvmlBackend):
         """The reading's ``throttle_active`` and ``clock_events_active`` from the clock-event mask:
         what :func:`~warptd.backends.base.throttle_states` and the reading itself would make of it,
         made once per supported and active masks (readings never change the dicts they hold)."""
-        supported = self._supported_mask(index)
+        supported = self._supported_mask(index) & self._known_bits
         if mask is None or not supported:
             return throttle_states([], self._reason_names(mask)), {}
         states = self._states.get((supported, mask))

@@ -236,6 +236,7 @@ class GpmReader:
         assert source.unpack_all is not None
         flat = source.unpack_all.unpack_from(source.request, self._metrics_offset)  # its memory, no copy
         if any(flat[0::2]):  # some nvmlReturn is not NVML_SUCCESS
+            source.last_answers = ()  # the gauges made now lack a metric: none to keep next time
             return False
         if flat == source.last_answers and not source.integrates and last_gauges:
             source.gauges = last_gauges

@@ -187,9 +187,10 @@ class ThrottleSeconds:
             self._skipped_at = now
             return last[2]
         trackers = self.trackers
-        if self._skipped_at is not None:  # the readings kept were read too: time runs from the last
-            for tracker in trackers.values():
-                tracker.last_time = self._skipped_at
+        if self._skipped_at is not None and last is not None:
+            # The readings kept were read too: the time of each reason they had runs from the last.
+            for reason in last[0].keys() | last[1].keys():
+                trackers[reason].last_time = self._skipped_at
             self._skipped_at = None
         seconds = {}
         for reason in active.keys() | counted.keys():
