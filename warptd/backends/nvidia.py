@@ -174,6 +174,8 @@ class NvidiaBackend(NvmlBackend):
                 (clock, f"clock_{clock}", getattr(nvml, const)) for clock, const in _CLOCKS.items()
             )
             self._unpack = nvidia_fields.unpacker(getattr(nvml, "c_nvmlFieldValue_t", None))
+            # What the prepared calls (nvml_calls) use, as every nvidia-ml-py wrapper does.
+            nvml._nvmlGetFunctionPointer, nvml._nvmlCheckReturn  # noqa: B018
         except AttributeError as exc:  # an nvidia-ml-py too old for these constants
             self._lease.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
