@@ -110,7 +110,6 @@ class _Source:
     #: Per sample taken last, the nvmlGpmMetricsGet_t pairing it with the other: both set up once, so
     #: a tick sets no field through nvidia-ml-py's attribute hooks.
     requests: tuple[Any, Any]
-    request: Any  # the one of this tick
     #: Per sample: the call taking it, and the call reading the metrics of its request (prepared once).
     takes: tuple[PreparedCall, PreparedCall]
     gets: tuple[PreparedCall, PreparedCall]
@@ -174,7 +173,6 @@ class GpmReader:
         period, source.taken_at = now - source.taken_at, now
         if previous is None or not source.metrics:
             return
-        source.request = source.requests[current]
         if len(source.asked) != len(source.metrics):  # metrics only lose entries; ids stay between ticks
             for request in source.requests:
                 request.numMetrics = len(source.metrics)
@@ -215,7 +213,7 @@ class GpmReader:
             return
         nvml, dropped, gauges, totals = self._nvml, [], source.gauges, source.totals
         bytes_per_rate = MIB * period
-        answers = self._answers(source.request, len(source.metrics))
+        answers = self._answers(source.requests[source.current], len(source.metrics))
         for metric, (code, value) in zip(source.metrics, answers, strict=True):
             if code:  # not NVML_SUCCESS
                 if code == nvml.NVML_ERROR_INVALID_ARGUMENT or self._unsupported_error(nvml.NVMLError(code)):
@@ -234,7 +232,9 @@ class GpmReader:
         answers as last time without throughputs to integrate keep last time's gauges whole. False
         (nothing taken) when some metric failed: the caller sorts the answers one by one."""
         assert source.unpack_all is not None
-        flat = source.unpack_all.unpack_from(source.request, self._metrics_offset)  # its memory, no copy
+        flat = source.unpack_all.unpack_from(
+            source.requests[source.current], self._metrics_offset
+        )  # in place
         if any(flat[0::2]):  # some nvmlReturn is not NVML_SUCCESS
             source.last_answers = ()  # the gauges made now lack a metric: none to keep next time
             return False
@@ -284,7 +284,6 @@ class GpmReader:
         self._sources[key] = source = _Source(
             samples=samples,
             requests=(requests[0], requests[1]),
-            request=requests[0],
             takes=(takes[0], takes[1]),
             gets=(gets[0], gets[1]),
             metrics=list(self._table),

@@ -131,8 +131,10 @@ class Sampler:
         self._uuids_of: dict[str, tuple[list[GPUInfo], dict[int, str]]] = {}  # by backend
         # backend, device, metric -> label values -> counter
         self._counters: dict[tuple[str, str, str], dict[tuple[str, ...], MonotonicCounter]] = {}
-        # (backend, device, metric) or (backend, device) -> the raw values last read, the totals they gave
-        self._last_counters: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        # backend, device, metric -> the raw values last read and the totals they gave
+        self._last_counters: dict[tuple[str, str, str], tuple[LabelledValues, LabelledValues]] = {}
+        # backend, device -> the reading's raw counters last read and the totals they gave
+        self._last_reading_counters: dict[tuple[str, str], tuple[Any, dict[str, LabelledValues]]] = {}
         self._inflight: dict[str, Future[_Raw]] = {}
         self._rediscovered: dict[str, float] = {}
         self._workers: dict[str, _Worker] = {}
@@ -565,7 +567,7 @@ class Sampler:
         Health counters mostly stand still: a reading, or a metric, read as last time keeps last
         time's totals."""
         device = reading.uuid or str(reading.index)
-        last_reading = self._last_counters.get((name, device))
+        last_reading = self._last_reading_counters.get((name, device))
         if last_reading is not None and last_reading[0] == reading.counters:
             return last_reading[1]
         totals: dict[str, LabelledValues] = {}
@@ -584,7 +586,7 @@ class Sampler:
                 counter.update(raw)
                 metric_totals[labels] = counter.total or 0.0
             self._last_counters[key] = (values, metric_totals)
-        self._last_counters[name, device] = (reading.counters, totals)
+        self._last_reading_counters[name, device] = (reading.counters, totals)
         return totals
 
     def _domains(self, name: str, raw: _Raw) -> list[DomainPower] | None:
