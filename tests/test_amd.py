@@ -644,6 +644,13 @@ def test_partitions_are_devices_by_uuid_and_partition_id(settings):
             assert {s.labels["device"] for s in xgmi} == {"0", "4"}
             throttled = select(samples, "warptd_device_throttle_active", backend="amd", reason="sw_power_cap")
             assert len(throttled) == 8  # throttling is the socket's, and each partition's
+            # totals follow (UUID, partition id): one partition's throttling is not another's
+            fake.gpus[1].throttling.add("ppt_residency_acc")
+            fake.advance(2.0)
+            seconds = select(
+                rig.tick(), "warptd_device_throttle_seconds_total", backend="amd", reason="sw_power_cap"
+            )
+            assert {s.labels["device"]: s.value for s in seconds} == {"1": 2.0, **dict.fromkeys("0234567", 0)}
             devices = rig.loaded.accelerators[0].list_devices()
             keys = device_keys(devices[1])
             assert keys == {devices[1].uuid.lower()}  # not the GPU's serial or PCI address
