@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 import structlog
@@ -37,10 +38,10 @@ def fake() -> FakeAmdsmi:
         metrics={"vcn_activity": [10, 250]},  # two VCNs, no XGMI; 250 % is out of range: "N/A"
         fan_speed=102,  # of 255
         pcie_replays=0,
+        has_residency=False,  # no throttle residency accumulators: violation status NOT_SUPPORTED
     )
-    # MI300 and newer only; a consumer card without ECC, so without bad pages
+    # a consumer card without ECC, so without bad pages
     navi.unsupported = {
-        "amdsmi_get_violation_status",
         "amdsmi_get_gpu_total_ecc_count",
         "amdsmi_get_gpu_bad_page_info",
     }
@@ -66,7 +67,7 @@ def test_values_in_base_units(rig, fake):
     assert value(samples, "warptd_device_memory_utilization_ratio", **DEV0) == pytest.approx(0.12)
     assert value(samples, "warptd_device_power_watts", **DEV0) == 480  # current_socket_power, W
     assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 750  # power_cap, µW
-    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 5000  # 320e6 ticks of 15.625 µJ
+    assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 5000  # 5000 * 2^16 ticks of 2^-16 J
     assert value(samples, "warptd_device_temperature_celsius", sensor="edge", **DEV0) == 40
     assert value(samples, "warptd_device_temperature_celsius", sensor="junction", **DEV0) == 48
     assert value(samples, "warptd_device_temperature_celsius", sensor="memory", **DEV0) == 41
@@ -153,10 +154,10 @@ def test_not_supported_and_na_values_are_absent_not_zero(rig, fake):
     assert value(samples, "warptd_device_up", **DEV1) == 1
     assert value(samples, "warptd_sample_errors_total", backend="amd", kind="sdk_error") == 0
     # NOT_SUPPORTED is asked once, not every sample
-    before = fake.calls("amdsmi_get_energy_count"), fake.calls("amdsmi_get_violation_status")
+    before = fake.calls("amdsmi_get_energy_count")
     rig.tick("amd")
-    assert fake.calls("amdsmi_get_energy_count") == before[0] + 1  # GPU 0 only
-    assert fake.calls("amdsmi_get_violation_status") == before[1] + 1
+    assert fake.calls("amdsmi_get_energy_count") == before + 1  # GPU 0 only
+    assert fake.calls("amdsmi_get_violation_status") == 0  # 100 ms each: throttling comes from the table
 
 
 def test_power_falls_back_to_average_when_current_is_uint32_max(rig, fake):
@@ -236,14 +237,14 @@ def test_energy_counter_reset_stays_monotonic(rig, fake):
     samples = rig.tick()
     assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 5000
     assert value(samples, "warptd_energy_joules_total", source="amdsmi", domain="gpu0") == 5000
-    gpu.energy_accumulator += 128_000_000  # +2000 J
+    gpu.energy_accumulator += 2000 * 2**16  # +2000 J in 2^-16 J ticks
     samples = rig.tick()
     assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7000
-    gpu.energy_accumulator = 19_200_000  # driver reload: the accumulator restarts (300 J since)
+    gpu.energy_accumulator = 300 * 2**16  # driver reload: the accumulator restarts (300 J since)
     samples = rig.tick()
     assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7300
     assert value(samples, "warptd_energy_joules_total", source="amdsmi", domain="gpu0") == 7300
-    gpu.energy_accumulator = 25_600_000  # +100 J
+    gpu.energy_accumulator = 400 * 2**16  # +100 J
     samples = rig.tick()
     assert value(samples, "warptd_device_energy_joules_total", **DEV0) == 7400
 
@@ -270,26 +271,54 @@ def test_older_rocm_energy_key_was_power(settings, fake, monkeypatch):
         backend.shutdown()
 
 
-def test_throttle_from_violation_status(rig, fake):
+def _throttle(samples, name: str) -> dict[str, float]:
+    return {s.labels["reason"]: s.value for s in select(samples, name, **DEV0)}
+
+
+def test_throttle_seconds_exact_from_the_residency_accumulators(rig, fake):
+    """PPT 1 s of a 2 s interval is 1 s of throttling, not a percentage of the last 100 ms."""
     gpu = fake.gpus[0]
-    gpu.violations["per_ppt_pwr"] = 37  # PVIOL: at the power cap 37% of the time
-    gpu.violations["per_hbm_thrm"] = 5
-    del gpu.violations["per_vr_thrm"]  # UINT64_MAX: "N/A", not supported
+    del gpu.residency["vr_thm_residency_acc"]  # all ones in the table: "N/A", not supported
+    rig.tick()
+    gpu.throttling |= {"ppt_residency_acc", "hbm_thm_residency_acc"}
+    fake.advance(2.0)
     samples = rig.tick()
-    active = {s.labels["reason"]: s.value for s in select(samples, "warptd_device_throttle_active", **DEV0)}
-    assert active == {
-        "sw_power_cap": 1,
+    active = _throttle(samples, "warptd_device_throttle_active")
+    assert active == {"sw_power_cap": 1, "sw_thermal_slowdown": 0, "hw_thermal_slowdown": 0, "hbm_thermal": 1}
+    seconds = _throttle(samples, "warptd_device_throttle_seconds_total")
+    assert seconds == {**dict.fromkeys(active, 0), "sw_power_cap": 2.0, "hbm_thermal": 2.0}
+    fake.advance(1.0)  # still at the power cap for 1 s, then PROCHOT instead for 1 s
+    gpu.throttling = {"prochot_residency_acc"}
+    fake.advance(1.0)
+    samples = rig.tick()
+    assert _throttle(samples, "warptd_device_throttle_seconds_total") == {
+        "sw_power_cap": 3.0,
         "sw_thermal_slowdown": 0,
-        "hw_thermal_slowdown": 0,
-        "hbm_thermal": 1,
+        "hw_thermal_slowdown": 1.0,
+        "hbm_thermal": 3.0,
     }
-    gpu.violations["per_ppt_pwr"] = 0
-    gpu.violations["per_prochot_thrm"] = 100
-    samples = rig.tick()
-    assert value(samples, "warptd_device_throttle_active", reason="sw_power_cap", **DEV0) == 0
-    assert value(samples, "warptd_device_throttle_active", reason="hw_thermal_slowdown", **DEV0) == 1
-    assert select(samples, "warptd_device_throttle_seconds_total", reason="sw_power_cap", **DEV0)
-    assert not select(samples, "warptd_device_throttle_active", **DEV1)  # Navi: not supported
+    assert _throttle(samples, "warptd_device_throttle_active")["hw_thermal_slowdown"] == 1
+    assert fake.calls("amdsmi_get_violation_status") == 0
+    assert not select(samples, "warptd_device_throttle_active", **DEV1)  # Navi: no accumulators
+
+
+def test_violation_status_double_sleeps_and_answers_integer_percentages(fake):
+    """The double as amd_smi.cc: two table reads 100 ms apart, integer percentages of those 100 ms."""
+    gpu = fake.gpus[0]
+    gpu.throttling.add("ppt_residency_acc")
+    amdsmi.amdsmi_init()
+    try:
+        handle = amdsmi.amdsmi_get_processor_handles()[0]
+        started = time.monotonic()
+        status = amdsmi.amdsmi_get_violation_status(handle)
+        assert time.monotonic() - started >= 0.1
+        assert status["per_ppt_pwr"] == 100 and status["active_ppt_pwr"] is True
+        assert status["per_socket_thrm"] == 0 and status["acc_counter"] == gpu.accumulation_counter
+        navi = amdsmi.amdsmi_get_processor_handles()[1]
+        with pytest.raises(amdsmi.AmdSmiLibraryException):
+            amdsmi.amdsmi_get_violation_status(navi)  # no accumulators: NOT_SUPPORTED
+    finally:
+        amdsmi.amdsmi_shut_down()
 
 
 def test_amdsmi_power_backend_domains(fake, make_rig):
@@ -437,7 +466,9 @@ def test_hwmon_unavailable_when_amdsmi_serves_all_its_cards(fake, make_rig, sysf
 
 
 def test_exposition_passes_promtool(rig, fake):
-    fake.gpus[0].violations["per_ppt_pwr"] = 12
+    rig.tick()
+    fake.gpus[0].throttling.add("ppt_residency_acc")
+    fake.advance(1.0)
     rig.tick()
     body = rig.exposition.render(None, None)[0]
     for family in ("ecc_errors_total", "nvlink_bytes_total", "engine_active_ratio", "fan_speed_ratio"):
@@ -546,3 +577,102 @@ def test_bad_pages_answered_as_a_sentence_read_as_none_pending(rig, fake, monkey
     samples = rig.tick()
     assert value(samples, "warptd_backend_up", backend="amd") == 1
     assert value(samples, "warptd_device_retired_pages_pending", **DEV0) == 0
+
+
+# --- issue 21: costs, timing and partitions -----------------------------------------------------
+
+
+def test_counter_power_matches_socket_power(settings, fake):
+    """The accumulator counts 2^-16 J: the power from its delta is the socket power the firmware
+    reports, where amdsmi's rounded 15.3 µJ would read 0.27 % high."""
+    backend = AmdBackend(settings)
+    try:
+        first = backend.get_energy_counter(0)
+        fake.advance(10.0)
+        second = backend.get_energy_counter(0)
+        assert (second - first) / 10.0 == pytest.approx(backend.get_power_usage(0), rel=1e-5)
+        assert first == 5000  # 5000 * 2^16 ticks
+    finally:
+        backend.shutdown()
+
+
+def test_health_counters_read_at_the_health_cadence_the_table_every_sample(settings, fake, make_rig):
+    settings.interval, settings.health_interval = 0.2, 60.0
+    rig = make_rig("amd")
+    before = {name: fake.calls(name) for name in fake.mocks}
+    for _ in range(3):
+        samples = rig.tick("amd")
+    delta = {name: fake.calls(name) - before[name] for name in before}
+    assert delta["amdsmi_get_gpu_metrics_info"] == 6  # both GPUs, once a sample
+    # each GPU once, at its first sample (the Navi's NOT_SUPPORTED too), not once a sample
+    assert delta["amdsmi_get_gpu_total_ecc_count"] == 2
+    assert delta["amdsmi_get_gpu_pci_replay_counter"] == 2
+    assert delta["amdsmi_get_gpu_bad_page_info"] == 2
+    assert delta["amdsmi_get_violation_status"] == 0
+    # the values read at the first sample stay exported in between
+    ecc = _by(samples, "warptd_device_ecc_errors_total", "kind", **DEV0)
+    assert ecc == {"corrected": 5, "uncorrected": 0}
+    assert value(samples, "warptd_device_pcie_replays_total", **DEV0) == 2
+    assert value(samples, "warptd_device_retired_pages_pending", **DEV0) == 0
+
+
+def test_partitions_are_devices_by_uuid_and_partition_id(settings):
+    """CPX-style partitions share one UUID, serial and PCI address: each is its own device, keyed by
+    (UUID, partition id); only the primary partition has socket power, energy and socket counters."""
+    from warptd.k8s.attribution import device_keys
+
+    fake = FakeAmdsmi.partitioned(sockets=2, partitions=4)
+    settings.backends = ["amd"]
+    with fake.installed():
+        rig = Rig(settings)
+        try:
+            samples = rig.tick()
+            info = select(samples, "warptd_device_info", backend="amd")
+            infos = {s.labels["device"]: s.labels for s in info}
+            assert len({labels["uuid"] for labels in infos.values()}) == 8
+            assert infos["1"]["uuid"] == f"{fake.gpus[1].uuid}/1"
+            assert infos["4"]["uuid"] == f"{fake.gpus[4].uuid}/0" and fake.gpus[4].uuid != fake.gpus[1].uuid
+            assert infos["1"]["pci_bus_id"] == infos["0"]["pci_bus_id"]
+            power = select(samples, "warptd_device_power_watts", backend="amd")
+            powered = {s.labels["device"] for s in power}
+            assert powered == {"0", "4"}
+            energy = select(samples, "warptd_device_energy_joules_total", backend="amd")
+            assert {s.labels["device"]: s.value for s in energy} == {"0": 5000, "4": 5000}
+            xgmi = select(
+                samples, "warptd_device_nvlink_bytes_total", link="0", direction="rx", backend="amd"
+            )
+            assert {s.labels["device"] for s in xgmi} == {"0", "4"}
+            throttled = select(samples, "warptd_device_throttle_active", backend="amd", reason="sw_power_cap")
+            assert len(throttled) == 8  # throttling is the socket's, and each partition's
+            # totals follow (UUID, partition id): one partition's throttling is not another's
+            fake.gpus[1].throttling.add("ppt_residency_acc")
+            fake.advance(2.0)
+            seconds = select(
+                rig.tick(), "warptd_device_throttle_seconds_total", backend="amd", reason="sw_power_cap"
+            )
+            assert {s.labels["device"]: s.value for s in seconds} == {"1": 2.0, **dict.fromkeys("0234567", 0)}
+            devices = rig.loaded.accelerators[0].list_devices()
+            keys = device_keys(devices[1])
+            assert keys == {devices[1].uuid.lower()}  # not the GPU's serial or PCI address
+            assert devices[1].pci_bus_id not in keys and devices[0].pci_bus_id not in device_keys(devices[0])
+        finally:
+            rig.close()
+
+
+def test_sixty_four_partitions_sample_at_1_hz_without_a_stale_tick(settings):
+    """8 MI300X in CPX: 64 logical GPUs, read by the real sampler within a 1 s timeout at 1 Hz; the
+    violation status's 100 ms each would take 6.4 s."""
+    fake = FakeAmdsmi.partitioned(sockets=8, partitions=8)
+    settings.backends = ["amd"]
+    settings.interval, settings.health_interval, settings.sample_timeout = 1.0, 1.0, 1.0
+    with fake.installed():
+        rig = Rig(settings)
+        try:
+            for _ in range(3):
+                samples = rig.tick("amd")
+                assert value(samples, "warptd_backend_up", backend="amd") == 1
+                assert len(select(samples, "warptd_device_up", backend="amd")) == 64
+            assert value(samples, "warptd_sample_errors_total", backend="amd", kind="timeout") == 0
+            assert value(samples, "warptd_sample_errors_total", backend="amd", kind="hung") == 0
+        finally:
+            rig.close()

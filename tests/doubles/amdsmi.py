@@ -13,6 +13,16 @@ code (and are counted), every other one raises ``AssertionError``.
 The imported modules live in ``sys.modules`` only while :meth:`FakeAmdsmi.installed` is active, so
 any other code in the process still meets the real, failing import. Written from documentation,
 not the package: which status a GPU that fell off the bus answers (``NOT_FOUND`` is assumed).
+
+Costs and timing as the C library has them (``amd_smi.cc``): ``amdsmi_get_violation_status`` reads the
+GPU metrics table, sleeps 100 ms (``kFASTEST_POLL_TIME_MS``), reads it again and answers integer
+percentages of those 100 ms. The firmware's accumulators (the cycle counter and its throttle
+residencies, the energy accumulator in 2^-16 J, ``system_clock_counter`` in ns) advance with
+:class:`FirmwareClock`, a virtual clock that only the double's own sleeps (which also take real
+time) and :meth:`FakeAmdsmi.advance` move, so the values are exact. MI300X partitions
+(:meth:`FakeAmdsmi.partitioned`): several handles share one serial, BDF and (older amdsmi) UUID, tell
+themselves apart by ``amdsmi_get_gpu_kfd_info``'s ``current_partition_id``, and only the primary
+partition (0) reports socket power and energy.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import contextlib
 import ctypes
 import itertools
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -107,9 +118,50 @@ API = (
     "amdsmi_get_gpu_fan_speed",
     "amdsmi_get_gpu_fan_speed_max",
     "amdsmi_get_gpu_bad_page_info",
+    "amdsmi_get_gpu_kfd_info",
 )
 _REAL = {name: getattr(amdsmi, name) for name in API}
 _handle_values = itertools.count(0x7F00_0000_1000, 0x1000)
+#: The metrics table's throttle residency accumulators (MI300 and newer), counted in firmware cycles.
+RESIDENCIES = (
+    "prochot_residency_acc",
+    "ppt_residency_acc",
+    "socket_thm_residency_acc",
+    "vr_thm_residency_acc",
+    "hbm_thm_residency_acc",
+)
+#: The violation status percentage (and ``active_*``/``acc_*``) computed from each accumulator.
+_VIOLATION_OF = {
+    "prochot_residency_acc": "prochot_thrm",
+    "ppt_residency_acc": "ppt_pwr",
+    "socket_thm_residency_acc": "socket_thrm",
+    "vr_thm_residency_acc": "vr_thrm",
+    "hbm_thm_residency_acc": "hbm_thrm",
+}
+#: ``kFASTEST_POLL_TIME_MS`` of amd_smi.cc: the sleep between the two table reads of a violation status.
+VIOLATION_SLEEP_S = 0.1
+#: The energy accumulator's unit (kgd_pp_interface.h: "15.259uJ (2^-16) units").
+ENERGY_TICK_J = 2.0**-16
+#: What amdsmi reports as the accumulator's resolution (rocm_smi.cc ``kEnergyCounterResolution``, µJ).
+REPORTED_RESOLUTION_UJ = 15.3
+#: Firmware cycles per second of the double's accumulation counter (the real period is not documented).
+FIRMWARE_HZ = 1000
+
+
+class FirmwareClock:
+    """The GPUs' firmware time (s): moved by the double's sleeps (which also take that real time) and
+    by :meth:`advance`, never by itself, so the accumulators read in a test are exact."""
+
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        """A sleep inside the C library: the caller's thread waits, and the firmware counts on."""
+        time.sleep(seconds)
+        self.advance(seconds)
 
 
 class Status(Exception):
@@ -141,16 +193,20 @@ class FakeGpu:
     current_socket_power: int = 480
     average_socket_power: int = U16  # MI300 fills the current value only
     power_cap_uw: int = 750_000_000
-    energy_accumulator: int = 320_000_000
-    counter_resolution: float = 15.625  # µJ per tick; exact in binary, so sums are exact
+    #: Ticks of 2^-16 J (5000 J here); it counts on at the socket power as the firmware clock moves.
+    energy_accumulator: int = 5_000 * 2**16
+    #: What amdsmi_get_energy_count reports as the tick (µJ): 15.3, rounded from 15.2587890625.
+    counter_resolution: float = REPORTED_RESOLUTION_UJ
     temperatures: dict[int, int] = field(default_factory=lambda: {TT.EDGE: 40, TT.HOTSPOT: 48, TT.VRAM: 41})
     clocks_mhz: dict[int, int] = field(default_factory=lambda: {CLK.GFX: 2100, CLK.MEM: 1300})
-    #: Violation residency % by ``per_*`` field; absent fields read as unsupported (UINT64_MAX).
-    violations: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(
-            ("per_ppt_pwr", "per_socket_thrm", "per_prochot_thrm", "per_vr_thrm", "per_hbm_thrm"), 0
-        )
-    )
+    #: Throttle controllers active now, by their metrics-table residency accumulator (``RESIDENCIES``).
+    throttling: set[str] = field(default_factory=set)
+    #: Whether the firmware keeps the cycle counter and the residency accumulators (MI300 and newer).
+    has_residency: bool = True
+    accumulation_counter: int = 4_000_000
+    residency: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESIDENCIES, 1_000))
+    #: ``amdsmi_get_gpu_kfd_info``'s ``current_partition_id``: 0 unpartitioned or the primary partition.
+    partition_id: int = 0
     hip_id: int | None = None
     #: GPU metrics table fields (``amdsmi_gpu_metrics_t``) by name, in its units (%, KB, counts): a
     #: list fills an array from its start; every field not named reads as all ones ("N/A").
@@ -178,14 +234,47 @@ class FakeGpu:
     raises: dict[str, int | BaseException] = field(default_factory=dict)
     lost: bool = False
     handle_value: int = field(default_factory=lambda: next(_handle_values))
+    #: The socket (physical GPU) index: partitions of one GPU share it, and with it serial, BDF and UUID.
+    socket: int | None = None
+    #: The firmware time (ms) the accumulators were last brought up to; None before the first call.
+    firmware_ms: int | None = None
+    _energy_rest: int = 0
 
     def __post_init__(self) -> None:
-        serial = 0xE05C945BB3B2 + self.index
-        self.uuid = self.uuid or f"{0x74A1 + self.index:08x}-0000-1000-80ea-{serial:012x}"
+        socket = self.index if self.socket is None else self.socket
+        self.socket = socket
+        serial = 0xE05C945BB3B2 + socket
+        self.uuid = self.uuid or f"{0x74A1 + socket:08x}-0000-1000-80ea-{serial:012x}"
         if self.bdf == (0, 0, 0, 0):
-            self.bdf = (0, 0x03 + 0x20 * self.index, 0, 0)
+            self.bdf = (0, 0x03 + 0x20 * socket, 0, 0)
         if self.hip_id is None:
             self.hip_id = self.index
+
+    @property
+    def primary(self) -> bool:
+        """The partition that reports the socket's power and energy (every unpartitioned GPU)."""
+        return self.partition_id == 0
+
+    @property
+    def socket_power(self) -> int:
+        """Watts the socket draws (what its energy accumulator counts)."""
+        current = self.current_socket_power
+        return current if current not in (U16, U32) else self.average_socket_power
+
+    def run_firmware(self, now: float) -> None:
+        """Bring the accumulators up to firmware time ``now`` (s): one cycle a millisecond, a residency
+        cycle for each active throttle controller, the socket's energy in 2^-16 J ticks."""
+        ms = int(now * FIRMWARE_HZ)
+        if self.firmware_ms is not None and ms > self.firmware_ms:
+            cycles = ms - self.firmware_ms
+            self.accumulation_counter += cycles
+            for name in self.throttling:
+                self.residency[name] += cycles
+            if self.socket_power not in (U16, U32):
+                tick_ms = self.socket_power * 2**16 * cycles + self._energy_rest
+                self.energy_accumulator += tick_ms // FIRMWARE_HZ
+                self._energy_rest = tick_ms % FIRMWARE_HZ
+        self.firmware_ms = ms if self.firmware_ms is None else max(ms, self.firmware_ms)
 
     @property
     def pci_bus_id(self) -> str:
@@ -196,12 +285,35 @@ class FakeGpu:
 class FakeAmdsmi:
     """The simulated library: GPUs, init state, and the autospec mocks of the package functions."""
 
-    def __init__(self, gpus: list[FakeGpu] | int = 2) -> None:
+    def __init__(self, gpus: list[FakeGpu] | int = 2, clock: FirmwareClock | None = None) -> None:
         self.gpus = [FakeGpu(index=i) for i in range(gpus)] if isinstance(gpus, int) else gpus
+        self.clock = clock or FirmwareClock()
         self.initialised = 0
         #: Status code amdsmi_init answers (e.g. AMDSMI_STATUS_DRIVER_NOT_LOADED on a host without amdgpu).
         self.init_status = SUCCESS
         self.mocks: dict[str, mock.Mock] = {}
+
+    @classmethod
+    def partitioned(cls, sockets: int, partitions: int, **kwargs: Any) -> FakeAmdsmi:
+        """``sockets`` MI300X in a compute partition mode of ``partitions`` each (CPX: 8): one handle a
+        partition, numbered socket by socket, as amdsmi enumerates them."""
+        gpus = []
+        for socket in range(sockets):
+            for partition in range(partitions):
+                index = socket * partitions + partition
+                gpu = FakeGpu(index=index, socket=socket, partition_id=partition, **kwargs)
+                gpu.vram_total_mb //= partitions
+                gpus.append(gpu)
+        return cls(gpus)
+
+    def advance(self, seconds: float) -> None:
+        """Let the firmware of every GPU run for ``seconds`` as it is now (throttling, power), so a
+        change made afterwards counts from then on."""
+        for gpu in self.gpus:
+            gpu.run_firmware(self.clock.now)
+        self.clock.advance(seconds)
+        for gpu in self.gpus:
+            gpu.run_firmware(self.clock.now)
 
     # -- the C functions --------------------------------------------------------------------
     def _gpu(self, handle: Any, fn: str) -> FakeGpu:
@@ -215,6 +327,7 @@ class FakeAmdsmi:
             raise error if isinstance(error, BaseException) else Status(error)
         if fn in gpu.unsupported:
             raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+        gpu.run_firmware(self.clock.now)
         return gpu
 
     def _c_functions(self) -> dict[str, Callable[..., None]]:
@@ -236,13 +349,18 @@ class FakeAmdsmi:
                     out[i] = value
             count._obj.value = len(values)
 
+        def socket_value(gpu: FakeGpu) -> int:
+            """A socket handle: the primary partition's handle + 1 (every partition of a GPU shares it)."""
+            primary = next(g for g in self.gpus if g.socket == gpu.socket)
+            return primary.handle_value + 1
+
         def socket_handles(_: None, count: Any, out: Any) -> None:
             if not self.initialised:
                 raise Status(wrapper.AMDSMI_STATUS_NOT_INIT)
-            fill_handles(count, out, [g.handle_value + 1 for g in self.gpus])  # one socket per GPU
+            fill_handles(count, out, list(dict.fromkeys(socket_value(g) for g in self.gpus)))
 
         def processor_handles(_: None, socket: Any, count: Any, out: Any) -> None:
-            gpus = [g for g in self.gpus if g.handle_value + 1 == socket.value]
+            gpus = [g for g in self.gpus if socket_value(g) == socket.value]
             fill_handles(count, out, [g.handle_value for g in gpus])
 
         def asic(g: FakeGpu, out: Any) -> None:
@@ -250,7 +368,7 @@ class FakeAmdsmi:
             info.market_name = g.market_name.encode()
             info.vendor_id, info.subvendor_id, info.device_id = 0x1002, 0x1002, 0x74A1
             info.vendor_name = b"Advanced Micro Devices Inc. [AMD/ATI]"
-            info.asic_serial = f"{0xA1B2C3D4E5F60718 + g.index:016X}".encode()
+            info.asic_serial = f"{0xA1B2C3D4E5F60718 + (g.socket or 0):016X}".encode()
             info.oam_id, info.num_of_compute_units, info.target_graphics_version = g.index, 304, 0x942
             info.subsystem_id = 0x74A1
 
@@ -281,6 +399,8 @@ class FakeAmdsmi:
         def power(g: FakeGpu, out: Any) -> None:
             info = out._obj
             current, average = g.current_socket_power, g.average_socket_power
+            if not g.primary:  # the socket's power is the primary partition's value only
+                current, average = U16, U16
             info.current_socket_power, info.average_socket_power = current, average
             info.socket_power = current if current != U16 else average
             info.gfx_voltage, info.soc_voltage, info.mem_voltage = U16, U16, U16
@@ -292,8 +412,10 @@ class FakeAmdsmi:
             info.min_power_cap, info.dpm_cap = 0, 2100
 
         def energy(g: FakeGpu, accumulator: Any, resolution: Any, timestamp: Any) -> None:
+            if not g.primary:
+                raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
             accumulator._obj.value, resolution._obj.value = g.energy_accumulator, g.counter_resolution
-            timestamp._obj.value = 1_700_000_000_000_000_000
+            timestamp._obj.value = int(self.clock.now * 1e9)
 
         def temperature(g: FakeGpu, sensor: int, metric: int, out: Any) -> None:
             if sensor not in g.temperatures or metric != amdsmi.AmdSmiTemperatureMetric.CURRENT:
@@ -307,22 +429,40 @@ class FakeAmdsmi:
             out._obj.clk_locked, out._obj.clk_deep_sleep = 0, 0
 
         def violation(g: FakeGpu, out: Any) -> None:
+            """amd_smi.cc: all ones, table A, unsupported without accumulators, 100 ms, table B, then
+            integer percentages of the residency deltas over the cycle counter's."""
             status = out._obj
             for name, kind in status._fields_:
                 if name.startswith(("per_", "acc_", "active_")) and not hasattr(kind, "_length_"):
                     setattr(status, name, U64 if not name.startswith("active_") else 0xFF)
-            for name, percent in g.violations.items():
-                setattr(status, name, percent)
-                setattr(status, name.replace("per_", "active_"), int(percent > 0))
+            if not g.has_residency:
+                raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+            before = g.accumulation_counter, dict(g.residency)
+            self.clock.sleep(VIOLATION_SLEEP_S)
+            g.run_firmware(self.clock.now)
+            cycles = g.accumulation_counter - before[0]
+            status.violation_timestamp = int(self.clock.now * 1e8)  # firmware_timestamp, 10 ns
+            status.acc_counter = g.accumulation_counter
+            for residency, reason in _VIOLATION_OF.items():
+                setattr(status, f"acc_{reason}", g.residency[residency])
+                if cycles > 0:
+                    percent = (g.residency[residency] - before[1][residency]) * 100 // cycles
+                    setattr(status, f"per_{reason}", percent)
+                    setattr(status, f"active_{reason}", int(percent > 0))
 
         # --- amd-alerts: metrics table, ECC, PCIe replays, fan ---
         def metrics(g: FakeGpu, out: Any) -> None:
             table = out._obj
+            firmware: dict[str, int] = {"system_clock_counter": int(self.clock.now * 1e9)}
+            if g.has_residency:
+                firmware |= {"accumulation_counter": g.accumulation_counter, **g.residency}
+            if g.primary:
+                firmware["energy_accumulator"] = g.energy_accumulator
             for name, kind in table._fields_:
                 if name.startswith("PADDING"):
                     continue
                 if _is_int(kind):
-                    setattr(table, name, g.metrics.get(name, _all_ones(kind)))
+                    setattr(table, name, g.metrics.get(name, firmware.get(name, _all_ones(kind))))
                 elif hasattr(kind, "_length_") and _is_int(kind._type_):  # an array of numbers
                     values = list(g.metrics.get(name, []))  # type: ignore[call-overload]
                     padding = [_all_ones(kind._type_)] * (kind._length_ - len(values))
@@ -352,6 +492,11 @@ class FakeAmdsmi:
                     record.page_address, record.page_size, record.status = 0x1000 * status, 4096, status
             count._obj.value = len(g.bad_pages)
 
+        def kfd(g: FakeGpu, out: Any) -> None:
+            info = out._obj
+            info.kfd_id, info.node_id = 0x1000 + g.index, g.index + 1
+            info.current_partition_id = g.partition_id
+
         # --- end amd-alerts ---
         per_gpu = {
             "amdsmi_get_gpu_asic_info": asic,
@@ -373,6 +518,7 @@ class FakeAmdsmi:
             "amdsmi_get_gpu_fan_speed": fan,
             "amdsmi_get_gpu_fan_speed_max": fan_max,
             "amdsmi_get_gpu_bad_page_info": bad_pages,
+            "amdsmi_get_gpu_kfd_info": kfd,
         }
         system = {
             "amdsmi_init": init,

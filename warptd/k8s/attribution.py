@@ -5,7 +5,8 @@ or UUID. A device matches an allocated ID by any of its UUID, PCI address, ``ser
 ``aliases``. NVIDIA's plugin also hands out parts of a GPU: a time-slicing replica
 ``GPU-<uuid>::<n>`` and a legacy MIG device ``MIG-GPU-<uuid>/<gi>/<ci>`` both count as the GPU
 itself; a new-style MIG device ``MIG-<uuid>`` does not name its GPU and matches by the GPU's
-``aliases``. Parts of one GPU held by several containers make the GPU shared by them.
+``aliases``. Parts of one GPU held by several containers make the GPU shared by them. A partition of
+an AMD GPU (``extra_metrics["partition_id"]``) matches by its identity and aliases only.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ log = structlog.get_logger("warptd.k8s")
 
 def device_keys(info: GPUInfo) -> set[str]:
     """The names a device plugin may give this device, normalised as :func:`_normalise` does."""
-    serial = (info.extra_metrics or {}).get("serial")
+    extras = info.extra_metrics or {}
+    serial = extras.get("serial")
+    if extras.get("partition_id") is not None:  # a partition: the serial and PCI address name its whole GPU
+        return {_normalise(name) for name in (info.uuid, *(info.aliases or ())) if name}
     names = (info.uuid, info.pci_bus_id, serial if isinstance(serial, str) else None, *(info.aliases or ()))
     return {_normalise(name) for name in names if name}
 

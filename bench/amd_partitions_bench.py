@@ -1,0 +1,73 @@
+"""Wall time of one ``amd`` sample with 8 MI300X in CPX (64 logical GPUs) over the amdsmi double.
+
+    python bench/amd_partitions_bench.py [--samples 5] [--sockets 8] [--partitions 8] [--code DIR]
+
+The sampler's worker read (every device, validation, totals), timed by the wall clock: the double's
+``amdsmi_get_violation_status`` sleeps its 100 ms as amd_smi.cc does, so that time counts. ``--code``
+runs another checkout's ``warptd`` (e.g. main, extracted with ``git archive main warptd | tar -x -C
+DIR``) over this checkout's double, to compare before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(sockets: int, partitions: int, samples: int) -> dict[str, object]:
+    """Wall and CPU seconds of ``samples`` reads of ``sockets`` times ``partitions`` logical GPUs."""
+    from tests.doubles.amdsmi import FakeAmdsmi
+    from tests.helpers import Rig
+    from warptd.config import load_settings
+
+    fake = FakeAmdsmi.partitioned(sockets=sockets, partitions=partitions)
+    settings = load_settings(listen="127.0.0.1:0", interval=1, sample_timeout=600, backends=["amd"])
+    walls, cpus = [], []
+    with fake.installed():
+        rig = Rig(settings)
+        sampler = rig.sampler
+        try:
+            sampler._devices("amd", sampler._read("amd"))  # identities, first totals
+            for _ in range(samples):
+                fake.advance(1.0)
+                started, cpu = time.perf_counter(), time.process_time()
+                sampler._devices("amd", sampler._read("amd"))
+                walls.append(time.perf_counter() - started)
+                cpus.append(time.process_time() - cpu)
+        finally:
+            rig.close()
+    return {
+        "logical_gpus": sockets * partitions,
+        "wall_s_per_sample": round(statistics.median(walls), 3),
+        "cpu_s_per_sample": round(statistics.median(cpus), 3),
+        "fits_1hz": max(walls) < 1.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--sockets", type=int, default=8)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--code", type=Path, help="a directory holding the warptd package to measure")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.code:
+        sys.path.insert(0, str(args.code.resolve()))
+    import warptd
+    from bench.common import emit
+
+    row = measure(args.sockets, args.partitions, args.samples)
+    emit(
+        [{**row, "warptd": str(Path(warptd.__file__).parent)}],
+        "amd sample, MI300X partitions (amdsmi double)",
+    )
+
+
+if __name__ == "__main__":
+    main()
