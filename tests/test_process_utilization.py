@@ -31,6 +31,7 @@ from warptd.processes.nvml import ProcessMonitor
 METRIC = "warptd_device_process_utilization_ratio"
 ENERGY = "warptd_pod_energy_joules_total"
 SPLIT = "warptd_pod_energy_split_joules_total"
+UNATTRIBUTED = "warptd_pod_energy_unattributed_joules_total"
 INFO = "nvmlDeviceGetProcessesUtilizationInfo"
 OLD = "nvmlDeviceGetProcessUtilization"
 CONTAINERD = "run/containerd/io.containerd.runtime.v2.task/k8s.io/{id}/config.json"
@@ -257,6 +258,18 @@ def test_split_fractions_sum_to_one_and_say_how():
     assert split((a, b, c), {a: 1.0, b: 1.0, c: 1.0})[1] == "sm_share"
 
 
+def test_sm_use_outside_any_pod_is_an_unattributed_share():
+    """``None`` in the SM use is processes outside any pod: a share of no container, even of a device
+    one container holds; SM use by a pod not holding the device still means even."""
+    a, b, c = Owner("ml", "a", "main"), Owner("ml", "b", "main"), Owner("ml", "c", "main")
+    assert split((a, b), {a: 2.0, b: 1.0, None: 1.0}) == ({a: 0.5, b: 0.25, None: 0.25}, "sm_share")
+    assert split((a,), {a: 0.3, None: 0.7}) == ({a: 0.3, None: 0.7}, "sm_share")
+    assert split((a,), {None: 1.0}) == ({a: 0.0, None: 1.0}, "sm_share")
+    assert split((a,), {a: 1.0}) == ({a: 1.0}, "sm_share")
+    assert split((a,), None) == ({a: 1.0}, "even")
+    assert split((a, b), {a: 1.0, None: 1.0, c: 1.0}) == ({a: 0.5, b: 0.5}, "even")
+
+
 # -- SM-share pod energy -------------------------------------------------------------------------
 @pytest.fixture
 def shared(settings, kubelet, fake_nvml, proc):
@@ -314,6 +327,33 @@ def test_shared_gpu_energy_follows_the_containers_sm_shares(shared, proc):
     gpu = {"backend": "nvidia", "device": "0", "uuid": gpu0.uuid}
     assert value(samples, SPLIT, method="sm_share", **gpu) == pytest.approx(480.0)
     assert not select(samples, SPLIT, method="even")
+    assert_promtool_clean(rig.rig.exposition.render(None, None)[0])
+
+
+def test_sm_use_outside_any_pod_is_unattributed_and_the_parts_sum_to_the_gpus_energy(shared, proc, kubelet):
+    """A host process (pid 1003, no pod) uses GPU 0's SMs beside pods a and b: a 50 %, b 25 %, host
+    25 % over 100 J, then b's pod goes and GPU 0 is a's alone, a 30 % and host 70 % over 50 J. The pods
+    get only their shares; the host's is unattributed; the parts sum to the GPU's 150 J."""
+    rig, monitor, gpu0 = shared
+    containerd_bundle(proc, Attribution(UID, CID), Owner("ml", "a", "main"))
+    containerd_bundle(proc, Attribution(UID2, CID2), Owner("ml", "b", "main"))
+    proc.add(1003, HOST)
+    gpu0.processes = [(1001, GIB), (1002, GIB), (1003, GIB)]
+    timeline = Timeline(rig, monitor, gpu0)
+    timeline.interval(100.0, {1001: [50, 50], 1002: [25, 25], 1003: [25, 25]})
+    kubelet.pods = {("ml", "a", "main"): {GPU: [replica(gpu0.uuid, 0)]}}
+    rig.pods.poll_once()
+    gpu0.processes = [(1001, GIB), (1003, GIB)]
+    samples = timeline.interval(50.0, {1001: [30, 30], 1003: [70, 70]})
+    a = value(samples, ENERGY, namespace="ml", pod="a", container="main")
+    b = value(samples, ENERGY, namespace="ml", pod="b", container="main")
+    assert a == pytest.approx(100 * 0.50 + 50 * 0.30, rel=0.01)
+    assert b == pytest.approx(100 * 0.25, rel=0.01)
+    gpu = {"backend": "nvidia", "device": "0", "uuid": gpu0.uuid}
+    unattributed = value(samples, UNATTRIBUTED, **gpu)
+    assert unattributed == pytest.approx(100 * 0.25 + 50 * 0.70, rel=0.01)
+    assert a + b + unattributed == pytest.approx(150.0, rel=0.01)  # the parts sum to the GPU's energy
+    assert value(samples, SPLIT, method="sm_share", **gpu) == pytest.approx(150.0)  # one pod + host: split
     assert_promtool_clean(rig.rig.exposition.render(None, None)[0])
 
 

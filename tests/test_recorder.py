@@ -182,3 +182,39 @@ def test_a_device_whose_index_now_names_another_device_is_gone():
     gpu = recorder.recording_now().targets[0]
     assert gpu.up is False and gpu.samples == 2
     assert gpu.energy_joules == 100 and gpu.power_peak_watts == 100
+
+
+def test_one_sample_counts_its_power_over_the_recordings_span_and_says_so():
+    """A window whose end read never came (or as short as one read) has no counter delta and no
+    integral: its one power reading over the window's span, with ``power_times_duration`` as the
+    source. Without edges (a stress run's timed part) one sample spans nothing: no energy."""
+    recorder = Recorder([GPU], kind="window", name="w", edges=True)
+    recorder.start()
+    start = recorder.started_mono
+    recorder.add_device(GPU, sample(200, 1000.0), start + 0.01)
+    recorder.stop()
+    recorder.ended_mono = start + 0.5
+    recording = recorder.recording_now()
+    gpu = recording.targets[0]
+    assert gpu.samples == 1 and gpu.energy_joules == pytest.approx(200 * 0.5)
+    assert gpu.energy_source == "power_times_duration" and recording.energy_joules == gpu.energy_joules
+    assert gpu.energy_counter_joules is None and gpu.energy_integrated_joules is None
+    assert gpu.energy_disagreement_ratio is None
+    stress = Recorder([GPU], kind="stress", name="s")
+    stress.start()
+    stress.add_device(GPU, sample(200, 1000.0), stress.started_mono + 0.01)
+    assert stress.recording_now().targets[0].energy_joules is None
+    assert stress.recording_now().targets[0].energy_source is None
+
+
+def test_a_version_1_recording_still_reads():
+    """Version 2 only added a value of energy_source: a saved version 1 recording is a valid one."""
+    from warptd.recording.schema import SCHEMA_VERSION, Recording
+
+    recorder = Recorder([GPU], kind="window", name="w")
+    recorder.start()
+    saved = recorder.recording_now().model_dump(mode="json") | {"schema_version": 1}
+    assert Recording.model_validate(saved).schema_version == 1
+    assert recorder.recording_now().schema_version == SCHEMA_VERSION == 2
+    with pytest.raises(ValueError, match="schema_version"):
+        Recording.model_validate(saved | {"schema_version": 3})

@@ -89,7 +89,7 @@ def test_a_two_second_window_measures_each_gpu_within_2_percent(make_daemon):
     assert opened["status"] == "open" and opened["labels"] == {"run": "a"}
     time.sleep(2.0)
     ended = end_window(daemon.port, opened["id"])
-    assert ended["status"] == "ended" and ended["end_reason"] == "ended" and ended["schema_version"] == 1
+    assert ended["status"] == "ended" and ended["end_reason"] == "ended" and ended["schema_version"] == 2
     assert ended["kind"] == "window" and ended["interval_seconds"] == 0.1
     assert ended["duration_seconds"] == pytest.approx(2.0, abs=0.3)
     for index, watts in WATTS.items():
@@ -203,6 +203,26 @@ def test_a_device_lost_mid_window_keeps_its_energy_so_far(make_daemon, gpus):
     assert lost["up"] is False and alive["up"] is True
     assert lost["energy_joules"] == pytest.approx(150 * 1.0, rel=0.15)  # up to the loss
     assert alive["energy_joules"] == pytest.approx(300 * ended["duration_seconds"], rel=0.02)
+
+
+def test_a_window_with_one_sample_counts_power_times_duration(make_daemon, gpus):
+    """GPU 0 hangs while the window opens, past --sample-timeout: its open read and the fast job's
+    first read are given up on, and the next fast read is a minute away. Only the end's read lands:
+    one sample, no counter delta, yet the energy is its power over the window's span, and says so."""
+    daemon = make_daemon(interval=60.0, window_interval=60.0)
+    gpus.gpus[0].hang.set()
+    try:
+        opened = open_window(daemon.port, name="short", devices=["nvidia:0"])  # reads given up on
+    finally:
+        gpus.gpus[0].hang.clear()
+        gpus.gpus[0].release.set()
+    time.sleep(0.2)
+    ended = end_window(daemon.port, opened["id"])
+    gpu = target(ended, "nvidia:0")
+    assert gpu["samples"] == 1 and gpu["up"] is True and ended["duration_seconds"] > 0.5
+    assert gpu["energy_joules"] == pytest.approx(WATTS[0] * ended["duration_seconds"], rel=1e-3)
+    assert gpu["energy_source"] == "power_times_duration" and ended["schema_version"] == 2
+    assert gpu["energy_counter_joules"] is None and ended["energy_joules"] == gpu["energy_joules"]
 
 
 def test_a_window_ends_by_itself_at_the_maximum_duration(make_daemon):

@@ -363,7 +363,8 @@ POD_ENERGY = MetricSpec(
     "counter",
     "Energy of the devices allocated to the container, accumulated while allocated; a device shared "
     "by several containers is split by their SM use where the GPU tells it per process (--processes), "
-    "else evenly (see warptd_pod_energy_split_joules_total).",
+    "else evenly (see warptd_pod_energy_split_joules_total); the SM use of processes outside any pod "
+    "goes to warptd_pod_energy_unattributed_joules_total.",
     (*POD_LABELS, "backend"),
 )
 PODRESOURCES_UP = MetricSpec(
@@ -398,10 +399,18 @@ PROCESS_UTILIZATION = _device(
 POD_ENERGY_SPLIT = _device(
     "warptd_pod_energy_split_joules_total",
     "counter",
-    "Energy of a device shared by several containers, by how it was split between them: sm_share "
-    "(their processes' SM use), even (the GPU could not tell), mig_sm_activity or mig_slice_size (a "
-    "MIG GPU, by its held slices' GPM SM activity, else their size).",
+    "Energy of a device shared by several containers (or by one and processes outside any pod), by how "
+    "it was split between them: sm_share (their processes' SM use), even (the GPU could not tell), "
+    "mig_sm_activity or mig_slice_size (a MIG GPU, by its held slices' GPM SM activity, else their "
+    "size).",
     "method",
+)
+POD_ENERGY_UNATTRIBUTED = _device(
+    "warptd_pod_energy_unattributed_joules_total",
+    "counter",
+    "Energy of a device allocated to containers that went to none of them: the share of its SM use by "
+    "processes outside any pod (--processes). With the containers' warptd_pod_energy_joules_total it "
+    "sums to the device's energy while allocated.",
 )
 PROCESS_MEMORY = _device(
     "warptd_device_process_memory_bytes",
@@ -494,6 +503,7 @@ KUBERNETES: tuple[MetricSpec, ...] = (
     PROCESS_MEMORY,
     PROCESS_UTILIZATION,
     POD_ENERGY_SPLIT,
+    POD_ENERGY_UNATTRIBUTED,
 )
 EVENTS: tuple[MetricSpec, ...] = (XID_ERRORS, LAST_XID)
 WINDOWS: tuple[MetricSpec, ...] = (WINDOWS_OPEN, WINDOW_ENERGY, WINDOW_ENERGY_HISTOGRAM)

@@ -40,4 +40,6 @@ class KubernetesCollector(Collector):
             families.add(m.POD_ENERGY, [namespace, pod, container, backend_name], joules)
         for (backend_name, device, uuid, method), joules in sorted(self.energy.split_joules().items()):
             families.add(m.POD_ENERGY_SPLIT, [backend_name, device, uuid, method], joules)
+        for (backend_name, device, uuid), joules in sorted(self.energy.unattributed_joules().items()):
+            families.add(m.POD_ENERGY_UNATTRIBUTED, [backend_name, device, uuid], joules)
         yield from families.nonempty()

@@ -3,8 +3,10 @@
 A device allocated to several containers (time-slicing, shared GPUs) splits each sample's energy
 between them by their share of the GPU's SM use where the GPU tells it per process (``sm_share``),
 else evenly (``even``); a MIG GPU's energy is split by its MIG devices' activity instead
-(:mod:`warptd.k8s.mig_shares`: ``mig_sm_activity`` or ``mig_slice_size``). The joules split each way
-are counted per device; either way the containers' parts of a sample sum to the device's energy.
+(:mod:`warptd.k8s.mig_shares`: ``mig_sm_activity`` or ``mig_slice_size``). SM use by processes
+outside any pod is a share too, of no container: it is counted per device as unattributed, whether
+the device is held by one container or several. The joules split each way are counted per device;
+either way the containers' parts of a sample and its unattributed part sum to the device's energy.
 Totals of containers that no longer hold a device are dropped after ``retention`` seconds, so ended
 pods do not pile up as series.
 """
@@ -30,20 +32,25 @@ EnergyKey = tuple[str, str, str, str]
 SplitMethod = Literal["sm_share", "even", "mig_sm_activity", "mig_slice_size"]
 #: (backend, device index, uuid, method)
 SplitKey = tuple[str, str, str, SplitMethod]
-#: SM use per container on the GPU of this uuid, or None where it cannot tell.
-SmUse = Callable[[str], "dict[Owner, float] | None"]
+#: (backend, device index, uuid)
+DeviceKey = tuple[str, str, str]
+#: SM use per container (None: by processes outside any pod) on the GPU of this uuid, or None where
+#: it cannot tell.
+SmUse = Callable[[str], "dict[Owner | None, float] | None"]
 
 
 def split(
-    owners: tuple[Owner, ...], used: dict[Owner, float] | None
-) -> tuple[dict[Owner, float], SplitMethod]:
-    """Each owner's fraction of a shared device's energy (summing to 1) and how it was decided: by
-    SM use where some owner used the SMs and no one else did, else evenly."""
+    owners: tuple[Owner, ...], used: dict[Owner | None, float] | None
+) -> tuple[dict[Owner | None, float], SplitMethod]:
+    """Each owner's fraction of a device's energy and how it was decided, the fractions summing to 1:
+    by SM use where some process used the SMs and no pod the device is not allocated to did, the
+    share of processes outside any pod under ``None`` (where they used any); else evenly."""
     if used is not None:
-        total = sum(used.get(owner, 0.0) for owner in owners)
-        outsiders = any(sm > 0 and owner not in owners for owner, sm in used.items())
-        if total > 0 and not outsiders:
-            return {owner: used.get(owner, 0.0) / total for owner in owners}, "sm_share"
+        parts = {owner: used.get(owner, 0.0) for owner in (*owners, None)}
+        total = sum(parts.values())
+        strangers = any(sm > 0 and owner not in parts for owner, sm in used.items())
+        if total > 0 and not strangers:
+            return {o: sm / total for o, sm in parts.items() if o is not None or sm > 0}, "sm_share"
     return dict.fromkeys(owners, 1.0 / len(owners)), "even"
 
 
@@ -66,6 +73,7 @@ class PodEnergy:
         self._totals: dict[EnergyKey, float] = {}
         self._held_at: dict[EnergyKey, float] = {}
         self._split: dict[SplitKey, float] = {}
+        self._unattributed: dict[DeviceKey, float] = {}
         self._lock = threading.Lock()
 
     def on_sample(
@@ -96,22 +104,26 @@ class PodEnergy:
                 if not owners or previous is None or energy <= previous:
                     continue
                 delta = energy - previous
+                device: DeviceKey = (backend, str(sample.reading.index), sample.reading.uuid or "")
                 fractions, method = self._fractions(info, owners, sample.reading.uuid)
                 for owner, fraction in fractions.items():
+                    if owner is None:  # processes outside any pod
+                        self._unattributed[device] = self._unattributed.get(device, 0.0) + delta * fraction
+                        continue
                     self._totals[(owner.namespace, owner.pod, owner.container, backend)] += delta * fraction
-                if len(owners) > 1:
-                    counted = (backend, str(sample.reading.index), sample.reading.uuid or "", method)
-                    self._split[counted] = self._split.get(counted, 0.0) + delta
+                if len(fractions) > 1:
+                    self._split[(*device, method)] = self._split.get((*device, method), 0.0) + delta
             self._expire(now)
 
     def _fractions(
         self, info: GPUInfo, owners: tuple[Owner, ...], uuid: str | None
-    ) -> tuple[dict[Owner, float], SplitMethod]:
-        if len(owners) == 1:
-            return {owners[0]: 1.0}, "even"
-        mig = mig_shares(info, owners, self.attribution.owners, self.snapshot.get(MIG_BACKEND))
-        if mig is not None:
-            return mig[0], f"mig_{mig[1]}"  # type: ignore[return-value]
+    ) -> tuple[dict[Owner | None, float], SplitMethod]:
+        """A device held by several: by its MIG slices where it has held ones; any device: by SM use
+        (a single holder shares with processes outside pods), else evenly."""
+        if len(owners) > 1:
+            mig = mig_shares(info, owners, self.attribution.owners, self.snapshot.get(MIG_BACKEND))
+            if mig is not None:
+                return mig[0], f"mig_{mig[1]}"  # type: ignore[return-value]
         used = self.sm_use(uuid) if self.sm_use is not None and uuid else None
         return split(owners, used)
 
@@ -127,3 +139,8 @@ class PodEnergy:
         """Joules of shared devices split per method, by device."""
         with self._lock:
             return dict(self._split)
+
+    def unattributed_joules(self) -> dict[DeviceKey, float]:
+        """Joules of allocated devices that went to no container (SM use outside any pod), by device."""
+        with self._lock:
+            return dict(self._unattributed)

@@ -1,7 +1,8 @@
 """Each container's share of a GPU's SM use, named as the kubelet names containers, for pod energy.
 
 The process monitor (--processes) sums each poll's per-process SM samples by pod UID and container
-ID; here those become (namespace, pod, container) through the runtime's bundle annotations.
+ID; here those become (namespace, pod, container) through the runtime's bundle annotations, and the
+SM use of processes outside any pod is kept under ``None``: a share no container gets.
 """
 
 from __future__ import annotations
@@ -23,18 +24,21 @@ class SmShares:
         self.monitor = monitor
         self.owners = owners
 
-    def by_owner(self, uuid: str) -> dict[Owner, float] | None:
-        """Summed SM ratios per container, or None where the GPU cannot tell: no per-process
-        utilization, no recent poll, or SM used by a pod's container whose names are unknown."""
+    def by_owner(self, uuid: str) -> dict[Owner | None, float] | None:
+        """Summed SM ratios per container (None: processes outside any pod), or None where the GPU
+        cannot tell: no per-process utilization, no recent poll, or SM used by a pod's container
+        whose names are unknown."""
         usage = self.monitor.sm_usage(uuid)
         if usage is None or time.monotonic() - usage.polled_at > _FRESH_INTERVALS * self.monitor.interval:
             return None
-        used: dict[Owner, float] = {}
+        used: dict[Owner | None, float] = {}
         for attribution, sm in usage.by_attribution.items():
-            if not attribution.pod_uid or sm <= 0:  # outside Kubernetes: no pod's share
+            if sm <= 0:
                 continue
-            owner = self.owners.owner(attribution)
-            if owner is None:
-                return None
+            owner = None  # outside Kubernetes: a share no container gets
+            if attribution.pod_uid:
+                owner = self.owners.owner(attribution)
+                if owner is None:
+                    return None
             used[owner] = used.get(owner, 0.0) + sm
         return used

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 
 from warptd.models import DeviceReading
 from warptd.power.base import DomainPower
-from warptd.recording.schema import Point, Recording, RecordingKind, TargetKind, TargetRecording
+from warptd.recording.schema import (
+    EnergySource,
+    Point,
+    Recording,
+    RecordingKind,
+    TargetKind,
+    TargetRecording,
+)
 from warptd.sampling.snapshot import DeviceSample
 
 #: Points kept per target before the series is thinned (summaries stay exact).
@@ -356,11 +363,16 @@ def _summary(state: _TargetState, span: tuple[float, float] | None) -> TargetRec
     target = state.target
     counted = state.energy.delta if state.samples >= 2 and state.counter_seen else None
     integrated = state.integrated.joules if state.samples >= 2 else None
+    estimated = None
     if span is not None:
         edge = state.edge_joules(*span)
         counted = None if counted is None else counted + edge
         integrated = None if integrated is None else integrated + edge
-    energy, source = (counted, "counter") if counted is not None else (integrated, "integrated")
+        if state.samples == 1 and state.first_power is not None:
+            estimated = edge  # one reading: its power over the whole span (up to a loss)
+    energy, source = _first_energy(
+        (counted, "counter"), (integrated, "integrated"), (estimated, "power_times_duration")
+    )
     disagreement = None
     if counted and integrated is not None:
         disagreement = round(abs(counted - integrated) / counted, 6)
@@ -376,7 +388,7 @@ def _summary(state: _TargetState, span: tuple[float, float] | None) -> TargetRec
         samples=state.samples,
         up=state.up,
         energy_joules=energy,
-        energy_source=source if energy is not None else None,
+        energy_source=source,
         energy_counter_joules=counted,
         energy_integrated_joules=integrated,
         energy_disagreement_ratio=disagreement,
@@ -388,6 +400,11 @@ def _summary(state: _TargetState, span: tuple[float, float] | None) -> TargetRec
         throttle_seconds=dict(sorted(throttle.items())),
         points=list(state.points),
     )
+
+
+def _first_energy(*candidates: tuple[float | None, EnergySource]) -> tuple[float | None, EnergySource | None]:
+    """The first energy figure there is, with its source, in the order of preference given."""
+    return next(((joules, source) for joules, source in candidates if joules is not None), (None, None))
 
 
 def is_top_level_domain(domain: str) -> bool:

@@ -11,12 +11,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: Bumped whenever a field changes meaning or goes away; adding optional fields keeps it.
-SCHEMA_VERSION = 1
+#: Bumped whenever a field changes meaning, takes a new value or goes away; adding optional fields
+#: keeps it. 2: ``energy_source`` may be ``power_times_duration`` (a window with fewer than two samples).
+SCHEMA_VERSION = 2
+#: The versions a recording may carry and still be read (a saved version 1 recording is a version 2 one).
+SchemaVersion = Literal[1, 2]
 
 RecordingKind = Literal["window", "profile", "stress"]
 TargetKind = Literal["device", "domain"]
-EnergySource = Literal["counter", "integrated"]
+#: How a target's energy_joules was found: its hardware energy counter, its power integrated over the
+#: samples, or (fewer than two samples) its one power reading times the recording's duration.
+EnergySource = Literal["counter", "integrated", "power_times_duration"]
 
 
 class Point(BaseModel):
@@ -53,9 +58,15 @@ class TargetRecording(BaseModel):
     samples: int = Field(0, description="Number of samples taken while recording.")
     up: bool = Field(True, description="False when the device was lost before the recording ended.")
     energy_joules: float | None = Field(
-        None, description="Energy used: the counter delta where a counter exists, else integrated power."
+        None,
+        description="Energy used: the counter delta where a counter exists, else integrated power; "
+        "with fewer than two samples (windows, profiles), the power reading times the duration.",
     )
-    energy_source: EnergySource | None = Field(None, description="Which of the two energy_joules is.")
+    energy_source: EnergySource | None = Field(
+        None,
+        description="Which energy_joules is: counter, integrated (power over the samples) or "
+        "power_times_duration (one sample's power over the recording's span).",
+    )
     energy_counter_joules: float | None = Field(None, description="Delta of the hardware energy counter.")
     energy_integrated_joules: float | None = Field(
         None, description="Trapezoidal integral of the power readings over the recording."
@@ -83,7 +94,11 @@ class Recording(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="Bumped when a field changes meaning.")
+    schema_version: SchemaVersion = Field(
+        SCHEMA_VERSION,
+        description="Bumped when a field changes meaning or takes a new value (2: energy_source "
+        "power_times_duration); version 1 recordings still read.",
+    )
     kind: RecordingKind = Field(description="window (POST /windows), profile (warptd profile) or stress.")
     id: str = Field(description="Unique id; a window's is its /windows/ID.")
     name: str = Field(description="A window's name, a profile's command, a stress run's test.")
