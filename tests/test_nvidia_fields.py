@@ -139,32 +139,24 @@ def test_the_newest_numbering_is_the_installed_nvidia_ml_py_one():
 
 
 # -- fix 4: the clock-event durations by branch ----------------------------------------------------
-def test_an_r580_driver_gives_the_durations_at_251_to_253(branch_rig):
-    """R575/R580 number the durations 251-253 (256-273 are power smoothing): the driver's counters,
-    not sampled reason bits, even while the reason is active."""
+@pytest.mark.parametrize("driver_version", ["580.65.06", "590.44.01"])
+def test_the_durations_are_the_driver_counters_at_the_branch_ids(branch_rig, driver_version):
+    """R575/R580 number the durations 251-253 (256-273 are power smoothing), R590 269-271 (251-268
+    are): the driver's counters, not sampled reason bits while the reason is active, and never a
+    power-smoothing setting read as ns."""
     gpu = FakeGpu(index=0, current_reasons=pynvml.nvmlClocksEventReasonSwThermalSlowdown)
     gpu.clock_event_ns.update(DURATIONS)
-    rig, _ = branch_rig("580.65.06", [gpu])
+    rig, _ = branch_rig(driver_version, [gpu])
     rig.tick()
     time.sleep(0.1)
-    seconds = _seconds(rig.tick(), **DEV0)
-    assert seconds["sw_thermal_slowdown"] == 2.5
-    assert seconds["hw_thermal_slowdown"] == 1.0
-    assert seconds["hw_power_brake_slowdown"] == 0.25
-    assert value(rig.tick(), "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
-
-
-def test_an_r590_driver_gives_the_durations_at_269_to_271(branch_rig):
-    """From R590 power smoothing is 251-268: its enable flag and levels are never read as ns."""
-    gpu = FakeGpu(index=0, current_reasons=pynvml.nvmlClocksEventReasonSwThermalSlowdown)
-    gpu.clock_event_ns.update(DURATIONS)
-    rig, _ = branch_rig("590.44.01", [gpu])
-    rig.tick()
-    time.sleep(0.1)
-    seconds = _seconds(rig.tick(), **DEV0)
-    assert seconds["sw_thermal_slowdown"] == 2.5
-    assert seconds["hw_thermal_slowdown"] == 1.0
-    assert seconds["hw_power_brake_slowdown"] == 0.25
+    samples = rig.tick()
+    assert _seconds(samples, **DEV0) == {
+        "sw_power_cap": 0.0,
+        "sync_boost": 0.0,
+        "hw_slowdown": 0.0,  # no counter on any branch: sampled, and not active
+        **{reason: ns / 1e9 for reason, ns in DURATIONS.items()},
+    }
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
 
 
 def test_an_r570_driver_gives_sw_thermal_at_75(branch_rig):
