@@ -71,7 +71,7 @@ def settings(sysfs: SysfsTree, procfs: Path) -> Settings:
         sysfs=sysfs.root,
         procfs=procfs,
         interval=0.2,
-        health_interval=0.2,  # every sample reads the slow values too, as at the defaults (1 s, 1 s)
+        health_interval=0.2,  # every sample reads the slow values too (the defaults: 1 s and 10 s)
         sample_timeout=0.5,
         node="node-a",
     )

@@ -95,7 +95,7 @@ def test_nvlink_errors_per_link_and_kind(rig, fake_nvml):
     assert value(samples, errors, **DEV0, link="6", kind="replay") == 3
     assert value(samples, errors, **DEV0, link="11", kind="recovery") == 4
     assert len(select(samples, errors, **DEV0)) == 12 * 4
-    assert len(select(samples, errors, **DEV1)) == 12 * 4  # 18 links: the per-link ids number 12
+    assert len(select(samples, errors, **DEV1)) == 18 * 4  # 18 links: ids for 12, the call for 6 more
 
 
 def test_traffic_counters_in_bytes(rig, fake_nvml):
@@ -278,6 +278,8 @@ def test_field_ids_are_those_of_the_installed_pynvml():
         "PCIE_COUNT_TX_BYTES": 197,
         "PCIE_COUNT_RX_BYTES": 198,
         "GET_GPU_RECOVERY_ACTION": f.FI_GPU_RECOVERY_ACTION,
+        "RESET_STATUS": f.FI_RESET_STATUS,
+        "DRAIN_AND_RESET_STATUS": f.FI_DRAIN_AND_RESET_STATUS,
     }
     for kind, name in (
         ("crc_flit", "CRC_FLIT"),
@@ -291,7 +293,8 @@ def test_field_ids_are_those_of_the_installed_pynvml():
             )
     for name, field_id in expected.items():
         assert getattr(pynvml, f"NVML_FI_DEV_{name}") == field_id, name
-    used = {spec.field_id for spec in f.HEALTH} | {key[0] for key in f.OTHER}
+    other = {key[0] for numbering in f.NUMBERINGS for key in f.FieldSet(numbering).other}
+    used = {spec.field_id for spec in f.HEALTH} | other
     assert used <= set(expected.values())  # every health field is checked above
     for code, action in enumerate(f.RECOVERY_ACTIONS):
         assert getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{action.upper()}") == code

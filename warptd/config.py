@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     stress_history: int = Field(50, ge=1, le=10_000, description="Finished stress jobs kept for GET /stress")
     windows: bool = Field(True, description="Serve the /windows endpoints (--no-windows turns them off)")
     health_interval: float = Field(
-        1.0,
+        10.0,
         gt=0,
         le=3600,
         description="Seconds between two reads of a device's slow-changing values (health counters, "

@@ -60,8 +60,9 @@ NO_INSTANCE = 0xFFFFFFFF
 #: A violation or clock-event counter the GPU does not keep (the library answers NOT_SUPPORTED).
 NOT_COUNTED = 2**64 - 1
 _UNKNOWN_MEMORY = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
-#: Field ids of the clock-event reason durations (nvml.h), by the state array position they live at.
-CLOCK_EVENT_FIELDS = (269, 270, 271)
+#: The clock-event reason durations the driver keeps, by the state array position they live at: fields
+#: 251-253 on an R575/R580 driver, 269-271 from R590, none before (75 aliases the SW thermal one).
+CLOCK_EVENT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 # The array sizes of nvml_double.c.
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
@@ -177,7 +178,7 @@ class GpuState(ctypes.Structure):
         ("hang", _I32),
         ("release", _I32),
         ("live", _I32),
-        ("smoothing_fields", _I32),
+        ("field_latency_us", _I32),
         ("live_since_ns", _U64),
         ("fn_error", _I32 * MAX_FN),
         ("field_unsupported", ctypes.c_uint8 * MAX_FIELD),
@@ -336,24 +337,24 @@ class _ReturnCodes(MutableMapping[str, Any]):
             del self[name]
 
 
-class _ArrayMap(MutableMapping[int, int]):
+class _ArrayMap(MutableMapping[Any, int]):
     """A fixed C array seen as a mapping; ``absent`` marks a key the GPU does not have."""
 
-    def __init__(self, array: Any, keys: dict[int, int], absent: int) -> None:
+    def __init__(self, array: Any, keys: dict[Any, int], absent: int) -> None:
         self._array, self._keys, self._absent = array, keys, absent
 
-    def __getitem__(self, key: int) -> int:
+    def __getitem__(self, key: Any) -> int:
         if key not in self._keys or self._array[self._keys[key]] == self._absent:
             raise KeyError(key)
         return self._array[self._keys[key]]
 
-    def __setitem__(self, key: int, value: int) -> None:
+    def __setitem__(self, key: Any, value: int) -> None:
         self._array[self._keys[key]] = value
 
-    def __delitem__(self, key: int) -> None:
+    def __delitem__(self, key: Any) -> None:
         self._array[self._keys[key]] = self._absent
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Any]:
         return (k for k, i in self._keys.items() if self._array[i] != self._absent)
 
     def __len__(self) -> int:
@@ -389,7 +390,7 @@ class _EventQueue:
 _SCALARS = (
     "memory_total", "memory_used", "memory_reserved", "util_gpu", "util_memory", "temperature",
     "memory_temperature", "power_limit_mw", "pcie_gen", "supported_reasons", "current_reasons",
-    "supported_events", "handle_error", "mig_mode", "smoothing_fields",
+    "supported_events", "handle_error", "mig_mode", "field_latency_us",
     # nv-health
     "retires_pages", "pcie_replays", "recovery_action", "nvlink_count", "encoder_util", "decoder_util",
     "pstate",
@@ -426,7 +427,7 @@ class FakeGpu:
         supported_reasons: int = ALL_REASONS,
         current_reasons: int = pynvml.nvmlClocksEventReasonGpuIdle,
         violation_ns: dict[int, int] | None = None,
-        clock_event_ns: dict[int, int] | None = None,
+        clock_event_ns: dict[str, int] | None = None,
         compute_capability: tuple[int, int] = (9, 0),
         pcie_gen: int = 5,
         supported_events: int = SUPPORTED_EVENTS,
@@ -465,7 +466,7 @@ class FakeGpu:
             else {pynvml.NVML_PERF_POLICY_POWER: 0, pynvml.NVML_PERF_POLICY_THERMAL: 0}
         )
         if clock_event_ns is None:
-            clock_event_ns = dict.fromkeys(CLOCK_EVENT_FIELDS, 0)
+            clock_event_ns = dict.fromkeys(CLOCK_EVENT_REASONS, 0)
         self.clock_event_ns.update(clock_event_ns)
         self.compute_capability = compute_capability
         self.pcie_gen = pcie_gen
@@ -589,8 +590,10 @@ class FakeGpu:
 
     @property
     def clock_event_ns(self) -> _ArrayMap:
-        """Clock-event reason duration fields (269 SW thermal, 270 HW thermal, 271 HW power brake), ns."""
-        positions = {field_id: i for i, field_id in enumerate(CLOCK_EVENT_FIELDS)}
+        """Clock-event reason durations by reason (:data:`CLOCK_EVENT_REASONS`), ns: the fields the
+        driver branch numbers them at (251-253 in R575/R580, 269-271 from R590); field 75 is the SW
+        thermal one on every branch."""
+        positions = {reason: i for i, reason in enumerate(CLOCK_EVENT_REASONS)}
         return _ArrayMap(self.state.clock_event_ns, positions, absent=NOT_COUNTED)
 
     @property
@@ -825,11 +828,13 @@ class FakeNvml:
     def __init__(
         self,
         gpus: list[FakeGpu] | int = 2,
-        driver_version: str = "570.86.15",
+        driver_version: str = "580.65.06",
         driver: str = "current",
         keep: bool = False,
     ) -> None:
-        """``keep``: leave the state file when this process ends (a daemon exec'd from it reads it)."""
+        """``driver_version`` picks the branch whose nvml.h numbers the field ids (R580 by default, what
+        nvidia-smi 580.65 runs on; see ``numberings`` in nvml_double.c). ``keep``: leave the state file
+        when this process ends (a daemon exec'd from it reads it)."""
         self.driver = driver
         self._file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the double
             prefix="warptd-nvml-state-", suffix=".bin", delete=not keep

@@ -19,7 +19,11 @@
  *    OLD_DRIVER build (an R470-era driver) lacks the functions added since, so pynvml raises
  *    FUNCTION_NOT_FOUND for them;
  *  - nvmlShutdown to a zero reference count frees every event set: a wait on one afterwards is
- *    counted as a use after free (state.use_after_free), which a driver would not survive.
+ *    counted as a use after free (state.use_after_free), which a driver would not survive;
+ *  - field ids are numbered by the driver branch that state.driver_version names (see numberings[]):
+ *    an id past that header's NVML_FI_MAX answers INVALID_ARGUMENT in its value, the clock-event
+ *    durations and power smoothing swap places between R580 and R590, and each value carries the
+ *    latency the driver took to read it (nvmlFieldValue_t.latencyUsec), which the call really spends.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -66,9 +70,9 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 #define FI_PERF_POLICY_POWER 74
 #define FI_PERF_POLICY_THERMAL 75
 #define FI_PERF_POLICY_SYNC_BOOST 76
-#define FI_CLOCKS_EVENT_SW_THERMAL 269
-#define FI_CLOCKS_EVENT_HW_THERMAL 270
-#define FI_CLOCKS_EVENT_HW_POWER_BRAKE 271
+#define FI_RESET_STATUS 226           /* 1 = the GPU needs a reset (deprecated by 230 in R570) */
+#define FI_DRAIN_AND_RESET_STATUS 227 /* 1 = drain the GPU, then reset it (deprecated by 230) */
+#define FI_GPU_RECOVERY_ACTION 230
 
 /* Every function of this library, for per-GPU return codes and call counts (order = ids). */
 #define FUNCTIONS(X)                                                                              \
@@ -98,8 +102,11 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 #define NV_HEALTH_FUNCTIONS(X)                                                                    \
     X(nvmlDeviceGetNumFans) X(nvmlDeviceGetFanSpeed_v2) X(nvmlDeviceGetEncoderUtilization)         \
     X(nvmlDeviceGetDecoderUtilization) X(nvmlDeviceGetPerformanceState)                           \
-    X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetRemappedRows)
+    X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetRemappedRows) NV_FIELDS_FUNCTIONS(X)
 /* --- end nv-health --- */
+/* --- nv-fields: functions --- */
+#define NV_FIELDS_FUNCTIONS(X) X(nvmlDeviceGetNvLinkErrorCounter)
+/* --- end nv-fields --- */
 
 #define AS_ID(name) FN_##name,
 enum { FUNCTIONS(AS_ID) FN_COUNT };
@@ -141,7 +148,7 @@ struct gpu {
     uint32_t clocks_mhz[4]; /* NVML_CLOCK_GRAPHICS, SM, MEM, VIDEO; 0 = not supported */
     uint64_t supported_reasons, current_reasons;
     uint64_t violation_ns[3];   /* NVML_PERF_POLICY_POWER, THERMAL, SYNC_BOOST */
-    uint64_t clock_event_ns[3]; /* fields 269 SW thermal, 270 HW thermal, 271 HW power brake */
+    uint64_t clock_event_ns[3]; /* SW thermal, HW thermal, HW power brake: fields 251-253 or 269-271 */
     uint64_t supported_events;
     uint32_t event_head, event_tail; /* the driver's event queue of this GPU */
     struct event events[MAX_EVENTS];
@@ -153,7 +160,7 @@ struct gpu {
     int32_t lost;         /* every call answers GPU_IS_LOST */
     int32_t hang, release; /* while hang && !release, every call blocks (up to 30 s) */
     int32_t live;         /* energy advances with time at the instant power */
-    int32_t smoothing_fields; /* 269-271 are power smoothing fields, as some R57x headers number them */
+    int32_t field_latency_us; /* a slow driver: this many µs more per field value read */
     uint64_t live_since_ns;
     int32_t fn_error[MAX_FN];          /* a return code per function, 0 = answer normally */
     uint8_t field_unsupported[MAX_FIELD]; /* per field id: nvmlReturn NOT_SUPPORTED in the value */
@@ -180,7 +187,7 @@ struct gpu {
     uint32_t remapped[4];      /* fields 142-145: correctable, uncorrectable, pending, failure */
     uint32_t retired[3];       /* fields 29 SBE, 30 DBE, 31 pending */
     uint32_t pcie_replays;     /* field 94 and nvmlDeviceGetPcieReplayCounter */
-    uint32_t recovery_action;  /* field 230: nvmlDeviceGpuRecoveryAction_t */
+    uint32_t recovery_action;  /* field 230 (R570+): nvmlDeviceGpuRecoveryAction_t; before, 226/227 */
     uint32_t nvlink_count;     /* field 91 */
     uint32_t fan_count;        /* 0: no fans (nvmlDeviceGetNumFans answers NOT_SUPPORTED) */
     uint32_t fan_percent[MAX_FANS];
@@ -543,16 +550,57 @@ struct field_value { /* nvmlFieldValue_t */
     uint64_t value;
 };
 
+/* --- nv-fields: how each driver branch numbers its field ids (nvml.h of that branch) --- */
+struct numbering {
+    int since;                /* the first driver branch (major version) numbering its ids so */
+    uint32_t fi_max;          /* that header's NVML_FI_MAX: an id from here on is unknown to the driver */
+    uint32_t durations;       /* SW thermal, HW thermal, HW power brake durations (ns) from here; 0: none */
+    uint32_t smoothing, smoothing_last; /* NVML_FI_PWR_SMOOTHING_* ids; 0: none */
+    int link_in_scope;        /* per-link NVLink error ids read the link from scopeId (CUDA 12.9, R575) */
+};
+static const struct numbering numberings[] = { /* newest last */
+    {0, 185, 0, 0, 0, 0},         /* R525/R530 and before: POWER_AVERAGE/INSTANT (185/186) unknown */
+    {535, 230, 0, 0, 0, 0},       /* R535-R565: power fields; recovery only as 226/227 */
+    {570, 251, 0, 0, 0, 0},       /* R570: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230) */
+    {575, 274, 251, 256, 273, 1}, /* R575/R580: durations 251-253, power smoothing 256-273 */
+    {590, 308, 269, 251, 268, 1}, /* R590+: power smoothing 251-268, durations 269-271 */
+};
+
+static const struct numbering *numbering(void) {
+    int branch = atoi(st->driver_version), last = 0;
+    for (int k = 0; k < (int)(sizeof numberings / sizeof *numberings); k++)
+        if (branch >= numberings[k].since) last = k;
+    return &numberings[last];
+}
+
+/* The µs the driver takes to read a field: cached sensor values are quick, link counters ask the
+ * link's firmware, ECC and row-remapping counts come from the InfoROM. Modelled, not measured. */
+static int64_t field_latency(const struct gpu *g, uint32_t id) {
+    int64_t us = 4;
+    if ((id >= 32 && id <= 59) || (id >= 96 && id <= 119) || id == 138 || id == 139) us = 25;
+    else if (id <= 31 || (id >= 142 && id <= 145)) us = 60;
+    return us + g->field_latency_us;
+}
+/* --- end nv-fields --- */
+
 /* --- nv-health: the health, traffic and memory-temperature fields (ids and units from nvml.h) --- */
-static int nvlink_error(const struct gpu *g, uint32_t id, struct field_value *v) {
+static int nvlink_error(const struct gpu *g, const struct field_value *request, int link_in_scope,
+                        struct field_value *v) {
     /* Per-link ids, L0-L5 then L6-L11 in a later block: CRC flit 32/96, CRC data 39/102, replay 46/108,
-     * recovery 53/114 (the seventh id of the first block, L0+6, is the total over links: not kept). */
+     * recovery 53/114 (the seventh id of the first block, L0+6, is the total over links: not kept).
+     * From R575 the driver takes the link from scopeId (any of a kind's ids then names the kind). */
     static const uint32_t first[4] = {32, 39, 46, 53}, later[4] = {96, 102, 108, 114};
+    uint32_t id = request->field_id;
     for (int kind = 0; kind < 4; kind++) {
         uint32_t link = MAX_LINKS;
         if (id >= first[kind] && id < first[kind] + 6) link = id - first[kind];
         else if (id >= later[kind] && id < later[kind] + 6) link = 6 + id - later[kind];
         if (link == MAX_LINKS) continue;
+        if (link_in_scope) {
+            if (!g->nvlink_count) return ERROR_NOT_SUPPORTED;
+            if (request->scope_id >= g->nvlink_count) return ERROR_INVALID_ARGUMENT; /* no such link */
+            link = request->scope_id;
+        }
         if (link >= g->nvlink_count) return ERROR_NOT_SUPPORTED;
         v->value_type = VALUE_ULL;
         v->value = g->nvlink_errors[link][kind];
@@ -561,7 +609,7 @@ static int nvlink_error(const struct gpu *g, uint32_t id, struct field_value *v)
     return ERROR_NOT_SUPPORTED;
 }
 
-static int health_field(const struct gpu *g, struct field_value *v) {
+static int health_field(const struct gpu *g, const struct numbering *n, struct field_value *v) {
     uint32_t id = v->field_id, scope = v->scope_id;
     int remaps = !g->retires_pages;
     v->value_type = VALUE_ULL;
@@ -586,19 +634,25 @@ static int health_field(const struct gpu *g, struct field_value *v) {
         return SUCCESS;
     case 91: v->value = g->nvlink_count; return SUCCESS;
     case 94: v->value = g->pcie_replays; return SUCCESS;
-    case 230: v->value = g->recovery_action; return SUCCESS;
+    case FI_GPU_RECOVERY_ACTION: v->value = g->recovery_action; return SUCCESS;
+    /* What the deprecated status fields can say of an action: a reset, or a drain then a reset. */
+    case FI_RESET_STATUS: v->value = g->recovery_action == 1; return SUCCESS;
+    case FI_DRAIN_AND_RESET_STATUS: v->value = g->recovery_action == 4; return SUCCESS;
     }
-    return nvlink_error(g, id, v);
+    return nvlink_error(g, v, n->link_in_scope, v);
 }
 /* --- end nv-health --- */
 
 static int field(const struct gpu *g, struct field_value *v) {
+    const struct numbering *n = numbering();
     uint32_t id = v->field_id;
-    if (id >= FIELD_IDS) return ERROR_INVALID_ARGUMENT;
+    if (id >= FIELD_IDS || id >= n->fi_max) return ERROR_INVALID_ARGUMENT; /* past this NVML_FI_MAX */
     if (g->field_unsupported[id]) return ERROR_NOT_SUPPORTED;
     v->value_type = VALUE_UINT;
-    if (g->smoothing_fields && id >= FI_CLOCKS_EVENT_SW_THERMAL && id <= FI_CLOCKS_EVENT_HW_POWER_BRAKE) {
-        v->value = id == FI_CLOCKS_EVENT_SW_THERMAL ? 2 : 40; /* a preset profile, a percent */
+    if (n->smoothing && id >= n->smoothing && id <= n->smoothing_last) {
+        /* NVML_FI_PWR_SMOOTHING_ENABLED, _PRIV_LVL, _IMM_RAMP_DOWN_ENABLED, then levels (percent) */
+        static const uint32_t settings[3] = {1, 0, 1};
+        v->value = id - n->smoothing < 3 ? settings[id - n->smoothing] : 40;
         return SUCCESS;
     }
     switch (id) {
@@ -607,6 +661,10 @@ static int field(const struct gpu *g, struct field_value *v) {
     case FI_MEMORY_TEMP: v->value = g->memory_temperature; return SUCCESS;
     }
     v->value_type = VALUE_ULL;
+    if (n->durations && id >= n->durations && id < n->durations + 3) {
+        v->value = g->clock_event_ns[id - n->durations];
+        return v->value == NOT_COUNTED ? ERROR_NOT_SUPPORTED : SUCCESS;
+    }
     switch (id) {
     case FI_TOTAL_ENERGY_CONSUMPTION: /* the same counter: a GPU without it (pre-Volta) lacks both */
         if (g->fn_error[FN_nvmlDeviceGetTotalEnergyConsumption])
@@ -614,12 +672,9 @@ static int field(const struct gpu *g, struct field_value *v) {
         v->value = energy_mj(g);
         return SUCCESS;
     case FI_PERF_POLICY_POWER: v->value = g->violation_ns[0]; break;
-    case FI_PERF_POLICY_THERMAL: v->value = g->violation_ns[1]; break;
+    case FI_PERF_POLICY_THERMAL: v->value = g->clock_event_ns[0]; break; /* the SW thermal counter */
     case FI_PERF_POLICY_SYNC_BOOST: v->value = g->violation_ns[2]; break;
-    case FI_CLOCKS_EVENT_SW_THERMAL: v->value = g->clock_event_ns[0]; break;
-    case FI_CLOCKS_EVENT_HW_THERMAL: v->value = g->clock_event_ns[1]; break;
-    case FI_CLOCKS_EVENT_HW_POWER_BRAKE: v->value = g->clock_event_ns[2]; break;
-    default: return health_field(g, v);
+    default: return health_field(g, n, v);
     }
     return v->value == NOT_COUNTED ? ERROR_NOT_SUPPORTED : SUCCESS;
 }
@@ -627,15 +682,30 @@ static int field(const struct gpu *g, struct field_value *v) {
 int nvmlDeviceGetFieldValues(void *h, int n, struct field_value *values) {
     DEVICE_CALL(nvmlDeviceGetFieldValues, h);
     if (n < 0 || !values) return ERROR_INVALID_ARGUMENT;
-    int64_t now_us = (int64_t)(now_ns(CLOCK_REALTIME) / 1000);
+    int64_t now_us = (int64_t)(now_ns(CLOCK_REALTIME) / 1000), spent_us = 0;
     for (int i = 0; i < n; i++) { /* the call succeeds; each value carries its own return code */
         values[i].value = 0;
         values[i].timestamp = now_us;
-        values[i].latency_usec = 0;
         values[i].nvml_return = field(g, &values[i]);
+        values[i].latency_usec = field_latency(g, values[i].field_id);
+        spent_us += values[i].latency_usec;
     }
+    struct timespec spent = {spent_us / 1000000, (long)(spent_us % 1000000) * 1000L};
+    nanosleep(&spent, NULL); /* the driver's time, as the latencies say */
     return SUCCESS;
 }
+
+/* --- nv-fields: every link's error counters by call (what DCGM asks for links 12-17) --- */
+int nvmlDeviceGetNvLinkErrorCounter(void *h, unsigned int link, int counter, unsigned long long *value) {
+    DEVICE_CALL(nvmlDeviceGetNvLinkErrorCounter, h);
+    /* NVML_NVLINK_ERROR_DL_REPLAY, _RECOVERY, _CRC_FLIT, _CRC_DATA -> nvlink_errors' kinds */
+    static const int kinds[4] = {2, 3, 0, 1};
+    if (!g->nvlink_count) return ERROR_NOT_SUPPORTED;
+    if (link >= g->nvlink_count || counter < 0 || counter > 3 || !value) return ERROR_INVALID_ARGUMENT;
+    *value = g->nvlink_errors[link][kinds[counter]];
+    return SUCCESS;
+}
+/* --- end nv-fields --- */
 
 /* -- events ------------------------------------------------------------------------------------- */
 int nvmlDeviceGetSupportedEventTypes(void *h, unsigned long long *types) {

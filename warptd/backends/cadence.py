@@ -2,8 +2,9 @@
 
 They change on events (an ECC error, a row remapped, an administrator's power limit), not from one
 sample to the next, so a backend sampled faster than ``--health-interval`` reads them only that often
-and reports the last values in between, like DCGM's per-field update intervals. At ``--interval``
-equal to or longer than ``--health-interval`` (1 s both by default) every sample reads them.
+and reports the last values in between, like DCGM's per-field update intervals (dcgm-exporter
+collects every 30 s). At the defaults (1 s and 10 s) every tenth sample reads them; at ``--interval``
+equal to or longer than ``--health-interval`` every sample does.
 """
 
 from __future__ import annotations

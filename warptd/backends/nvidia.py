@@ -12,6 +12,7 @@ import functools
 import operator
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
@@ -50,50 +51,18 @@ _THROTTLE_BITS: dict[str, str] = {
     "hw_power_brake_slowdown": "nvmlClocksEventReasonHwPowerBrakeSlowdown",
     "display_clock_setting": "nvmlClocksEventReasonDisplayClockSetting",
 }
-# Field ids from nvml.h: the driver's ABI, so fixed here rather than taken from nvidia-ml-py (some
-# 12.57x releases carry 251-253 for the last three, which current drivers read as other fields).
-FI_POWER_AVERAGE = 185  # mW, the driver's 1 s average (Ampere and newer)
-FI_POWER_INSTANT = 186  # mW, instantaneous
-#: mJ since the driver was loaded: nvmlDeviceGetTotalEnergyConsumption's counter (Volta and newer), in
-#: the batch rather than a call of its own; the call stands in only where the field is unsupported.
-FI_TOTAL_ENERGY = 83
-# Time spent in each clock-event reason, ns: the perf-policy counters for the SW power cap (74) and sync
-# boost (76), and NVML_FI_DEV_CLOCKS_EVENT_REASON_{SW_THERM,HW_THERM,HW_POWER_BRAKE}_SLOWDOWN.
-_THROTTLE_FIELDS: dict[str, int] = {
-    "sw_power_cap": 74,
-    "sync_boost": 76,
-    "sw_thermal_slowdown": 269,
-    "hw_thermal_slowdown": 270,
-    "hw_power_brake_slowdown": 271,
-}
-# Where a driver lacks those fields: nvmlDeviceGetViolationStatus (deprecated in CUDA 13) keeps the same
-# counters for these two. Its NVML_PERF_POLICY_THERMAL is not the SW thermal slowdown reason.
+# Where a driver lacks the duration fields of SW power cap and sync boost: nvmlDeviceGetViolationStatus
+# (deprecated in CUDA 13) keeps the same counters.
 _VIOLATION_POLICIES: dict[str, str] = {
     "sw_power_cap": "NVML_PERF_POLICY_POWER",
     "sync_boost": "NVML_PERF_POLICY_SYNC_BOOST",
 }
-_DEVICE_FIELDS: tuple[FieldKey, ...] = tuple(
-    (field_id, 0)
-    for field_id in (FI_POWER_INSTANT, FI_TOTAL_ENERGY, FI_POWER_AVERAGE, *_THROTTLE_FIELDS.values())
-)
-_POWER_FIELDS: tuple[FieldKey, ...] = ((FI_POWER_INSTANT, 0), (FI_TOTAL_ENERGY, 0))
-_THROTTLE_KEYS: tuple[tuple[str, FieldKey], ...] = tuple((r, (f, 0)) for r, f in _THROTTLE_FIELDS.items())
-#: What a sample between two reads of the slow values asks: power, throttle times, memory temperature.
-_SAMPLE_FIELDS: tuple[FieldKey, ...] = (*_DEVICE_FIELDS, (nvidia_fields.FI_MEMORY_TEMP, 0))
-#: The fields read one by one through :meth:`NvidiaBackend._field` (the rest decode by the plan).
-_LOOKED_UP = frozenset((*_DEVICE_FIELDS, *nvidia_fields.OTHER))
-# nvmlValueType_t: NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6.
-_INTEGERS = frozenset({1, 2, 3, 4, 5, 6})
-_64_BIT_INTEGERS = frozenset({2, 3, 4})
-# The value types a field must have: a duration counter is 64-bit. A field answering another type is
-# another field under the same id (drivers whose headers number power smoothing at 269-271), and is
-# treated as not supported.
-_FIELD_TYPES: dict[int, frozenset[int]] = {
-    FI_POWER_INSTANT: _INTEGERS,
-    FI_POWER_AVERAGE: _INTEGERS,
-    FI_TOTAL_ENERGY: _64_BIT_INTEGERS,
-    **dict.fromkeys(_THROTTLE_FIELDS.values(), _64_BIT_INTEGERS),
-}
+_INTEGERS = nvidia_fields.INTEGERS
+FI_POWER_AVERAGE, FI_POWER_INSTANT = nvidia_fields.FI_POWER_AVERAGE, nvidia_fields.FI_POWER_INSTANT
+FI_TOTAL_ENERGY = nvidia_fields.FI_TOTAL_ENERGY
+#: Compute capability from which nvmlDeviceGetPowerUsage is a 1 s average (Ampere and newer; GA100,
+#: 8.0, still reads instantaneously).
+_AVERAGING_SINCE = (8, 6)
 _LAST_PSTATE = 15  # NVML_PSTATE_15
 #: Byte counters the driver may keep in fields, which GPM throughput otherwise stands in for.
 _TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_BYTES.name)
@@ -137,6 +106,13 @@ def _with_pstate(raw: tuple[dict[str, LabelledValues], int]) -> dict[str, Labell
     return {**gauges, catalog.PERFORMANCE_STATE.name: {(): float(pstate)}}
 
 
+@dataclass(slots=True)
+class FieldTotals:
+    """One GPU's running totals of its field reads, kept across NVML reopens (they are warptd's own)."""
+
+    latency_us: int = 0  # nvmlFieldValue_t.latencyUsec, summed over every answer of every batch
+
+
 # The calls of a sample besides its batches (:meth:`NvidiaBackend._sample_calls`), by slot; the clocks
 # follow in the order of ``_CLOCKS``.
 MEMORY, UTILIZATION, TEMPERATURE, REASONS, PSTATE, CLOCKS = range(6)
@@ -174,6 +150,8 @@ class NvidiaBackend(NvmlBackend):
                 (clock, f"clock_{clock}", getattr(nvml, const)) for clock, const in _CLOCKS.items()
             )
             self._unpack = nvidia_fields.unpacker(getattr(nvml, "c_nvmlFieldValue_t", None))
+            #: The field ids of the driver's branch (durations, recovery action, power fields moved).
+            self._field_set = nvidia_fields.FieldSet(nvidia_fields.numbering(self.get_driver_version()))
             # What the prepared calls (nvml_calls) use, as every nvidia-ml-py wrapper does.
             nvml._nvmlGetFunctionPointer, nvml._nvmlCheckReturn  # noqa: B018
         except AttributeError as exc:  # an nvidia-ml-py too old for these constants
@@ -187,6 +165,7 @@ class NvidiaBackend(NvmlBackend):
         self._uuids: dict[int, str] = {}
         self._fields: dict[int, dict[FieldKey, float]] = {}  # this read's field values per device
         self._fields_unsupported: dict[int, set[FieldKey]] = {}
+        self._field_totals: dict[int, FieldTotals] = {}  # per device, never cleared
         self._plans: dict[int, FieldPlan] = {}  # the full field batch per device (its NVLinks known)
         self._requests: dict[tuple[int, str], FieldRequest] = {}  # the last batch per device and kind
         self._steady: dict[int, tuple[FieldRequest, list[float]]] = {}  # this read's values by position
@@ -251,6 +230,8 @@ class NvidiaBackend(NvmlBackend):
             self._kept.clear()
             self._fans.clear()
             self._slow_reads.forget()
+            # A reload may have brought another driver branch, which numbers the fields its own way.
+            self._field_set = nvidia_fields.FieldSet(nvidia_fields.numbering(self.get_driver_version()))
 
     def device_identity(self, index: int) -> str | None:
         with self._session.lock:
@@ -390,21 +371,23 @@ class NvidiaBackend(NvmlBackend):
             for _, code, value_type, value in self._unpack(answers or ()):
                 if code == self._nvml.NVML_SUCCESS and value_type in _INTEGERS:
                     links = int(value)  # type: ignore[arg-type]
-            self._plans[index] = FieldPlan.build(_DEVICE_FIELDS, links)
+            fields = self._field_set
+            self._plans[index] = FieldPlan.build((*fields.device, *fields.other), links)
         return self._plans[index]
 
     def begin_read(self, index: int, power_only: bool) -> None:
         """The batched reads of one GPU: its field values, then (full reads only) its GPM sample. Every
         ``--health-interval`` the batch holds every field (health, links), decoded once for the gauges
         and counters, and the other slow values are read; the samples between report those."""
+        fields = self._field_set
         if power_only:
-            self._read_fields(index, _POWER_FIELDS, None)
+            self._read_fields(index, fields.power, None)
             return
         if not self._slow_reads.due(index):
-            self._read_fields(index, _SAMPLE_FIELDS, None)
+            self._read_fields(index, fields.sample, None)
         else:
             plan = self._plan(index)
-            complete = self._read_fields(index, plan.keys if plan else _SAMPLE_FIELDS, plan)
+            complete = self._read_fields(index, plan.keys if plan else fields.sample, plan)
             self._decoded[index] = self._field_metrics(index)
             if not (self._read_slow(index) and complete and plan is not None):
                 # What failed is absent from this sample, as any failed value is, and not for a whole
@@ -451,12 +434,13 @@ class NvidiaBackend(NvmlBackend):
                 unsupported.update(field_ids)
                 return True
             return False
+        self._totals(index).latency_us += request.latency_us(answers)
         numbers = request.steady(answers)
         if numbers is not None:  # every field answered as in the last clean read
             self._fields[index] = request.looked_up(numbers)
             self._steady[index] = (request, numbers)
             return True
-        success, types, answered, failed = nvml.NVML_SUCCESS, _FIELD_TYPES, [], False
+        success, types, answered, failed = nvml.NVML_SUCCESS, self._field_set.types, [], False
         for field_id, code, value_type, value in self._unpack(answers):
             answered.append(value_type)
             if code == success and value_type in types.get(field_id[0], _INTEGERS):
@@ -487,7 +471,7 @@ class NvidiaBackend(NvmlBackend):
         """The batch to send: the last one of its kind while neither the plan nor what this GPU lacks
         changed (that set only grows until a reopen, which drops the requests); None when nothing is
         left to ask."""
-        kind = "full" if plan is not None else "power" if field_ids is _POWER_FIELDS else "sample"
+        kind = "full" if plan is not None else "power" if field_ids is self._field_set.power else "sample"
         request = self._requests.get((index, kind))
         if request is not None and request.made_from == (field_ids, len(unsupported)):
             return request
@@ -495,7 +479,9 @@ class NvidiaBackend(NvmlBackend):
         if not wanted:
             return None
         if request is None or request.keys != wanted:
-            request = self._requests[index, kind] = FieldRequest(self._nvml, wanted, _LOOKED_UP)
+            request = self._requests[index, kind] = FieldRequest(
+                self._nvml, wanted, self._field_set.looked_up
+            )
             if plan is not None:
                 request.decode_with(plan)
         request.made_from = (field_ids, len(unsupported))
@@ -512,6 +498,12 @@ class NvidiaBackend(NvmlBackend):
                 self._gpm.cover(
                     index, {(name, labels) for name in _TRAFFIC for labels in counted.get(name, ())}
                 )
+
+    def _totals(self, index: int) -> FieldTotals:
+        totals = self._field_totals.get(index)
+        if totals is None:
+            totals = self._field_totals[index] = FieldTotals()
+        return totals
 
     def _field(self, index: int, field_id: int) -> float | None:
         return self._fields.get(index, {}).get((field_id, 0))
@@ -637,16 +629,32 @@ class NvidiaBackend(NvmlBackend):
         return self._kept[index, "temperatures"].of((gpu, memory), _temperatures)
 
     def get_power_usage(self, index: int) -> float | None:
-        """The instantaneous field where the GPU has it; else nvmlDeviceGetPowerUsage (which is
-        instantaneous on the GPUs without the field)."""
+        """The instantaneous field where the GPU has it; else nvmlDeviceGetPowerUsage where that is
+        instantaneous: on a GPU without the field (pre-Ampere, GA100). A driver whose header has no
+        power fields (R525/R530) on an averaging GPU has no instantaneous reading: absent."""
         milliwatts = self._field(index, FI_POWER_INSTANT)
-        if milliwatts is None:  # not supported, or failing this read: the driver's own reading
+        if milliwatts is None and not self._power_usage_averages(index):
             milliwatts = self._get(index, "power", "nvmlDeviceGetPowerUsage")
         return milliwatts / 1000 if milliwatts is not None else None
 
     def get_power_average(self, index: int) -> float | None:
+        """The average field; on a driver without it, nvmlDeviceGetPowerUsage where the GPU averages."""
         milliwatts = self._field(index, FI_POWER_AVERAGE)
+        if milliwatts is None and self._power_usage_averages(index):
+            milliwatts = self._get(index, "power", "nvmlDeviceGetPowerUsage")
         return milliwatts / 1000 if milliwatts is not None else None
+
+    def _power_usage_averages(self, index: int) -> bool:
+        """Whether nvmlDeviceGetPowerUsage stands in for the average rather than the instant: the
+        driver numbers no power fields, and the GPU (Ampere and newer but GA100) averages over 1 s."""
+        if self._field_set.numbering.power:
+            return False
+        info = self._known.get(index)
+        capability = info.compute_capability if info is not None else None
+        if capability is None:
+            return True  # unknown: not claimed instantaneous
+        major, minor = (int(part) for part in capability.split("."))
+        return (major, minor) >= _AVERAGING_SINCE
 
     def get_power_limit(self, index: int) -> float | None:
         """The enforced limit as of the last read of the slow values."""
@@ -716,7 +724,7 @@ class NvidiaBackend(NvmlBackend):
         """Seconds in each reason from the clock-event duration fields (ns); the violation counters
         stand in only where the driver lacks a field, and only for the reasons they really count."""
         counters, values = {}, self._fields.get(index, {})
-        for reason, key in _THROTTLE_KEYS:
+        for reason, key in self._field_set.throttle:
             nanoseconds = values.get(key)
             if nanoseconds is None and reason in self._policies and self._field_unsupported(index, key[0]):
                 status = self._get(
@@ -744,6 +752,9 @@ class NvidiaBackend(NvmlBackend):
             replays = self._get(index, "pcie_replays", "nvmlDeviceGetPcieReplayCounter")
             if replays is not None:
                 counters[catalog.PCIE_REPLAYS.name] = {(): float(replays)}
+        errors = self._nvlink_error_calls(index, plan)
+        if errors:
+            counters[catalog.NVLINK_ERRORS.name] = {**counters.get(catalog.NVLINK_ERRORS.name, {}), **errors}
         if all(self._field_unsupported(index, field_id) for field_id in nvidia_fields.FI_REMAPPED_ROWS):
             rows = self._get(index, "remapped_rows", "nvmlDeviceGetRemappedRows")
             if rows is not None:
@@ -751,6 +762,18 @@ class NvidiaBackend(NvmlBackend):
                 gauges[catalog.ROW_REMAP_PENDING.name] = {(): float(bool(rows[2]))}
                 gauges[catalog.ROW_REMAP_FAILURE.name] = {(): float(bool(rows[3]))}
         return gauges, counters
+
+    def _nvlink_error_calls(self, index: int, plan: FieldPlan) -> LabelledValues:
+        """The error counters of the links no per-link field id numbers (12-17 of an H100/H200), by
+        nvmlDeviceGetNvLinkErrorCounter as DCGM reads them; one kind failing is absent this read."""
+        errors: dict[tuple[str, ...], float] = {}
+        for link, kind, counter in plan.error_calls:
+            if ("nvlink_error_counter", index) in self._unsupported:
+                break  # the GPU or this nvidia-ml-py lacks the call
+            count = self._get(index, "nvlink_error_counter", "nvmlDeviceGetNvLinkErrorCounter", link, counter)
+            if count is not None:
+                errors[str(link), kind] = float(count)
+        return errors
 
     def field_counters(self, index: int) -> dict[str, LabelledValues]:
         """This read's raw counters from the field batch: health and traffic (PCIe, NVLink bytes)."""
@@ -774,6 +797,9 @@ class NvidiaBackend(NvmlBackend):
         throughput stand in for each series the driver keeps no counter of."""
         counted = self.field_counters(index)
         integrated = {metric: series for metric, series in self._gpm.counters(index).items() if series}
+        totals = self._field_totals.get(index)
+        if totals is not None:  # the driver's time on this GPU's fields so far, in seconds
+            integrated[catalog.FIELD_LATENCY.name] = {(): totals.latency_us / 1e6}
         if not integrated:
             return counted  # the batch's own dict: the sampler knows it again by identity
         counters = dict(counted)

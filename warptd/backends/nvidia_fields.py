@@ -2,7 +2,9 @@
 
 Ids, scopes, value types and units are nvml.h's (the driver's ABI), fixed here rather than taken from
 nvidia-ml-py, whose constants follow one header; ``docs/telemetry.md`` lists each with the driver that
-added it. An id a driver does not know answers INVALID_ARGUMENT and is not asked again for that GPU.
+added it. Where branches number a value differently (clock-event durations, recovery action, the power
+fields), :data:`NUMBERINGS` holds each branch's ids and :func:`numbering` picks one by the driver's
+version. An id a driver does not know answers INVALID_ARGUMENT and is not asked again for that GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ FieldKey = tuple[int, int]
 FI_NVLINK_LINK_COUNT = 91  # NVLink links the GPU has
 LINK_COUNT: FieldKey = (FI_NVLINK_LINK_COUNT, 0)
 FI_MEMORY_TEMP = 82  # °C, HBM temperature
-FI_GPU_RECOVERY_ACTION = 230  # nvmlDeviceGpuRecoveryAction_t (newest drivers)
+FI_GPU_RECOVERY_ACTION = 230  # nvmlDeviceGpuRecoveryAction_t (R570+)
+#: Before R570 (deprecated by 230 there): 1 = the GPU needs a reset / a drain, then a reset.
+FI_RESET_STATUS = 226
+FI_DRAIN_AND_RESET_STATUS = 227
+FI_POWER_AVERAGE = 185  # mW, the driver's 1 s average (Ampere and newer); R535+
+FI_POWER_INSTANT = 186  # mW, instantaneous; R535+
+#: mJ since the driver was loaded: nvmlDeviceGetTotalEnergyConsumption's counter (Volta and newer), in
+#: the batch rather than a call of its own; the call stands in only where the field is unsupported.
+FI_TOTAL_ENERGY = 83
 FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB of data (no protocol overhead); scopeId = link
 FI_NVLINK_THROUGHPUT_DATA_RX = 139
 KIB = 1024.0
@@ -46,8 +56,60 @@ NVLINK_ERROR_IDS: dict[str, tuple[int, int]] = {
     "replay": (46, 108),
     "recovery": (53, 114),
 }
-#: Links the per-link error ids number (L0-L11); links beyond have only the throughput counters.
+#: Links the per-link error ids number (L0-L11). The link also goes in scopeId, where drivers from
+#: R575 (CUDA 12.9) take it; links beyond are read by nvmlDeviceGetNvLinkErrorCounter, as DCGM does.
 NVLINK_ERROR_LINKS = 12
+#: nvmlNvLinkErrorCounter_t by kind: NVML_NVLINK_ERROR_DL_REPLAY = 0, _RECOVERY, _CRC_FLIT, _CRC_DATA.
+NVLINK_ERROR_COUNTERS: dict[str, int] = {"crc_flit": 2, "crc_data": 3, "replay": 0, "recovery": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Numbering:
+    """The ids one driver branch's nvml.h gives the values that moved between branches."""
+
+    since: int  # the first branch (driver major version) numbering them so
+    #: Clock-event reason -> its duration field (ns). SW power cap (74) and sync boost (76) keep their
+    #: ids; SW thermal is 251 (R575/R580) or 269 (R590+), and 75 (NVML_FI_DEV_PERF_POLICY_THERMAL, the
+    #: older id of the same counter) before; HW thermal and HW power brake have no field before R575.
+    throttle: Mapping[str, int]
+    recovery: tuple[int, ...]  # 230, or the status fields 226/227 that it replaced
+    power: bool  # 185/186 are known (R535+); before, NVML_FI_MAX of the header stops short of them
+
+
+#: SW power cap and sync boost: NVML_FI_DEV_PERF_POLICY_POWER / _SYNC_BOOST on every branch.
+_PERF_POLICY = {"sw_power_cap": 74, "sync_boost": 76}
+_BEFORE_R575 = {**_PERF_POLICY, "sw_thermal_slowdown": 75}  # NVML_FI_DEV_PERF_POLICY_THERMAL
+_R575 = {
+    **_PERF_POLICY,
+    "sw_thermal_slowdown": 251,
+    "hw_thermal_slowdown": 252,
+    "hw_power_brake_slowdown": 253,
+}
+_R590 = {
+    **_PERF_POLICY,
+    "sw_thermal_slowdown": 269,
+    "hw_thermal_slowdown": 270,
+    "hw_power_brake_slowdown": 271,
+}
+_RECOVERY = (FI_GPU_RECOVERY_ACTION,)
+#: Oldest first; checked against each branch's nvml.h (docs/telemetry.md says which and how).
+NUMBERINGS: tuple[Numbering, ...] = (
+    Numbering(0, _BEFORE_R575, (), power=False),  # R525/R530 and before
+    Numbering(535, _BEFORE_R575, (FI_RESET_STATUS, FI_DRAIN_AND_RESET_STATUS), power=True),
+    Numbering(570, _BEFORE_R575, _RECOVERY, power=True),
+    Numbering(575, _R575, _RECOVERY, power=True),  # power smoothing at 256-273
+    Numbering(590, _R590, _RECOVERY, power=True),  # power smoothing at 251-268
+)
+
+
+def numbering(driver_version: str | None) -> Numbering:
+    """The numbering of the branch ``driver_version`` ("580.65.06") belongs to; the newest where the
+    version is unknown (a duration's 64-bit type still tells it from a power-smoothing setting)."""
+    try:
+        branch = int((driver_version or "").split(".")[0])
+    except ValueError:
+        return NUMBERINGS[-1]
+    return [each for each in NUMBERINGS if branch >= each.since][-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +156,42 @@ HEALTH: tuple[FieldSpec, ...] = (
 #: The health fields read by a call of their own where the GPU lacks the field.
 FI_PCIE_REPLAY_COUNTER = 94
 FI_REMAPPED_ROWS = (142, 143, 144, 145)
-#: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).
-OTHER: tuple[FieldKey, ...] = ((FI_MEMORY_TEMP, 0), (FI_GPU_RECOVERY_ACTION, 0))
+# nvmlValueType_t: NVML_VALUE_TYPE_DOUBLE = 0 … UNSIGNED_SHORT = 6.
+INTEGERS = frozenset({1, 2, 3, 4, 5, 6})
+_64_BIT_INTEGERS = frozenset({2, 3, 4})
+
+
+class FieldSet:
+    """The field batches of one numbering: power only, a sample's, and what the full batch adds beside
+    the health and link fields (memory temperature, recovery action), with the value type each must
+    answer. A duration counter is 64-bit: a field answering another type is another field under that
+    id (a power-smoothing setting), and is treated as not supported."""
+
+    def __init__(self, numbering: Numbering) -> None:
+        self.numbering = numbering
+        power = ((FI_POWER_INSTANT, 0),) if numbering.power else ()
+        average = ((FI_POWER_AVERAGE, 0),) if numbering.power else ()
+        #: Reason -> the key of its duration field.
+        self.throttle: tuple[tuple[str, FieldKey], ...] = tuple(
+            (r, (f, 0)) for r, f in numbering.throttle.items()
+        )
+        self.device: tuple[FieldKey, ...] = (
+            *power,
+            (FI_TOTAL_ENERGY, 0),
+            *average,
+            *(k for _, k in self.throttle),
+        )
+        self.power: tuple[FieldKey, ...] = (*power, (FI_TOTAL_ENERGY, 0))
+        #: What a sample between two reads of the slow values asks: power, throttle times, memory temperature.
+        self.sample: tuple[FieldKey, ...] = (*self.device, (FI_MEMORY_TEMP, 0))
+        #: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).
+        self.other: tuple[FieldKey, ...] = ((FI_MEMORY_TEMP, 0), *((f, 0) for f in numbering.recovery))
+        #: The fields read one by one (power, throttle times …), the rest decode by the plan.
+        self.looked_up = frozenset((*self.device, *self.other))
+        self.types: dict[int, frozenset[int]] = {
+            FI_TOTAL_ENERGY: _64_BIT_INTEGERS,
+            **dict.fromkeys(numbering.throttle.values(), _64_BIT_INTEGERS),
+        }
 
 
 _NVLINK_DIRECTIONS = ((FI_NVLINK_THROUGHPUT_DATA_TX, "tx"), (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"))
@@ -103,14 +199,15 @@ Decoded = tuple[dict[str, LabelledValues], dict[str, LabelledValues]]  # gauges,
 
 
 def nvlink(links: int) -> tuple[FieldSpec, ...]:
-    """The per-link fields of a GPU with ``links`` NVLinks: error counters and data bytes by direction."""
+    """The per-link fields of a GPU with ``links`` NVLinks: error counters (links 0-11; the link in
+    the id and in scopeId) and data bytes by direction."""
     specs = []
     for link in range(links):
         name = str(link)
         if link < NVLINK_ERROR_LINKS:
             for kind, (first, later) in NVLINK_ERROR_IDS.items():
                 field_id = first + link if link < 6 else later + link - 6
-                specs.append(_counter(field_id, catalog.NVLINK_ERRORS, name, kind))
+                specs.append(FieldSpec(field_id, catalog.NVLINK_ERRORS.name, (name, kind), 1.0, True, link))
         for field_id, direction in (
             (FI_NVLINK_THROUGHPUT_DATA_TX, "tx"),
             (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"),
@@ -136,9 +233,12 @@ class FieldPlan:
     groups: tuple[_Group, ...]
     keys: tuple[FieldKey, ...]
     specs: Mapping[FieldKey, FieldSpec]
+    #: (link, kind, nvmlNvLinkErrorCounter_t) of the links the per-link error ids do not number.
+    error_calls: tuple[tuple[int, str, int], ...] = ()
 
     @classmethod
     def build(cls, base: tuple[FieldKey, ...], links: int) -> FieldPlan:
+        """``base``: the fields asked before the health and link ones (power, throttle times, other)."""
         by_metric: dict[str, list[FieldSpec]] = {}
         for spec in (*HEALTH, *nvlink(links)):
             by_metric.setdefault(spec.metric, []).append(spec)
@@ -147,7 +247,12 @@ class FieldPlan:
             for metric, members in by_metric.items()
         )
         specs = {spec.key: spec for members in by_metric.values() for spec in members}
-        return cls(groups, (*base, *OTHER, *specs), specs)  # a metric's fields side by side: see runs
+        calls = tuple(
+            (link, kind, counter)
+            for link in range(NVLINK_ERROR_LINKS, links)
+            for kind, counter in NVLINK_ERROR_COUNTERS.items()
+        )
+        return cls(groups, (*base, *specs), specs, calls)  # a metric's fields side by side: see runs
 
     def decode(self, values: Mapping[FieldKey, float]) -> Decoded:
         """The gauges and the raw counters that this read's field values give."""
@@ -177,7 +282,14 @@ class FieldPlan:
 
 
 def _recovery_action(gauges: dict[str, LabelledValues], values: Mapping[FieldKey, float]) -> None:
+    """One-hot from field 230, else from the status fields it replaced (226/227 before R570), which
+    say only "reset", "drain, then reset" or neither."""
     action = values.get((FI_GPU_RECOVERY_ACTION, 0))
+    if action is None:
+        reset, drain = values.get((FI_RESET_STATUS, 0)), values.get((FI_DRAIN_AND_RESET_STATUS, 0))
+        if reset is None and drain is None:
+            return
+        action = RECOVERY_ACTIONS.index("drain_and_reset" if drain else "gpu_reset" if reset else "none")
     if action is not None and 0 <= action < len(RECOVERY_ACTIONS):  # a newer action: unknown, absent
         gauges[catalog.RECOVERY_ACTION.name] = {
             (name,): float(code == action) for code, name in enumerate(RECOVERY_ACTIONS)
@@ -290,6 +402,13 @@ class FieldRequest:
         for position, convert in self._conversions:
             raw[position] = convert(raw[position])
         return raw
+
+    def latency_us(self, answers: Any) -> int:
+        """The µs the driver says it spent on this read: its answers' latencyUsec, summed (the third
+        8-byte word of each answer, read at C speed where the layout is the expected one)."""
+        if self._direct:
+            return sum(memoryview(answers).cast("B").cast("q")[2::5])
+        return sum(getattr(answer, "latencyUsec", 0) for answer in answers)
 
     def looked_up(self, numbers: list[float]) -> dict[FieldKey, float]:
         """The values read one by one (by :meth:`NvidiaBackend._field`) from a :meth:`steady` read."""

@@ -180,6 +180,12 @@ RECOVERY_ACTION = _device(
     "node_reboot, drain_p2p, drain_and_reset, recover_imex_domain, bus_reset, system_reboot.",
     "action",
 )
+FIELD_LATENCY = _device(
+    "warptd_device_nvml_field_latency_seconds_total",
+    "counter",
+    "Time the NVIDIA driver says it spent reading this GPU's field values (nvmlFieldValue_t.latencyUsec "
+    "summed over every answer of every batch); its rate is the driver's busy fraction for them.",
+)
 # -- activity: what the device's units are doing, beyond "a kernel ran" -------------------------------
 SM_ACTIVE = _device(
     "warptd_device_sm_active_ratio",
@@ -465,6 +471,7 @@ ALL: tuple[MetricSpec, ...] = (
     PCIE_REPLAYS,
     NVLINK_ERRORS,
     RECOVERY_ACTION,
+    FIELD_LATENCY,
     SM_ACTIVE,
     SM_OCCUPANCY,
     DRAM_BANDWIDTH,

@@ -1,0 +1,266 @@
+"""NVML field values on each driver branch: the ids the branch numbers, the NVLink error counters of
+every link, the health cadence and the driver's own latency, through the C NVML double and the real
+nvidia-ml-py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pynvml
+import pytest
+
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import Rig, select, value
+from warptd.backends.cadence import SlowReads
+from warptd.config import Settings
+
+DEV0 = {"backend": "nvidia", "device": "0"}
+DEV1 = {"backend": "nvidia", "device": "1"}
+SECONDS = "warptd_device_throttle_seconds_total"
+DURATIONS = {
+    "sw_thermal_slowdown": 2_500_000_000,
+    "hw_thermal_slowdown": 1_000_000_000,
+    "hw_power_brake_slowdown": 250_000_000,
+}
+
+
+@pytest.fixture
+def branch_rig(settings) -> Iterator:
+    """``branch_rig("580.65.06", gpus)``: a nvidia rig over a double numbering its fields as that
+    driver does."""
+    opened: list[tuple[Rig, FakeNvml, object]] = []
+
+    def make(driver_version: str, gpus: list[FakeGpu] | int = 1) -> tuple[Rig, FakeNvml]:
+        fake = FakeNvml(gpus=gpus, driver_version=driver_version)
+        installed = fake.installed()
+        installed.__enter__()
+        settings.backends = ["nvidia"]
+        rig = Rig(settings)
+        opened.append((rig, fake, installed))
+        return rig, fake
+
+    yield make
+    for rig, fake, installed in opened:
+        rig.close()
+        installed.__exit__(None, None, None)
+        fake.close()
+
+
+def _seconds(samples, **labels) -> dict[str, float]:
+    return {s.labels["reason"]: s.value for s in select(samples, SECONDS, **labels)}
+
+
+# -- what the double answers, through the real nvidia-ml-py ------------------------------------------
+def _fields(fake: FakeNvml, ids: list[int | tuple[int, int]]) -> list:
+    pynvml.nvmlInit()
+    try:
+        return pynvml.nvmlDeviceGetFieldValues(pynvml.nvmlDeviceGetHandleByIndex(0), ids)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+@pytest.mark.parametrize(
+    ("driver_version", "durations", "smoothing"),
+    [("580.65.06", 251, 256), ("590.44.01", 269, 251), ("575.51.03", 251, 256)],
+)
+def test_the_double_numbers_durations_and_power_smoothing_by_branch(driver_version, durations, smoothing):
+    fake = FakeNvml(gpus=1, driver_version=driver_version)
+    fake.gpus[0].clock_event_ns.update(DURATIONS)
+    with fake.installed():
+        answers = _fields(fake, [durations, durations + 1, durations + 2, smoothing, 75])
+    fake.close()
+    assert [a.nvmlReturn for a in answers] == [pynvml.NVML_SUCCESS] * 5
+    assert [a.value.ullVal for a in answers[:3]] == list(DURATIONS.values())
+    assert answers[0].valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    assert answers[3].valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT  # NVML_FI_PWR_SMOOTHING_ENABLED
+    assert answers[3].value.uiVal == 1
+    assert answers[4].value.ullVal == DURATIONS["sw_thermal_slowdown"]  # 75: the same counter
+
+
+@pytest.mark.parametrize(
+    ("driver_version", "unknown"),
+    [("525.147.05", [185, 186, 197, 226, 230]), ("550.144.03", [230, 251]), ("570.86.15", [251, 269])],
+)
+def test_ids_past_a_branch_header_answer_invalid_argument_in_the_value(driver_version, unknown):
+    fake = FakeNvml(gpus=1, driver_version=driver_version)
+    with fake.installed():
+        answers = _fields(fake, [*unknown, 83])
+    fake.close()
+    assert [a.nvmlReturn for a in answers] == [pynvml.NVML_ERROR_INVALID_ARGUMENT] * len(unknown) + [0]
+
+
+def test_each_field_value_carries_the_latency_the_driver_spent_on_it():
+    fake = FakeNvml(gpus=1)
+    with fake.installed():
+        quick = _fields(fake, [186, (32, 0), 3])
+        fake.gpus[0].field_latency_us = 2_000  # a slow driver
+        started = time.monotonic()
+        slow = _fields(fake, [186, (32, 0), 3])
+        spent = time.monotonic() - started
+    fake.close()
+    assert 0 < quick[0].latencyUsec < quick[1].latencyUsec < quick[2].latencyUsec  # sensor, link, InfoROM
+    assert [a.latencyUsec - b.latencyUsec for a, b in zip(slow, quick, strict=True)] == [2_000] * 3
+    assert spent >= 0.006  # the call takes the time its latencies say
+
+
+def test_from_r575_the_nvlink_error_fields_take_the_link_in_scope_id():
+    fake = FakeNvml(gpus=1, driver_version="580.65.06")
+    fake.gpus[0].nvlink_errors[7][2] = 5  # link 7, replay
+    fake.gpus[0].nvlink_errors[16][0] = 9  # link 16, CRC flit
+    with fake.installed():
+        answers = _fields(fake, [(109, 7), (109, 0), (32, 16)])  # REPLAY_ERROR_COUNT_L7; L0 id, link 16
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        by_call = pynvml.nvmlDeviceGetNvLinkErrorCounter(handle, 16, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+        pynvml.nvmlShutdown()
+    fake.close()
+    assert [a.value.ullVal for a in answers] == [5, 0, 9]
+    assert by_call == 9
+
+
+def test_the_newest_numbering_is_the_installed_nvidia_ml_py_one():
+    """nvidia-ml-py 13.x follows the R590 header: its duration and power-smoothing constants are
+    those of the newest numbering, and its NVLink error counter kinds those warptd asks."""
+    from warptd.backends import nvidia_fields as f
+
+    newest = f.NUMBERINGS[-1].throttle
+    assert newest["sw_thermal_slowdown"] == pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN
+    assert newest["hw_thermal_slowdown"] == pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
+    assert newest["hw_power_brake_slowdown"] == pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN
+    assert pynvml.NVML_FI_PWR_SMOOTHING_ENABLED == 251  # what an R580 driver answers durations at
+    assert f.NUMBERINGS[0].throttle["sw_thermal_slowdown"] == pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL
+    assert f.NVLINK_ERROR_COUNTERS == {
+        "crc_flit": pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+        "crc_data": pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+        "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
+        "recovery": pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+    }
+
+
+# -- fix 4: the clock-event durations by branch ----------------------------------------------------
+@pytest.mark.parametrize("driver_version", ["580.65.06", "590.44.01"])
+def test_the_durations_are_the_driver_counters_at_the_branch_ids(branch_rig, driver_version):
+    """R575/R580 number the durations 251-253 (256-273 are power smoothing), R590 269-271 (251-268
+    are): the driver's counters, not sampled reason bits while the reason is active, and never a
+    power-smoothing setting read as ns."""
+    gpu = FakeGpu(index=0, current_reasons=pynvml.nvmlClocksEventReasonSwThermalSlowdown)
+    gpu.clock_event_ns.update(DURATIONS)
+    rig, _ = branch_rig(driver_version, [gpu])
+    rig.tick()
+    time.sleep(0.1)
+    samples = rig.tick()
+    assert _seconds(samples, **DEV0) == {
+        "sw_power_cap": 0.0,
+        "sync_boost": 0.0,
+        "hw_slowdown": 0.0,  # no counter on any branch: sampled, and not active
+        **{reason: ns / 1e9 for reason, ns in DURATIONS.items()},
+    }
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+def test_an_r570_driver_gives_sw_thermal_at_75(branch_rig):
+    """Before R575 there is no duration field for HW thermal or HW power brake; SW thermal is the
+    perf-policy counter 75, never a power-smoothing value."""
+    gpu = FakeGpu(index=0, current_reasons=pynvml.nvmlClocksEventReasonHwThermalSlowdown)
+    gpu.clock_event_ns.update(DURATIONS)
+    rig, _ = branch_rig("570.86.15", [gpu])
+    rig.tick()
+    time.sleep(0.1)
+    samples = rig.tick()
+    seconds = _seconds(samples, **DEV0)
+    assert seconds["sw_thermal_slowdown"] == 2.5  # the driver's counter through field 75
+    assert 0.05 < seconds["hw_thermal_slowdown"] < 1.0  # sampled: the driver keeps no counter of it
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+# -- fix 5: NVLink errors of every link -------------------------------------------------------------
+@pytest.mark.parametrize("driver_version", ["580.65.06", "570.86.15"])
+def test_nvlink_errors_of_all_18_links(branch_rig, driver_version):
+    """An H100/H200 has 18 links; the per-link ids number 12 (the link in the id before R575, in
+    scopeId from R575), and nvmlDeviceGetNvLinkErrorCounter reads links 12-17."""
+    gpu = FakeGpu(index=0)
+    gpu.nvlink_errors[7][2] = 3  # link 7 replay
+    gpu.nvlink_errors[11][1] = 4  # link 11 CRC data
+    gpu.nvlink_errors[15][1] = 5  # link 15 CRC data
+    gpu.nvlink_errors[17][3] = 6  # link 17 recovery
+    rig, fake = branch_rig(driver_version, [gpu])
+    samples = rig.tick()
+    errors = "warptd_device_nvlink_errors_total"
+    assert value(samples, errors, **DEV0, link="7", kind="replay") == 3
+    assert value(samples, errors, **DEV0, link="11", kind="crc_data") == 4
+    assert value(samples, errors, **DEV0, link="15", kind="crc_data") == 5
+    assert value(samples, errors, **DEV0, link="17", kind="recovery") == 6
+    assert value(samples, errors, **DEV0, link="0", kind="replay") == 0
+    assert len(select(samples, errors, **DEV0)) == 18 * 4
+    assert fake.calls("nvmlDeviceGetNvLinkErrorCounter") == 6 * 4  # links 12-17 only
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+def test_nvlink_error_calls_follow_the_health_interval(settings, branch_rig):
+    settings.interval, settings.health_interval = 0.05, 60.0
+    rig, fake = branch_rig("580.65.06")
+    for _ in range(4):
+        samples = rig.tick("nvidia")
+    assert fake.calls("nvmlDeviceGetNvLinkErrorCounter") == 6 * 4  # the one health read
+    assert len(select(samples, "warptd_device_nvlink_errors_total", **DEV0)) == 18 * 4  # reported between
+
+
+# -- fix 8: the health cadence and the driver's time --------------------------------------------------
+def test_the_default_health_interval_reads_the_health_batch_every_tenth_second():
+    """dcgm-exporter collects every 30 s; at the default 1 s interval the 108-field batch of an
+    18-link GPU is read every tenth sample, not every sample."""
+    defaults = Settings()
+    assert (defaults.interval, defaults.health_interval) == (1.0, 10.0)
+    reads = SlowReads(lambda: defaults)
+    due = [second for second in range(30) if reads.due(0, now=float(second))]
+    assert due == [0, 10, 20]
+
+
+def test_the_driver_time_on_field_values_is_a_counter_in_seconds(branch_rig):
+    rig, fake = branch_rig("580.65.06", 2)
+    first = rig.tick()
+    spent = value(first, "warptd_device_nvml_field_latency_seconds_total", **DEV0)
+    assert 0 < spent < 0.01  # the modelled µs of one full batch and the power-only one
+    fake.gpus[0].field_latency_us = 1_000  # the driver slows down on GPU 0
+    second = rig.tick()
+    slow = value(second, "warptd_device_nvml_field_latency_seconds_total", **DEV0) - spent
+    steady = value(second, "warptd_device_nvml_field_latency_seconds_total", **DEV1) - value(
+        first, "warptd_device_nvml_field_latency_seconds_total", **DEV1
+    )
+    assert slow >= 0.1  # over a hundred fields at 1 ms more each
+    assert 0 < steady < 0.01
+
+
+# -- fix 9: power on R525/R530 ----------------------------------------------------------------------
+def test_r525_power_usage_is_the_average_on_ampere_and_newer(branch_rig):
+    """R525/R530 headers stop short of 185/186: nvmlDeviceGetPowerUsage is what is left, a 1 s
+    average on an H100 (exported as the average, never as the instant power) and instantaneous on a
+    V100. The H100's power series is then the sampler's mean from its energy counter, as for any
+    device whose SDK gives energy without power: 0 W here, the counter standing still."""
+    hopper, volta = FakeGpu(index=0), FakeGpu(index=1, name="Tesla V100-SXM2-32GB", compute_capability=(7, 0))
+    rig, _ = branch_rig("525.147.05", [hopper, volta])
+    rig.tick()
+    hopper.power_mw = volta.power_mw = 700_000  # a spike, read right away
+    samples = rig.tick()
+    assert value(samples, "warptd_device_power_watts", **DEV0) == 0  # not the PowerUsage average
+    assert 120 <= value(samples, "warptd_device_power_average_watts", **DEV0) < 200  # mostly the 120 W
+    assert select(samples, "warptd_device_power_watts", **DEV1)
+    assert not select(samples, "warptd_device_power_average_watts", **DEV1)
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+# -- fix 10: the recovery action before R570 --------------------------------------------------------
+def test_recovery_action_before_r570_comes_from_the_status_fields(branch_rig):
+    rig, fake = branch_rig("550.144.03", 2)
+    fake.gpus[0].recovery_action = 4  # NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET: 227 says 1
+    fake.gpus[1].recovery_action = 1  # GPU_RESET: 226 says 1
+    samples = rig.tick()
+    drained = {s.labels["action"]: s.value for s in select(samples, "warptd_device_recovery_action", **DEV0)}
+    reset = {s.labels["action"]: s.value for s in select(samples, "warptd_device_recovery_action", **DEV1)}
+    assert drained["drain_and_reset"] == 1 and sum(drained.values()) == 1
+    assert reset["gpu_reset"] == 1 and sum(reset.values()) == 1
+    fake.gpus[0].recovery_action = 0
+    samples = rig.tick()
+    assert value(samples, "warptd_device_recovery_action", **DEV0, action="none") == 1
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
