@@ -109,3 +109,41 @@ def finished_job(
     with manager._lock:
         manager._jobs[job.id] = job
     return job
+
+
+def busy_recording(gpus: int = 12, count: int = 30, interval: float = 0.5) -> Recording:
+    """More GPUs than the palette has colours, each with four clock domains (the memory clock steady),
+    utilization and three activity ratios, the first throttled for a while; and a RAPL package."""
+    targets = []
+    for index in range(gpus):
+        points = gpu_points(count, interval, 300.0 + 40 * index, range(5, 12) if index == 0 else range(0))
+        for point in points:
+            point.clocks_hertz = {**point.clocks_hertz, "graphics": point.clocks_hertz["sm"], "video": 1.5e9}
+            point.activity = {
+                **point.activity,
+                "pipe_tensor": round(point.activity["sm_active"] / 2, 3),
+                "dram_bandwidth": round(0.3 + 0.001 * index, 3),
+            }
+        targets.append(
+            TargetRecording(
+                id=f"nvidia:{index}", kind="device", backend="nvidia", model="NVIDIA H200", points=points
+            )
+        )
+    targets.append(
+        TargetRecording(
+            id="rapl:package-0", kind="domain", backend="rapl", points=domain_points(count, interval)
+        )
+    )
+    targets = [_summary(t, interval) for t in targets]
+    return Recording(
+        kind="window",
+        id="9c1b7d4e3f2a",
+        name="epoch-3",
+        end_reason="ended",
+        started_at=1_780_000_000.0,
+        ended_at=1_780_000_000.0 + count * interval,
+        duration_seconds=count * interval,
+        interval_seconds=interval,
+        targets=targets,
+        energy_joules=sum(t.energy_joules or 0 for t in targets),
+    )
