@@ -279,13 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
         "report",
         help="render a saved recording as an HTML report",
         description="Render a recording's JSON (a stress run, window or profile) as a self-contained HTML "
-        "report; needs the report extra (plotly).",
+        "report, or two recordings side by side; needs the report extra (plotly).",
     )
     report.add_argument(
         "recording",
-        nargs=1,
+        nargs="+",
         metavar="RECORDING.json",
-        help="the recording's JSON (- for stdin)",
+        help="the recording's JSON (- for stdin); two (A B) for a comparison with ratios B/A",
     )
     report.add_argument("-o", "--output", metavar="FILE", help="where to write the HTML (default: stdout)")
     report.add_argument(

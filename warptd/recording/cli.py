@@ -1,4 +1,5 @@
-"""``warptd report``: a saved recording's JSON in, its self-contained HTML report out."""
+"""``warptd report``: a saved recording's JSON in, its self-contained HTML report out; two recordings
+in, their comparison (B/A) out."""
 
 from __future__ import annotations
 
@@ -40,15 +41,21 @@ def _load(source: str, carbon_intensity: float | None, energy_price: float | Non
 
 
 def _render(recordings: list[Recording]) -> str:
-    return render_html(recordings[0])
+    if len(recordings) == 1:
+        return render_html(recordings[0])
+    from warptd.recording.compare_page import render_comparison_html
+
+    return render_comparison_html(*recordings)
 
 
 def _refusal(
     sources: Sequence[str], carbon_intensity: float | None, energy_price: float | None
 ) -> str | None:
     """Why these arguments cannot make a report, or None."""
-    if len(sources) != 1:
-        return f"one recording; got {len(sources)}"
+    if not 1 <= len(sources) <= 2:
+        return f"one recording, or two to compare; got {len(sources)}"
+    if list(sources).count("-") > 1:
+        return "only one recording can come from stdin"
     for name, value in (("--carbon-intensity", carbon_intensity), ("--energy-price", energy_price)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             return f"{name} must be a number of 0 or more: {value:g}"
@@ -61,7 +68,7 @@ def run_report(
     carbon_intensity: float | None = None,
     energy_price: float | None = None,
 ) -> int:
-    """Render one source's report to ``output`` (a path) or stdout.
+    """Render one source's report, or the comparison of two (A B), to ``output`` (a path) or stdout.
     Exit 2 for a missing or invalid recording or a wrong count, 1 without plotly or when the output
     cannot be written."""
     if (refused := _refusal(sources, carbon_intensity, energy_price)) is not None:
