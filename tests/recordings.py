@@ -73,23 +73,37 @@ def sample_recording(count: int = 40, interval: float = 0.5, name: str = "matmul
             model=HOSTILE,
             points=gpu_points(count, interval, 410.0, range(0)),
         ),
-        TargetRecording(
-            id="rapl:package-0", kind="domain", backend="rapl", points=domain_points(count, interval)
-        ),
+        _package(count, interval),
     ]
-    targets = [_summary(t, interval) for t in targets]
-    return Recording(
+    return _recording(
+        targets,
+        count,
+        interval,
         kind="stress",
         id="3f2a9c1b7d4e",
         name=name,
         labels={"team": HOSTILE},
+        workload={"throughput": 4.1e14, "unit": "FLOP/s"},
+    )
+
+
+def _package(count: int, interval: float) -> TargetRecording:
+    return TargetRecording(
+        id="rapl:package-0", kind="domain", backend="rapl", points=domain_points(count, interval)
+    )
+
+
+def _recording(targets: list[TargetRecording], count: int, interval: float, **identity: object) -> Recording:
+    """An ended recording of ``targets`` (summarised from their points) over ``count`` samples."""
+    targets = [_summary(t, interval) for t in targets]
+    return Recording(
         started_at=1_780_000_000.0,
         ended_at=1_780_000_000.0 + count * interval,
         duration_seconds=count * interval,
         interval_seconds=interval,
         targets=targets,
         energy_joules=sum(t.energy_joules or 0 for t in targets),
-        workload={"throughput": 4.1e14, "unit": "FLOP/s"},
+        **identity,
     )
 
 
@@ -129,21 +143,7 @@ def busy_recording(gpus: int = 12, count: int = 30, interval: float = 0.5) -> Re
                 id=f"nvidia:{index}", kind="device", backend="nvidia", model="NVIDIA H200", points=points
             )
         )
-    targets.append(
-        TargetRecording(
-            id="rapl:package-0", kind="domain", backend="rapl", points=domain_points(count, interval)
-        )
-    )
-    targets = [_summary(t, interval) for t in targets]
-    return Recording(
-        kind="window",
-        id="9c1b7d4e3f2a",
-        name="epoch-3",
-        end_reason="ended",
-        started_at=1_780_000_000.0,
-        ended_at=1_780_000_000.0 + count * interval,
-        duration_seconds=count * interval,
-        interval_seconds=interval,
-        targets=targets,
-        energy_joules=sum(t.energy_joules or 0 for t in targets),
+    targets.append(_package(count, interval))
+    return _recording(
+        targets, count, interval, kind="window", id="9c1b7d4e3f2a", name="epoch-3", end_reason="ended"
     )

@@ -158,6 +158,14 @@ def _keys(recording: Recording, keys: Callable[[Point], dict[str, float]]) -> li
     return sorted({name for t in recording.targets for p in t.points for name in keys(p)})
 
 
+def _clocks(point: Point) -> dict[str, float]:
+    return point.clocks_hertz
+
+
+def _activity(point: Point) -> dict[str, float]:
+    return point.activity
+
+
 def power_figure(recording: Recording, styles: Styles) -> go.Figure | None:
     return _reading_figure(recording, styles, lambda p: p.power_watts, "W", rangemode="tozero")
 
@@ -168,16 +176,14 @@ def temperature_figure(recording: Recording, styles: Styles) -> go.Figure | None
 
 def clocks_figure(recording: Recording, styles: Styles) -> go.Figure | None:
     """A panel per clock domain (sm, memory, …), a line per device."""
-    clocks = lambda p: p.clocks_hertz  # noqa: E731
-    readings = [(name, _keyed(clocks, name)) for name in _keys(recording, clocks)]
+    readings = [(name, _keyed(_clocks, name)) for name in _keys(recording, _clocks)]
     return _panels_figure(recording, styles, readings, "Hz", tickformat="~s", hoverformat=".4s")
 
 
 def utilization_figure(recording: Recording, styles: Styles) -> go.Figure | None:
     """A panel for utilization and one per activity ratio (NVIDIA GPM), each 0..100 %, a line per device."""
-    activity = lambda p: p.activity  # noqa: E731
     readings: list[tuple[str, Reading]] = [("utilization", lambda p: p.utilization_ratio)]
-    readings += [(name, _keyed(activity, name)) for name in _keys(recording, activity)]
+    readings += [(name, _keyed(_activity, name)) for name in _keys(recording, _activity)]
     return _panels_figure(recording, styles, readings, "ratio", range=[0, 1.05], tickformat=".0%")
 
 
