@@ -12,9 +12,9 @@ from tests.browser import browse
 from tests.plotted import plotted, traces, with_probe
 from tests.recordings import busy_recording, sample_recording
 from warptd.cli import main
-from warptd.recording.glance import status_text
+from warptd.recording.glance import energy_source, status_text
 from warptd.recording.palette import COLORS, assign, style
-from warptd.recording.schema import Recording
+from warptd.recording.schema import Recording, TargetRecording
 
 pytest.importorskip("plotly")
 
@@ -151,3 +151,14 @@ def test_palette_styles_stay_distinct_past_its_colours_and_follow_the_order_give
     assert [s.color for s in styles[:10]] == list(COLORS) and {s.dash for s in styles[:10]} == {"solid"}
     assigned = assign(["nvidia:1", "nvidia:0", "nvidia:1"])
     assert list(assigned) == ["nvidia:1", "nvidia:0"] and assigned["nvidia:1"] == style(0)
+
+
+def test_an_energy_method_this_warptd_does_not_know_is_shown_by_its_name():
+    """The recording may name methods newer than this report (power x duration): shown, never dropped."""
+    known = TargetRecording(id="nvidia:0", kind="device", backend="nvidia", energy_source="integrated")
+    assert energy_source(known) == "integrated power"
+    newer = TargetRecording.model_construct(id="gaudi:0", energy_source="power_duration")
+    assert energy_source(newer) == "power \N{MULTIPLICATION SIGN} duration"
+    unknown = TargetRecording.model_construct(id="tpu:0", energy_source="vendor_estimate")
+    assert energy_source(unknown) == "vendor estimate"
+    assert energy_source(TargetRecording(id="cpu:0", kind="device", backend="cpu")) is None
