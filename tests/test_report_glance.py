@@ -157,7 +157,7 @@ def test_an_energy_method_this_warptd_does_not_know_is_shown_by_its_name():
     """The recording may name methods newer than this report (power x duration): shown, never dropped."""
     known = TargetRecording(id="nvidia:0", kind="device", backend="nvidia", energy_source="integrated")
     assert energy_source(known) == "integrated power"
-    newer = TargetRecording.model_construct(id="gaudi:0", energy_source="power_duration")
+    newer = TargetRecording.model_construct(id="gaudi:0", energy_source="power_times_duration")
     assert energy_source(newer) == "power \N{MULTIPLICATION SIGN} duration"
     unknown = TargetRecording.model_construct(id="tpu:0", energy_source="vendor_estimate")
     assert energy_source(unknown) == "vendor estimate"

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from warptd.recording.schema import Point, Recording, TargetRecording
 
-#: How each energy method reads on a page; a method this warptd does not know is shown as it is named.
+#: How each energy method reads on a page (schema 2 added power_times_duration: one sample's power
+#: over the span); a method this warptd does not know is shown as it is named.
 ENERGY_SOURCES = {
     "counter": "energy counter",
     "integrated": "integrated power",
-    "power_duration": "power \N{MULTIPLICATION SIGN} duration",
-    "power_x_duration": "power \N{MULTIPLICATION SIGN} duration",
+    "power_times_duration": "power \N{MULTIPLICATION SIGN} duration",
 }
 #: Why a recording ended, as words; ``ended`` alone is a window ended when asked.
 END_REASONS = {
@@ -27,7 +27,7 @@ END_REASONS = {
 
 def energy_source(target: TargetRecording) -> str | None:
     """Which method gave the target's energy, in words; None where nothing says."""
-    method = getattr(target, "energy_method", None) or target.energy_source
+    method = target.energy_source
     if not method:
         return None
     return ENERGY_SOURCES.get(str(method), str(method).replace("_", " "))
