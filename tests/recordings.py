@@ -73,23 +73,37 @@ def sample_recording(count: int = 40, interval: float = 0.5, name: str = "matmul
             model=HOSTILE,
             points=gpu_points(count, interval, 410.0, range(0)),
         ),
-        TargetRecording(
-            id="rapl:package-0", kind="domain", backend="rapl", points=domain_points(count, interval)
-        ),
+        _package(count, interval),
     ]
-    targets = [_summary(t, interval) for t in targets]
-    return Recording(
+    return _recording(
+        targets,
+        count,
+        interval,
         kind="stress",
         id="3f2a9c1b7d4e",
         name=name,
         labels={"team": HOSTILE},
+        workload={"throughput": 4.1e14, "unit": "FLOP/s"},
+    )
+
+
+def _package(count: int, interval: float) -> TargetRecording:
+    return TargetRecording(
+        id="rapl:package-0", kind="domain", backend="rapl", points=domain_points(count, interval)
+    )
+
+
+def _recording(targets: list[TargetRecording], count: int, interval: float, **identity: object) -> Recording:
+    """An ended recording of ``targets`` (summarised from their points) over ``count`` samples."""
+    targets = [_summary(t, interval) for t in targets]
+    return Recording(
         started_at=1_780_000_000.0,
         ended_at=1_780_000_000.0 + count * interval,
         duration_seconds=count * interval,
         interval_seconds=interval,
         targets=targets,
         energy_joules=sum(t.energy_joules or 0 for t in targets),
-        workload={"throughput": 4.1e14, "unit": "FLOP/s"},
+        **identity,
     )
 
 
@@ -109,3 +123,27 @@ def finished_job(
     with manager._lock:
         manager._jobs[job.id] = job
     return job
+
+
+def busy_recording(gpus: int = 12, count: int = 30, interval: float = 0.5) -> Recording:
+    """More GPUs than the palette has colours, each with four clock domains (the memory clock steady),
+    utilization and three activity ratios, the first throttled for a while; and a RAPL package."""
+    targets = []
+    for index in range(gpus):
+        points = gpu_points(count, interval, 300.0 + 40 * index, range(5, 12) if index == 0 else range(0))
+        for point in points:
+            point.clocks_hertz = {**point.clocks_hertz, "graphics": point.clocks_hertz["sm"], "video": 1.5e9}
+            point.activity = {
+                **point.activity,
+                "pipe_tensor": round(point.activity["sm_active"] / 2, 3),
+                "dram_bandwidth": round(0.3 + 0.001 * index, 3),
+            }
+        targets.append(
+            TargetRecording(
+                id=f"nvidia:{index}", kind="device", backend="nvidia", model="NVIDIA H200", points=points
+            )
+        )
+    targets.append(_package(count, interval))
+    return _recording(
+        targets, count, interval, kind="window", id="9c1b7d4e3f2a", name="epoch-3", end_reason="ended"
+    )

@@ -16,12 +16,13 @@ import pytest
 
 from tests.browser import browse
 from tests.helpers import http, wait_until
+from tests.plotted import plotted, traces, with_probe
 from tests.recordings import HOSTILE, finished_job, sample_recording
 from warptd.cli import main
 from warptd.daemon import Daemon
 from warptd.http.app import HttpError, Request, Router
 from warptd.http.stress_routes import add_stress_routes
-from warptd.recording.figures import throttle_intervals
+from warptd.recording.glance import throttle_intervals
 from warptd.recording.render import ReportError, render_report
 from warptd.recording.schema import Point, Recording
 
@@ -30,45 +31,6 @@ pytest.importorskip("plotly")
 from plotly.offline import get_plotlyjs
 
 from warptd.recording.report import render_html
-
-#: Injected into a copy of the page by the test (never shipped): after plotly drew, it writes what
-#: each plot computed for each trace (plotly's calcdata) and every page error into <pre id="plotted">.
-PROBE = """<script>
-window.__errors = [];
-window.addEventListener("error", (e) => window.__errors.push(String(e.message)));
-window.addEventListener("unhandledrejection", (e) => window.__errors.push(String(e.reason)));
-window.addEventListener("load", () => setTimeout(() => {
-  const plots = {};
-  for (const gd of document.querySelectorAll(".js-plotly-plot")) {
-    plots[gd.id] = {
-      drawn: gd.querySelectorAll("g.trace").length,
-      traces: (gd.calcdata || []).map((cd, i) => ({
-        name: gd._fullData[i].name,
-        points: cd.map((pt) => gd._fullData[i].type === "bar" ? [pt.b, pt.s, pt.p] : [pt.x, pt.y]),
-      })),
-    };
-  }
-  const out = document.createElement("pre");
-  out.id = "plotted";
-  out.textContent = JSON.stringify({plots, errors: window.__errors});
-  document.body.appendChild(out);
-}, 0));
-</script>"""
-
-
-def plotted(dom: str) -> dict:
-    """The probe's findings: {plots: {div id: {drawn, traces: [{name, points}]}}, errors}."""
-    found = re.search(r'<pre id="plotted">(.*?)</pre>', dom, re.S)
-    assert found, "the probe did not run: the page's scripts failed before load"
-    return json.loads(html.unescape(found.group(1)))
-
-
-def with_probe(page: str) -> str:
-    return page.replace("</body>", PROBE + "\n</body>", 1)
-
-
-def traces(plots: dict, plot: str) -> dict[str, list[list[float]]]:
-    return {trace["name"]: trace["points"] for trace in plots[plot]["traces"]}
 
 
 def expected_series(recording: Recording, value) -> dict[str, list[list[float]]]:
@@ -105,8 +67,10 @@ def assert_draws_the_recording(dom: str, console: list[str], recording: Recordin
     assert usage["nvidia:0 sm_active"] == [[p.t, p.activity["sm_active"]] for p in gpu.points]
     # The scripted power cap holds from sample 20 (10 s) until sample 26 (13 s): one bar, base 10, 3 s long.
     assert traces(plots, "plot-throttle") == {"nvidia:0 power_cap": [[10.0, 3.0, 0]]}
-    energy = traces(plots, "plot-energy")["energy"]
-    assert [s for _, s, _ in energy] == pytest.approx([t.energy_joules for t in recording.targets])
+    energy = traces(plots, "plot-energy")  # a bar per device, in its colour
+    assert {name: bars[0][1] for name, bars in energy.items()} == pytest.approx(
+        {t.id: t.energy_joules for t in recording.targets}
+    )
     assert 'id="evil"' not in dom.replace(html.escape(HOSTILE, quote=False), "")  # text, never an element
 
 
@@ -124,7 +88,7 @@ def test_report_in_chromium_draws_every_point_offline_without_console_errors(tmp
     assert rows[0][3:8] == [
         "40",
         f"{gpu.energy_joules:,.1f} J",
-        "counter",
+        "energy counter",
         f"{gpu.power_mean_watts:,.1f} W",
         f"{gpu.power_peak_watts:,.1f} W",
     ]
@@ -261,7 +225,7 @@ def test_stress_report_served_by_the_daemon_draws_in_chromium_under_its_csp(daem
     plots = re.findall(r'<div id="plot-(\w+)" class="[^"]*js-plotly-plot', dom)
     assert plots == ["power", "temperature", "clocks", "utilization", "throttle", "energy"]
     assert dom.count('<div class="plot-container plotly"') == 6
-    assert len(re.findall(r'<g class="trace (scatter|bars)', dom)) == 3 + 2 + 4 + 4 + 1 + 1
+    assert len(re.findall(r'<g class="trace (scatter|bars)', dom)) == 3 + 2 + 4 + 4 + 1 + 3
 
 
 def test_report_route_says_stress_is_disabled_without_a_manager():

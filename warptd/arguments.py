@@ -279,10 +279,27 @@ def build_parser() -> argparse.ArgumentParser:
         "report",
         help="render a saved recording as an HTML report",
         description="Render a recording's JSON (a stress run, window or profile) as a self-contained HTML "
-        "report; needs the report extra (plotly).",
+        "report, or two recordings side by side; needs the report extra (plotly).",
     )
-    report.add_argument("recording", metavar="RECORDING.json", help="the recording's JSON; - for stdin")
+    report.add_argument(
+        "recording",
+        nargs="+",
+        metavar="RECORDING.json",
+        help="the recording's JSON (- for stdin); two (A B) for a comparison with ratios B/A",
+    )
     report.add_argument("-o", "--output", metavar="FILE", help="where to write the HTML (default: stdout)")
+    report.add_argument(
+        "--carbon-intensity",
+        type=_number,
+        metavar="G_PER_KWH",
+        help="gCO2e per kWh: show each energy's carbon (replaces the recording's own figure)",
+    )
+    report.add_argument(
+        "--energy-price",
+        type=_number,
+        metavar="PRICE",
+        help="price per kWh: show each energy's cost (replaces the recording's own figure)",
+    )
     profile = _profile_parser(sub)
     _add_flags(parser, "serve", None)  # `warptd` alone serves
     commands = (

@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "report":  # a file in, a file out: no settings, no backends
         from warptd.recording.cli import run_report
 
-        return run_report(args.recording, args.output)
+        return run_report(args.recording, args.output, args.carbon_intensity, args.energy_price)
     return _with_settings(command, args)
 
 

@@ -1,11 +1,16 @@
-"""``warptd report``: a saved recording's JSON in, its self-contained HTML report out."""
+"""``warptd report``: a saved recording's JSON in, its self-contained HTML report out; two recordings
+in, their comparison (B/A) out."""
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+from warptd.recording.recorder import with_carbon_and_cost
 from warptd.recording.report import missing_plotly, parse_recording, render_html
+from warptd.recording.schema import Recording
 
 
 def _fail(message: str, code: int) -> int:
@@ -13,16 +18,65 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def run_report(source: str, output: str | None) -> int:
-    """Render ``source`` (a path, or ``-`` for stdin) to ``output`` (a path) or stdout.
-    Exit 2 for a missing or invalid recording, 1 without plotly or when the output cannot be written."""
+class _Unreadable(Exception):
+    """A source that could not be read or is not a recording: the message names it."""
+
+
+def _load(source: str, carbon_intensity: float | None, energy_price: float | None) -> Recording:
+    """``source`` (a path, or ``-`` for stdin) as a recording, with carbon and cost where given."""
     try:
         raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-        page = render_html(parse_recording(raw))
     except OSError as exc:
-        return _fail(f"cannot read {source}: {exc.strerror or exc}", 2)
+        raise _Unreadable(f"cannot read {source}: {exc.strerror or exc}") from None
+    try:
+        recording = parse_recording(raw)
     except ValueError as exc:
-        return _fail(f"{source}: {exc}", 2)
+        raise _Unreadable(f"{source}: {exc}") from None
+    # A factor not given keeps the one the recording was made with.
+    return with_carbon_and_cost(
+        recording,
+        recording.carbon_intensity_g_per_kwh if carbon_intensity is None else carbon_intensity,
+        recording.energy_price_per_kwh if energy_price is None else energy_price,
+    )
+
+
+def _render(recordings: list[Recording]) -> str:
+    if len(recordings) == 1:
+        return render_html(recordings[0])
+    from warptd.recording.compare_page import render_comparison_html
+
+    return render_comparison_html(*recordings)
+
+
+def _refusal(
+    sources: Sequence[str], carbon_intensity: float | None, energy_price: float | None
+) -> str | None:
+    """Why these arguments cannot make a report, or None."""
+    if not 1 <= len(sources) <= 2:
+        return f"one recording, or two to compare; got {len(sources)}"
+    if list(sources).count("-") > 1:
+        return "only one recording can come from stdin"
+    for name, value in (("--carbon-intensity", carbon_intensity), ("--energy-price", energy_price)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return f"{name} must be a number of 0 or more: {value:g}"
+    return None
+
+
+def run_report(
+    sources: Sequence[str],
+    output: str | None,
+    carbon_intensity: float | None = None,
+    energy_price: float | None = None,
+) -> int:
+    """Render one source's report, or the comparison of two (A B), to ``output`` (a path) or stdout.
+    Exit 2 for a missing or invalid recording or a wrong count, 1 without plotly or when the output
+    cannot be written."""
+    if (refused := _refusal(sources, carbon_intensity, energy_price)) is not None:
+        return _fail(refused, 2)
+    try:
+        page = _render([_load(source, carbon_intensity, energy_price) for source in sources])
+    except _Unreadable as exc:
+        return _fail(str(exc), 2)
     except ModuleNotFoundError as exc:
         return _fail(missing_plotly(exc), 1)
     if output is None:

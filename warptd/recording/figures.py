@@ -1,19 +1,24 @@
 """The report's plotly figures, built from a :class:`Recording`: one job, no HTML around them.
 
-Only ``warptd.recording.report`` imports this module (in ``warptd report`` or in the short-lived
-child the daemon spawns), so the daemon itself never loads plotly. Absent readings (``None``) are
-left out of a trace, never drawn as 0; a figure with nothing to draw is not built at all.
+Each device keeps one colour (and dash) in every figure (:mod:`warptd.recording.palette`), and a
+family of readings with many lines (clocks, utilization and activity) is drawn as small multiples:
+one panel per reading, one line per device in each. Only ``warptd.recording.report`` and
+``warptd.recording.compare`` import this module (in ``warptd report`` or in the short-lived child the
+daemon spawns), so the daemon itself never loads plotly. Absent readings (``None``) are left out of
+a trace, never drawn as 0; a figure with nothing to draw is not built at all.
 """
 
 from __future__ import annotations
 
 import html
-import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
+from warptd.recording.glance import energy_label, glance, sample_tail, throttle_intervals
+from warptd.recording.palette import Style, assign
 from warptd.recording.schema import Point, Recording, TargetRecording
 
 #: Seconds-since-start axis shared by every time series.
@@ -36,9 +41,11 @@ def label(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-def _series(
-    target: TargetRecording, value: Callable[[Point], float | None]
-) -> tuple[list[float], list[float]]:
+Styles = dict[str, Style]
+Reading = Callable[[Point], float | None]
+
+
+def _series(target: TargetRecording, value: Reading) -> tuple[list[float], list[float]]:
     """The (t, value) pairs of one reading, absent readings left out."""
     pairs = [(p.t, v) for p in target.points if (v := value(p)) is not None]
     return [t for t, _ in pairs], [v for _, v in pairs]
@@ -46,11 +53,39 @@ def _series(
 
 #: Up to this many samples a line also marks each sample; beyond, the marks would hide the line.
 MARKED_SAMPLES = 300
+#: A panel whose values spread over less than this share of their level is drawn over this share,
+#: so its ticks differ (a steady 2.6 GHz clock would otherwise get five ``2.60G`` ticks).
+STEADY_SPREAD = 0.1
+PANEL_HEIGHT = 190
 
 
-def _line(name: str, xs: list[float], ys: list[float]) -> go.Scatter:
+def _line(
+    target_id: str, style: Style, xs: list[float], ys: list[float], reading: str | None = None
+) -> go.Scatter:
+    """A device's line in its own colour and dash; ``reading`` (in ``meta``) names the panel's reading."""
     mode = "lines+markers" if len(xs) <= MARKED_SAMPLES else "lines"
-    return go.Scatter(x=xs, y=ys, name=label(name), mode=mode, marker={"size": 4})
+    return go.Scatter(
+        x=xs,
+        y=ys,
+        name=label(target_id),
+        legendgroup=label(target_id),
+        meta=reading,
+        mode=mode,
+        line={"color": style.color, "dash": style.dash},
+        marker={"size": 4, "color": style.color},
+    )
+
+
+def steady_range(values: list[float], spread: float = STEADY_SPREAD) -> list[float] | None:
+    """An explicit y range for values that barely move, centred on them; None to let plotly choose."""
+    if not values:
+        return None
+    low, high = min(values), max(values)
+    middle = (low + high) / 2
+    needed = max(spread * abs(middle), 1.0)
+    if high - low >= needed:
+        return None
+    return [middle - needed / 2, middle + needed / 2]
 
 
 def _styled(figure: go.Figure, **layout: object) -> go.Figure:
@@ -59,95 +94,106 @@ def _styled(figure: go.Figure, **layout: object) -> go.Figure:
     return figure
 
 
-def _time_figure(unit: str, traces: list[go.Scatter], **yaxis: object) -> go.Figure | None:
-    if not traces:
-        return None
-    figure = _styled(
-        go.Figure(traces),
-        xaxis_title=TIME_AXIS,
-        yaxis_title=unit,
-        hovermode="x unified",
-        legend_title_text="device or domain",
-    )
-    figure.update_yaxes(**yaxis)
+def _time_figure(figure: go.Figure, unit: str, rows: int = 1, **yaxis: object) -> go.Figure:
+    """Seconds across (titled under the bottom panel of ``rows``), ``unit`` up, one legend of devices."""
+    figure = _styled(figure, hovermode="x unified", legend_title_text="device or domain")
+    if rows > 1:
+        figure.update_xaxes(title_text=TIME_AXIS, row=rows, col=1)
+    else:
+        figure.update_xaxes(title_text=TIME_AXIS)
+    figure.update_yaxes(title_text=unit, **yaxis)
     return figure
 
 
-def _reading_traces(
-    recording: Recording, value: Callable[[Point], float | None], suffix: str = ""
-) -> list[go.Scatter]:
-    """One trace per target that has the reading at all, named by its id (and ``suffix``)."""
+def _reading_figure(
+    recording: Recording, styles: Styles, value: Reading, unit: str, **yaxis: object
+) -> go.Figure | None:
+    """One chart, one line per target that has the reading at all."""
     traces = []
     for target in recording.targets:
         xs, ys = _series(target, value)
         if xs:
-            traces.append(_line(target.id + suffix, xs, ys))
-    return traces
+            traces.append(_line(target.id, styles[target.id], xs, ys))
+    return _time_figure(go.Figure(traces), unit, **yaxis) if traces else None
 
 
-def _keyed_traces(recording: Recording, keys: Callable[[Point], dict[str, float]]) -> Iterator[go.Scatter]:
-    """One trace per target and key of a per-point mapping (clock domains, activity ratios)."""
-    for target in recording.targets:
-        names = sorted({name for p in target.points for name in keys(p)})
-        for name in names:
-            xs, ys = _series(target, lambda p, name=name: keys(p).get(name))
-            if xs:
-                yield _line(f"{target.id} {name}", xs, ys)
+def _keyed(keys: Callable[[Point], dict[str, float]], name: str) -> Reading:
+    return lambda p: keys(p).get(name)
 
 
-def power_figure(recording: Recording) -> go.Figure | None:
-    traces = _reading_traces(recording, lambda p: p.power_watts)
-    return _time_figure("W", traces, rangemode="tozero")
+def _panels_figure(
+    recording: Recording, styles: Styles, readings: list[tuple[str, Reading]], unit: str, **yaxis: object
+) -> go.Figure | None:
+    """Small multiples: a panel per reading (stacked, one time axis), a line per device in each; a
+    device's legend entry toggles it in every panel. Steady panels get a range their ticks can tell apart."""
+    panels = []
+    for name, value in readings:
+        lines = [(t, *_series(t, value)) for t in recording.targets]
+        lines = [(t, xs, ys) for t, xs, ys in lines if xs]
+        if lines:
+            panels.append((name, lines))
+    if not panels:
+        return None
+    figure = make_subplots(
+        rows=len(panels),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=min(0.08, 0.5 / len(panels)),
+        subplot_titles=[label(name) for name, _ in panels],
+    )
+    shown: set[str] = set()
+    for row, (name, lines) in enumerate(panels, start=1):
+        for target, xs, ys in lines:
+            trace = _line(target.id, styles[target.id], xs, ys, name)
+            trace.showlegend = target.id not in shown
+            shown.add(target.id)
+            figure.add_trace(trace, row=row, col=1)
+        if "range" not in yaxis and (steady := steady_range([y for _, _, ys in lines for y in ys])):
+            figure.update_yaxes(range=steady, row=row, col=1)
+    figure.update_layout(height=80 + PANEL_HEIGHT * len(panels))
+    return _time_figure(figure, unit, len(panels), **yaxis)
 
 
-def temperature_figure(recording: Recording) -> go.Figure | None:
-    traces = _reading_traces(recording, lambda p: p.temperature_celsius)
-    return _time_figure("°C", traces)
+def _keys(recording: Recording, keys: Callable[[Point], dict[str, float]]) -> list[str]:
+    return sorted({name for t in recording.targets for p in t.points for name in keys(p)})
 
 
-def clocks_figure(recording: Recording) -> go.Figure | None:
-    traces = list(_keyed_traces(recording, lambda p: p.clocks_hertz))
-    return _time_figure("Hz", traces, tickformat=".3s")
+def _clocks(point: Point) -> dict[str, float]:
+    return point.clocks_hertz
 
 
-def utilization_figure(recording: Recording) -> go.Figure | None:
-    """Utilization and the activity ratios (NVIDIA GPM) on one 0..1 axis."""
-    traces = [
-        *_reading_traces(recording, lambda p: p.utilization_ratio, " utilization"),
-        *_keyed_traces(recording, lambda p: p.activity),
-    ]
-    return _time_figure("ratio", traces, range=[0, 1.05], tickformat=".0%")
+def _activity(point: Point) -> dict[str, float]:
+    return point.activity
 
 
-def throttle_intervals(points: list[Point], reason: str, tail: float) -> list[tuple[float, float]]:
-    """The (start, end) spans in which ``reason`` was active: a sample's state holds until the
-    next sample, and the last one for ``tail`` seconds; touching spans merge."""
-    spans: list[tuple[float, float]] = []
-    for i, point in enumerate(points):
-        if reason not in point.throttle_active:
-            continue
-        end = points[i + 1].t if i + 1 < len(points) else point.t + tail
-        if spans and spans[-1][1] >= point.t:
-            spans[-1] = (spans[-1][0], end)
-        else:
-            spans.append((point.t, end))
-    return spans
+def power_figure(recording: Recording, styles: Styles) -> go.Figure | None:
+    return _reading_figure(recording, styles, lambda p: p.power_watts, "W", rangemode="tozero")
 
 
-def _tail(recording: Recording, points: list[Point]) -> float:
-    """How long the last sample's state is drawn: the interval, else the median spacing."""
-    if recording.interval_seconds:
-        return recording.interval_seconds
-    gaps = sorted(b.t - a.t for a, b in itertools.pairwise(points))
-    return gaps[len(gaps) // 2] if gaps else 0.0
+def temperature_figure(recording: Recording, styles: Styles) -> go.Figure | None:
+    return _reading_figure(recording, styles, lambda p: p.temperature_celsius, "°C")
 
 
-def throttle_figure(recording: Recording) -> go.Figure | None:
+def clocks_figure(recording: Recording, styles: Styles) -> go.Figure | None:
+    """A panel per clock domain (sm, memory, …), a line per device."""
+    readings = [(name, _keyed(_clocks, name)) for name in _keys(recording, _clocks)]
+    return _panels_figure(recording, styles, readings, "Hz", tickformat="~s", hoverformat=".4s")
+
+
+def utilization_figure(recording: Recording, styles: Styles) -> go.Figure | None:
+    """A panel for utilization and one per activity ratio (NVIDIA GPM), each 0..100 %, a line per device."""
+    readings: list[tuple[str, Reading]] = [("utilization", lambda p: p.utilization_ratio)]
+    readings += [(name, _keyed(_activity, name)) for name in _keys(recording, _activity)]
+    return _panels_figure(recording, styles, readings, "ratio", range=[0, 1.05], tickformat=".0%")
+
+
+def throttle_figure(recording: Recording, styles: Styles) -> go.Figure | None:
     """A Gantt-like bar per device and throttle reason, over the spans it was active."""
     bars = []
     for target in recording.targets:
         points = sorted(target.points, key=lambda p: p.t)
-        tail = _tail(recording, points)
+        tail = sample_tail(recording, points)
+        style = styles[target.id]
         for reason in sorted({r for p in points for r in p.throttle_active}):
             spans = throttle_intervals(points, reason, tail)
             row = label(f"{target.id} {reason}")
@@ -158,6 +204,7 @@ def throttle_figure(recording: Recording) -> go.Figure | None:
                     y=[row] * len(spans),
                     orientation="h",
                     name=row,
+                    marker=bar_marker(style),
                     hovertemplate="%{y}: from %{base:.1f} s for %{x:.1f} s<extra></extra>",
                 )
             )
@@ -174,25 +221,49 @@ def throttle_figure(recording: Recording) -> go.Figure | None:
     return figure
 
 
-def energy_figure(recording: Recording) -> go.Figure | None:
-    """Energy per device and domain; where it came from (counter or integrated power) on hover."""
-    measured = [t for t in recording.targets if t.energy_joules is not None]
+def bar_marker(style: Style, pattern: str | None = None) -> dict[str, object]:
+    """A bar in its device's colour, with a fill pattern only where one is needed (``pattern``, else
+    the device's own past the palette's first round). One colour per trace: plotly draws a pattern
+    over an array of colours black and warns in the console."""
+    shape = style.pattern if pattern is None else pattern
+    marker: dict[str, object] = {"color": style.color}
+    if shape:
+        marker["pattern"] = {"shape": shape, "fgcolor": "#1f2933"}
+    return marker
+
+
+def energy_figure(recording: Recording, styles: Styles) -> go.Figure | None:
+    """Energy per device and domain (a bar each, in its colour), labelled with its joules, their
+    source, and CO2e and cost where the recording gives them."""
+    measured = [d for d in glance(recording) if d.energy_joules is not None]
     if not measured:
         return None
-    figure = go.Figure(
+    bars = [
         go.Bar(
-            x=[label(t.id) for t in measured],
-            y=[t.energy_joules for t in measured],
-            text=[t.energy_source or "" for t in measured],
-            hovertemplate="%{x}: %{y:,.1f} J (%{text})<extra></extra>",
-            name="energy",
+            x=[label(d.id)],
+            y=[d.energy_joules],
+            text=["<br>".join(label(line) for line in energy_label(d))],
+            textposition="outside",
+            cliponaxis=False,
+            marker=bar_marker(styles[d.id]),
+            hovertemplate="%{x}<br>%{text}<extra></extra>",
+            name=label(d.id),
         )
+        for d in measured
+    ]
+    top = max(d.energy_joules or 0.0 for d in measured)
+    return _styled(
+        go.Figure(bars),
+        yaxis_title="J",
+        yaxis_range=[0, top * 1.3 or 1.0],
+        showlegend=False,
+        barmode="relative",
     )
-    return _styled(figure, yaxis_title="J")
 
 
+Builder = Callable[[Recording, Styles], go.Figure | None]
 #: Every section in the order the report shows them: anchor, heading, builder, text when empty.
-SECTIONS: tuple[tuple[str, str, Callable[[Recording], go.Figure | None], str], ...] = (
+SECTIONS: tuple[tuple[str, str, Builder, str], ...] = (
     ("power", "Power per device and domain", power_figure, "No power readings in this recording."),
     (
         "temperature",
@@ -200,13 +271,22 @@ SECTIONS: tuple[tuple[str, str, Callable[[Recording], go.Figure | None], str], .
         temperature_figure,
         "No temperature readings in this recording.",
     ),
-    ("clocks", "Clocks", clocks_figure, "No clock readings in this recording."),
-    ("utilization", "Utilization and activity", utilization_figure, "No utilization readings."),
+    ("clocks", "Clocks, one panel per clock domain", clocks_figure, "No clock readings in this recording."),
+    (
+        "utilization",
+        "Utilization and activity, one panel each",
+        utilization_figure,
+        "No utilization readings.",
+    ),
     ("throttle", "Throttle reasons, when each was active", throttle_figure, "No throttle reason was active."),
     ("energy", "Energy per device and domain", energy_figure, "No energy figure for any device or domain."),
 )
 
 
 def build_sections(recording: Recording) -> list[Section]:
-    """Each section with its figure, or None where the recording has nothing to draw."""
-    return [Section(anchor, title, build(recording), empty) for anchor, title, build, empty in SECTIONS]
+    """Each section with its figure, or None where the recording has nothing to draw; every figure
+    draws a device in the colour its order in the recording gives it."""
+    styles = assign(t.id for t in recording.targets)
+    return [
+        Section(anchor, title, build(recording, styles), empty) for anchor, title, build, empty in SECTIONS
+    ]

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from warptd.recording.glance import DeviceGlance, energy_source, energy_text, glance, status_text
+from warptd.recording.palette import Style, assign
 from warptd.recording.schema import Recording, TargetRecording
 
 #: How the table shows an absent figure: never as 0.
@@ -31,6 +33,11 @@ table { border-collapse: collapse; font-size: .9rem; margin: .5rem 0; }
 th, td { border-bottom: 1px solid #d9e2ec; padding: .25rem .6rem; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .muted { color: #627d98; } nav a { margin-right: .8rem; }
+.totals span { display: inline-block; margin-right: 1.6rem; font-size: 1.05rem; }
+.totals b { font-weight: 600; margin-right: .3rem; color: #486581; }
+.swatch { display: inline-block; width: .9rem; height: .9rem; border-radius: 2px; margin-right: .4rem;
+  vertical-align: -1px; }
+.swatch.rest { outline: 2px dashed #1f2933; outline-offset: -2px; }
 """
 
 
@@ -73,7 +80,7 @@ def _overview(recording: Recording) -> str:
     items: list[tuple[str, str]] = [
         ("kind", recording.kind),
         ("id", recording.id),
-        ("status", recording.status + (f" ({recording.end_reason})" if recording.end_reason else "")),
+        ("status", status_text(recording)),
         ("started", _when(recording.started_at)),
         ("ended", _when(recording.ended_at)),
         ("duration", _number(recording.duration_seconds, "s")),
@@ -97,7 +104,7 @@ def _target_cells(target: TargetRecording) -> list[tuple[str, bool]]:
         ("up" if target.up else "lost", False),
         (str(target.samples), True),
         (_number(target.energy_joules, "J"), True),
-        (target.energy_source or ABSENT, False),
+        (energy_source(target) or ABSENT, False),
         (_number(target.power_mean_watts, "W"), True),
         (_number(target.power_peak_watts, "W"), True),
         (_number(target.temperature_peak_celsius, "°C"), True),
@@ -128,29 +135,67 @@ def summary_table(recording: Recording) -> str:
     return f'<table id="summary">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>'
 
 
-def render_html(recording: Recording) -> str:
-    """The whole page. Needs plotly (the ``report`` extra); raises ImportError without it."""
+def swatch(style: Style) -> str:
+    """A small square in a device's plot colour (dashed outline past the palette's first round)."""
+    rest = "" if style.dash == "solid" else " rest"
+    return f'<span class="swatch{rest}" style="background:{style.color}" title="{style.dash}"></span>'
+
+
+def _glance_row(device: DeviceGlance, style: Style) -> str:
+    energy = ABSENT if device.energy_joules is None else energy_text(device.energy_joules)
+    source = f" ({device.energy_source})" if device.energy_joules is not None and device.energy_source else ""
+    cells = [
+        (energy + source, False),
+        (_number(device.power_mean_watts, "W"), True),
+        (_number(device.power_peak_watts, "W"), True),
+        (_number(device.throttled_seconds, "s"), True),
+    ]
+    head = f"<td>{swatch(style)}{html.escape(device.id)}</td>"
+    return _rows([cells]).replace("<tr>", "<tr>" + head, 1)
+
+
+def header_summary(recording: Recording) -> str:
+    """What to read first: duration, energy (carbon, cost), and per device its energy, mean and peak
+    power and time throttled, each beside the colour it has in every plot."""
+    totals = [("duration", _number(recording.duration_seconds, "s"))]
+    if recording.energy_joules is not None:
+        totals.append(("energy", energy_text(recording.energy_joules)))
+    if recording.carbon_grams is not None:
+        totals.append(("carbon", f"{recording.carbon_grams:,.3g} g CO2e"))
+    if recording.cost is not None:
+        totals.append(("cost", f"{recording.cost:,.4g}"))
+    totals.append(("status", status_text(recording)))
+    line = "".join(f"<span><b>{k}</b>{html.escape(v)}</span>" for k, v in totals)
+    styles = assign(t.id for t in recording.targets)
+    rows = "\n".join(_glance_row(d, styles[d.id]) for d in glance(recording))
+    head = "".join(
+        f"<th>{h}</th>" for h in ("device or domain", "energy", "mean power", "peak power", "throttled")
+    )
+    return (
+        f'<div id="glance">\n<p class="totals">{line}</p>\n'
+        f'<table id="glance-devices">\n<thead><tr>{head}</tr></thead>\n'
+        f"<tbody>\n{rows}\n</tbody>\n</table>\n</div>"
+    )
+
+
+def figure_html(figure: object, div_id: str) -> str:
+    """One plotly figure as a ``<div>`` and the script that draws it (plotly.js is in the page's head)."""
     import plotly.io
+
+    return plotly.io.to_html(
+        figure,
+        include_plotlyjs=False,
+        include_mathjax=False,
+        full_html=False,
+        div_id=div_id,
+        config={"displaylogo": False, "responsive": True},
+    )
+
+
+def page(title: str, body: list[str]) -> str:
+    """A whole self-contained page: ``title`` (escaped here), plotly.js inlined once, ``body`` as HTML."""
     import plotly.offline
 
-    from warptd.recording.figures import build_sections
-
-    sections, links = [], []
-    for section in build_sections(recording):
-        if section.figure is not None:
-            body = plotly.io.to_html(
-                section.figure,
-                include_plotlyjs=False,
-                include_mathjax=False,
-                full_html=False,
-                div_id=f"plot-{section.anchor}",
-                config={"displaylogo": False, "responsive": True},
-            )
-        else:
-            body = f'<p class="muted">{section.empty}</p>'
-        links.append(f'<a href="#{section.anchor}">{section.title}</a>')
-        sections.append(f'<section id="{section.anchor}">\n<h2>{section.title}</h2>\n{body}\n</section>')
-    name = html.escape(recording.name)
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -158,22 +203,44 @@ def render_html(recording: Recording) -> str:
             "<head>",
             '<meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{name} - warptd {html.escape(recording.kind)} report</title>",
+            f"<title>{html.escape(title)}</title>",
             f"<style>{_STYLE}</style>",
             f"<script>{plotly.offline.get_plotlyjs()}</script>",
             "</head>",
             "<body>",
+            *body,
+            "</body>",
+            "</html>",
+        ]
+    )
+
+
+def render_html(recording: Recording) -> str:
+    """The whole page. Needs plotly (the ``report`` extra); raises ImportError without it."""
+    from warptd.recording.figures import build_sections
+
+    sections, links = [], []
+    for section in build_sections(recording):
+        if section.figure is not None:
+            body = figure_html(section.figure, f"plot-{section.anchor}")
+        else:
+            body = f'<p class="muted">{section.empty}</p>'
+        links.append(f'<a href="#{section.anchor}">{section.title}</a>')
+        sections.append(f'<section id="{section.anchor}">\n<h2>{section.title}</h2>\n{body}\n</section>')
+    name = html.escape(recording.name)
+    return page(
+        f"{recording.name} - warptd {recording.kind} report",
+        [
             f"<h1>{name}</h1>",
             f'<p class="muted">warptd {html.escape(recording.kind)} recording, '
             f"{_when(recording.started_at)}, {_number(recording.duration_seconds, 's')}</p>",
+            header_summary(recording),
             "<nav>" + "".join(links) + "</nav>",
             _overview(recording),
             "<h2>Devices and domains</h2>",
             summary_table(recording),
             *sections,
-            "</body>",
-            "</html>",
-        ]
+        ],
     )
 
 
