@@ -399,3 +399,38 @@ def test_a_window_beside_the_regular_job_pairs_no_samples_under_100_ms(settings)
     assert value(
         samples, "warptd_device_nvlink_bytes_total", link="3", direction="rx", **DEV0
     ) == pytest.approx(2**30, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("garbage", "sm_fails"), [(math.nan, False), (-5_000.0, False), (math.inf, False), (math.nan, True)]
+)
+def test_a_nan_or_negative_throughput_leaves_the_byte_totals_counting(rig, fake_nvml, garbage, sm_fails):
+    """A throughput the driver answers as NaN, infinite or negative is skipped (DCGM blanks NaN) and
+    counted as an invalid value: the byte totals keep what they had and go on counting afterwards
+    (``sm_fails``: beside a metric answering an error, the answers are sorted one by one)."""
+    without_traffic_fields(fake_nvml)
+    gpu, tx_rate = fake_nvml.gpus[0], pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    rig.tick()
+    gpu.advance_gpm(pcie=(300 * MIB, 100 * MIB), nvlink={2: (50 * MIB, 0)})
+    before = rig.tick_gpm()
+    gpu.answer_gpm_metric(tx_rate, garbage)
+    if sm_fails:
+        gpu.fail_gpm_metric(pynvml.NVML_GPM_METRIC_SM_UTIL, pynvml.NVML_ERROR_TIMEOUT)
+    gpu.advance_gpm(pcie=(300 * MIB, 100 * MIB), nvlink={2: (50 * MIB, 0)})
+    during = rig.tick_gpm()
+    tx = {"direction": "tx", **DEV0}
+    assert value(during, "warptd_device_pcie_bytes_total", **tx) == value(
+        before, "warptd_device_pcie_bytes_total", **tx
+    )
+    assert value(during, "warptd_device_pcie_bytes_total", direction="rx", **DEV0) == pytest.approx(
+        200 * MIB, rel=1e-3
+    )
+    assert value(during, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") == 1
+    gpu.answer_gpm_metric(tx_rate, None)
+    gpu.fail_gpm_metric(pynvml.NVML_GPM_METRIC_SM_UTIL, None)
+    gpu.advance_gpm(pcie=(300 * MIB, 100 * MIB), nvlink={2: (50 * MIB, 0)})
+    after = rig.tick_gpm()
+    assert value(after, "warptd_device_pcie_bytes_total", **tx) == pytest.approx(600 * MIB, rel=1e-3)
+    links = {"link": "2", "direction": "rx", **DEV0}
+    assert value(after, "warptd_device_nvlink_bytes_total", **links) == pytest.approx(150 * MIB, rel=1e-3)
+    assert value(after, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") == 1

@@ -16,7 +16,7 @@ import ctypes
 import math
 import struct
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -123,6 +123,12 @@ def _runs(metrics: list[GpmMetric]) -> tuple[tuple[str, bool, int, int, tuple[tu
     return tuple(runs)
 
 
+def _throughputs(values: tuple[float, ...]) -> bool:
+    """Every value a throughput (finite, not negative), checked in C-level passes: NaN or an infinity
+    makes the sum non-finite."""
+    return math.isfinite(sum(values)) and min(values) >= 0.0
+
+
 @dataclass(slots=True)
 class _Source:
     """One GPU or GPU instance: its two samples, which holds the previous one, and what it answered."""
@@ -155,7 +161,8 @@ class _Source:
 
 class GpmReader:
     """GPM sampling for the sources of one backend, through its guarded ``call``; ``gap()`` gives the
-    seconds between two samples of a source (:func:`sample_gap`)."""
+    seconds between two samples of a source (:func:`sample_gap`), ``reject(n)`` counts values the
+    driver answered that no period can have (NaN, infinite, negative)."""
 
     def __init__(
         self,
@@ -163,11 +170,13 @@ class GpmReader:
         call: Call,
         classify_unsupported: Callable[[BaseException], bool],
         gap: Callable[[], float],
+        reject: Callable[[int], None],
     ) -> None:
         self._nvml = nvml
         self._call = call
         self._unsupported_error = classify_unsupported
         self._gap = gap
+        self._reject = reject
         self._table = metric_table(nvml)
         self._metrics_offset, self._layout = _metric_layout(nvml)
         self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
@@ -243,13 +252,16 @@ class GpmReader:
         if source.unpack_all is not None and self._collect_all(source, period, last_gauges):
             return
         nvml, dropped, gauges, totals = self._nvml, [], source.gauges, source.totals
-        bytes_per_rate = MIB * period
+        bytes_per_rate, rejected = MIB * period, 0
         answers = self._answers(source.requests[source.current], len(source.metrics))
         for metric, (code, value) in zip(source.metrics, answers, strict=True):
             if code:  # not NVML_SUCCESS
                 if code == nvml.NVML_ERROR_INVALID_ARGUMENT or self._unsupported_error(nvml.NVMLError(code)):
                     dropped.append(metric)  # this GPU lacks it (an engine or link it does not have)
             elif metric.rate:
+                if not 0.0 <= value < math.inf:  # NaN fails both: the total would stay NaN for good
+                    rejected += 1
+                    continue
                 counted = totals.get(metric.metric) or totals.setdefault(metric.metric, {})
                 counted[metric.labels] = counted.get(metric.labels, 0.0) + value * bytes_per_rate
             else:
@@ -257,6 +269,8 @@ class GpmReader:
                 ratios[metric.labels] = value / 100
         for metric in dropped:
             source.metrics.remove(metric)
+        if rejected:
+            self._reject(rejected)
 
     def _collect_all(self, source: _Source, period: float, last_gauges: dict[str, LabelledValues]) -> bool:
         """The common case, every metric answered: one unpack, then each run of one metric at once;
@@ -279,7 +293,11 @@ class GpmReader:
             read = values[start:end]
             if rate:
                 counted = totals.get(metric) or totals.setdefault(metric, {})
-                for label, value in zip(labels, read, strict=True):
+                answered: Iterable[tuple[tuple[str, ...], float]] = zip(labels, read, strict=True)
+                if not _throughputs(read):  # a NaN, infinite or negative answer: that one is skipped
+                    answered = [(label, value) for label, value in answered if 0.0 <= value < math.inf]
+                    self._reject(len(read) - len(answered))
+                for label, value in answered:
                     counted[label] = counted.get(label, 0.0) + value * bytes_per_rate
                 continue
             kept = last[position]

@@ -33,6 +33,7 @@ class NvmlBackend(AcceleratorBackend):
                 self.call,
                 self._is_unsupported,
                 gap=lambda: sample_gap(self.settings),
+                reject=lambda n: self.count_error(ErrorKind.INVALID_VALUE, n),
             )
         except AttributeError as exc:  # an nvidia-ml-py without the GPM structs
             self._lease.release()
