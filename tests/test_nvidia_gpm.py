@@ -369,15 +369,15 @@ def test_a_window_beside_the_regular_job_pairs_no_samples_under_100_ms(settings)
     gpu = fake.gpus[0]
     rates = {"tx": 1.5 * 2**30, "rx": 0.25 * 2**30}  # bytes/s, for exactly one second
     gpu.gpm_traffic(pcie=(rates["tx"], rates["rx"]), nvlink={3: (2**30, 0.5 * 2**30)}, after=0.4, seconds=1.0)
-    missing: list[int] = []  # reads after the first GPM period without SM activity
+    checked: list[bool] = []  # per reading after the first GPM period: it has SM activity
     with fake.installed():
         rig = Rig(settings)
 
         def listener(name, devices, domains, at) -> None:
-            if rig.loaded.accelerators[0]._gpm.counters(0):  # a period has passed
-                missing.extend(
-                    1 for s in devices or () if "warptd_device_sm_active_ratio" not in s.reading.gauges
-                )
+            for sample in devices or ():
+                gauges, counters = sample.reading.gauges, sample.reading.counters
+                if "warptd_device_pcie_bytes_total" in counters:  # GPM totals: a period has passed
+                    checked.append("warptd_device_sm_active_ratio" in gauges)
 
         rig.sampler.listeners.append(listener)
         try:
@@ -392,13 +392,14 @@ def test_a_window_beside_the_regular_job_pairs_no_samples_under_100_ms(settings)
     assert gpu.gpm_close_pairs == 0
     assert fake.calls("nvmlGpmSampleGet") <= 2.2 / sample_gap(settings) + 1  # not at the window's 0.1 s
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") == 0
-    assert not missing
+    assert len(checked) > 15 and all(checked)  # the window's reads and the regular ones
+    # exact but for the few µs between timing a sample in Python and in the driver (1e-5 seen)
     for direction, rate in rates.items():
         moved = value(samples, "warptd_device_pcie_bytes_total", direction=direction, **DEV0)
-        assert moved == pytest.approx(rate * 1.0, rel=0.02)
+        assert moved == pytest.approx(rate * 1.0, rel=0.005)
     assert value(
         samples, "warptd_device_nvlink_bytes_total", link="3", direction="rx", **DEV0
-    ) == pytest.approx(2**30, rel=0.02)
+    ) == pytest.approx(2**30, rel=0.005)
 
 
 @pytest.mark.parametrize(
