@@ -90,6 +90,10 @@ def test_gpm_activity_per_gpu_instance_over_the_last_period(rig, fake):
     assert value(samples, "warptd_device_sm_active_ratio", **mig(0)) == pytest.approx(0.05)
     assert value(samples, "warptd_device_sm_active_ratio", **mig(1)) == 0
     assert fake.calls("nvmlGpmMigSampleGet") == 3 * len(SLICES)  # one per GPU instance per tick
+    rig.settings.interval = 1.0  # a GPM gap of 0.95 s from here (read live): the next tick is sooner
+    rig.tick()  # no GPU instance is sampled, the values stand
+    assert fake.calls("nvmlGpmMigSampleGet") == 3 * len(SLICES) and gpu.gpm_close_pairs == 0
+    assert value(rig.scrape(), "warptd_device_sm_active_ratio", **mig(0)) == pytest.approx(0.05)
 
 
 def test_compute_instances_of_one_gpu_instance_share_one_sample(make_rig, fake):
