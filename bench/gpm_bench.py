@@ -4,8 +4,11 @@
 
 In process over the C NVML double (so the CPU is warptd's and the double's C code, not a Python
 fake): the backend's reads, validation and counter totals, as the sampler's worker does them.
-The GPUs' GPM counters advance between samples outside the timed part. Reports CPU per sample,
-what that is at 1 Hz and 10 Hz, and NVML calls per GPU per sample.
+The GPUs' GPM counters advance between samples outside the timed part. Three rows per GPU count:
+GPM off; ``on``, every read taking a GPM sample (the reads wait the GPM gap, 0.11 s, outside the
+timed part: the driver refreshes its counters every 100 ms, so ~35 s at 300 samples); ``kept``,
+reads sooner than that (a window's between two GPM samples), which keep the last GPM values.
+Reports CPU per sample, what that is at 1 Hz and 10 Hz, and NVML calls per GPU per sample.
 """
 
 from __future__ import annotations
@@ -20,27 +23,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import emit
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import Rig
+from warptd.backends.nvidia_gpm import sample_gap
 from warptd.config import load_settings
 
 SM_UTIL, TENSOR_UTIL = 2, 5  # NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_ANY_TENSOR_UTIL
 
 
-def measure(gpus: int, gpm: bool, samples: int) -> dict[str, object]:
-    """CPU seconds and NVML calls of ``samples`` reads of ``gpus`` GPUs, GPM on or off."""
+def measure(gpus: int, gpm: str, samples: int) -> dict[str, object]:
+    """CPU seconds and NVML calls of ``samples`` reads of ``gpus`` GPUs, ``gpm`` off, on (a GPM
+    sample each read) or kept (reads between two GPM samples)."""
     fake = FakeNvml([FakeGpu(index=i) for i in range(gpus)])
     for gpu in fake.gpus:
-        gpu.gpm_supported = gpm
-    settings = load_settings(listen="127.0.0.1:0", interval=1, sample_timeout=5, backends=["nvidia"])
+        gpu.gpm_supported = gpm != "off"
+    # every read reads the slow values too, as at the default 1 s and 1 s
+    settings = load_settings(
+        listen="127.0.0.1:0", interval=0.1, health_interval=0.1, sample_timeout=5, backends=["nvidia"]
+    )
+    wait = sample_gap(settings) if gpm == "on" else 0.0
     with fake.installed():
         rig = Rig(settings)
         sampler, cpu = rig.sampler, 0.0
         try:
             for _ in range(3):  # GPM's first pair, first totals
+                time.sleep(sample_gap(settings))
                 sampler._devices("nvidia", sampler._read("nvidia"))
             calls = fake.total_calls()
             for _ in range(samples):
                 for gpu in fake.gpus:
                     gpu.advance_gpm(activity={SM_UTIL: 0.5, TENSOR_UTIL: 0.2}, pcie=(2**20, 2**19))
+                time.sleep(wait)
                 started = time.process_time()
                 sampler._devices("nvidia", sampler._read("nvidia"))
                 cpu += time.process_time() - started
@@ -64,7 +75,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--gpus", type=int, nargs="+", default=[8, 64])
     args = parser.parse_args()
-    rows = [measure(gpus, gpm, args.samples) for gpus in args.gpus for gpm in (False, True)]
+    rows = [measure(gpus, gpm, args.samples) for gpus in args.gpus for gpm in ("off", "on", "kept")]
     emit(rows, "nvidia backend sample with and without GPM (NVML double, in process)")
 
 

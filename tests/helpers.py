@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -53,6 +54,14 @@ class Rig:
         for name in names or self.sampler.scheduled():
             self.sampler.tick(name)
         return self.scrape()
+
+    def tick_gpm(self, *names: str) -> list[Sample]:
+        """Tick once NVIDIA's GPM sources may take a sample again (:func:`sample_gap` from now, so
+        after the last tick): a tick sooner keeps the last GPM period's values."""
+        from warptd.backends.nvidia_gpm import sample_gap
+
+        time.sleep(sample_gap(self.settings))
+        return self.tick(*names)
 
     def scrape(self) -> list[Sample]:
         return parse(self.exposition.render(None, None)[0].decode())

@@ -79,17 +79,21 @@ def test_gpm_activity_per_gpu_instance_over_the_last_period(rig, fake):
     gpu.advance_gpm(activity={SM: 0.3, TENSOR: 0.1}, mig=0)
     gpu.advance_gpm(activity={SM: 0.7}, mig=1)
     gpu.advance_gpm(activity={SM: 0.5})  # the whole GPU, read by the nvidia backend
-    samples = rig.tick()
+    samples = rig.tick_gpm()
     assert value(samples, "warptd_device_sm_active_ratio", **mig(0)) == pytest.approx(0.3)
     assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **mig(0)) == pytest.approx(0.1)
     assert value(samples, "warptd_device_sm_active_ratio", **mig(1)) == pytest.approx(0.7)
     assert value(samples, "warptd_device_sm_active_ratio", backend="nvidia", device="0") == pytest.approx(0.5)
     gpu.advance_gpm(activity={SM: 0.05}, mig=0)
     gpu.advance_gpm(mig=1)
-    samples = rig.tick()
+    samples = rig.tick_gpm()
     assert value(samples, "warptd_device_sm_active_ratio", **mig(0)) == pytest.approx(0.05)
     assert value(samples, "warptd_device_sm_active_ratio", **mig(1)) == 0
     assert fake.calls("nvmlGpmMigSampleGet") == 3 * len(SLICES)  # one per GPU instance per tick
+    rig.settings.interval = 1.0  # a GPM gap of 0.95 s from here (read live): the next tick is sooner
+    rig.tick()  # no GPU instance is sampled, the values stand
+    assert fake.calls("nvmlGpmMigSampleGet") == 3 * len(SLICES) and gpu.gpm_close_pairs == 0
+    assert value(rig.scrape(), "warptd_device_sm_active_ratio", **mig(0)) == pytest.approx(0.05)
 
 
 def test_compute_instances_of_one_gpu_instance_share_one_sample(make_rig, fake):
@@ -102,7 +106,7 @@ def test_compute_instances_of_one_gpu_instance_share_one_sample(make_rig, fake):
     rig = make_rig("nvidia_mig")
     rig.tick()
     gpu.advance_gpm(activity={SM: 0.4}, mig=0)  # the GPU instance's counters (the first slot holding it)
-    samples = rig.tick()
+    samples = rig.tick_gpm()
     assert fake.calls("nvmlGpmMigSampleGet") == 2  # one per tick for the one GPU instance
     assert value(samples, "warptd_device_sm_active_ratio", **mig(0)) == pytest.approx(0.4)
     assert value(samples, "warptd_device_sm_active_ratio", **mig(1)) == pytest.approx(0.4)
@@ -233,7 +237,7 @@ def test_pod_energy_of_a_mig_gpu_split_by_slice_activity(settings, tmp_path):
                 gpu.advance_gpm(activity={SM: big}, mig=0)
                 gpu.advance_gpm(activity={SM: small}, mig=1)
                 gpu.energy_mj += int(joules * 1000)
-                samples = rig.tick("nvidia_mig", "nvidia")
+                samples = rig.tick_gpm("nvidia_mig", "nvidia")
                 weights = (3 * big, 1 * small) if big + small else (3.0, 1.0)
                 expected["big"] += joules * weights[0] / sum(weights)
                 expected["small"] += joules * weights[1] / sum(weights)

@@ -70,7 +70,7 @@ MAX_UTIL_SAMPLES = 128  # nv-processes
 MAX_LINKS, MAX_FANS = 18, 4  # nv-health
 _U32, _U64, _I32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
 # --- nv-gpm: GPM counters (struct gpm_counters) ---
-GPM_ACTIVE, GPM_LINKS, GPM_METRIC_IDS = 30, 18, 480
+GPM_ACTIVE, GPM_LINKS, GPM_METRIC_IDS, GPM_ANSWERS = 30, 18, 480, 8
 #: GPM metric id -> its activity counter in struct gpm_counters (gpm_slot() in nvml_double.c).
 _GPM_RANGES = ((2, 2, 0), (4, 2, 2), (10, 4, 4), (30, 8, 8), (40, 8, 16), (50, 2, 24), (166, 4, 26))
 GPM_SLOTS: dict[int, int] = {
@@ -136,6 +136,12 @@ class GpmCounters(ctypes.Structure):
     ]
 
 
+class _GpmAnswer(ctypes.Structure):
+    """``struct gpm_answer``: a metric the driver answers with this value (and SUCCESS)."""
+
+    _fields_ = [("metric_id", _U32), ("pad", _U32), ("value", ctypes.c_double)]
+
+
 class GpuState(ctypes.Structure):
     """``struct gpu`` of nvml_double.c, field for field."""
 
@@ -198,6 +204,18 @@ class GpuState(ctypes.Structure):
         ("mig_name", (ctypes.c_char * 96) * MAX_MIG),
         ("gpm_unsupported", ctypes.c_uint8 * GPM_METRIC_IDS),
         ("gpm_metric_max", _U32),  # the driver header's NVML_GPM_METRIC_MAX; 0 = every id known
+        ("gpm_refreshed_ns", _U64),  # the driver's last refresh of the counters (CLOCK_MONOTONIC)
+        ("gpm_refresh", _U64),
+        ("gpm_seen", GpmCounters),
+        ("mig_gpm_seen", GpmCounters * MAX_MIG),
+        ("gpm_pcie_rate", ctypes.c_double * 2),  # bytes/s: tx, rx
+        ("gpm_nvlink_rate", (ctypes.c_double * 2) * GPM_LINKS),  # per link: rx, tx
+        ("gpm_rate_since_ns", _U64),  # traffic runs from here (CLOCK_MONOTONIC ns) ...
+        ("gpm_rate_until_ns", _U64),  # ... to here (0: on)
+        ("gpm_close_pairs", _U64),  # nvmlGpmMetricsGet calls on samples under 100 ms apart
+        ("gpm_answer_count", _U32),
+        ("pad_gpm_answer", _U32),
+        ("gpm_answers", _GpmAnswer * GPM_ANSWERS),
         # --- nv-health: health, traffic and the rest of nvidia-smi ---
         ("ecc_volatile", _U64 * 2),
         ("ecc_aggregate", _U64 * 2),
@@ -715,6 +733,51 @@ class FakeGpu:
         nvmlGpmMetricsGet until called again with None."""
         assert code is None or 1 < code < 256, "the double keeps a metric's return code in one byte"
         self.state.gpm_unsupported[metric] = code or 0
+
+    def answer_gpm_metric(self, metric: int, value: float | None) -> None:
+        """Metric ``metric`` answers ``value`` (NaN, negative: a driver answering garbage) with
+        NVML_SUCCESS in nvmlGpmMetricsGet until called again with None."""
+        state = self.state
+        answers = [(a.metric_id, a.value) for a in state.gpm_answers[: state.gpm_answer_count]]
+        answers = [(m, v) for m, v in answers if m != metric] + (
+            [(metric, value)] if value is not None else []
+        )
+        assert len(answers) <= GPM_ANSWERS, "the double keeps a few scripted answers per GPU"
+        for slot, (metric_id, answer) in enumerate(answers):
+            state.gpm_answers[slot].metric_id, state.gpm_answers[slot].value = metric_id, answer
+        state.gpm_answer_count = len(answers)
+
+    def gpm_traffic(
+        self,
+        pcie: tuple[float, float] = (0.0, 0.0),
+        nvlink: dict[int, tuple[float, float]] | None = None,
+        after: float = 0.0,
+        seconds: float | None = None,
+    ) -> None:
+        """The GPU moves ``pcie`` (tx, rx) and ``nvlink`` {link: (rx, tx)} bytes per second from
+        ``after`` seconds from now, for ``seconds`` (None: until called again), in the real time
+        (CLOCK_MONOTONIC) the driver's samples are taken at. What ran at the old rates is added to
+        the counters. Set it while nothing samples the GPU (the double's writes are not atomic)."""
+        state, now = self.state, time.monotonic_ns()
+        if state.gpm_rate_since_ns:
+            ran = max(0, min(now, state.gpm_rate_until_ns or now) - state.gpm_rate_since_ns) / 1e9
+            for direction in range(2):
+                state.gpm.pcie[direction] += int(state.gpm_pcie_rate[direction] * ran)
+            for link in range(GPM_LINKS):
+                for direction in range(2):
+                    state.gpm.nvlink[link][direction] += int(state.gpm_nvlink_rate[link][direction] * ran)
+        state.gpm_pcie_rate[0], state.gpm_pcie_rate[1] = pcie
+        for link in range(GPM_LINKS):
+            state.gpm_nvlink_rate[link][0], state.gpm_nvlink_rate[link][1] = (nvlink or {}).get(link, (0, 0))
+        start = now + round(after * 1e9)
+        state.gpm_rate_since_ns = start
+        state.gpm_rate_until_ns = start + round(seconds * 1e9) if seconds is not None else 0
+
+    @property
+    def gpm_close_pairs(self) -> int:
+        """nvmlGpmMetricsGet calls on two of this GPU's samples under 100 ms apart (nvml.h: the driver
+        refreshes its counters at that rate, so such a pair is no valid period)."""
+        return self.state.gpm_close_pairs
 
     def gpm_counters(self, mig: int | None = None) -> GpmCounters:
         """The live GPM counters of the GPU, or of its ``mig``-th MIG device's GPU instance."""

@@ -24,7 +24,10 @@
  *    an id past that header's NVML_FI_MAX answers INVALID_ARGUMENT in its value, the clock-event
  *    durations and power smoothing swap places between R580 and R590, and each value carries the
  *    latency the driver took to read it (nvmlFieldValue_t.latencyUsec), which the call really spends.
+ *  - GPM samples see counters the driver refreshes at most every 100 ms: two samples closer than
+ *    that answer NaN utilizations and zero or inflated throughputs, with SUCCESS (nv-gpm).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +122,8 @@ struct power_point { uint64_t t_ns; uint32_t mw; uint32_t pad; };
 #define GPM_ACTIVE 30   /* activity counters, by the slot gpm_slot() gives a metric id */
 #define GPM_LINKS 18
 #define GPM_METRIC_IDS 480
+#define GPM_ANSWERS 8   /* scripted metric answers per GPU (a driver answering garbage) */
+#define GPM_REFRESH_NS 100000000ull /* nvml.h: samples under 100 ms apart see the same counters */
 /* A GPU's (or GPU instance's) cumulative GPM counters, scripted by the tests: the driver derives each
  * metric from the difference between two samples, so a metric covers the period between them. */
 struct gpm_counters {
@@ -176,6 +181,17 @@ struct gpu {
     char mig_name[MAX_MIG][96];        /* what nvmlDeviceGetName answers on the MIG handle */
     uint8_t gpm_unsupported[GPM_METRIC_IDS]; /* per metric id: 1, NOT_SUPPORTED; 2-255, that nvmlReturn */
     uint32_t gpm_metric_max; /* the driver header's NVML_GPM_METRIC_MAX: a larger id fails the call */
+    /* What the driver's samples see: the counters as of its last refresh, at most every 100 ms. */
+    uint64_t gpm_refreshed_ns, gpm_refresh; /* when (CLOCK_MONOTONIC), and which refresh (1, 2 ...) */
+    struct gpm_counters gpm_seen, mig_gpm_seen[MAX_MIG];
+    /* Traffic running with the time: bytes/s from gpm_rate_since_ns to gpm_rate_until_ns (0: on),
+     * on top of the counters of gpm. */
+    double gpm_pcie_rate[2];                  /* tx, rx */
+    double gpm_nvlink_rate[GPM_LINKS][2];     /* per link: rx, tx */
+    uint64_t gpm_rate_since_ns, gpm_rate_until_ns;
+    uint64_t gpm_close_pairs; /* nvmlGpmMetricsGet calls on two samples under 100 ms apart */
+    uint32_t gpm_answer_count, pad_gpm_answer; /* scripted answers: the metric's value, with SUCCESS */
+    struct gpm_answer { uint32_t metric_id, pad; double value; } gpm_answers[GPM_ANSWERS];
     /* --- end nv-gpm --- */
     /* --- nv-health: health, traffic and the rest of nvidia-smi --- */
     uint64_t ecc_volatile[2];  /* fields 3 SBE, 4 DBE: since the driver loaded (reset by a reload) */
@@ -943,8 +959,9 @@ int nvmlDeviceGetComputeInstanceId(void *h, unsigned int *id) {
 #define GPM_SAMPLES 1024
 #define GPM_SUPPORT_VERSION 1u
 #define GPM_METRICS_GET_VERSION 1u
-/* nvmlGpmSample_t points at one of these: a copy of the counters and when they were read. */
-struct gpm_sample { int used, filled, slot, gpu_instance; uint64_t t_ns; struct gpm_counters c; };
+/* nvmlGpmSample_t points at one of these: the counters as the driver saw them, when the call was made
+ * (CLOCK_MONOTONIC) and which refresh of the GPU's counters they come from. */
+struct gpm_sample { int used, filled, slot, gpu_instance; uint64_t t_ns, refresh; struct gpm_counters c; };
 static struct gpm_sample gpm_samples[GPM_SAMPLES];
 /* nvmlGpmSupport_t, nvmlGpmMetric_t (with its metricInfo) and nvmlGpmMetricsGet_t of nvml.h. */
 struct gpm_support { uint32_t version, is_supported_device; };
@@ -997,17 +1014,36 @@ int nvmlGpmSampleFree(struct gpm_sample *sample) {
     return SUCCESS;
 }
 
-static void take(struct gpm_sample *s, int slot, int gpu_instance, const struct gpm_counters *c) {
-    s->filled = 1, s->slot = slot, s->gpu_instance = gpu_instance;
-    s->t_ns = now_ns(CLOCK_MONOTONIC);
-    s->c = *c;
+/* The driver refreshes a GPU's GPM counters at "the internal sample refresh rate" (nvml.h: two
+ * nvmlGpmSampleGet calls should be over 100 ms apart): a sample sees the counters as of the last
+ * refresh, made again here when it is 100 ms old, with the scripted traffic run on to that time. */
+static void refresh(struct gpu *g, uint64_t t) {
+    if (g->gpm_refresh && t - g->gpm_refreshed_ns < GPM_REFRESH_NS) return;
+    uint64_t until = g->gpm_rate_until_ns && g->gpm_rate_until_ns < t ? g->gpm_rate_until_ns : t;
+    double seconds = g->gpm_rate_since_ns && until > g->gpm_rate_since_ns
+                         ? (double)(until - g->gpm_rate_since_ns) / 1e9 : 0.0;
+    g->gpm_seen = g->gpm;
+    for (int d = 0; d < 2; d++) g->gpm_seen.pcie[d] += (uint64_t)(g->gpm_pcie_rate[d] * seconds);
+    for (int link = 0; link < GPM_LINKS; link++)
+        for (int d = 0; d < 2; d++) g->gpm_seen.nvlink[link][d] += (uint64_t)(g->gpm_nvlink_rate[link][d] * seconds);
+    memcpy(g->mig_gpm_seen, g->mig_gpm, sizeof g->mig_gpm);
+    g->gpm_refreshed_ns = t, g->gpm_refresh++;
+}
+
+/* A sample of the whole GPU (mig < 0) or of its mig-th MIG device's GPU instance, timed at the call. */
+static void take(struct gpm_sample *s, struct gpu *g, int slot, int mig) {
+    uint64_t t = now_ns(CLOCK_MONOTONIC);
+    refresh(g, t);
+    s->filled = 1, s->slot = slot, s->gpu_instance = mig < 0 ? -1 : (int)g->mig_gi[mig];
+    s->t_ns = t, s->refresh = g->gpm_refresh;
+    s->c = mig < 0 ? g->gpm_seen : g->mig_gpm_seen[mig];
 }
 
 int nvmlGpmSampleGet(void *h, struct gpm_sample *sample) {
     DEVICE_CALL(nvmlGpmSampleGet, h);
     if (!valid_sample(sample)) return ERROR_INVALID_ARGUMENT;
     if (!g->gpm_supported) return ERROR_NOT_SUPPORTED;
-    take(sample, ((struct device_tag *)h)->slot, -1, &g->gpm);
+    take(sample, g, ((struct device_tag *)h)->slot, -1);
     return SUCCESS;
 }
 
@@ -1017,7 +1053,7 @@ int nvmlGpmMigSampleGet(void *h, unsigned int gpu_instance, struct gpm_sample *s
     if (!g->gpm_supported) return ERROR_NOT_SUPPORTED;
     for (uint32_t k = 0; g->mig_mode && k < g->mig_count; k++)
         if (g->mig_gi[k] == gpu_instance) {
-            take(sample, ((struct device_tag *)h)->slot, (int)gpu_instance, &g->mig_gpm[k]);
+            take(sample, g, ((struct device_tag *)h)->slot, (int)k);
             return SUCCESS;
         }
     return ERROR_NOT_FOUND;
@@ -1033,17 +1069,29 @@ static int gpm_slot(uint32_t id) {
     return -1;
 }
 
-static int gpm_metric(const struct gpm_sample *a, const struct gpm_sample *b, struct gpm_metric *m) {
+/* One metric over two samples. Two samples of one refresh (under 100 ms apart) hold no counts: each
+ * utilization is 0 cycles of 0 (NaN), each throughput 0 bytes over the time between the calls; two of
+ * refreshes under 100 ms apart put up to 100 ms of counts over less time. Both answer SUCCESS. */
+static int gpm_metric(const struct gpu *g, const struct gpm_sample *a, const struct gpm_sample *b,
+                      struct gpm_metric *m) {
     uint32_t id = m->metric_id;
     double seconds = (double)(b->t_ns - a->t_ns) / 1e9, mib = 1048576.0;
-    int slot = gpm_slot(id);
+    int slot = gpm_slot(id), answered = -1;
+    for (uint32_t k = 0; k < g->gpm_answer_count && k < GPM_ANSWERS; k++)
+        if (g->gpm_answers[k].metric_id == id) answered = (int)k;
     if (slot >= 0) {
         uint64_t elapsed = b->c.elapsed - a->c.elapsed;
-        m->value = elapsed ? 100.0 * (double)(b->c.active[slot] - a->c.active[slot]) / (double)elapsed : 0.0;
+        m->value = elapsed ? 100.0 * (double)(b->c.active[slot] - a->c.active[slot]) / (double)elapsed
+                 : a->refresh == b->refresh ? NAN : 0.0;
         m->info = (struct gpm_metric_info){"util", "utilization", "%"};
+        if (answered >= 0) m->value = g->gpm_answers[answered].value;
         return SUCCESS;
     }
     m->info = (struct gpm_metric_info){"bw", "bandwidth", "MiB/sec"};
+    if (answered >= 0) {
+        m->value = g->gpm_answers[answered].value;
+        return SUCCESS;
+    }
     if (seconds <= 0) return ERROR_INVALID_ARGUMENT;
     if (id == 20 || id == 21) { /* PCIE_TX_PER_SEC, PCIE_RX_PER_SEC */
         m->value = (double)(b->c.pcie[id - 20] - a->c.pcie[id - 20]) / mib / seconds;
@@ -1066,7 +1114,9 @@ int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
     if (!valid_sample(a) || !valid_sample(b) || !a->filled || !b->filled || get->num_metrics > GPM_METRIC_IDS)
         return ERROR_INVALID_ARGUMENT;
     if (a->slot != b->slot || a->gpu_instance != b->gpu_instance) return ERROR_INVALID_ARGUMENT;
-    const struct gpu *g = &st->gpus[a->slot];
+    struct gpu *g = &st->gpus[a->slot];
+    uint64_t apart = b->t_ns > a->t_ns ? b->t_ns - a->t_ns : a->t_ns - b->t_ns;
+    if (apart < GPM_REFRESH_NS) __atomic_fetch_add(&g->gpm_close_pairs, 1, __ATOMIC_RELAXED);
     for (uint32_t i = 0; g->gpm_metric_max && i < get->num_metrics; i++)
         if (get->metrics[i].metric_id >= g->gpm_metric_max) return ERROR_INVALID_ARGUMENT;
     for (uint32_t i = 0; i < get->num_metrics; i++) { /* each metric carries its own return code */
@@ -1077,7 +1127,7 @@ int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
         else if (g->gpm_unsupported[m->metric_id]) /* 1: NOT_SUPPORTED; else that return code */
             m->nvml_return = g->gpm_unsupported[m->metric_id] == 1 ? ERROR_NOT_SUPPORTED
                                                                    : g->gpm_unsupported[m->metric_id];
-        else m->nvml_return = gpm_metric(a, b, m);
+        else m->nvml_return = gpm_metric(g, a, b, m);
     }
     return SUCCESS;
 }

@@ -3,22 +3,30 @@ DCGM's profiling fields give, media engines, and PCIe/NVLink throughput, read th
 
 The driver computes each metric from two samples of the GPU's counters, so every value covers the
 period between them. Each source (a GPU, or a MIG GPU instance) keeps two samples and alternates:
-one ``nvmlGpmSampleGet`` per tick, then ``nvmlGpmMetricsGet`` against the previous tick's sample.
+one ``nvmlGpmSampleGet``, then ``nvmlGpmMetricsGet`` against the previous sample. The driver refreshes
+the counters at most every 100 ms (nvml.h: two samples "should be greater than 100ms" apart), so a
+source is sampled only when :func:`sample_gap` has passed since its last sample, however often its
+GPU is read (the regular job and a window's 0.1 s job share the source): the reads in between keep
+the last period's values.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import struct
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warptd.backends.nvml_calls import PreparedCall
 from warptd.exporter import catalog
 from warptd.models import LabelledValues
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
 
 #: ``call(index, what, fn, *args)``: the backend's guarded SDK call (errors counted, NOT_SUPPORTED
 #: remembered under ``(what, index)`` and not asked again).
@@ -26,6 +34,19 @@ Call = Callable[..., Any]
 MIB = 2**20
 #: NVML_GPM_METRIC_MAX of the first header with GPM (CUDA 12.0, R525): ids up to NVLink link 17.
 FIRST_HEADER_METRIC_MAX = 98
+#: The least time between two samples of one source: the driver's 100 ms refresh (nvml.h), and a
+#: tenth more for the scheduler's jitter, so a pair never holds one refresh twice.
+MIN_SAMPLE_GAP_S = 0.11
+
+
+def sample_gap(settings: Settings) -> float:
+    """Seconds a source waits between two samples: the driver's :data:`MIN_SAMPLE_GAP_S`, and
+    ``--interval`` less half a window sample (reads come that often while a window is open; a regular
+    tick a little early still samples), so GPM values stay over one ``--interval`` when a window reads
+    the GPU ten times a second."""
+    return max(MIN_SAMPLE_GAP_S, settings.interval - min(settings.interval, settings.window_interval) / 2)
+
+
 #: NVML_GPM_METRIC_* constant name -> (catalog metric, its labels beyond backend/device/uuid).
 #: Utilizations are percent (0-100.0, nvml.h) and become ratios.
 _PERCENT: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -102,6 +123,12 @@ def _runs(metrics: list[GpmMetric]) -> tuple[tuple[str, bool, int, int, tuple[tu
     return tuple(runs)
 
 
+def _throughputs(values: tuple[float, ...]) -> bool:
+    """Every value a throughput (finite, not negative), checked in C-level passes: NaN or an infinity
+    makes the sum non-finite."""
+    return math.isfinite(sum(values)) and min(values) >= 0.0
+
+
 @dataclass(slots=True)
 class _Source:
     """One GPU or GPU instance: its two samples, which holds the previous one, and what it answered."""
@@ -126,21 +153,30 @@ class _Source:
     last_answers: tuple[float, ...] = ()  # the last decoded (nvmlReturn, value) pairs, flat
     integrates: bool = False  # some metric asked is a throughput, integrated each period
     current: int = 0  # index into samples of the one this tick takes
-    taken_at: float = 0.0
+    taken_at: float = -math.inf  # monotonic time of the last sample, taken right before its call
     gauges: dict[str, LabelledValues] = field(default_factory=dict)
     totals: dict[str, LabelledValues] = field(default_factory=dict)  # integrated bytes, as raw counters
     covered: bool = False  # the throughputs of series the driver counts itself are no longer asked
 
 
 class GpmReader:
-    """GPM sampling for the sources of one backend, through its guarded ``call``."""
+    """GPM sampling for the sources of one backend, through its guarded ``call``; ``gap()`` gives the
+    seconds between two samples of a source (:func:`sample_gap`), ``reject(n)`` counts values the
+    driver answered that no period can have (NaN, infinite, negative)."""
 
     def __init__(
-        self, nvml: ModuleType, call: Call, classify_unsupported: Callable[[BaseException], bool]
+        self,
+        nvml: ModuleType,
+        call: Call,
+        classify_unsupported: Callable[[BaseException], bool],
+        gap: Callable[[], float],
+        reject: Callable[[int], None],
     ) -> None:
         self._nvml = nvml
         self._call = call
         self._unsupported_error = classify_unsupported
+        self._gap = gap
+        self._reject = reject
         self._table = metric_table(nvml)
         self._metrics_offset, self._layout = _metric_layout(nvml)
         self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
@@ -160,16 +196,20 @@ class GpmReader:
     def sample(self, key: Hashable, index: int, what: str, take: str, *args: object) -> None:
         """Take one sample of source ``key`` (the C function ``take``, called with ``args`` and the
         sample; guarded as ``what``) and derive the metrics over the period since the previous one.
-        Absent values when a step fails."""
+        Nothing before the source's gap has passed (its last values stand); absent values when a step
+        fails."""
         source = self._sources.get(key) or self._open(key, index, take, args)
         if source is None:
+            return
+        now = time.monotonic()  # the driver times the sample at the call: so does the period
+        if now - source.taken_at < self._gap():
             return
         last_gauges, source.gauges = source.gauges, {}
         source.current = current = 0 if source.previous != 0 else 1
         if self._call(index, what, source.takes[current]) is None:
-            source.previous = None  # start over: the next tick's sample has nothing to pair with
+            source.previous = None  # start over: the next sample has nothing to pair with
             return
-        now, previous, source.previous = time.monotonic(), source.previous, current
+        previous, source.previous = source.previous, current
         period, source.taken_at = now - source.taken_at, now
         if previous is None or not source.metrics:
             return
@@ -212,13 +252,16 @@ class GpmReader:
         if source.unpack_all is not None and self._collect_all(source, period, last_gauges):
             return
         nvml, dropped, gauges, totals = self._nvml, [], source.gauges, source.totals
-        bytes_per_rate = MIB * period
+        bytes_per_rate, rejected = MIB * period, 0
         answers = self._answers(source.requests[source.current], len(source.metrics))
         for metric, (code, value) in zip(source.metrics, answers, strict=True):
             if code:  # not NVML_SUCCESS
                 if code == nvml.NVML_ERROR_INVALID_ARGUMENT or self._unsupported_error(nvml.NVMLError(code)):
                     dropped.append(metric)  # this GPU lacks it (an engine or link it does not have)
             elif metric.rate:
+                if not 0.0 <= value < math.inf:  # NaN fails both: the total would stay NaN for good
+                    rejected += 1
+                    continue
                 counted = totals.get(metric.metric) or totals.setdefault(metric.metric, {})
                 counted[metric.labels] = counted.get(metric.labels, 0.0) + value * bytes_per_rate
             else:
@@ -226,6 +269,8 @@ class GpmReader:
                 ratios[metric.labels] = value / 100
         for metric in dropped:
             source.metrics.remove(metric)
+        if rejected:
+            self._reject(rejected)
 
     def _collect_all(self, source: _Source, period: float, last_gauges: dict[str, LabelledValues]) -> bool:
         """The common case, every metric answered: one unpack, then each run of one metric at once;
@@ -248,7 +293,11 @@ class GpmReader:
             read = values[start:end]
             if rate:
                 counted = totals.get(metric) or totals.setdefault(metric, {})
-                for label, value in zip(labels, read, strict=True):
+                answered: Iterable[tuple[tuple[str, ...], float]] = zip(labels, read, strict=True)
+                if not _throughputs(read):  # a NaN, infinite or negative answer: that one is skipped
+                    answered = [(label, value) for label, value in answered if 0.0 <= value < math.inf]
+                    self._reject(len(read) - len(answered))
+                for label, value in answered:
                     counted[label] = counted.get(label, 0.0) + value * bytes_per_rate
                 continue
             kept = last[position]

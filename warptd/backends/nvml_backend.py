@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from warptd.backends import nvml_session
 from warptd.backends.base import AcceleratorBackend
-from warptd.backends.nvidia_gpm import GpmReader
+from warptd.backends.nvidia_gpm import GpmReader, sample_gap
 from warptd.errors import BackendUnavailableError, ErrorKind
 
 if TYPE_CHECKING:
@@ -28,7 +28,13 @@ class NvmlBackend(AcceleratorBackend):
         self._generation = self._session.generation
         self._suspect = False  # NVML reset or a GPU lost: reopen at the next rediscovery
         try:
-            self._gpm = GpmReader(self._nvml, self.call, self._is_unsupported)
+            self._gpm = GpmReader(
+                self._nvml,
+                self.call,
+                self._is_unsupported,
+                gap=lambda: sample_gap(self.settings),
+                reject=lambda n: self.count_error(ErrorKind.INVALID_VALUE, n),
+            )
         except AttributeError as exc:  # an nvidia-ml-py without the GPM structs
             self._lease.release()
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
