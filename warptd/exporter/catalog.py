@@ -192,24 +192,25 @@ FIELD_LATENCY = _device(
 SM_ACTIVE = _device(
     "warptd_device_sm_active_ratio",
     "gauge",
-    "Fraction of time at least one warp was resident on an SM, averaged over all SMs, over the last "
-    "sample period (NVIDIA GPM SM_UTIL, Hopper and newer; DCGM's SM activity).",
+    "Fraction of time at least one warp was resident on an SM, averaged over all SMs, between the last "
+    "two GPM samples (NVIDIA GPM SM_UTIL, Hopper and newer; DCGM's SM activity).",
 )
 SM_OCCUPANCY = _device(
     "warptd_device_sm_occupancy_ratio",
     "gauge",
-    "Resident warps relative to the SMs' maximum, over the last sample period (NVIDIA GPM SM_OCCUPANCY).",
+    "Resident warps relative to the SMs' maximum, between the last two GPM samples "
+    "(NVIDIA GPM SM_OCCUPANCY).",
 )
 DRAM_BANDWIDTH = _device(
     "warptd_device_dram_bandwidth_ratio",
     "gauge",
-    "Fraction of the peak device-memory bandwidth used over the last sample period (NVIDIA GPM "
+    "Fraction of the peak device-memory bandwidth used between the last two GPM samples (NVIDIA GPM "
     "DRAM_BW_UTIL; DCGM's DRAM activity).",
 )
 PIPE_ACTIVE = _device(
     "warptd_device_pipe_active_ratio",
     "gauge",
-    "Fraction of cycles a compute pipe was active over the last sample period, by pipe: tensor, fp64, "
+    "Fraction of cycles a compute pipe was active between the last two GPM samples, by pipe: tensor, fp64, "
     "fp32, fp16, integer (NVIDIA GPM).",
     "pipe",
 )
