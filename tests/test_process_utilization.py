@@ -421,7 +421,10 @@ def test_the_daemon_splits_by_sm_share_with_processes(tmp_path, fake_nvml, kubel
             gpu0.energy_mj += 1000
             time.sleep(0.05)
             samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
-            if select(samples, SPLIT, method="sm_share") and select(samples, METRIC):
+            # A read that found no new driver sample (this loop starved under load) rightly shows 0:
+            # wait for a scrape after a read that saw pid 1001's samples, not for the series alone.
+            mine = select(samples, METRIC, engine="sm", pid="1001", pod_uid=UID, container_id=CID)
+            if select(samples, SPLIT, method="sm_share") and mine and mine[0].value > 0:
                 break
         assert value(samples, SPLIT, method="sm_share", device="0") > 0
         assert value(samples, METRIC, engine="sm", pid="1001", pod_uid=UID, container_id=CID) > 0
