@@ -279,3 +279,14 @@ def test_http_settings_reach_the_server(monkeypatch):
     assert limits.max_requests == 7 and limits.header_timeout == 2.5 and limits.backlog == 1024
     with pytest.raises(SettingsError, match="http_backlog"):
         load_settings(http_backlog=5)  # the old default, too short for a burst
+
+
+def test_status_lines_carry_the_standard_reason_phrase(daemon):
+    """``HTTP/1.1 200 OK``, not ``HTTP/1.1 200 ``: over a raw socket, as curl -v or a proxy sees it."""
+    for method, path, line in (
+        (b"GET", b"/healthz", b"HTTP/1.1 200 OK\r\n"),
+        (b"GET", b"/no-such-page", b"HTTP/1.1 404 Not Found\r\n"),
+        (b"TRACE", b"/metrics", b"HTTP/1.1 405 Method Not Allowed\r\n"),
+    ):
+        reply = _raw(daemon.port, method + b" " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert reply.startswith(line), reply[:80]
