@@ -290,3 +290,24 @@ def test_status_lines_carry_the_standard_reason_phrase(daemon):
     ):
         reply = _raw(daemon.port, method + b" " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert reply.startswith(line), reply[:80]
+
+
+def test_the_cpu_backend_is_a_cpu_not_an_accelerator(daemon):
+    """/devices, `warptd_backend_up` and a window's recording call the CPU a CPU."""
+    backends = {
+        b["backend"]: b["kind"] for b in json.loads(http(daemon.port, "GET", "/devices")[2])["backends"]
+    }
+    assert backends["cpu"] == "cpu" and backends["nvidia"] == "accelerator" and backends["rapl"] == "power"
+    samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+    assert value(samples, "warptd_backend_up", backend="cpu", kind="cpu") == 1
+    assert value(samples, "warptd_backend_up", backend="nvidia", kind="accelerator") == 1
+    body = json.dumps({"name": "kinds", "devices": ["cpu:0", "nvidia:0", "rapl:package-0"]}).encode()
+    status, _, opened = http(daemon.port, "POST", "/windows", body, {"Content-Type": "application/json"})
+    assert status == 201, opened
+    ended = http(daemon.port, "POST", f"/windows/{json.loads(opened)['id']}/end")[2]
+    kinds = {t["id"]: (t["kind"], t["device_kind"]) for t in json.loads(ended)["targets"]}
+    assert kinds == {
+        "cpu:0": ("device", "cpu"),
+        "nvidia:0": ("device", "accelerator"),
+        "rapl:package-0": ("domain", None),
+    }

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warptd.models import DeviceKind
+
 #: Bumped whenever a field changes meaning or goes away; adding optional fields keeps it.
 SCHEMA_VERSION = 1
 
@@ -47,6 +49,9 @@ class TargetRecording(BaseModel):
 
     id: str = Field(description="backend:index for devices, source:domain for power domains.")
     kind: TargetKind = Field(description="device, or domain (a power domain such as a CPU package).")
+    device_kind: DeviceKind | None = Field(
+        None, description="What a device is: accelerator, or cpu (the host CPU); None for domains."
+    )
     backend: str = Field(description="The backend that samples it (nvidia, rapl, …).")
     model: str | None = Field(None, description="Device model, where known.")
     uuid: str | None = Field(None, description="Device UUID, where it has one.")
