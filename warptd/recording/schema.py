@@ -96,8 +96,8 @@ class Recording(BaseModel):
     status: Literal["open", "ended"] = Field("ended", description="open while it records.")
     end_reason: str | None = Field(
         None,
-        description="Windows: ended (asked), max_duration, shutdown; profiles: command_exited; "
-        "stress runs: succeeded, failed, cancelled.",
+        description="Windows: requested (a client ended it), max_duration, shutdown; profiles: "
+        "command_exited; stress runs: succeeded, failed, cancelled.",
     )
     started_at: float = Field(description="Unix time the recording started.")
     ended_at: float | None = Field(None, description="Unix time it ended; None while open.")
