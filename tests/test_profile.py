@@ -279,6 +279,20 @@ def test_a_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     assert "--local" in result.stderr and not marker.exists()
 
 
+def test_a_named_daemon_without_windows_is_an_error(gpus, settings, tmp_path):
+    settings.backends, settings.windows = ["nvidia"], False
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        assert wait_until(lambda: http(daemon.port, "GET", "/readyz")[0] == 200)
+        url, marker = f"http://127.0.0.1:{daemon.port}", tmp_path / "ran"
+        result = run_profile(gpus, "--url", url, "--", *marker_command(marker))
+    finally:
+        daemon.stop()
+    assert result.returncode == 2 and "has windows turned off (--no-windows)" in result.stderr, result.stderr
+    assert not marker.exists()
+
+
 def test_warptd_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     marker = tmp_path / "ran"
     result = subprocess.run(

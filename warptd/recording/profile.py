@@ -213,16 +213,21 @@ def _sampled(settings: Settings, args: argparse.Namespace, profile: Profile) -> 
     if args.local:
         return _with_own_samplers(settings, interval, profile)
     url = daemon_url(settings, args.url)
+    named = "--url" if args.url else "$WARPTD_URL" if os.environ.get("WARPTD_URL") else None
     if daemon_answers(url):
         result = _through_daemon(url, settings.stress_token_value(), profile)
         if result is not None:
             code, recording = result
             why = f"the daemon at {url} has no energy source for them (warptd list --verbose there says why)"
             return Recorded(code, recording, (why,))
-    elif args.url or os.environ.get("WARPTD_URL"):
-        given = "--url" if args.url else "$WARPTD_URL"
+        if named is not None:
+            raise ProfileError(
+                f"the daemon at {url} ({named}) has windows turned off (--no-windows); use --local to "
+                "sample here"
+            )
+    elif named is not None:
         raise ProfileError(
-            f"no warptd daemon answers at {url} ({given}); start it, or use --local to sample here"
+            f"no warptd daemon answers at {url} ({named}); start it, or use --local to sample here"
         )
     return _with_own_samplers(settings, interval, profile)
 
@@ -274,9 +279,10 @@ def missing_energy(recording: Recording, reasons: tuple[str, ...]) -> str | None
     without = [t.id for t in recording.targets if t.energy_joules is None]
     if not without:
         return None
-    what = "no energy measured" if recording.energy_joules is None else "no energy for " + ", ".join(without)
     readings = f"{', '.join(without)} {'reads' if len(without) == 1 else 'read'} no power or energy"
-    return f"{what}: {'; '.join((readings, *reasons))}"
+    if recording.energy_joules is None:
+        return f"no energy measured: {'; '.join((readings, *reasons))}"
+    return f"no energy for {', '.join(without)}: {'; '.join(reasons) or readings}"
 
 
 def _write_outputs(recording: Recording, planned: outputs.Outputs) -> bool:
