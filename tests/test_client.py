@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +96,31 @@ def test_the_client_imports_only_the_standard_library():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+README_EXAMPLE = """
+import sys
+sys.modules["torch"] = None  # a host without torch
+import warptd.client
+
+with warptd.client.window("epoch-3", sync="torch") as w:  # the README's example
+    pass
+"""
+
+
+def test_sync_torch_without_torch_names_the_extra_at_the_call(daemon):
+    result = subprocess.run(
+        [sys.executable, "-c", README_EXAMPLE],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "WARPTD_URL": url(daemon)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("warptd.client.SyncUnavailableError: sync='torch' needs torch"), result.stderr
+    assert "install the stress extra (" in last and "[stress]')" in last and "pip install torch" in last
+    assert "import torch" not in result.stderr  # raised at the call, not from inside the window
+    assert "During handling" not in result.stderr
+    assert json.loads(http(daemon.port, "GET", "/windows")[2])["windows"] == []  # nothing opened

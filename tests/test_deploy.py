@@ -42,9 +42,13 @@ def helm() -> str:
     return os.environ.get("WARPTD_HELM") or require_tool("helm")
 
 
-def render(values: dict[str, str], expect_ok: bool = True) -> list[dict]:
+#: No image is published: every install names the one it built, as the tests do.
+IMAGE = {"image.repository": "registry.example.com/warptd"}
+
+
+def render(values: dict[str, str], expect_ok: bool = True, image: dict[str, str] = IMAGE) -> list[dict]:
     args = [helm(), "template", "rel", str(CHART), "--namespace", "monitoring", "--kube-version", "1.30.0"]
-    for key, value in values.items():
+    for key, value in {**image, **values}.items():
         args += ["--set", f"{key}={value}"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False, env=_helm_env())
     if not expect_ok:
@@ -73,7 +77,7 @@ def by_kind(docs: list[dict], kind: str) -> dict:
 def test_helm_lint_strict():
     for values in ({}, ALL_ON):
         args = [helm(), "lint", "--strict", str(CHART), "--kube-version", "1.30.0"]
-        for key, value in values.items():
+        for key, value in {**IMAGE, **values}.items():
             args += ["--set", f"{key}={value}"]
         result = subprocess.run(
             args, capture_output=True, text=True, timeout=60, check=False, env=_helm_env()
@@ -191,6 +195,37 @@ def test_existing_secret_is_used_and_no_secret_created():
 def test_values_schema_rejects_bad_values(key, value, message):
     stderr = render({key: value}, expect_ok=False)[0]["stderr"]
     assert message in stderr and "values don't meet the specifications of the schema" in stderr
+
+
+def _image(docs: list[dict]) -> str:
+    return by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_the_chart_assumes_no_published_image():
+    """No image is published: without image.repository the chart stops with what to do, instead of
+    deploying pods that pull a registry path that does not exist."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["image"]["repository"] == ""
+    stderr = render({}, expect_ok=False, image={})[0]["stderr"]
+    assert "image.repository is required: no warptd image is published" in stderr, stderr
+    assert "--set image.repository=REGISTRY/warptd --set image.tag=TAG (docs/deploy.md)" in stderr
+
+
+def test_the_image_is_the_one_built():
+    assert _image(render({})) == "registry.example.com/warptd:0.1.0"  # the chart's appVersion
+    tagged = render({"image.repository": "localhost:5000/team/warptd", "image.tag": "0.1.0-stress"})
+    assert _image(tagged) == "localhost:5000/team/warptd:0.1.0-stress"
+
+
+def test_the_documented_build_and_install_render():
+    """docs/deploy.md's commands: the image its docker build tags is the one its helm install runs."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    block = text.split("## Kubernetes (Helm)", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    command = block.replace("\\\n", " ")
+    built = command.split("docker build -t ", 1)[1].split()[0]
+    install = next(line for line in command.splitlines() if line.startswith("helm install "))
+    values = dict(pair.split("=", 1) for pair in install.split("--set ")[1:] for pair in [pair.strip()])
+    assert _image(render(values, image={})) == built
 
 
 def test_chart_copies_of_rules_and_dashboard_are_current():

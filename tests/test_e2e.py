@@ -277,6 +277,6 @@ def test_start_up_output_is_the_loaded_backends_and_the_url(tmp_path):
         proc.kill()
         proc.wait(timeout=10)
     assert "warptd_started" in lines[-1] and len(lines) <= 4, "".join(lines)
-    assert any(re.search(r" backend_loaded +backend=cpu kind=accelerator devices=1$", line) for line in lines)
+    assert any(re.search(r" backend_loaded +backend=cpu kind=cpu devices=1$", line) for line in lines)
     assert re.search(r" url=http://127\.0\.0\.1:\d+/metrics ", lines[-1]), lines[-1]
     assert "unavailable" not in "".join(lines)

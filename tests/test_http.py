@@ -279,3 +279,35 @@ def test_http_settings_reach_the_server(monkeypatch):
     assert limits.max_requests == 7 and limits.header_timeout == 2.5 and limits.backlog == 1024
     with pytest.raises(SettingsError, match="http_backlog"):
         load_settings(http_backlog=5)  # the old default, too short for a burst
+
+
+def test_status_lines_carry_the_standard_reason_phrase(daemon):
+    """``HTTP/1.1 200 OK``, not ``HTTP/1.1 200 ``: over a raw socket, as curl -v or a proxy sees it."""
+    for method, path, line in (
+        (b"GET", b"/healthz", b"HTTP/1.1 200 OK\r\n"),
+        (b"GET", b"/no-such-page", b"HTTP/1.1 404 Not Found\r\n"),
+        (b"TRACE", b"/metrics", b"HTTP/1.1 405 Method Not Allowed\r\n"),
+    ):
+        reply = _raw(daemon.port, method + b" " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert reply.startswith(line), reply[:80]
+
+
+def test_the_cpu_backend_is_a_cpu_not_an_accelerator(daemon):
+    """/devices, `warptd_backend_up` and a window's recording call the CPU a CPU."""
+    backends = {
+        b["backend"]: b["kind"] for b in json.loads(http(daemon.port, "GET", "/devices")[2])["backends"]
+    }
+    assert backends["cpu"] == "cpu" and backends["nvidia"] == "accelerator" and backends["rapl"] == "power"
+    samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+    assert value(samples, "warptd_backend_up", backend="cpu", kind="cpu") == 1
+    assert value(samples, "warptd_backend_up", backend="nvidia", kind="accelerator") == 1
+    body = json.dumps({"name": "kinds", "devices": ["cpu:0", "nvidia:0", "rapl:package-0"]}).encode()
+    status, _, opened = http(daemon.port, "POST", "/windows", body, {"Content-Type": "application/json"})
+    assert status == 201, opened
+    ended = http(daemon.port, "POST", f"/windows/{json.loads(opened)['id']}/end")[2]
+    kinds = {t["id"]: (t["kind"], t["device_kind"]) for t in json.loads(ended)["targets"]}
+    assert kinds == {
+        "cpu:0": ("device", "cpu"),
+        "nvidia:0": ("device", "accelerator"),
+        "rapl:package-0": ("domain", None),
+    }

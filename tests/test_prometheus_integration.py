@@ -135,6 +135,14 @@ def _wait_for_data(prom: Prometheus) -> None:
     assert wait_until(lambda: prom.has('up{job="warptd"} == 1'), timeout=10, interval=0.5)
 
 
+def _wait_for_scrape_of_each_job(prom: Prometheus, ended: dict[str, float]) -> None:
+    """Until Prometheus holds, for each stress test, the sample of its own run's end: a scrape that
+    followed the job, not one that followed an earlier job (whose end timestamp is already there)."""
+    for test, at in ended.items():
+        selector = f'warptd_stress_last_end_timestamp_seconds{{test="{test}"}} >= {at - 0.001:.3f}'
+        assert wait_until(lambda selector=selector: prom.has(selector), timeout=20, interval=0.5), selector
+
+
 def _check_rules_healthy(prom: Prometheus) -> None:
     assert wait_until(
         lambda: all(r.get("health") == "ok" for g in prom.api("rules")["data"]["groups"] for r in g["rules"]),
@@ -169,15 +177,18 @@ def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
 
 def test_every_dashboard_and_alert_query_with_the_nvml_double(nvml_stack):
     daemon, prom = nvml_stack
+    ended = {}
     for test, size in (("memory", 8), ("matmul", 64)):  # one after the other: one job per device
         payload = {"test": test, "device": "cpu:0", "duration_s": 1, "size": size}
         status, _, body = http(
             daemon.port, "POST", "/stress", json.dumps(payload).encode(), {"Content-Type": "application/json"}
         )
         assert status == 202
-        assert daemon.stress.get(json.loads(body)["id"]).done.wait(90)
+        job = daemon.stress.get(json.loads(body)["id"])
+        assert job.done.wait(90) and job.ended_at is not None, job.error
+        ended[test] = job.ended_at.timestamp()
     _wait_for_data(prom)
-    assert wait_until(lambda: prom.has("warptd_stress_last_end_timestamp_seconds"), timeout=20, interval=0.5)
+    _wait_for_scrape_of_each_job(prom, ended)
     missing = []
     for title, expr in dashboard_queries():
         reply = prom.query(expr)

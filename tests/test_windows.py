@@ -89,7 +89,7 @@ def test_a_two_second_window_measures_each_gpu_within_2_percent(make_daemon):
     assert opened["status"] == "open" and opened["labels"] == {"run": "a"}
     time.sleep(2.0)
     ended = end_window(daemon.port, opened["id"])
-    assert ended["status"] == "ended" and ended["end_reason"] == "ended" and ended["schema_version"] == 2
+    assert ended["status"] == "ended" and ended["end_reason"] == "requested" and ended["schema_version"] == 2
     assert ended["kind"] == "window" and ended["interval_seconds"] == 0.1
     assert ended["duration_seconds"] == pytest.approx(2.0, abs=0.3)
     for index, watts in WATTS.items():

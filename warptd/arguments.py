@@ -229,11 +229,23 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
     )
     profile.add_argument("--name", metavar="NAME", help="the recording's name (default: CMD's name)")
     profile.add_argument("--json", action="store_true", help="print the recording as JSON on stdout")
-    profile.add_argument("--output", metavar="FILE", help="also write an HTML report")
     profile.add_argument(
+        "--output",
+        metavar="FILE",
+        help="also write an HTML report (report extra), and the recording's JSON beside it (FILE.json)",
+    )
+    profile.add_argument(
+        "--save", metavar="FILE", help="save the recording's JSON to FILE (for warptd report later)"
+    )
+    where = profile.add_mutually_exclusive_group()
+    where.add_argument(
         "--url",
         metavar="URL",
-        help="the daemon to record through (default $WARPTD_URL or http://127.0.0.1:PORT)",
+        help="the daemon to record through, which must answer (default $WARPTD_URL, which must too, "
+        "else http://127.0.0.1:PORT when a daemon answers there)",
+    )
+    where.add_argument(
+        "--local", action="store_true", help="sample with this process's own samplers, never a daemon"
     )
     profile.add_argument("profile_command", nargs=argparse.REMAINDER, metavar="CMD", help="-- CMD [ARGS...]")
     return profile

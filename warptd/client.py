@@ -15,7 +15,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -96,20 +96,41 @@ def end_window(
     return _request("POST", f"/windows/{window_id}/end", None, url=url, token=token, timeout=timeout)
 
 
-def synchronize(sync: Sync) -> None:
-    """With ``sync="torch"``, wait for the queued CUDA work (where CUDA is available) so a window's
-    edges are where the device work is, not where Python queued it."""
+class SyncUnavailableError(ModuleNotFoundError):
+    """``sync`` names a library that is not installed here; the message says what to install."""
+
+
+def check_sync(sync: Sync) -> None:
+    """Refuse an unknown ``sync``, or ``"torch"`` without torch, before anything starts: at the call,
+    with what to install, rather than as a traceback from inside the window."""
     if sync is None:
         return
     if sync != "torch":
         raise ValueError(f"unknown sync {sync!r}; use 'torch' or None")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        from warptd.install import install_command
+
+        raise SyncUnavailableError(
+            "sync='torch' needs torch, which is not installed here: install the stress extra "
+            f"({install_command('stress')}) or torch itself (pip install torch)",
+            name="torch",
+        )
+
+
+def synchronize(sync: Sync) -> None:
+    """With ``sync="torch"``, wait for the queued CUDA work (where CUDA is available) so a window's
+    edges are where the device work is, not where Python queued it."""
+    check_sync(sync)
+    if sync is None:
+        return
     import torch
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
 
-@contextmanager
 def window(
     name: str,
     devices: list[str] | None = None,
@@ -119,8 +140,24 @@ def window(
     token: str | None = None,
     sync: Sync = None,
     timeout: float = 10.0,
+) -> AbstractContextManager[WindowHandle]:
+    """An energy window around the block; ends it even when the block raises. ``sync`` is checked
+    here, at the call, so a missing torch is said before any window opens."""
+    check_sync(sync)
+    return _window(name, devices, labels, url=url, token=token, sync=sync, timeout=timeout)
+
+
+@contextmanager
+def _window(
+    name: str,
+    devices: list[str] | None,
+    labels: dict[str, str] | None,
+    *,
+    url: str | None,
+    token: str | None,
+    sync: Sync,
+    timeout: float,
 ) -> Iterator[WindowHandle]:
-    """An energy window around the block; ends it even when the block raises."""
     synchronize(sync)
     opened = begin_window(name, devices, labels, url=url, token=token, timeout=timeout)
     handle = WindowHandle(opened["id"], opened)

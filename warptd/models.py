@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+#: What a backend samples: accelerators' devices, the host CPU as a device, or power domains.
+BackendKind = Literal["accelerator", "cpu", "power"]
+#: What a device is: an accelerator, or the host CPU.
+DeviceKind = Literal["accelerator", "cpu"]
+
+
+def device_kind(is_accelerator: bool) -> DeviceKind:
+    """The kind of a device backend's devices: the one backend that is no accelerator is the CPU's."""
+    return "accelerator" if is_accelerator else "cpu"
 
 
 class GPUInfo(BaseModel):

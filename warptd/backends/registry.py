@@ -14,7 +14,7 @@ import structlog
 
 from warptd.backends.base import AcceleratorBackend
 from warptd.config import SettingsError
-from warptd.models import pci_address
+from warptd.models import device_kind, pci_address
 from warptd.power.base import PowerBackend
 from warptd.targets import resolve_target
 
@@ -156,7 +156,7 @@ def _log_loaded(loaded: Loaded, origins: dict[str, str]) -> None:
     for backend in [*loaded.accelerators, *loaded.power]:
         fields: dict[str, object] = {"kind": "power"}
         if isinstance(backend, AcceleratorBackend):
-            fields = {"kind": "accelerator", "devices": backend.get_device_count()}
+            fields = {"kind": device_kind(backend.is_accelerator), "devices": backend.get_device_count()}
         if origins[backend.name] != "builtin":
             fields["origin"] = origins[backend.name]
         log.info("backend_loaded", backend=backend.name, **fields)

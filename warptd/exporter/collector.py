@@ -77,7 +77,7 @@ class SnapshotCollector(Collector):
             self._self_metrics(families, state, fresh)
             if not fresh:
                 continue  # stale: drop its series rather than serve frozen values
-            if state.kind == "accelerator":
+            if state.has_devices:
                 self._devices(families, state)
             else:
                 self._domains(families, state)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import http
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,14 @@ class _Closed(Exception):
 
 
 _date_cache: tuple[int, bytes] = (0, b"")
+
+
+def _reason(status: int) -> bytes:
+    """The standard reason phrase (``OK``, ``Not Found``); clients and proxies that log it get one."""
+    try:
+        return http.HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
 
 
 def _date() -> bytes:
@@ -175,7 +184,9 @@ class Connection:
         headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()]
         if close and "Connection" not in response.headers:
             headers.append((b"Connection", b"close"))
-        head = self.h11.send(h11.Response(status_code=response.status, headers=headers))
+        head = self.h11.send(
+            h11.Response(status_code=response.status, headers=headers, reason=_reason(response.status))
+        )
         body = self.h11.send(h11.Data(data=response.body)) if method != "HEAD" and response.body else b""
         self.h11.send(h11.EndOfMessage())  # Content-Length framing: nothing more to write
         self.writer.write(head + body)  # one send: cheaper than two, even at 370 KiB (64 GPUs)

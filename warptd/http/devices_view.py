@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel
 
-from warptd.models import DeviceReading, GPUInfo
+from warptd.models import BackendKind, DeviceReading, GPUInfo
 from warptd.sampling.snapshot import Snapshot
 
 
@@ -30,7 +28,7 @@ class DeviceView(GPUInfo):
 
 class BackendView(BaseModel):
     backend: str
-    kind: Literal["accelerator", "power"]
+    kind: BackendKind
     up: bool
     devices: list[DeviceView] | None = None  # accelerator backends
     domains: list[str] | None = None  # power backends
@@ -58,7 +56,7 @@ def devices_view(snapshot: Snapshot) -> DevicesView:
     backends = []
     for state in snapshot.states():
         fresh = snapshot.is_fresh(state)
-        if state.kind != "accelerator":
+        if not state.has_devices:
             domains = [d.domain for d in state.domains]
             backends.append(BackendView(backend=state.name, kind=state.kind, up=fresh, domains=domains))
             continue

@@ -16,9 +16,10 @@ ENERGY_SOURCES = {
     "integrated": "integrated power",
     "power_times_duration": "power \N{MULTIPLICATION SIGN} duration",
 }
-#: Why a recording ended, as words; ``ended`` alone is a window ended when asked.
+#: Why a recording ended, as words; ``ended`` alone is a window ended when asked (before ``requested``).
 END_REASONS = {
     "ended": "",
+    "requested": "requested by its client",
     "command_exited": "the command exited",
     "max_duration": "reached its maximum duration",
     "shutdown": "the daemon shut down",

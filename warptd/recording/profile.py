@@ -1,14 +1,16 @@
 """``warptd profile -- CMD``: record every selected device while CMD runs.
 
 Through the node's daemon when one answers (a window there: two samplers never fight over an SDK),
-else with this process's own samplers at ``--interval`` (default ``--window-interval``, 0.1 s).
-Signals (INT, TERM, HUP) are forwarded to CMD, and its exit code is ours (128+N if killed by N).
+else with this process's own samplers at ``--interval`` (default ``--window-interval``, 0.1 s); a
+daemon named by ``--url`` must answer. Signals (INT, TERM, HUP) are forwarded to CMD, and its exit
+code is ours (128+N if killed by N). What would fail after CMD is checked before it runs, and the
+recording's JSON is saved before its report is rendered (:mod:`warptd.recording.outputs`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import os
 import re
 import signal
@@ -19,16 +21,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from warptd import client
 from warptd.config import Settings, SettingsError
+from warptd.recording import command as cmd
+from warptd.recording import outputs
 from warptd.recording.recorder import Recorder, with_carbon_and_cost
 from warptd.recording.schema import Recording
 from warptd.recording.selection import UnknownTarget, select_targets
 
+if TYPE_CHECKING:
+    from warptd.backends.registry import Loaded
+    from warptd.sampling.snapshot import Snapshot
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-REPORT_MODULE = "warptd.recording.report"
+#: Exit status when an output failed after CMD exited 0 (a failing CMD's own status is kept).
+EXIT_OUTPUT_FAILED = 1
 
 
 class ProfileError(Exception):
@@ -85,11 +94,11 @@ def forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
 
 
 def run_child(command: list[str]) -> int:
-    """Run CMD with signals forwarded; return its exit code."""
+    """Run CMD with signals forwarded; return its exit code (CommandError if it cannot start)."""
     try:
         child = subprocess.Popen(command)
     except OSError as exc:
-        raise ProfileError(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+        raise cmd.from_os_error(command[0], exc) from None
     with forwarding(child):
         child.wait()
     return exit_code(child.returncode)
@@ -118,7 +127,17 @@ def _through_daemon(url: str, token: str | None, profile: Profile) -> tuple[int,
     return code, Recording.model_validate(ended) if ended is not None else None
 
 
-def _with_own_samplers(settings: Settings, interval: float, profile: Profile) -> tuple[int, Recording]:
+@dataclass(frozen=True)
+class Recorded:
+    """CMD's exit code, its recording (None if the daemon lost it) and why energy may be missing."""
+
+    code: int
+    recording: Recording | None
+    #: Why this node has no energy reading for some targets, one phrase per cause.
+    energy_reasons: tuple[str, ...] = ()
+
+
+def _with_own_samplers(settings: Settings, interval: float, profile: Profile) -> Recorded:
     """Load the backends here, sample them at ``interval`` while CMD runs, read them once more at its end."""
     from warptd.backends.registry import load_backends
     from warptd.sampling.sampler import Sampler
@@ -155,9 +174,62 @@ def _with_own_samplers(settings: Settings, interval: float, profile: Profile) ->
             sampler.halt()
             sampler.sample_all()  # the last sample at the end
             recorder.stop("command_exited")
-        return code, recorder.recording_now()
+        return Recorded(code, recorder.recording_now(), local_energy_reasons(loaded, snapshot))
     finally:
         sampler.stop()
+
+
+def local_energy_reasons(loaded: Loaded, snapshot: Snapshot) -> tuple[str, ...]:
+    """Why a device here may have no energy: each energy source of a loaded backend that did not load
+    (``rapl: no RAPL zones``), each that loaded but was refused its counter, and no accelerator."""
+    from warptd.backends.registry import discover
+    from warptd.errors import ErrorKind
+    from warptd.targets import resolve_target
+
+    present = {backend.name for backend in loaded.accelerators}
+    reasons = []
+    for candidate in discover():
+        if candidate.kind != "power" or candidate.name not in loaded.unavailable:
+            continue
+        try:
+            companion = getattr(resolve_target(candidate.target), "companion", None)
+        except (ImportError, AttributeError):
+            continue
+        if companion in present:
+            reasons.append(f"{candidate.name}: {loaded.unavailable[candidate.name]}")
+    for backend in loaded.power:
+        state = snapshot.get(backend.name)
+        if state is not None and state.errors.get(ErrorKind.PERMISSION):
+            reasons.append(f"{backend.name}: permission denied reading its energy counters")
+    if not any(backend.is_accelerator for backend in loaded.accelerators):
+        reasons.append("no accelerator found (warptd list --verbose says why each backend did not load)")
+    return tuple(reasons)
+
+
+def _sampled(settings: Settings, args: argparse.Namespace, profile: Profile) -> Recorded:
+    """Through the daemon that answers at ``--url``, else (and with ``--local``) with own samplers.
+    A daemon named with ``--url`` or ``$WARPTD_URL`` must answer: falling back would hide that."""
+    interval = settings.interval if "interval" in settings.model_fields_set else settings.window_interval
+    if args.local:
+        return _with_own_samplers(settings, interval, profile)
+    url = daemon_url(settings, args.url)
+    named = "--url" if args.url else "$WARPTD_URL" if os.environ.get("WARPTD_URL") else None
+    if daemon_answers(url):
+        result = _through_daemon(url, settings.stress_token_value(), profile)
+        if result is not None:
+            code, recording = result
+            why = f"the daemon at {url} has no energy source for them (warptd list --verbose there says why)"
+            return Recorded(code, recording, (why,))
+        if named is not None:
+            raise ProfileError(
+                f"the daemon at {url} ({named}) has windows turned off (--no-windows); use --local to "
+                "sample here"
+            )
+    elif named is not None:
+        raise ProfileError(
+            f"no warptd daemon answers at {url} ({named}); start it, or use --local to sample here"
+        )
+    return _with_own_samplers(settings, interval, profile)
 
 
 def run_profile(settings: Settings, args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -170,53 +242,81 @@ def run_profile(settings: Settings, args: argparse.Namespace, out: TextIO = sys.
             file=sys.stderr,
         )
         return 2
-    render = _report_renderer() if args.output else None
-    if args.output and render is None:
-        missing = f"--output needs the HTML report ({REPORT_MODULE}), which this warptd does not have"
-        print(f"warptd profile: {missing}", file=sys.stderr)
+    try:
+        planned = outputs.plan(args.output, args.save)
+    except outputs.OutputError as exc:
+        print(f"warptd profile: {exc}", file=sys.stderr)
         return 2
     name = args.name or re.sub(r"[^A-Za-z0-9_.:-]", "_", Path(command[0]).name)[:64] or "profile"
     profile = Profile(command, name, args.device, {"command": " ".join(command)[:256]})
-    interval = settings.interval if "interval" in settings.model_fields_set else settings.window_interval
-    url = daemon_url(settings, args.url)
     try:
-        result = _through_daemon(url, settings.stress_token_value(), profile) if daemon_answers(url) else None
-        if result is None:
-            result = _with_own_samplers(settings, interval, profile)
+        cmd.resolve(command[0])  # before any window opens: a typo leaves nothing behind
+        recorded = _sampled(settings, args, profile)
+    except cmd.CommandError as exc:
+        print(f"warptd profile: {exc}", file=sys.stderr)
+        return exc.code
     except (ProfileError, client.WindowClientError, SettingsError) as exc:
         print(f"warptd profile: {exc}", file=sys.stderr)
         return 2
-    code, recording = result
-    if recording is None:
-        return code
-    recording = recording.model_copy(update={"end_reason": "command_exited", "kind": "profile"})
+    if recorded.recording is None:
+        return recorded.code
+    recording = recorded.recording.model_copy(update={"end_reason": "command_exited", "kind": "profile"})
     if settings.carbon_intensity is not None or settings.energy_price is not None:
         recording = with_carbon_and_cost(recording, settings.carbon_intensity, settings.energy_price)
     if args.json:
         out.write(recording.model_dump_json(indent=2) + "\n")
     else:
         print_table(recording, sys.stderr)
-    if render is not None:
-        _write_report(render, recording, Path(args.output))
-    return code
+    missing = missing_energy(recording, recorded.energy_reasons)
+    if missing:
+        print(f"warptd profile: {missing}", file=sys.stderr)
+    written = _write_outputs(recording, planned)
+    return recorded.code if written or recorded.code != 0 else EXIT_OUTPUT_FAILED
 
 
-def _write_report(render: Callable[[Recording], str], recording: Recording, path: Path) -> None:
-    """Write the HTML report; a failure is said on stderr and leaves CMD's exit code as it is."""
-    try:
-        path.write_text(render(recording), encoding="utf-8")
-    except ImportError as exc:  # the report's plotting extra is missing
-        print(f"warptd profile: cannot write {path}: {exc}", file=sys.stderr)
-    except OSError as exc:
-        print(f"warptd profile: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-
-
-def _report_renderer() -> Callable[[Recording], str] | None:
-    """``render_html`` of the HTML report module, where this warptd has it."""
-    if importlib.util.find_spec(REPORT_MODULE) is None:
+def missing_energy(recording: Recording, reasons: tuple[str, ...]) -> str | None:
+    """One line naming the targets without energy and why, or None when every target has some."""
+    without = [t.id for t in recording.targets if t.energy_joules is None]
+    if not without:
         return None
-    module = importlib.import_module(REPORT_MODULE)
-    return getattr(module, "render_html", None)
+    readings = f"{', '.join(without)} {'reads' if len(without) == 1 else 'read'} no power or energy"
+    if recording.energy_joules is None:
+        return f"no energy measured: {'; '.join((readings, *reasons))}"
+    return f"no energy for {', '.join(without)}: {'; '.join(reasons) or readings}"
+
+
+def _write_outputs(recording: Recording, planned: outputs.Outputs) -> bool:
+    """Save the recording's JSON, then render the report; say on stderr what failed and where the
+    recording is. False when an output could not be written as asked."""
+    written = True
+    saved: Path | None = None
+    if planned.recording is not None:
+        saved, failure = outputs.save_recording(recording, planned.recording)
+        if failure is not None:
+            print(f"warptd profile: {failure}; the recording is saved in {saved}", file=sys.stderr)
+            written = False
+    if planned.report is None or saved is None:
+        if written and saved is not None:
+            print(f"warptd profile: saved the recording in {saved}", file=sys.stderr)
+        return written
+    try:
+        page = _report_renderer()(recording)
+        planned.report.write_text(page, encoding="utf-8")
+    except Exception as exc:  # whatever broke the report, the recording is kept
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or repr(exc)
+        print(
+            f"warptd profile: cannot write {planned.report}: {reason}; the recording is saved in {saved} "
+            f"(warptd report {saved} -o {planned.report} renders it)",
+            file=sys.stderr,
+        )
+        return False
+    print(f"warptd profile: wrote {planned.report}, and its recording in {saved}", file=sys.stderr)
+    return written
+
+
+def _report_renderer() -> Callable[[Recording], str]:
+    """``render_html`` of the HTML report module (checked present before CMD ran)."""
+    return importlib.import_module(outputs.REPORT_MODULE).render_html
 
 
 def _number(value: float | None, unit: str, digits: int = 1) -> str:

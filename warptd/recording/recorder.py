@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from warptd.models import DeviceReading
+from warptd.models import DeviceKind, DeviceReading
 from warptd.power.base import DomainPower
 from warptd.recording.schema import (
     EnergySource,
@@ -42,6 +42,7 @@ class Target:
     source: str | None = None  # a domain's power source (its id's prefix)
     model: str | None = None
     uuid: str | None = None
+    device_kind: DeviceKind | None = None  # a device's: accelerator or cpu
 
     @property
     def id(self) -> str:
@@ -382,6 +383,7 @@ def _summary(state: _TargetState, span: tuple[float, float] | None) -> TargetRec
     return TargetRecording(
         id=target.id,
         kind=target.kind,
+        device_kind=target.device_kind,
         backend=target.backend,
         model=target.model,
         uuid=target.uuid,

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warptd.models import DeviceKind
+
 #: Bumped whenever a field changes meaning, takes a new value or goes away; adding optional fields
 #: keeps it. 2: ``energy_source`` may be ``power_times_duration`` (a window with fewer than two samples).
 SCHEMA_VERSION = 2
@@ -52,6 +54,9 @@ class TargetRecording(BaseModel):
 
     id: str = Field(description="backend:index for devices, source:domain for power domains.")
     kind: TargetKind = Field(description="device, or domain (a power domain such as a CPU package).")
+    device_kind: DeviceKind | None = Field(
+        None, description="What a device is: accelerator, or cpu (the host CPU); None for domains."
+    )
     backend: str = Field(description="The backend that samples it (nvidia, rapl, …).")
     model: str | None = Field(None, description="Device model, where known.")
     uuid: str | None = Field(None, description="Device UUID, where it has one.")
@@ -106,8 +111,8 @@ class Recording(BaseModel):
     status: Literal["open", "ended"] = Field("ended", description="open while it records.")
     end_reason: str | None = Field(
         None,
-        description="Windows: ended (asked), max_duration, shutdown; profiles: command_exited; "
-        "stress runs: succeeded, failed, cancelled.",
+        description="Windows: requested (a client ended it), max_duration, shutdown; profiles: "
+        "command_exited; stress runs: succeeded, failed, cancelled.",
     )
     started_at: float = Field(description="Unix time the recording started.")
     ended_at: float | None = Field(None, description="Unix time it ended; None while open.")

@@ -14,9 +14,16 @@ def available_targets(snapshot: Snapshot) -> dict[str, Target]:
     """Every device of every accelerator backend and every domain sampled so far, by id."""
     found: dict[str, Target] = {}
     for state in snapshot.states():
-        if state.kind == "accelerator":
+        if state.has_devices:
             for info in state.devices_info:
-                target = Target("device", state.name, str(info.index), model=info.model, uuid=info.uuid)
+                target = Target(
+                    "device",
+                    state.name,
+                    str(info.index),
+                    model=info.model,
+                    uuid=info.uuid,
+                    device_kind="cpu" if state.kind == "cpu" else "accelerator",
+                )
                 found[target.id] = target
         else:
             for domain in state.domains:

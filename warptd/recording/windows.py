@@ -185,8 +185,9 @@ class WindowManager:
         with self._lock:
             return len(self._open)
 
-    def end(self, window_id: str, reason: str = "ended") -> Recording:
-        """End a window (a last read of its devices first) and return its recording."""
+    def end(self, window_id: str, reason: str = "requested") -> Recording:
+        """End a window (a last read of its devices first) and return its recording; ``reason``
+        ``requested`` when a client ended it (a status of its own, not the word ``ended`` again)."""
         with self._lock:
             window = self._open.get(window_id)
             if window is None:

@@ -19,7 +19,7 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
             "last_sample_timestamp": state.last_success,
             "errors": {str(k): v for k, v in state.errors.items()},
         }
-        if state.kind == "accelerator":
+        if state.has_devices:
             entry["devices"] = [
                 {
                     **dataclasses.asdict(s.reading),

@@ -39,6 +39,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from warptd.errors import ErrorKind
+from warptd.models import device_kind
 from warptd.power.base import DomainPower, DomainReading, PowerBackend
 from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleSeconds
 from warptd.sampling.deadlines import Deadlines
@@ -150,7 +151,7 @@ class Sampler:
                 backend,
                 BackendState(
                     backend.name,
-                    "accelerator",
+                    device_kind(backend.is_accelerator),
                     devices_info=backend.list_devices(),
                     source=getattr(backend, "source", backend.name),
                 ),

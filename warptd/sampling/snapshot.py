@@ -6,10 +6,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
 
 from warptd.errors import ErrorKind
-from warptd.models import DeviceReading, GPUInfo, LabelledValues
+from warptd.models import BackendKind, DeviceReading, GPUInfo, LabelledValues
 from warptd.power.base import DomainPower, PowerSource
 
 
@@ -29,7 +28,7 @@ class BackendState:
     """What one backend last told us, and how healthy its sampling is."""
 
     name: str
-    kind: Literal["accelerator", "power"]
+    kind: BackendKind
     devices_info: list[GPUInfo] = field(default_factory=list)
     #: Where the readings come from: the power source, or an accelerator backend's SDK.
     source: PowerSource | str | None = None
@@ -42,6 +41,11 @@ class BackendState:
     stale_reason: str | None = "not_sampled_yet"
     errors: Counter[ErrorKind] = field(default_factory=Counter)
     samples: int = 0
+
+    @property
+    def has_devices(self) -> bool:
+        """Devices (accelerators, the CPU) rather than power domains."""
+        return self.kind != "power"
 
 
 class Snapshot:

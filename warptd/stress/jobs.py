@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
+from warptd.models import device_kind
 from warptd.recording.recorder import Target
 from warptd.recording.schema import Recording
 from warptd.stress.base import DeviceRef, StressTest, WorkloadResult
@@ -259,7 +260,13 @@ class JobManager:
                 )
             job = Job(id=uuid.uuid4().hex[:12], params=params, device=device)
             job.recorder = TelemetryRecorder(
-                device=Target("device", device.backend, str(device.index)), name=params.test
+                device=Target(
+                    "device",
+                    device.backend,
+                    str(device.index),
+                    device_kind=device_kind(device.is_accelerator),
+                ),
+                name=params.test,
             )
             self._busy[device.key] = job.id
             self._jobs[job.id] = job

@@ -1,0 +1,97 @@
+"""Where ``warptd profile`` writes its recording and report, checked before the command runs.
+
+A profile may run for hours: everything it was asked to write is checked first (the report's
+``report`` extra, each path writable), and the recording's JSON is written before the report, so a
+report that still fails afterwards loses nothing: ``warptd report`` renders the saved JSON later.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from warptd.install import install_command
+from warptd.recording.schema import Recording
+
+#: The module that renders reports, and the package it needs (the ``report`` extra).
+REPORT_MODULE = "warptd.recording.report"
+REPORT_PACKAGE = "plotly"
+
+
+class OutputError(Exception):
+    """An output that cannot be written; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The HTML report to write (if asked) and where the recording's JSON is saved (if anywhere)."""
+
+    report: Path | None
+    recording: Path | None
+
+
+def plan(report: str | None, save: str | None) -> Outputs:
+    """The outputs of ``--output`` and ``--save``, each checked writable; a report needs the
+    ``report`` extra and always gets its recording saved too: at ``--save``, else beside it."""
+    report_path = Path(report) if report else None
+    recording_path = Path(save) if save else None
+    if report_path is not None:
+        check_report_extra()
+        if recording_path is None:
+            recording_path = beside(report_path)
+        if recording_path.resolve() == report_path.resolve():
+            raise OutputError(f"--save and --output name the same file: {report_path}")
+    for path in (report_path, recording_path):
+        if path is not None:
+            check_writable(path)
+    return Outputs(report_path, recording_path)
+
+
+def beside(report: Path) -> Path:
+    """The recording saved beside its report: ``run.html`` -> ``run.json``."""
+    if report.suffix.lower() == ".json":
+        return report.with_name(report.name + ".recording.json")
+    return report.with_suffix(".json")
+
+
+def check_report_extra() -> None:
+    """The report renderer and plotly are importable here; else the pip command that adds them."""
+    if importlib.util.find_spec(REPORT_MODULE) is None:
+        raise OutputError(f"--output needs the HTML report ({REPORT_MODULE}); this warptd does not have it")
+    if importlib.util.find_spec(REPORT_PACKAGE) is None:
+        raise OutputError(
+            f"--output needs {REPORT_PACKAGE}, which is not installed; install the report extra: "
+            f"{install_command('report')}"
+        )
+
+
+def check_writable(path: Path) -> None:
+    """``path`` can be created or replaced; an existing file is left as it was, a new one removed."""
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a directory")
+    existed = path.exists()
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def save_recording(recording: Recording, path: Path) -> tuple[Path, str | None]:
+    """Write the recording's JSON to ``path``; if that fails after all, to a new file in the temporary
+    directory instead. Returns where it went and, after a fallback, why ``path`` failed."""
+    text = recording.model_dump_json(indent=2) + "\n"
+    try:
+        path.write_text(text, encoding="utf-8")
+        return path, None
+    except OSError as exc:
+        failure = f"cannot write {path}: {exc.strerror or exc}"
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="warptd-profile-", suffix=".json", delete=False, encoding="utf-8"
+    ) as fallback:
+        fallback.write(text)
+    return Path(fallback.name), failure
