@@ -212,6 +212,45 @@ def test_connection_cap_answers_503_when_every_connection_is_being_handled(setti
     assert wait_until(lambda: server.connections == 0, timeout=5)
 
 
+def test_requests_waiting_for_a_slot_are_bounded_so_the_connection_cap_can_always_make_room(settings):
+    """At most 1 + QUEUED_PER_SLOT requests per slot are past their head: beyond, 503 at once, so
+    at a connection cap there is always a connection to close for a scrape (issue 23)."""
+    import threading
+    import time
+
+    from warptd.http.app import Response, Router
+    from warptd.http.connection import Phase
+    from warptd.http.limits import HttpLimits
+    from warptd.http.server import QUEUED_PER_SLOT, WarptdHTTPServer
+
+    release = threading.Event()
+    router = Router()
+    router.add("GET", "/slow", lambda _: release.wait(10) and Response(200), offload=True)
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
+    limits = HttpLimits(max_requests=1, max_connections=1 + QUEUED_PER_SLOT + 1)
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=limits)
+    server.start()
+    held = 1 + QUEUED_PER_SLOT  # one running, the rest waiting for its slot
+    handled = [threading.Thread(target=http, args=(server.port, "GET", "/slow")) for _ in range(held)]
+    try:
+        for thread in handled:
+            thread.start()
+        assert wait_until(
+            lambda: server.connections == held and {c.phase for c in server._open} == {Phase.BUSY}, timeout=5
+        )
+        started = time.monotonic()
+        status, _, body = http(server.port, "GET", "/slow")
+        assert status == 503 and json.loads(body)["error"] == "too many concurrent requests"
+        assert time.monotonic() - started < limits.header_timeout / 2  # at once, not after waiting
+        assert http(server.port, "GET", "/metrics")[0] == 200  # the cap's free place
+    finally:
+        release.set()
+        for thread in handled:
+            thread.join(timeout=10)
+        server.shutdown()
+        server.server_close()
+
+
 def test_bad_content_length_is_400(daemon):
     import http.client
 

@@ -25,6 +25,8 @@ _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
 )
+#: Requests that may wait for a pool slot, per slot; beyond, 503 at once.
+QUEUED_PER_SLOT = 4
 _AUTH_CHALLENGE = {"WWW-Authenticate": 'Basic realm="warptd", charset="UTF-8"', "Connection": "close"}
 
 
@@ -54,6 +56,7 @@ class WarptdHTTPServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None  # made on the loop's thread
+        self._queued = 0  # requests waiting for a slot
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
@@ -157,17 +160,24 @@ class WarptdHTTPServer:
 
     async def _dispatch(self, request: Request) -> Response:
         """Cache readers (/metrics …) inline on the loop; basic auth (bcrypt) and routes added with
-        ``offload`` in the thread pool, at most ``max_requests`` at once; the rest wait for a slot,
-        up to ``header_timeout``, then 503."""
+        ``offload`` in the thread pool, at most ``max_requests`` at once; up to ``QUEUED_PER_SLOT``
+        times as many wait for a slot, up to ``header_timeout``, then 503; any more get 503 at once.
+        So at most ``(1 + QUEUED_PER_SLOT) * max_requests`` connections are ever past their request
+        and out of reach of the connection caps' eviction."""
         if self.basic_auth is None and not self.router.offloaded(request):
             return self._handle(request)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.max_requests)
+        if self._slots.locked() and self._queued >= QUEUED_PER_SLOT * self.limits.max_requests:
+            return json_response(503, {"error": "too many concurrent requests"}, headers={"Retry-After": "1"})
+        self._queued += 1
         try:
             async with asyncio.timeout(self.limits.header_timeout):
                 await self._slots.acquire()
         except TimeoutError:
             return json_response(503, {"error": "too many concurrent requests"}, headers={"Retry-After": "1"})
+        finally:
+            self._queued -= 1
         try:
             assert self._loop is not None
             return await self._loop.run_in_executor(self._pool, self._handle, request)
