@@ -43,6 +43,8 @@ def start(root: Path, gpus: int, port: int) -> subprocess.Popen[bytes]:
     """warptd from ``root`` (this tree or the old worktree) with ``gpus`` GPUs of the NVML double."""
     args = [sys.executable, str(root / "bench" / "double_daemon.py"), str(gpus), "--backend", "nvidia"]
     args += ["--listen", f"127.0.0.1:{port}", "--log-level", "error", "--interval", "1"]
+    if root == ROOT:  # the attack's 1,200 connections come from loopback's one address: all held
+        args += ["--http-max-client-connections", "4096"]
     proc = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_http(port, "/readyz", poll=0.05)
     return proc

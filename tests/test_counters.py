@@ -199,3 +199,86 @@ def test_residency_seconds_from_accumulator_deltas():
     assert not counted.active
     assert counted.update(10, 300, 14.0) == 0.5  # the counters restarted (driver reload): a new base
     assert counted.update(510, 800, 15.0) == 1.5
+
+
+# -- a reset or restored counter adds at most the ceiling times the time (issue 23) --------------
+def test_a_reset_counter_adds_at_most_the_power_limit_times_the_time():
+    t = EnergyTracker()
+    t.update(0.0, None, 2_000_000.0, limit_watts=700.0)
+    _, total = t.update(1.2, None, 1_000_000.0, limit_watts=700.0)  # "reloaded" at 1 MJ
+    assert total == pytest.approx(2_000_000.0 + 700.0 * 1.2)
+    assert t.dropped_joules == pytest.approx(1_000_000.0 - 840.0)
+    assert t.counter is not None and t.counter.resets == 1
+    _, total = t.update(2.2, None, 1_000_300.0, limit_watts=700.0)  # counts on from the new raw
+    assert total == pytest.approx(2_000_840.0 + 300.0)
+
+
+def test_a_plausible_reset_keeps_its_whole_reading_and_no_limit_means_5000_w():
+    t = EnergyTracker()
+    t.update(0.0, None, 9_000.0, limit_watts=700.0)
+    assert t.update(1.0, None, 500.0, limit_watts=700.0)[1] == pytest.approx(9_500.0)
+    assert t.dropped_joules == 0.0
+    domain = EnergyTracker()
+    domain.update(0.0, None, 90_000.0)
+    assert domain.update(2.0, None, 60_000.0)[1] == pytest.approx(100_000.0)  # 5000 W x 2 s
+    assert domain.dropped_joules == pytest.approx(50_000.0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "same_boot", "energy", "claimed"),
+    [
+        (2_000_000.0, True, 1_000_000.0, 1_000_000.0),  # lower on the same boot, no range: a reset
+        (None, False, 1_000_000.0, 1_000_000.0),  # after a reboot: the whole counter
+        (2_000_000.0, True, 3_000_000.0, 1_000_000.0),  # higher: the difference, bounded too
+    ],
+    ids=["reset", "reboot", "higher"],
+)
+def test_a_restored_counter_adds_at_most_the_power_limit_times_the_time_since_its_reading(
+    raw, same_boot, energy, claimed
+):
+    import time
+
+    t = EnergyTracker()
+    t.resume_from(500.0, raw, same_boot=same_boot, read_at=time.time() - 1.2)
+    _, total = t.update(0.0, None, energy, limit_watts=700.0)
+    assert 500.0 + 700.0 * 1.2 <= total <= 500.0 + 700.0 * 1.5  # the 1.2 s, and this test's own
+    assert t.dropped_joules == pytest.approx(500.0 + claimed - total)
+
+
+def test_the_daemon_drops_a_restored_jump_and_says_so(settings, tmp_path, fake_nvml):
+    """The attack of issue 23: restarted with --state-dir, a GPU's driver counter found below its
+    saved value (a reload) once added its whole 1 MJ reading; now at most 700 W times the time."""
+    import time
+
+    from structlog.testing import capture_logs
+
+    from tests.helpers import Rig, select, value
+
+    settings.backends = ["nvidia"]
+    settings.state_dir = tmp_path / "state"
+    for gpu in fake_nvml.gpus:
+        gpu.energy_mj = 2_000_000_000  # 2 MJ since the driver loaded
+    rig = Rig(settings)
+    read_at = time.monotonic()  # at most the reading's time
+    samples = rig.tick()
+    before = value(samples, "warptd_device_energy_joules_total", device="0")
+    before_domain = value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu0")
+    rig.close()  # saves the totals
+    for gpu in fake_nvml.gpus:
+        gpu.energy_mj = 1_000_000_000  # the driver reloaded: its counter restarted
+    with capture_logs() as logs:
+        rig = Rig(settings)
+        samples = rig.tick()
+    elapsed = time.monotonic() - read_at
+    try:
+        added = value(samples, "warptd_device_energy_joules_total", device="0") - before
+        assert 0 < added <= 700.0 * elapsed  # not 1 MJ
+        domain = value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu0")
+        assert 0 < domain - before_domain <= 700.0 * elapsed  # the power domain of the same counter
+        for backend in ("nvidia", "nvml"):
+            dropped = value(samples, "warptd_energy_dropped_joules_total", backend=backend)
+            assert dropped >= 2 * (1_000_000.0 - 700.0 * elapsed)  # both GPUs
+        assert len([e for e in logs if e["event"] == "energy_jump_dropped"]) == 4
+        assert select(samples, "warptd_energy_dropped_joules_total")  # in the catalog
+    finally:
+        rig.close()

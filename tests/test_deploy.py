@@ -116,7 +116,8 @@ def _check_prometheus_operator(doc: dict) -> None:
 
 def test_defaults_least_privilege_and_node_wiring():
     docs = render({})
-    assert {d["kind"] for d in docs} == {"ServiceAccount", "Service", "DaemonSet", "Pod"}
+    # NetworkPolicy: on by default since issue 23
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "Service", "DaemonSet", "Pod", "NetworkPolicy"}
     pod = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65534
@@ -170,6 +171,55 @@ def test_all_options_on():
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     shipped = json.loads((ROOT / "deploy" / "grafana" / "warptd.json").read_text())
     assert json.loads(dashboard["data"]["warptd.json"]) == shipped
+
+
+def test_network_policy_lets_only_the_prometheus_namespace_and_the_helm_test_in():
+    docs = render({})
+    policy = by_kind(docs, "NetworkPolicy")["spec"]
+    daemonset = by_kind(docs, "DaemonSet")["spec"]
+    assert policy["podSelector"] == daemonset["selector"]  # exactly warptd's pods
+    assert policy["policyTypes"] == ["Ingress"]  # all other ingress denied; egress untouched
+    monitoring, helm_test = policy["ingress"]
+    assert monitoring == {
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        "ports": [{"port": 9465, "protocol": "TCP"}],
+    }
+    test_labels = by_kind(docs, "Pod")["metadata"]["labels"]
+    selected = helm_test["from"][0]["podSelector"]["matchLabels"]
+    assert selected.items() <= test_labels.items() and "warptd.io/helm-test" in selected
+    assert not selected.items() <= daemonset["template"]["metadata"]["labels"].items()  # not warptd itself
+
+
+def test_network_policy_takes_the_peers_and_port_the_user_names_or_is_off():
+    key = r"networkPolicy.from[0]"
+    docs = render(
+        {
+            "port": "9500",
+            rf"{key}.namespaceSelector.matchLabels.kubernetes\.io/metadata\.name": "prom",
+            rf"{key}.podSelector.matchLabels.app\.kubernetes\.io/name": "prometheus",
+            "networkPolicy.allowHelmTest": "false",
+        }
+    )
+    (rule,) = by_kind(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert rule == {
+        "from": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prom"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+            }
+        ],
+        "ports": [{"port": 9500, "protocol": "TCP"}],
+    }
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    kubernetes_validate.validate(by_kind(docs, "NetworkPolicy"), "1.30.0", strict=True)
+    assert not [d for d in render({"networkPolicy.enabled": "false"}) if d["kind"] == "NetworkPolicy"]
+
+
+def test_network_policy_without_peers_is_refused_never_open_to_all():
+    stderr = render({"networkPolicy.from": "null"}, expect_ok=False)[0]["stderr"]
+    assert "networkPolicy.from names no peer" in stderr
+    stderr = render({"networkPolicy.from[0].everyone": "true"}, expect_ok=False)[0]["stderr"]
+    assert "everyone" in stderr and "values don't meet the specifications of the schema" in stderr
 
 
 def test_existing_secret_is_used_and_no_secret_created():

@@ -150,18 +150,53 @@ def test_stale_backend_series_dropped_at_scrape(settings, fake_nvml):
         d.stop()
 
 
-def test_connection_cap_answers_503_without_a_thread(settings):
+def test_at_the_connection_cap_a_silent_connection_makes_room(settings):
+    """Updated by issue 23: at the cap the connection doing least is closed, not the new one refused."""
     import socket as sockets
 
-    from warptd.http.app import Router
+    from warptd.http.app import Response, Router
     from warptd.http.limits import HttpLimits
     from warptd.http.server import WarptdHTTPServer
 
-    server = WarptdHTTPServer("127.0.0.1", 0, Router(), limits=HttpLimits(max_connections=2))
+    router = Router()
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=HttpLimits(max_connections=2))
     server.start()
     idle = [sockets.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
     try:
         assert wait_until(lambda: server.connections == 2, timeout=5)
+        status, _, body = http(server.port, "GET", "/metrics")
+        assert status == 200 and body == b"up 1\n"
+        assert idle[0].recv(1) == b""  # the one silent longest was closed for it
+        assert server.evicted == 1
+    finally:
+        for conn in idle:
+            conn.close()
+        server.shutdown()
+        server.server_close()
+    assert wait_until(lambda: server.connections == 0, timeout=5)  # slots come back
+
+
+def test_connection_cap_answers_503_when_every_connection_is_being_handled(settings):
+    import threading
+
+    from warptd.http.app import Response, Router
+    from warptd.http.connection import Phase
+    from warptd.http.limits import HttpLimits
+    from warptd.http.server import WarptdHTTPServer
+
+    release = threading.Event()
+    router = Router()
+    router.add("GET", "/slow", lambda _: release.wait(10) and Response(200), offload=True)
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=HttpLimits(max_connections=2))
+    server.start()
+    handled = [threading.Thread(target=http, args=(server.port, "GET", "/slow")) for _ in range(2)]
+    try:
+        for thread in handled:
+            thread.start()
+        assert wait_until(
+            lambda: server.connections == 2 and {c.phase for c in server._open} == {Phase.BUSY}, timeout=5
+        )
         status, headers, body = http(server.port, "GET", "/metrics")
         assert (
             status == 503
@@ -169,11 +204,51 @@ def test_connection_cap_answers_503_without_a_thread(settings):
             and json.loads(body)["error"].startswith("too many")
         )
     finally:
-        for conn in idle:
-            conn.close()
+        release.set()
+        for thread in handled:
+            thread.join(timeout=10)
         server.shutdown()
         server.server_close()
-    assert wait_until(lambda: server.connections == 0, timeout=5)  # slots come back
+    assert wait_until(lambda: server.connections == 0, timeout=5)
+
+
+def test_requests_waiting_for_a_slot_are_bounded_so_the_connection_cap_can_always_make_room(settings):
+    """At most 1 + QUEUED_PER_SLOT requests per slot are past their head: beyond, 503 at once, so
+    at a connection cap there is always a connection to close for a scrape (issue 23)."""
+    import threading
+    import time
+
+    from warptd.http.app import Response, Router
+    from warptd.http.connection import Phase
+    from warptd.http.limits import HttpLimits
+    from warptd.http.server import QUEUED_PER_SLOT, WarptdHTTPServer
+
+    release = threading.Event()
+    router = Router()
+    router.add("GET", "/slow", lambda _: release.wait(10) and Response(200), offload=True)
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
+    limits = HttpLimits(max_requests=1, max_connections=1 + QUEUED_PER_SLOT + 1)
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=limits)
+    server.start()
+    held = 1 + QUEUED_PER_SLOT  # one running, the rest waiting for its slot
+    handled = [threading.Thread(target=http, args=(server.port, "GET", "/slow")) for _ in range(held)]
+    try:
+        for thread in handled:
+            thread.start()
+        assert wait_until(
+            lambda: server.connections == held and {c.phase for c in server._open} == {Phase.BUSY}, timeout=5
+        )
+        started = time.monotonic()
+        status, _, body = http(server.port, "GET", "/slow")
+        assert status == 503 and json.loads(body)["error"] == "too many concurrent requests"
+        assert time.monotonic() - started < limits.header_timeout / 2  # at once, not after waiting
+        assert http(server.port, "GET", "/metrics")[0] == 200  # the cap's free place
+    finally:
+        release.set()
+        for thread in handled:
+            thread.join(timeout=10)
+        server.shutdown()
+        server.server_close()
 
 
 def test_bad_content_length_is_400(daemon):

@@ -43,8 +43,9 @@ def daemon() -> Iterator[tuple[int, int]]:
     if raise_nofile_limit() < IDLE + TRICKLE + BURST + 200:
         pytest.skip("RLIMIT_NOFILE too low for 1,700 sockets")
     port = _free_port()
-    # Head timeout above the test's length, so every slow client stays connected throughout.
-    env = {**os.environ, "WARPTD_HTTP_HEADER_TIMEOUT": "120"}
+    # Head timeout above the test's length, so every slow client stays connected throughout; the
+    # per-client cap at the total, since loopback's one address stands in for many clients here.
+    env = {**os.environ, "WARPTD_HTTP_HEADER_TIMEOUT": "120", "WARPTD_HTTP_MAX_CLIENT_CONNECTIONS": "4096"}
     args = [sys.executable, str(ROOT / "bench" / "double_daemon.py"), "8", "--backend", "nvidia"]
     daemon = subprocess.Popen(
         [*args, "--listen", f"127.0.0.1:{port}", "--log-level", "error"],

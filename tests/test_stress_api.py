@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from warptd.install import install_command
 from warptd.stress import jobs
 
 pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
 
 FAULTS = {
     "raise": "tests.stress_faults:RaisingTest",
@@ -183,10 +185,46 @@ def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
     assert value(samples, "warptd_stress_runs_total", test="selfkill", status="failed") == 1
 
 
-def test_no_torch_is_503_with_install_hint(daemon, monkeypatch):
+def test_no_torch_is_503_with_install_hint(daemon, monkeypatch, capsys):
+    """Updated by issue 23: the pip command names this server's paths, so it goes to the log only."""
     monkeypatch.setattr(jobs, "torch_installed", lambda: False)
     status, _, body = post(daemon.port, {"test": "matmul"})
-    assert status == 503 and install_command("stress") in body["error"]
+    assert status == 503 and "stress extra" in body["error"]
+    assert install_command("stress") not in body["error"] and str(ROOT) not in body["error"]
+    assert install_command("stress") in capsys.readouterr().out  # the daemon's log has it
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"device": "nvidia:99"},
+        {"duration_s": 1e12},
+        b'{"duration_s": Infinity}',
+        b'{"duration_s": NaN}',
+        {"test": "rm -rf"},
+        {"dtype": "int8"},
+    ],
+)
+def test_a_bad_request_is_422_before_torch_is_looked_for(daemon, monkeypatch, payload):
+    monkeypatch.setattr(jobs, "torch_installed", lambda: False)
+    status, _, body = post(daemon.port, payload)
+    assert status == 422, body
+    assert str(ROOT) not in body["error"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"[" * 30_000, "nested deeper than 16"),
+        (b'{"size": ' + b"[" * 30_000 + b"1" + b"]" * 30_000 + b"}", "nested deeper than 16"),
+        (b'{"size": 1' + b"0" * 5000 + b"}", "number over 32 characters"),
+        (b'{"duration_s": 1' + b"0" * 40 + b".5}", "number over 32 characters"),
+    ],
+)
+def test_deep_nesting_and_huge_numbers_are_400_before_parsing(daemon, payload, message):
+    status, _, body = post(daemon.port, payload)
+    assert status == 400 and message in body["error"], body
+    assert json.loads(http(daemon.port, "GET", "/stress")[2])["jobs"] == []
 
 
 def test_no_stress_turns_the_endpoints_off(settings):

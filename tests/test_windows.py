@@ -309,6 +309,33 @@ def test_other_4xx(make_daemon):
     assert status == 409 and "already ended" in body["error"]
 
 
+def test_deep_nesting_is_400_and_http10_without_host_is_403(make_daemon):
+    import socket
+
+    daemon = make_daemon()
+    port = daemon.port
+    status, body = call(port, "POST", "/windows", b"[" * 30_000)
+    assert status == 400 and "nested deeper than 16" in body["error"]
+    status, body = call(port, "POST", "/windows", b'{"name": "a", "labels": {"n": 1' + b"0" * 999 + b"}}")
+    assert status == 400 and "number over 32" in body["error"]
+    payload = b'{"name": "no-host"}'
+    request = b"POST /windows HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(payload),
+        payload,
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(request)
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 403 "), reply[:200]
+    assert b"Host header must name localhost" in reply
+    assert daemon.windows.open_count == 0
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:  # with Host: as before
+        conn.sendall(request.replace(b"HTTP/1.0\r\n", b"HTTP/1.0\r\nHost: localhost\r\n"))
+        assert conn.recv(65536).startswith(b"HTTP/1.1 201 ")
+
+
 def test_remote_clients_need_the_token():
     router = Router()
     add_window_routes(router, WindowManager.__new__(WindowManager), token=lambda: None)

@@ -65,6 +65,7 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 ("http_body_timeout", _number, "SECONDS", "for a request body (default 10)"),
                 ("http_idle_timeout", _number, "SECONDS", "a keep-alive connection may idle (default 120)"),
                 ("http_max_connections", _integer, "N", "open connections (default 4096)"),
+                ("http_max_client_connections", _integer, "N", "open connections per client (default 256)"),
                 ("http_max_requests", _integer, "N", "requests handled in the pool at once (default 40)"),
                 ("http_backlog", _integer, "N", "listen backlog (default 1024)"),
                 ("http_max_header_bytes", _integer, "BYTES", "request line and headers (default 16384)"),

@@ -65,7 +65,18 @@ class Settings(BaseSettings):
         120.0, gt=0, le=86400, description="Seconds a keep-alive connection may wait for its next request"
     )
     http_max_connections: int = Field(
-        4096, ge=1, le=1_000_000, description="Open connections; beyond this a new one gets 503 and is closed"
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="Open connections; at the cap the longest-idle keep-alive connection is closed "
+        "for a new one",
+    )
+    http_max_client_connections: int = Field(
+        256,
+        ge=1,
+        le=1_000_000,
+        description="Open connections of one client address (an IPv6 /64); at the cap its own "
+        "longest-idle one is closed for a new one",
     )
     http_max_requests: int = Field(
         40,

@@ -302,6 +302,13 @@ SAMPLE_ERRORS = MetricSpec(
     "timeout (sample over --sample-timeout), hung (a previous read has not returned), unexpected.",
     ("backend", "kind"),
 )
+ENERGY_DROPPED = MetricSpec(
+    "warptd_energy_dropped_joules_total",
+    "counter",
+    "Energy a reset or restored (--state-dir) counter claimed beyond the device's power limit, or "
+    "5000 W without one, times the time since its last reading: left out of the energy totals.",
+    ("backend",),
+)
 LAST_SAMPLE = MetricSpec(
     "warptd_last_sample_timestamp_seconds",
     "gauge",
@@ -493,6 +500,7 @@ ALL: tuple[MetricSpec, ...] = (
     SAMPLE_DURATION,
     SAMPLES,
     SAMPLE_ERRORS,
+    ENERGY_DROPPED,
     LAST_SAMPLE,
     BUILD_INFO,
 )

@@ -92,6 +92,7 @@ class SnapshotCollector(Collector):
         families.add(m.LAST_SAMPLE, [name], state.last_success)
         for kind in _COUNTED_KINDS:
             families.add(m.SAMPLE_ERRORS, [name, str(kind)], state.errors.get(kind, 0))
+        families.add(m.ENERGY_DROPPED, [name], state.energy_dropped_joules)
 
     def _devices(self, families: Families, state: BackendState) -> None:
         infos = {info.index: info for info in state.devices_info}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import enum
 import http
 import socket
 import time
@@ -51,6 +52,16 @@ def _date() -> bytes:
     return _date_cache[1]
 
 
+class Phase(enum.IntEnum):
+    """Where a connection is; the lower, the sooner the server closes it to make room at a cap."""
+
+    IDLE = 0  # a keep-alive connection waiting for its next request
+    HEAD = 1  # waiting for (the rest of) a request head
+    BODY = 2  # reading a request body
+    SENDING = 3  # a response the client has not taken yet
+    BUSY = 4  # its request is being handled: never closed to make room
+
+
 class Connection:
     """Serves requests on one connection until it closes, a limit is hit or the server stops."""
 
@@ -66,6 +77,9 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.client = str(peer[0]) if isinstance(peer, tuple) else ""
         self.loop = asyncio.get_running_loop()
+        #: What the connection is doing, and since when (loop time): the server's eviction order.
+        self.phase, self.since = Phase.HEAD, self.loop.time()
+        self.evicted = False
         sock = writer.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Head and body can be two writes: with Nagle on, a keep-alive client (Prometheus)
@@ -84,6 +98,7 @@ class Connection:
                 first = False
                 if request is None:
                     return
+                self._enter(Phase.BUSY)
                 response = await self._respond(request)
                 await self._send(request.method, response)
                 if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
@@ -92,6 +107,8 @@ class Connection:
         except (_Closed, ConnectionError, TimeoutError):
             return
         except h11.RemoteProtocolError as exc:
+            if self.evicted:
+                return
             status = exc.error_status_hint if 400 <= exc.error_status_hint < 600 else 400
             await self._send_error(json_response(status, {"error": str(exc) or "malformed request"}))
         finally:
@@ -101,9 +118,12 @@ class Connection:
         """The next request with its body; None when the client closed between requests."""
         start = self.loop.time()
         wait = self.limits.header_timeout if first else self.limits.idle_timeout
+        self._enter(Phase.HEAD if first else Phase.IDLE)
         event = await self._next_event(start + wait)
         if isinstance(event, h11.ConnectionClosed):
             return None
+        if not first:
+            self._enter(Phase.HEAD)
         head_until = (
             start + self.limits.header_timeout if first else self.loop.time() + self.limits.header_timeout
         )
@@ -120,6 +140,7 @@ class Connection:
         limit = self.limits.max_body_bytes
         if length is not None and int(length) > limit:
             raise HttpError(413, f"request body over {limit} bytes", limit_bytes=limit)
+        self._enter(Phase.BODY)
         body = await self._read_body(limit)
         url = urlsplit(event.target.decode("latin-1"))
         return Request(
@@ -130,6 +151,17 @@ class Connection:
             body=body,
             client=self.client,
         )
+
+    def evict(self) -> None:
+        """Close to make room for another connection: at once, and without a response."""
+        self.evicted = True
+        if self.phase is Phase.SENDING:
+            self.writer.transport.abort()  # the client does not read: drop what it has not taken
+        else:
+            self.writer.transport.close()  # a FIN: a keep-alive client opens a new connection
+
+    def _enter(self, phase: Phase) -> None:
+        self.phase, self.since = phase, self.loop.time()
 
     async def _read_body(self, limit: int) -> bytes:
         chunks, size = [], 0
@@ -191,6 +223,7 @@ class Connection:
         self.h11.send(h11.EndOfMessage())  # Content-Length framing: nothing more to write
         self.writer.write(head + body)  # one send: cheaper than two, even at 370 KiB (64 GPUs)
         if self.writer.transport.get_write_buffer_size():
+            self._enter(Phase.SENDING)
             async with asyncio.timeout(self.limits.body_timeout):
                 await self.writer.drain()
 

@@ -21,7 +21,8 @@ class HttpLimits:
     header_timeout: float = 10.0  # seconds from a new connection (or a request's first byte) to its full head
     body_timeout: float = 10.0  # seconds to receive a request body, and again to send a response
     idle_timeout: float = 120.0  # seconds a keep-alive connection may wait for its next request
-    max_connections: int = 4096  # open connections; the next one gets 503 and is closed
+    max_connections: int = 4096  # open connections; beyond it the one doing least is closed
+    max_client_connections: int = 256  # open connections of one client address (an IPv6 /64)
     max_requests: int = 40  # requests handled at once (node_exporter's --web.max-requests)
     backlog: int = 1024  # listen backlog (the kernel caps it at net.core.somaxconn)
     max_header_bytes: int = 16 * 1024  # request line and headers; over it: 431

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -15,6 +16,14 @@ from warptd.http.app import HttpError, Request
 
 Body = TypeVar("Body", bound=BaseModel)
 _LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
+#: Deepest nesting a body may have (ours need 2: an object holding a list or an object).
+MAX_JSON_DEPTH = 16
+#: Longest number a body may hold, in characters (a float's 17 digits, sign, point and exponent fit).
+MAX_JSON_NUMBER_CHARS = 32
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+_EMPTY_PAIR = re.compile(rb"\[\]|\{\}")
+_LONG_NUMBER = re.compile(rb"[-+0-9.eE]{%d,}" % (MAX_JSON_NUMBER_CHARS + 1))
 
 
 def _host_name(host_header: str) -> str:
@@ -61,7 +70,8 @@ def authorize(request: Request, token: str | None, what: str = "stress") -> None
             raise HttpError(
                 403, f"{what} requests are accepted from loopback clients only unless a token is configured"
             )
-        if not is_loopback_host(request.header("host", "localhost")):
+        # HTTP/1.0 may omit Host: no Host is no proof of a local client, as a foreign one is not.
+        if not is_loopback_host(request.header("host")):
             raise HttpError(403, "without a token, the Host header must name localhost")
         return
     # With basic auth on the listener, Authorization carries the user: the token goes in X-Stress-Token.
@@ -76,6 +86,7 @@ def parse_body(request: Request, model: type[Body], what: str) -> Body:
     """The JSON body as ``model``: 415 (not JSON), 400 (malformed, not an object) or 422 otherwise."""
     if request.header("content-type").split(";")[0].strip().lower() != "application/json":
         raise HttpError(415, "send the body as Content-Type: application/json")
+    check_json_shape(request.body)
     try:
         raw = json.loads(request.body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -86,3 +97,21 @@ def parse_body(request: Request, model: type[Body], what: str) -> Body:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise validation_error(exc, what) from None
+
+
+def check_json_shape(body: bytes) -> None:
+    """400 for a body nested deeper than ``MAX_JSON_DEPTH`` (or with unbalanced brackets) or holding
+    a number longer than ``MAX_JSON_NUMBER_CHARS``, found before parsing: the parser recurses once
+    per level (30,000 ``[`` raise RecursionError) and turns every digit of a number into an int."""
+    outside_strings = _STRING.sub(b'""', body)
+    if _LONG_NUMBER.search(outside_strings):
+        raise HttpError(400, f"malformed JSON body: a number over {MAX_JSON_NUMBER_CHARS} characters")
+    brackets = outside_strings.translate(None, _NOT_BRACKETS)
+    for _ in range(MAX_JSON_DEPTH):  # each pass takes off the innermost level (in C, not per byte)
+        if not brackets:
+            break
+        brackets = _EMPTY_PAIR.sub(b"", brackets)
+    if brackets:  # deeper than the passes, or brackets that never close (30,000 "[")
+        raise HttpError(
+            400, f"malformed JSON body: brackets unbalanced or nested deeper than {MAX_JSON_DEPTH} levels"
+        )

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 import ssl
 import threading
+from collections.abc import Iterable
 
 import structlog
 
 from warptd.http.app import Request, Response, Router, json_response
-from warptd.http.connection import Connection
+from warptd.http.connection import Connection, Phase
 from warptd.http.limits import HttpLimits
 from warptd.http.webconfig import BasicAuth
 from warptd.http.workers import Workers
@@ -23,6 +25,8 @@ _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
 )
+#: Requests that may wait for a pool slot, per slot; beyond, 503 at once.
+QUEUED_PER_SLOT = 4
 _AUTH_CHALLENGE = {"WWW-Authenticate": 'Basic realm="warptd", charset="UTF-8"', "Connection": "close"}
 
 
@@ -41,7 +45,9 @@ class WarptdHTTPServer:
     ) -> None:
         self.router, self.tls, self.basic_auth = router, tls, basic_auth
         self.limits = limits or HttpLimits()
-        self.connections = 0  #: open connections (TLS: once the handshake is done)
+        self._open: set[Connection] = set()  # TLS: once the handshake is done
+        self._by_client: dict[str, set[Connection]] = {}  # client_key -> its open connections
+        self.evicted = 0  #: connections closed to make room for a new one
         self.socket = _bind(host, port)
         self.socket.listen(self.limits.backlog)  # connections queue from here on, served once started
         self.address_family = self.socket.family
@@ -50,12 +56,18 @@ class WarptdHTTPServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None  # made on the loop's thread
+        self._queued = 0  # requests waiting for a slot
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
     @property
     def port(self) -> int:
         return self.server_address[1]
+
+    @property
+    def connections(self) -> int:
+        """Open connections (TLS: once the handshake is done)."""
+        return len(self._open)
 
     def start(self) -> threading.Thread:
         """Serve until :meth:`shutdown`; returns once the socket is listening."""
@@ -93,34 +105,79 @@ class WarptdHTTPServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.connections >= self.limits.max_connections:
+        connection = Connection(reader, writer, self.limits, self._dispatch)
+        key = client_key(connection.client)
+        if not self._make_room(key):
             with contextlib.suppress(OSError):
                 writer.write(_BUSY)
             writer.close()
             return
-        self.connections += 1
         task = asyncio.current_task()
+        self._open.add(connection)
+        self._by_client.setdefault(key, set()).add(connection)
         if task is not None:
             self._tasks.add(task)
         try:
-            await Connection(reader, writer, self.limits, self._dispatch).serve()
+            await connection.serve()
         finally:
-            self.connections -= 1
+            self._forget(connection, key)
             self._tasks.discard(task)  # type: ignore[arg-type]
+
+    def _make_room(self, key: str) -> bool:
+        """Room for one more connection from ``key``: at the client's cap, then at the total cap, the
+        connection doing least is closed (the longest-idle keep-alive one first, then the one
+        waiting longest for a head, then for a body). False only when every connection in the way
+        is handling a request."""
+        same = self._by_client.get(key, ())
+        if len(same) >= self.limits.max_client_connections and not self._evict(same, key, "client"):
+            return False
+        return len(self._open) < self.limits.max_connections or self._evict(self._open, key, "total")
+
+    def _evict(self, candidates: Iterable[Connection], key: str, cap: str) -> bool:
+        victim = min(
+            (c for c in candidates if c.phase is not Phase.BUSY),
+            key=lambda c: (c.phase, c.since),
+            default=None,
+        )
+        if victim is None:
+            log.warning("http_connection_refused", client=key, cap=cap, connections=len(self._open))
+            return False
+        self._forget(victim, client_key(victim.client))
+        victim.evict()
+        self.evicted += 1
+        log.debug("http_connection_evicted", client=victim.client, phase=victim.phase.name, cap=cap)
+        return True
+
+    def _forget(self, connection: Connection, key: str) -> None:
+        if connection not in self._open:
+            return  # already evicted
+        self._open.discard(connection)
+        same = self._by_client.get(key)
+        if same is not None:
+            same.discard(connection)
+            if not same:
+                del self._by_client[key]
 
     async def _dispatch(self, request: Request) -> Response:
         """Cache readers (/metrics …) inline on the loop; basic auth (bcrypt) and routes added with
-        ``offload`` in the thread pool, at most ``max_requests`` at once; the rest wait for a slot,
-        up to ``header_timeout``, then 503."""
+        ``offload`` in the thread pool, at most ``max_requests`` at once; up to ``QUEUED_PER_SLOT``
+        times as many wait for a slot, up to ``header_timeout``, then 503; any more get 503 at once.
+        So at most ``(1 + QUEUED_PER_SLOT) * max_requests`` connections are ever past their request
+        and out of reach of the connection caps' eviction."""
         if self.basic_auth is None and not self.router.offloaded(request):
             return self._handle(request)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limits.max_requests)
+        if self._slots.locked() and self._queued >= QUEUED_PER_SLOT * self.limits.max_requests:
+            return json_response(503, {"error": "too many concurrent requests"}, headers={"Retry-After": "1"})
+        self._queued += 1
         try:
             async with asyncio.timeout(self.limits.header_timeout):
                 await self._slots.acquire()
         except TimeoutError:
             return json_response(503, {"error": "too many concurrent requests"}, headers={"Retry-After": "1"})
+        finally:
+            self._queued -= 1
         try:
             assert self._loop is not None
             return await self._loop.run_in_executor(self._pool, self._handle, request)
@@ -149,6 +206,20 @@ class WarptdHTTPServer:
     def server_close(self) -> None:
         self.shutdown()
         self.socket.close()
+
+
+def client_key(address: str) -> str:
+    """Whose connection this is, for the per-client cap: the IPv4 address, or an IPv6 address's
+    /64 (one host usually holds a whole /64)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -24,7 +24,9 @@ class StressRequest(BaseModel):
     device: str | None = Field(
         None, pattern=r"^[a-z0-9_.-]+:\d+$", description="BACKEND:INDEX, e.g. nvidia:0"
     )
-    duration_s: float = Field(30.0, ge=1, description="seconds; at most --stress-max-duration")
+    duration_s: float = Field(
+        30.0, ge=1, allow_inf_nan=False, description="seconds; at most --stress-max-duration"
+    )
     dtype: str | None = None
     size: int | None = Field(None, ge=1, description="matmul: matrix side; memory: MiB per buffer")
 

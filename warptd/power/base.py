@@ -40,6 +40,8 @@ class DomainReading:
     readable: bool = True
     #: What the energy total belongs to (a GPU's UUID); defaults to the domain name.
     identity: str | None = None
+    #: The device's power limit in W where known: the most a reset counter may add per second.
+    limit_watts: float | None = None
 
 
 @dataclass(slots=True)

@@ -54,14 +54,21 @@ class DevicePowerBackend(PowerBackend):
         its power and energy counter), identified as :meth:`read_domains` identifies them."""
         identity = self.devices.device_identity
         return [
-            self._domain(r.index, r.power_watts, r.energy_counter_joules, identity(r.index))
+            self._domain(
+                r.index, r.power_watts, r.energy_counter_joules, identity(r.index), r.power_limit_watts
+            )
             if r.up
             else self._domain(r.index, None, None, identity(r.index))
             for r in readings
         ]
 
     def _domain(
-        self, index: int, power: float | None, energy: float | None, identity: str | None
+        self,
+        index: int,
+        power: float | None,
+        energy: float | None,
+        identity: str | None,
+        limit: float | None = None,
     ) -> DomainReading:
         return DomainReading(
             domain=f"{self.domain_prefix}{index}",
@@ -69,6 +76,7 @@ class DevicePowerBackend(PowerBackend):
             energy_counter_joules=energy,
             readable=power is not None or energy is not None,
             identity=identity,
+            limit_watts=limit,
         )
 
     def get_gpu_power(self) -> list[GPUPowerInfo]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-#: No single power domain draws more; a counter decrease implying more is a reset, not a wrap.
+#: No single power domain draws more; a counter decrease implying more is a reset, not a wrap. Also
+#: the ceiling on what a reset or restored energy counter may add per second where the device has
+#: no power limit to bound it (RAPL domains, devices without one).
 MAX_PLAUSIBLE_WATTS = 5000.0
 
 
@@ -15,7 +18,9 @@ class MonotonicCounter:
     A decrease is a wrap when the counter has a known range (RAPL's ``max_energy_range_uj``)
     and the wrapped delta is plausible (an implied power under ``MAX_PLAUSIBLE_WATTS``, or
     without a time base under half the range); otherwise it is a reset (driver reload), after
-    which the new raw value is the amount counted since the reset. Sampling must be faster than
+    which the new raw value is the amount counted since the reset, at most ``ceiling`` (W) times
+    the seconds since the last reading where the caller knows both: the rest is ``dropped``, since
+    a counter that restarted then cannot have counted more. Sampling must be faster than
     one wrap period (about 160 s at 400 W on AMD's 65.5 kJ range) to see every wrap: the sampler
     reads a backend at least every ``max_interval`` (RAPL's, see ``warptd.power.rapl``).
     The total starts at the first raw value, so a daemon restart is invisible while the
@@ -27,8 +32,9 @@ class MonotonicCounter:
     previous: float | None = None
     wraps: int = 0
     resets: int = 0
+    dropped: float = 0.0  #: counted by resets beyond ``ceiling * dt``, left out of ``total``
 
-    def update(self, raw: float, dt: float | None = None) -> float:
+    def update(self, raw: float, dt: float | None = None, ceiling: float | None = None) -> float:
         """Feed one raw reading (``dt`` s after the last); return the delta it adds (0 at first)."""
         if self.previous is None or self.total is None:
             self.previous, self.total = raw, raw
@@ -40,11 +46,21 @@ class MonotonicCounter:
                 delta = wrapped
                 self.wraps += 1
             else:
-                delta = raw
+                delta = self.bounded(raw, ceiling, dt)
                 self.resets += 1
         self.previous = raw
         self.total += delta
         return delta
+
+    def bounded(self, added: float, ceiling: float | None, seconds: float | None) -> float:
+        """``added``, at most ``ceiling * seconds`` (either unknown: unbounded); the excess is dropped."""
+        if ceiling is None or seconds is None:
+            return added
+        most = ceiling * max(seconds, 0.0)
+        if added <= most:
+            return added
+        self.dropped += added - most
+        return most
 
     def _plausible(self, wrapped: float, dt: float | None) -> bool:
         if wrapped < 0 or self.wrap_range is None:
@@ -70,41 +86,60 @@ class EnergyTracker:
     integrated: float | None = None
     last_power: float | None = None
     last_time: float | None = None
-    #: A total saved by an earlier run of the daemon, the raw counter then, and whether that run was
-    #: on this same boot; not yet applied.
-    resumed: tuple[float, float | None, bool] | None = None
+    #: A total saved by an earlier run of the daemon, the raw counter then, whether that run was
+    #: on this same boot, and the Unix time of that reading; not yet applied.
+    resumed: tuple[float, float | None, bool, float | None] | None = None
 
-    def resume_from(self, total: float, raw: float | None, same_boot: bool = False) -> None:
-        """Continue from an earlier run's ``total``, computed up to the raw counter ``raw``.
+    def resume_from(
+        self, total: float, raw: float | None, same_boot: bool = False, read_at: float | None = None
+    ) -> None:
+        """Continue from an earlier run's ``total``, computed up to the raw counter ``raw``, read at
+        Unix time ``read_at``.
 
         ``raw`` is None after a reboot (the counter restarted: all of its value is new). On the
         same boot a lower raw counter with a known wrap range is a wrap, else a reset. A counter
         that wrapped more than once while the daemon was down cannot be told from one that wrapped
-        once.
+        once. What the first reading adds is at most the ceiling (the device's power limit) times
+        the time since ``read_at``; the rest is dropped (:attr:`dropped_joules`).
         """
-        self.resumed = (total, raw, same_boot)
+        self.resumed = (total, raw, same_boot, read_at)
 
-    def snapshot(self) -> dict[str, float | None]:
-        """What a restart needs: the total, and the raw counter it was computed from."""
+    @property
+    def dropped_joules(self) -> float:
+        """Energy a reset or restored counter claimed beyond the ceiling, left out of the total."""
+        return self.counter.dropped if self.counter is not None else 0.0
+
+    def snapshot(self, wall_offset: float = 0.0) -> dict[str, float | None]:
+        """What a restart needs: the total, the raw counter it was computed from, and when that was
+        read (``last_time`` plus ``wall_offset``: Unix time when ``last_time`` is monotonic)."""
+        at = self.last_time + wall_offset if self.last_time is not None else None
         if self.counter is not None:
-            return {"total": self.counter.total, "raw": self.counter.previous}
-        return {"total": self.integrated, "raw": None}
+            return {"total": self.counter.total, "raw": self.counter.previous, "at": at}
+        return {"total": self.integrated, "raw": None, "at": at}
 
     def update(
-        self, now: float, power: float | None, energy: float | None, wrap_range: float | None = None
+        self,
+        now: float,
+        power: float | None,
+        energy: float | None,
+        wrap_range: float | None = None,
+        limit_watts: float | None = None,
     ) -> tuple[float | None, float | None]:
-        """Return (power in W, monotonic energy in J) for this reading."""
+        """Return (power in W, monotonic energy in J) for this reading. ``limit_watts``: the
+        device's power limit, the most a reset or restored counter may add per second
+        (``MAX_PLAUSIBLE_WATTS`` without one)."""
         dt = now - self.last_time if self.last_time is not None else None
         if energy is not None:
+            ceiling = limit_watts or MAX_PLAUSIBLE_WATTS
             if self.counter is None:
                 self.counter = MonotonicCounter(wrap_range=wrap_range)
                 if self.resumed is not None:  # continue an earlier run's total
-                    self.counter.rebase(energy, self._resumed_total(energy, wrap_range))
+                    self.counter.rebase(energy, self._resumed_total(energy, wrap_range, ceiling))
                     self.resumed = None
                 elif self.integrated is not None:  # the counter appeared late: continue, don't jump
                     self.counter.rebase(energy, self.integrated)
             first = self.counter.previous is None
-            delta = self.counter.update(energy, dt)
+            delta = self.counter.update(energy, dt, ceiling)
             if power is None and not first and dt:
                 power = delta / dt
             self.last_time = now
@@ -123,17 +158,20 @@ class EnergyTracker:
         self.last_power, self.last_time = power, now
         return power, self.integrated
 
-    def _resumed_total(self, energy: float, wrap_range: float | None) -> float:
+    def _resumed_total(self, energy: float, wrap_range: float | None, ceiling: float) -> float:
         assert self.resumed is not None and self.counter is not None
-        total, raw, same_boot = self.resumed
+        total, raw, same_boot, read_at = self.resumed
         if raw is None:  # after a reboot: the counter counts from the boot
-            return total + energy
-        if energy >= raw:
-            return total + energy - raw
-        if same_boot and wrap_range:  # it wrapped while the daemon was down
+            added = energy
+        elif energy >= raw:
+            added = energy - raw
+        elif same_boot and wrap_range:  # it wrapped while the daemon was down
             self.counter.wraps += 1
-            return total + (wrap_range - raw) + energy
-        return total + energy  # a reset (driver reload), or the boot is unknown
+            added = (wrap_range - raw) + energy
+        else:
+            added = energy  # a reset (driver reload), or the boot is unknown
+        since = time.time() - read_at if read_at is not None else None
+        return total + self.counter.bounded(added, ceiling, since)
 
     def gap(self) -> None:
         """The device or domain was not read this time: integrate nothing across the hole.

@@ -41,7 +41,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from warptd.errors import ErrorKind
 from warptd.models import device_kind
 from warptd.power.base import DomainPower, DomainReading, PowerBackend
-from warptd.sampling.counters import EnergyTracker, MonotonicCounter, ThrottleSeconds
+from warptd.sampling.counters import MAX_PLAUSIBLE_WATTS, EnergyTracker, MonotonicCounter, ThrottleSeconds
 from warptd.sampling.deadlines import Deadlines
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
 from warptd.sampling.state import CounterState
@@ -127,6 +127,7 @@ class Sampler:
         #: the monotonic time of the read). A fast read passes only the watched devices' samples.
         self.listeners: list[Listener] = []
         self._energy: dict[str, EnergyTracker] = {}
+        self._energy_dropped: dict[str, float] = {}  # by backend: joules the counter ceiling left out
         self.state = CounterState(settings.state_dir, settings.procfs)
         self._throttle: dict[tuple[str, str], ThrottleSeconds] = {}  # by backend, device
         self._uuids_of: dict[str, tuple[list[GPUInfo], dict[int, str]]] = {}  # by backend
@@ -437,6 +438,8 @@ class Sampler:
                     "last_duration": time.monotonic() - started,
                     "samples": (state.samples + 1) if state else 1,
                 }
+            if name in self._energy_dropped:
+                counters["energy_dropped_joules"] = self._energy_dropped[name]
             now = time.time()
             self.snapshot.update(
                 name,
@@ -532,12 +535,21 @@ class Sampler:
                 continue
             self._seen_at[seen] = raw.at
             reading.uuid = uuids.get(reading.index, "")
-            tracker = self._tracker(f"{name}/{reading.uuid or reading.index}")
+            key = f"{name}/{reading.uuid or reading.index}"
+            tracker = self._tracker(key)
             if not reading.up:
                 tracker.gap()
                 samples.append(DeviceSample(reading=reading))
                 continue
-            power, energy = tracker.update(raw.at, reading.power_watts, reading.energy_counter_joules)
+            dropped = tracker.dropped_joules
+            power, energy = tracker.update(
+                raw.at,
+                reading.power_watts,
+                reading.energy_counter_joules,
+                limit_watts=reading.power_limit_watts,
+            )
+            if tracker.dropped_joules != dropped:
+                self._dropped(key, tracker, dropped, reading.power_limit_watts)
             reading.power_watts = power  # derived from the energy counter where the device has only that
             samples.append(
                 DeviceSample(
@@ -548,6 +560,21 @@ class Sampler:
                 )
             )
         return samples
+
+    def _dropped(self, key: str, tracker: EnergyTracker, before: float, limit: float | None) -> None:
+        """A reset or restored counter (``backend/device``) claimed more than its ceiling allows:
+        count it for its backend and log it."""
+        dropped = tracker.dropped_joules - before
+        name = key.partition("/")[0]
+        self._energy_dropped[name] = self._energy_dropped.get(name, 0.0) + dropped
+        log.warning(
+            "energy_jump_dropped",
+            counter=key,
+            dropped_joules=round(dropped, 3),
+            ceiling_watts=limit or MAX_PLAUSIBLE_WATTS,
+            reason="a reset or restored counter claimed more than the ceiling times the time since "
+            "its last reading",
+        )
 
     def _uuids(self, name: str, infos: list[GPUInfo]) -> dict[int, str]:
         """Each device's UUID by index, made once per list of identities (a new list at rediscovery)."""
@@ -599,11 +626,19 @@ class Sampler:
         domains = []
         reading: DomainReading
         for reading in raw.readings:
-            tracker = self._tracker(f"{name}/{reading.identity or reading.domain}")
+            key = f"{name}/{reading.identity or reading.domain}"
+            tracker = self._tracker(key)
             if reading.readable:
+                dropped = tracker.dropped_joules
                 power, energy = tracker.update(
-                    raw.at, reading.power_watts, reading.energy_counter_joules, reading.energy_range_joules
+                    raw.at,
+                    reading.power_watts,
+                    reading.energy_counter_joules,
+                    reading.energy_range_joules,
+                    reading.limit_watts,
                 )
+                if tracker.dropped_joules != dropped:
+                    self._dropped(key, tracker, dropped, reading.limit_watts)
             else:
                 tracker.gap()
                 power, energy = None, None

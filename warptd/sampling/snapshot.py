@@ -41,6 +41,8 @@ class BackendState:
     stale_reason: str | None = "not_sampled_yet"
     errors: Counter[ErrorKind] = field(default_factory=Counter)
     samples: int = 0
+    #: Energy that reset or restored counters claimed beyond their ceiling, left out of the totals.
+    energy_dropped_joules: float = 0.0
 
     @property
     def has_devices(self) -> bool:

@@ -32,11 +32,16 @@ def _boot_id(procfs: Path) -> str:
 
 
 def _entry(entry: object) -> dict[str, float | None]:
-    """One saved counter, type-checked: ``{\"total\": J, \"raw\": J or None}``."""
+    """One saved counter, type-checked: ``{\"total\": J, \"raw\": J or None, \"at\": Unix time or
+    None}`` (``at``, when the raw counter was read, is absent from files of earlier versions)."""
     if not isinstance(entry, dict):
         raise TypeError("a counter entry is not an object")
-    raw = entry.get("raw")
-    return {"total": float(entry["total"]), "raw": None if raw is None else float(raw)}
+    raw, at = entry.get("raw"), entry.get("at")
+    return {
+        "total": float(entry["total"]),
+        "raw": None if raw is None else float(raw),
+        "at": None if at is None else float(at),
+    }
 
 
 class CounterState:
@@ -82,13 +87,16 @@ class CounterState:
         """Give a new tracker its saved total, applied at its first reading."""
         entry = self.saved.get(key)
         if entry is not None and entry.get("total") is not None:
-            tracker.resume_from(float(entry["total"]), entry.get("raw"), same_boot=self.same_boot)
+            tracker.resume_from(
+                float(entry["total"]), entry.get("raw"), same_boot=self.same_boot, read_at=entry.get("at")
+            )
 
     def maybe_save(self, trackers: dict[str, EnergyTracker], force: bool = False) -> None:
         if self.path is None or (not force and time.monotonic() - self._last_save < SAVE_EVERY_S):
             return
         self._last_save = time.monotonic()
-        live = {key: t.snapshot() for key, t in tuple(trackers.items())}  # ticks may add keys meanwhile
+        wall_offset = time.time() - time.monotonic()  # trackers keep monotonic reading times
+        live = {key: t.snapshot(wall_offset) for key, t in tuple(trackers.items())}  # ticks may add keys
         counters = {**self.saved, **{key: s for key, s in live.items() if s["total"] is not None}}
         document = {
             "version": _VERSION,

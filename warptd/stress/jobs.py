@@ -229,12 +229,6 @@ class JobManager:
     def start(self, params: StressParameters) -> Job:
         """Validate, then spawn; raises :class:`StressError` and starts nothing on bad input."""
         self._refresh_devices()
-        if not torch_installed():
-            from warptd.install import install_command
-
-            raise StressError(
-                503, f"torch is not installed; install the stress extra: {install_command('stress')}"
-            )
         target = self.tests.get(params.test)
         if target is None:
             available = ", ".join(self.usable_tests()) or "none"
@@ -251,6 +245,7 @@ class JobManager:
             raise StressError(422, str(exc)) from None
         params = params.model_copy(update={"dtype": dtype, "size": size})
         self._check_memory(device, test_cls.estimate_bytes(dtype, size))
+        self._check_torch()  # after validation: a bad request is 422 whether or not torch is here
         with self._lock:
             if self._closing:
                 raise StressError(503, "the daemon is shutting down")
@@ -277,12 +272,29 @@ class JobManager:
             with self._lock:
                 self._busy.pop(device.key, None)
                 self._jobs.pop(job.id, None)
-            raise StressError(503, f"could not start the stress worker: {exc}") from None
+            log.error("stress_spawn_failed", job=job.id, error=str(exc))
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise StressError(503, f"could not start the stress worker: {reason}") from None
         log.info(
             "stress_started", job=job.id, test=params.test, device=device.key, duration_s=params.duration_s
         )
         self._on_change()
         return job
+
+    @staticmethod
+    def _check_torch() -> None:
+        """503 without torch. The pip command names this server's paths: it goes to the log, not
+        to the client."""
+        if torch_installed():
+            return
+        from warptd.install import install_command
+
+        log.warning("stress_needs_torch", install=install_command("stress"))
+        raise StressError(
+            503,
+            "torch is not installed on this node; the daemon's log has the command that adds the "
+            "stress extra",
+        )
 
     def _check_memory(self, device: DeviceRef, needed: int | None) -> None:
         free = self._free_memory(device)

@@ -28,6 +28,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/component: exporter
 {{- end -}}
 
+{{- define "warptd.helmTestLabels" -}}
+warptd.io/helm-test: {{ .Release.Name | quote }}
+{{- end -}}
+
 {{- define "warptd.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "warptd.fullname" .) .Values.serviceAccount.name -}}
