@@ -1,7 +1,8 @@
 """What reading the health, traffic and nvidia-smi fields costs (issue 12's Performance section).
 
     git archive 748b416 | (mkdir -p /tmp/warptd-748b416 && tar -x -C /tmp/warptd-748b416)  # once
-    python bench/nvml_fields_bench.py [--old /tmp/warptd-748b416] [--idle 30] [--rounds 5] [--quick]
+    python bench/nvml_fields_bench.py [--old /tmp/warptd-748b416] [--also /tmp/warptd-267f5c6]
+        [--idle 30] [--rounds 5] [--quick]
 
 1. Today's daemon (748b416, today's fields) and this tree's (the whole field set, 18 NVLinks per GPU)
    side by side over the C NVML double, 8 GPUs at 1 Hz, CPU over ``--rounds`` shared windows without
@@ -153,6 +154,13 @@ def breakdown(trees: dict[str, Path]) -> list[dict[str, object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--old", type=Path, default=Path("/tmp/warptd-748b416"))
+    parser.add_argument(
+        "--also",
+        type=Path,
+        action="append",
+        default=[],
+        help="another checkout measured in the same windows (e.g. /tmp/warptd-267f5c6, the last stop's)",
+    )
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of each measured window")
     parser.add_argument("--rounds", type=int, default=5, help="windows per interval (median reported)")
     parser.add_argument("--scrapes", type=int, default=200)
@@ -168,16 +176,17 @@ def main() -> None:
     rounds = 2 if args.quick else args.rounds
     if not (args.old / "bench" / "double_daemon.py").exists():
         sys.exit(f"no old checkout at {args.old}: see this script's docstring")
+    trees = {"748b416": args.old, **{path.name: path for path in args.also}, "this tree": ROOT}
     if "1hz" in args.parts:
-        rows = side_by_side({"748b416": args.old, "this tree": ROOT}, 1.0, idle, rounds)
+        rows = side_by_side(trees, 1.0, idle, rounds)
         emit(rows, "8 GPUs at 1 Hz, side by side")
     if "10hz" in args.parts:
         emit(
-            side_by_side({"748b416": args.old, "this tree": ROOT}, 0.1, idle, rounds),
+            side_by_side(trees, 0.1, idle, rounds),
             "8 GPUs at 10 Hz, side by side",
         )
     if "breakdown" in args.parts:
-        rows = breakdown({"748b416": args.old, "this tree": ROOT})
+        rows = breakdown(trees)
         emit(rows, "8 GPUs in process: CPU ms per 8 device reads, per sample, per render")
     if "metrics" in args.parts:
         node_port = free_port()
