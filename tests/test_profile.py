@@ -43,13 +43,24 @@ def environment(gpus: FakeNvml) -> dict[str, str]:
 
 
 def run_profile(gpus: FakeNvml, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return run_command(gpus, profile_args(*args), timeout)
+
+
+def run_command(
+    gpus: FakeNvml,
+    command: list[str],
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+) -> subprocess.CompletedProcess[str]:
+    """A warptd command line run over the NVML double (``env`` added to its environment), output captured."""
     return subprocess.run(
-        profile_args(*args),
-        env=environment(gpus),
+        command,
+        env={**environment(gpus), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=cwd,
         check=False,
     )
 
@@ -144,15 +155,7 @@ def marker_command(marker: Path) -> list[str]:
 def test_output_without_the_report_extra_is_refused_before_running(gpus, tmp_path):
     marker, report = tmp_path / "ran", tmp_path / "report.html"
     blocked = [sys.executable, "-c", BLOCK_PLOTLY, "--backend", "nvidia", "--log-level", "error", "profile"]
-    result = subprocess.run(
-        [*blocked, "--local", "--output", str(report), "--", *marker_command(marker)],
-        env=environment(gpus),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=False,
-    )
+    result = run_command(gpus, [*blocked, "--local", "--output", str(report), "--", *marker_command(marker)])
     assert result.returncode == 2, result.stderr
     assert "install the report extra: " in result.stderr and "[report]'" in result.stderr, result.stderr
     assert " install '" in result.stderr  # the pip command that fits this install
@@ -200,15 +203,7 @@ def test_a_report_failing_after_the_command_keeps_the_recording(gpus, tmp_path):
     assert result.returncode == 1, result.stderr
     assert f"cannot write {report}: Is a directory; the recording is saved in {saved}" in result.stderr
     later = tmp_path / "later.html"
-    rendered = subprocess.run(
-        [sys.executable, "-m", "warptd", "report", str(saved), "-o", str(later)],
-        env=environment(gpus),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=False,
-    )
+    rendered = run_command(gpus, [sys.executable, "-m", "warptd", "report", str(saved), "-o", str(later)])
     assert rendered.returncode == 0, rendered.stderr
     assert later.read_text().lstrip().lower().startswith("<!doctype html")
 
@@ -248,16 +243,8 @@ def test_a_command_that_cannot_run_exits_as_a_shell_does(gpus, tmp_path, command
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o644)  # not executable, as a script fresh from an editor
     (tmp_path / "scripts").mkdir()
-    env = {**environment(gpus), "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(
-        profile_args("--local", "--", *command),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        check=False,
-    )
+    path = {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    result = run_command(gpus, profile_args("--local", "--", *command), env=path, cwd=tmp_path)
     assert result.returncode == code and message in result.stderr, result.stderr
 
 
@@ -295,15 +282,7 @@ def test_a_named_daemon_without_windows_is_an_error(gpus, settings, tmp_path):
 
 def test_warptd_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     marker = tmp_path / "ran"
-    result = subprocess.run(
-        profile_args("--", *marker_command(marker)),
-        env={**environment(gpus), "WARPTD_URL": NOBODY},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=False,
-    )
+    result = run_command(gpus, profile_args("--", *marker_command(marker)), env={"WARPTD_URL": NOBODY})
     assert result.returncode == 2 and "($WARPTD_URL)" in result.stderr, result.stderr
     assert not marker.exists()
 

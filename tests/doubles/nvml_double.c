@@ -589,6 +589,18 @@ static const struct numbering *numbering(void) {
     return &numberings[last];
 }
 
+/* Whether a field batch sleeps its latencies (the default). WARPTD_NVML_DOUBLE_SPEND_LATENCY=0 reports
+ * them without sleeping: the fields bench compares with older trees whose doubles had none, and a
+ * sleep's wake-up costs CPU that a driver's own wait would cost every daemon alike. */
+static int spends_latency(void) {
+    static int spends = -1;
+    if (spends < 0) {
+        const char *setting = getenv("WARPTD_NVML_DOUBLE_SPEND_LATENCY");
+        spends = !(setting && strcmp(setting, "0") == 0);
+    }
+    return spends;
+}
+
 /* The µs the driver takes to read a field: cached sensor values are quick, link counters ask the
  * link's firmware, ECC and row-remapping counts come from the InfoROM. Modelled, not measured. */
 static int64_t field_latency(const struct gpu *g, uint32_t id) {
@@ -707,7 +719,7 @@ int nvmlDeviceGetFieldValues(void *h, int n, struct field_value *values) {
         spent_us += values[i].latency_usec;
     }
     struct timespec spent = {spent_us / 1000000, (long)(spent_us % 1000000) * 1000L};
-    nanosleep(&spent, NULL); /* the driver's time, as the latencies say */
+    if (spends_latency()) nanosleep(&spent, NULL); /* the driver's time, as the latencies say */
     return SUCCESS;
 }
 

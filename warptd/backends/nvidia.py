@@ -111,6 +111,9 @@ class FieldTotals:
     """One GPU's running totals of its field reads, kept across NVML reopens (they are warptd's own)."""
 
     latency_us: int = 0  # nvmlFieldValue_t.latencyUsec, summed over every answer of every batch
+    #: ``latency_us`` as of the last full batch: exported at the health cadence, so that the counters
+    #: a steady sample hands over equal the last ones (the sampler keeps their totals whole).
+    published_us: int = 0
 
 
 # The calls of a sample besides its batches (:meth:`NvidiaBackend._sample_calls`), by slot; the clocks
@@ -434,7 +437,10 @@ class NvidiaBackend(NvmlBackend):
                 unsupported.update(field_ids)
                 return True
             return False
-        self._totals(index).latency_us += request.latency_us(answers)
+        totals = self._totals(index)
+        totals.latency_us += request.latency_us(answers)
+        if plan is not None:
+            totals.published_us = totals.latency_us
         numbers = request.steady(answers)
         if numbers is not None:  # every field answered as in the last clean read
             self._fields[index] = request.looked_up(numbers)
@@ -798,8 +804,8 @@ class NvidiaBackend(NvmlBackend):
         counted = self.field_counters(index)
         integrated = {metric: series for metric, series in self._gpm.counters(index).items() if series}
         totals = self._field_totals.get(index)
-        if totals is not None:  # the driver's time on this GPU's fields so far, in seconds
-            integrated[catalog.FIELD_LATENCY.name] = {(): totals.latency_us / 1e6}
+        if totals is not None:  # the driver's time on this GPU's fields, as of the last full batch
+            integrated[catalog.FIELD_LATENCY.name] = {(): totals.published_us / 1e6}
         if not integrated:
             return counted  # the batch's own dict: the sampler knows it again by identity
         counters = dict(counted)

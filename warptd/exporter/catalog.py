@@ -186,7 +186,8 @@ FIELD_LATENCY = _device(
     "warptd_device_nvml_field_latency_seconds_total",
     "counter",
     "Time the NVIDIA driver says it spent reading this GPU's field values (nvmlFieldValue_t.latencyUsec "
-    "summed over every answer of every batch); its rate is the driver's busy fraction for them.",
+    "summed over every answer of every batch, brought up to date at each health read, "
+    "--health-interval); its rate is the driver's busy fraction for them.",
 )
 # -- activity: what the device's units are doing, beyond "a kernel ran" -------------------------------
 SM_ACTIVE = _device(
