@@ -99,6 +99,22 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {"type": _number, "metavar": "SECONDS", "help": "an open window ends by itself (default 86400)"},
         ),
         (
+            ("--window-lease-min",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "shortest lease a window may ask for (default 5)",
+            },
+        ),
+        (
+            ("--window-lease-max",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "longest lease a window may ask for (default 600)",
+            },
+        ),
+        (
             ("--window-max-open",),
             {"type": _integer, "metavar": "N", "help": "windows open at once (default 64)"},
         ),

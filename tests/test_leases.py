@@ -1,0 +1,144 @@
+"""Leased energy windows on the real daemon over loopback (GPUs from the C-level NVML double): a
+window whose client stops renewing ends ``lease_expired`` and its fast sampling stops. Leases here
+are 1-2 s (``window_lease_min`` lowered), every loop bounded."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import http, wait_until
+from tests.test_windows import call
+from warptd.config import SettingsError, load_settings
+from warptd.daemon import Daemon
+from warptd.recording.windows import WindowLimits
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.fixture
+def gpus():
+    fake = FakeNvml([FakeGpu(index=i, power_mw=200_000, live=True) for i in range(2)])
+    with fake.installed():
+        yield fake
+    fake.close()
+
+
+@pytest.fixture
+def daemon(settings, gpus):
+    settings.backends = ["nvidia"]
+    settings.window_interval = 0.1
+    settings.window_lease_min = 0.5
+    running = Daemon(settings)
+    running.start()
+    try:
+        assert wait_until(lambda: http(running.port, "GET", "/readyz")[0] == 200)
+        yield running
+    finally:
+        running.stop()
+
+
+def opened(port: int, **payload) -> dict:
+    status, body = call(port, "POST", "/windows", payload)
+    assert status == 201, body
+    return body
+
+
+def shown(port: int, window_id: str) -> dict:
+    return call(port, "GET", f"/windows/{window_id}")[1]
+
+
+def ended(port: int, window_id: str) -> bool:
+    return shown(port, window_id)["status"] == "ended"
+
+
+def test_a_window_not_renewed_ends_lease_expired_and_its_fast_sampling_stops(daemon):
+    window = opened(daemon.port, name="abandoned", devices=["nvidia:0", "nvidia:1"], lease_s=1)
+    assert window["lease_seconds"] == 1 and window["lease_expires_at"] > time.time()
+    assert daemon.sampler.fast_sampling("nvidia")
+    assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
+    recording = shown(daemon.port, window["id"])
+    assert recording["end_reason"] == "lease_expired"
+    assert recording["duration_seconds"] == pytest.approx(1.0, abs=0.5)
+    assert recording["lease_seconds"] == 1 and recording["lease_expires_at"] is None
+    assert not daemon.sampler.fast_sampling("nvidia")
+    assert daemon.sampler.watches.devices("nvidia") == set()
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/renew")
+    assert status == 409 and "already ended (lease_expired)" in body["error"]
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/end")
+    assert status == 409 and "(lease_expired)" in body["error"]  # a late client learns why
+
+
+def test_a_renewed_window_stays_open_and_lapses_once_renewals_stop(daemon):
+    window = opened(daemon.port, name="kept", devices=["nvidia:0"], lease_s=1)
+    deadline = time.monotonic() + 2.5  # 2.5 leases
+    renewals = 0
+    while time.monotonic() < deadline and renewals < 50:
+        status, lease = call(daemon.port, "POST", f"/windows/{window['id']}/renew")
+        assert status == 200 and lease["id"] == window["id"] and lease["lease_seconds"] == 1, lease
+        assert lease["lease_expires_at"] == pytest.approx(time.time() + 1, abs=0.5)
+        renewals += 1
+        time.sleep(0.3)
+    live = shown(daemon.port, window["id"])
+    assert live["status"] == "open" and live["duration_seconds"] > 2.4
+    assert daemon.sampler.fast_sampling("nvidia")
+    stopped = time.monotonic()
+    assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
+    assert time.monotonic() - stopped < 2.5
+    assert shown(daemon.port, window["id"])["end_reason"] == "lease_expired"
+    assert not daemon.sampler.fast_sampling("nvidia")
+
+
+def test_a_window_without_a_lease_is_held_to_the_maximum_duration_only(daemon):
+    window = opened(daemon.port, name="plain", devices=["nvidia:0"])
+    assert window["lease_seconds"] is None and window["lease_expires_at"] is None
+    time.sleep(1.5)  # past any lease the test daemon allows
+    assert shown(daemon.port, window["id"])["status"] == "open"
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/renew")
+    assert status == 409 and "has no lease" in body["error"]
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/end")
+    assert status == 200 and body["end_reason"] == "requested" and body["lease_seconds"] is None
+
+
+def test_the_maximum_duration_still_ends_a_leased_window(daemon):
+    daemon.windows.limits = WindowLimits(max_duration_s=1.0, lease_min_s=0.5)
+    window = opened(daemon.port, name="renewed-forever", devices=["nvidia:0"], lease_s=30)
+    assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
+    assert shown(daemon.port, window["id"])["end_reason"] == "max_duration"
+
+
+@pytest.mark.parametrize(
+    ("lease", "message"),
+    [
+        (0.1, "lease_s: 0.1 is outside 0.5-600 s"),
+        (601, "lease_s: 601 is outside 0.5-600 s"),
+        (0, "lease_s: Input should be greater than 0"),
+        (86401, "lease_s: Input should be less than or equal to 86400"),
+        ("30", "lease_s: Input should be a valid number"),
+    ],
+)
+def test_a_lease_out_of_bounds_is_refused_and_opens_nothing(daemon, lease, message):
+    status, body = call(daemon.port, "POST", "/windows", {"name": "bad", "lease_s": lease})
+    assert status == 422 and message in body["error"], body
+    assert daemon.windows.open_count == 0 and not daemon.sampler.fast_sampling("nvidia")
+
+
+def test_lease_bounds_must_be_in_order():
+    with pytest.raises(SettingsError, match="window_lease_min \\(10\\) is above window_lease_max \\(5\\)"):
+        load_settings(window_lease_min=10, window_lease_max=5)
+
+
+def test_renewals_are_protected_like_the_other_writes(daemon):
+    assert call(daemon.port, "POST", "/windows/nope/renew")[0] == 404
+    window = opened(daemon.port, name="guarded", devices=["nvidia:0"], lease_s=5)
+    status, body = call(
+        daemon.port, "POST", f"/windows/{window['id']}/renew", headers={"Origin": "http://evil.example"}
+    )
+    assert status == 403 and "cross-origin" in body["error"]
+    daemon._token = "s3cret"  # as a reload that adds a token would
+    assert call(daemon.port, "POST", f"/windows/{window['id']}/renew")[0] == 401
+    headers = {"Authorization": "Bearer s3cret"}
+    assert call(daemon.port, "POST", f"/windows/{window['id']}/renew", headers=headers)[0] == 200
