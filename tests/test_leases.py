@@ -1,9 +1,15 @@
 """Leased energy windows on the real daemon over loopback (GPUs from the C-level NVML double): a
-window whose client stops renewing ends ``lease_expired`` and its fast sampling stops. Leases here
-are 1-2 s (``window_lease_min`` lowered), every loop bounded."""
+window whose client stops renewing ends ``lease_expired`` and its fast sampling stops; the client
+and ``warptd profile`` renew for the user, and a SIGKILLed profile leaves neither a window nor its
+command behind. Leases here are 1-2 s (``window_lease_min`` lowered), every loop bounded."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +17,9 @@ import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import http, wait_until
+from tests.pids import alive, children
 from tests.test_windows import call
+from warptd import client
 from warptd.config import SettingsError, load_settings
 from warptd.daemon import Daemon
 from warptd.recording.windows import WindowLimits
@@ -142,3 +150,97 @@ def test_renewals_are_protected_like_the_other_writes(daemon):
     assert call(daemon.port, "POST", f"/windows/{window['id']}/renew")[0] == 401
     headers = {"Authorization": "Bearer s3cret"}
     assert call(daemon.port, "POST", f"/windows/{window['id']}/renew", headers=headers)[0] == 200
+
+
+def test_the_client_renews_while_the_block_runs(daemon):
+    url = f"http://127.0.0.1:{daemon.port}"
+    with client.window("epoch", ["nvidia:0"], url=url, lease_s=1.0) as w:
+        assert w.opened["lease_seconds"] == 1.0
+        time.sleep(3.0)  # three leases
+        assert shown(daemon.port, w.id)["status"] == "open"
+    assert w.recording is not None and w.recording["end_reason"] == "requested"
+    assert w.recording["duration_seconds"] > 2.9
+    assert w.keeper is not None and w.keeper.renewals >= 6 and w.keeper.error is None
+
+
+def test_a_client_that_stops_renewing_loses_its_window(daemon):
+    url = f"http://127.0.0.1:{daemon.port}"
+    window, keeper = client.begin_leased_window(
+        "dies", ["nvidia:0"], None, 1.0, url=url, token=None, timeout=5
+    )
+    assert keeper is not None
+    keeper.stop()  # as if the process died
+    assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
+    with pytest.raises(client.WindowClientError) as late:
+        client.end_window(window["id"], url=url)
+    assert late.value.status == 409 and "lease_expired" in str(late.value)
+
+
+def _profile(gpus: FakeNvml, url: str, *command: str) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "warptd", "--backend", "nvidia", "--log-level", "error", "profile"]
+    return subprocess.Popen(
+        [*args, "--url", url, "--lease", "1", "--json", "--", *command],
+        env={**os.environ, **gpus.environment(), "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def _open_window(port: int) -> dict | None:
+    windows = json.loads(http(port, "GET", "/windows")[2])["windows"]
+    return next((w for w in windows if w["status"] == "open"), None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_sigkilled_profile_leaves_neither_its_window_nor_its_command(daemon, gpus):
+    proc = _profile(gpus, f"http://127.0.0.1:{daemon.port}", "sleep", "60")
+    sleepers: list[int] = []
+    try:
+        assert wait_until(lambda: _open_window(daemon.port) is not None, timeout=30)
+        assert wait_until(lambda: bool(sleepers.extend(children(proc.pid)) or sleepers), timeout=10)
+        window = _open_window(daemon.port)
+        assert window is not None and window["lease_seconds"] == 1
+        time.sleep(1.5)  # past one lease: profile renews it
+        assert shown(daemon.port, window["id"])["status"] == "open"
+        proc.kill()
+        killed = time.monotonic()
+        proc.wait(timeout=10)
+        assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
+        assert time.monotonic() - killed < 2.5  # within the 1 s lease, and the reaper's read
+        assert shown(daemon.port, window["id"])["end_reason"] == "lease_expired"
+        assert not daemon.sampler.fast_sampling("nvidia")
+        assert wait_until(lambda: not any(alive(pid) for pid in sleepers), timeout=5)  # PDEATHSIG
+    finally:
+        for pid in sleepers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigterm_to_profile_reaches_the_commands_whole_group_and_ends_the_window(daemon, gpus, tmp_path):
+    """CMD is a shell that started a ``sleep`` of its own: a TERM forwarded to the shell alone would
+    leave that sleep running; forwarded to the group, both end, and so does the window."""
+    pid_file = tmp_path / "sleep.pid"
+    script = f"sleep 60 & echo $! > {pid_file}; wait"
+    proc = _profile(gpus, f"http://127.0.0.1:{daemon.port}", "sh", "-c", script)
+    grandchild = 0
+    try:
+        assert wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", timeout=30)
+        grandchild = int(pid_file.read_text())
+        assert wait_until(lambda: _open_window(daemon.port) is not None, timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert json.loads(out)["end_reason"] == "command_exited"
+        assert _open_window(daemon.port) is None
+        windows = json.loads(http(daemon.port, "GET", "/windows")[2])["windows"]
+        assert [w["end_reason"] for w in windows] == ["requested"]  # profile ended it, not the lease
+        assert wait_until(lambda: not alive(grandchild), timeout=5)
+    finally:
+        if grandchild and alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
