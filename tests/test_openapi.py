@@ -92,6 +92,7 @@ def test_openapi_document_lists_every_route(live):
         "/windows",
         "/windows/{window_id}",
         "/windows/{window_id}/end",
+        "/windows/{window_id}/renew",
         "/windows/{window_id}/report",
     }
     request = document["paths"]["/stress"]["post"]["requestBody"]["content"]["application/json"]["schema"]

@@ -34,6 +34,14 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
+def _positive(text: str) -> float:
+    """A number above 0 (and finite), or one line saying what was wrong with it."""
+    number = _number(text)
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+    return number
+
+
 def _integer(text: str) -> int:
     try:
         return int(text)
@@ -97,6 +105,22 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         (
             ("--window-max-duration",),
             {"type": _number, "metavar": "SECONDS", "help": "an open window ends by itself (default 86400)"},
+        ),
+        (
+            ("--window-lease-min",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "shortest lease a window may ask for (default 5)",
+            },
+        ),
+        (
+            ("--window-lease-max",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "longest lease a window may ask for (default 600)",
+            },
         ),
         (
             ("--window-max-open",),
@@ -247,6 +271,14 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
     )
     where.add_argument(
         "--local", action="store_true", help="sample with this process's own samplers, never a daemon"
+    )
+    profile.add_argument(
+        "--lease",
+        type=_positive,
+        default=30.0,
+        metavar="SECONDS",
+        help="through a daemon: hold the window by a lease of SECONDS, renewed while CMD runs, so "
+        "the daemon ends it if profile dies (default 30)",
     )
     profile.add_argument("profile_command", nargs=argparse.REMAINDER, metavar="CMD", help="-- CMD [ARGS...]")
     return profile

@@ -5,13 +5,15 @@
     print(w.recording["energy_joules"])
 
 ``url`` defaults to ``$WARPTD_URL`` or ``http://127.0.0.1:9465``; ``token`` to ``$WARPTD_STRESS_TOKEN``
-(the daemon's token; not needed on loopback without one).
+(the daemon's token; not needed on loopback without one). ``window`` holds its window by a lease that
+a background thread renews, so a process that dies (even by SIGKILL) leaves no window open for long.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 DEFAULT_URL = "http://127.0.0.1:9465"
+#: The lease ``window`` holds its window by: a dead client's window ends 20-30 s after its death.
+DEFAULT_LEASE_S = 30.0
+#: Renewals per lease: one lost or late renewal still leaves the lease held.
+RENEWALS_PER_LEASE = 3
 Sync = Literal["torch"] | None
 
 
@@ -38,6 +44,8 @@ class WindowHandle:
     id: str
     opened: dict[str, Any]
     recording: dict[str, Any] | None = field(default=None)
+    #: Keeps the lease while the block runs; None when the window has no lease.
+    keeper: LeaseKeeper | None = field(default=None, repr=False)
 
 
 def _request(
@@ -78,15 +86,88 @@ def begin_window(
     devices: list[str] | None = None,
     labels: dict[str, str] | None = None,
     *,
+    lease_s: float | None = None,
     url: str | None = None,
     token: str | None = None,
     timeout: float = 10.0,
 ) -> dict[str, Any]:
-    """Open a window on the daemon; return its recording as opened (``["id"]`` names it)."""
+    """Open a window on the daemon; return its recording as opened (``["id"]`` names it). With
+    ``lease_s`` the daemon ends it unless :func:`renew_window` is called within each ``lease_s``
+    (:class:`LeaseKeeper` does that on a thread)."""
     payload: dict[str, Any] = {"name": name, "labels": labels or {}}
     if devices:
         payload["devices"] = list(devices)
+    if lease_s is not None:
+        payload["lease_s"] = lease_s
     return _request("POST", "/windows", payload, url=url, token=token, timeout=timeout)
+
+
+def renew_window(
+    window_id: str, *, url: str | None = None, token: str | None = None, timeout: float = 10.0
+) -> dict[str, Any]:
+    """Renew a leased window's lease from now; answers ``{"id", "lease_seconds", "lease_expires_at"}``."""
+    return _request("POST", f"/windows/{window_id}/renew", None, url=url, token=token, timeout=timeout)
+
+
+class LeaseKeeper:
+    """Renews a window's lease on a daemon thread every ``lease_s / 3`` until :meth:`stop`: while
+    this process lives, its window stays open; once it dies, the daemon ends the window."""
+
+    def __init__(
+        self, window_id: str, lease_s: float, *, url: str | None = None, token: str | None = None
+    ) -> None:
+        self.window_id = window_id
+        self.period = lease_s / RENEWALS_PER_LEASE
+        self.renewals = 0
+        #: The refusal that stopped the renewals (the window ended, or its lease lapsed), if any.
+        self.error: WindowClientError | None = None
+        self._url, self._token = url, token
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"warptd-lease-{window_id}", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.period):
+            try:  # each request within one period, so a hung daemon cannot delay the next past the lease
+                renew_window(self.window_id, url=self._url, token=self._token, timeout=self.period)
+            except WindowClientError as exc:
+                if exc.status in (404, 409):  # ended or lapsed: nothing left to renew
+                    self.error = exc
+                    return
+                continue  # no answer this time: the next renewal may still come in time
+            self.renewals += 1
+
+    def stop(self) -> None:
+        """Stop renewing (the window stays open until ended or its lease lapses)."""
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.period + 1.0)
+
+
+def begin_leased_window(
+    name: str,
+    devices: list[str] | None,
+    labels: dict[str, str] | None,
+    lease_s: float | None,
+    *,
+    url: str | None,
+    token: str | None,
+    timeout: float,
+) -> tuple[dict[str, Any], LeaseKeeper | None]:
+    """Open a window held by ``lease_s`` and start renewing it; a daemon older than leases (its 422
+    names ``lease_s`` as an unknown field) gets a window without one, as before."""
+    if lease_s is None:
+        return begin_window(name, devices, labels, url=url, token=token, timeout=timeout), None
+    try:
+        opened = begin_window(name, devices, labels, lease_s=lease_s, url=url, token=token, timeout=timeout)
+    except WindowClientError as exc:
+        if exc.status != 422 or "lease_s: Extra inputs are not permitted" not in str(exc):
+            raise
+        return begin_window(name, devices, labels, url=url, token=token, timeout=timeout), None
+    return opened, LeaseKeeper(opened["id"], lease_s, url=url, token=token).start()
 
 
 def end_window(
@@ -140,11 +221,13 @@ def window(
     token: str | None = None,
     sync: Sync = None,
     timeout: float = 10.0,
+    lease_s: float | None = DEFAULT_LEASE_S,
 ) -> AbstractContextManager[WindowHandle]:
     """An energy window around the block; ends it even when the block raises. ``sync`` is checked
-    here, at the call, so a missing torch is said before any window opens."""
+    here, at the call, so a missing torch is said before any window opens. The window is held by a
+    ``lease_s`` lease renewed on a thread while the block runs (``lease_s=None``: no lease)."""
     check_sync(sync)
-    return _window(name, devices, labels, url=url, token=token, sync=sync, timeout=timeout)
+    return _window(name, devices, labels, url=url, token=token, sync=sync, timeout=timeout, lease_s=lease_s)
 
 
 @contextmanager
@@ -157,12 +240,17 @@ def _window(
     token: str | None,
     sync: Sync,
     timeout: float,
+    lease_s: float | None,
 ) -> Iterator[WindowHandle]:
     synchronize(sync)
-    opened = begin_window(name, devices, labels, url=url, token=token, timeout=timeout)
-    handle = WindowHandle(opened["id"], opened)
+    opened, keeper = begin_leased_window(
+        name, devices, labels, lease_s, url=url, token=token, timeout=timeout
+    )
+    handle = WindowHandle(opened["id"], opened, keeper=keeper)
     try:
         yield handle
     finally:
         synchronize(sync)
+        if keeper is not None:
+            keeper.stop()
         handle.recording = end_window(handle.id, url=url, token=token, timeout=timeout)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -133,6 +133,12 @@ class Settings(BaseSettings):
     window_max_duration: float = Field(
         86400.0, ge=1, le=30 * 86400, description="Seconds after which an open window ends by itself"
     )
+    window_lease_min: float = Field(
+        5.0, gt=0, le=3600, description="Shortest lease (lease_s) a client may hold a window by, seconds"
+    )
+    window_lease_max: float = Field(
+        600.0, gt=0, le=86400, description="Longest lease (lease_s) a client may hold a window by, seconds"
+    )
     window_max_open: int = Field(64, ge=1, le=10_000, description="Windows open at once; beyond, 429")
     window_history: int = Field(100, ge=1, le=10_000, description="Ended windows kept for GET /windows")
     window_energy_names: Annotated[list[str] | None, NoDecode] = Field(
@@ -181,6 +187,15 @@ class Settings(BaseSettings):
             if bad:
                 raise ValueError(f"not a window name: {bad[0]!r} (letters, digits, . _ : - ; 1-64)")
         return value
+
+    @model_validator(mode="after")
+    def _check_lease_bounds(self) -> Settings:
+        if self.window_lease_min > self.window_lease_max:
+            raise ValueError(
+                f"window_lease_min ({self.window_lease_min:g}) is above window_lease_max "
+                f"({self.window_lease_max:g})"
+            )
+        return self
 
     @field_validator("listen")
     @classmethod

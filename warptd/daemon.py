@@ -230,9 +230,7 @@ class Daemon:
             self.stress.max_duration_s = new.stress_max_duration
         self._token = token
         if self.windows is not None:
-            self.windows.limits = WindowLimits(
-                new.window_max_open, new.window_max_duration, new.window_history
-            )
+            self.windows.limits = window_limits(new)
         self.settings = new
         log.info("config_reloaded", changed=changed, needs_restart=restart, interval_s=new.interval)
 
@@ -283,6 +281,17 @@ def http_limits(settings: Settings) -> HttpLimits:
     )
 
 
+def window_limits(settings: Settings) -> WindowLimits:
+    """The bounds of energy windows (open, duration, history, lease) from the ``window_*`` settings."""
+    return WindowLimits(
+        settings.window_max_open,
+        settings.window_max_duration,
+        settings.window_history,
+        settings.window_lease_min,
+        settings.window_lease_max,
+    )
+
+
 def make_window_manager(
     settings: Settings, loaded: Loaded, snapshot: Snapshot, sampler: Sampler, registry: CollectorRegistry
 ) -> WindowManager | None:
@@ -297,7 +306,7 @@ def make_window_manager(
         snapshot,
         sampler,
         {b.name for b in loaded.accelerators if b.is_accelerator},
-        WindowLimits(settings.window_max_open, settings.window_max_duration, settings.window_history),
+        window_limits(settings),
         carbon=lambda r: with_carbon_and_cost(
             r, sampler.settings.carbon_intensity, sampler.settings.energy_price
         ),

@@ -10,7 +10,7 @@ from pydantic.json_schema import models_json_schema
 from warptd import __version__
 from warptd.http.devices_view import DevicesView
 from warptd.http.stress_routes import StressRequest
-from warptd.http.window_routes import WindowList, WindowRequest
+from warptd.http.window_routes import WindowLease, WindowList, WindowRequest
 from warptd.recording.schema import Recording
 from warptd.stress.jobs import JobView
 
@@ -42,7 +42,8 @@ def _errors(*codes: int) -> dict[str, Any]:
         404: "no such job or window, no recording for it, or the endpoints are disabled",
         405: "method not allowed",
         408: "body not received in time",
-        409: "device busy, job or window already ended, or (report) job still running",
+        409: "device busy, job or window already ended (the message names how), a window without a "
+        "lease or whose lease lapsed (renew), or (report) job still running",
         411: "chunked body",
         413: "body over 64 KiB",
         415: "body is not application/json",
@@ -74,6 +75,7 @@ def openapi_document() -> dict[str, Any]:
             (WindowRequest, "validation"),
             (Recording, "serialization"),
             (WindowList, "serialization"),
+            (WindowLease, "serialization"),
         ],
         ref_template=_REF,
     )
@@ -204,6 +206,18 @@ def openapi_document() -> dict[str, Any]:
                 "delete": window_end,
             },
             "/windows/{window_id}/end": {"parameters": window_id, "post": window_end},
+            "/windows/{window_id}/renew": {
+                "parameters": window_id,
+                "post": {
+                    "summary": "renew a leased window's lease by its lease_s from now (a client that "
+                    "stops renewing has its window ended, end_reason lease_expired)",
+                    "security": [{}, {"bearer": []}],
+                    "responses": {
+                        "200": _json("WindowLease", "renewed"),
+                        **_errors(401, 403, 404, 409),
+                    },
+                },
+            },
             "/windows/{window_id}/report": {
                 "parameters": window_id,
                 "get": {

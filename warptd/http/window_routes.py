@@ -1,9 +1,11 @@
-"""POST/GET/DELETE /windows: named energy windows, protected as /stress is (loopback or token)."""
+"""POST/GET/DELETE /windows: named energy windows, protected as /stress is (loopback or token); a
+window opened with a lease is kept open by ``POST /windows/ID/renew``."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -13,6 +15,9 @@ from warptd.http.protection import authorize, parse_body
 from warptd.http.reports import report_response
 from warptd.recording.schema import Recording, TargetRecording
 from warptd.recording.windows import WindowError, WindowManager
+
+#: The longest lease a request may name at all; the daemon's --window-lease-max narrows it.
+MAX_LEASE_S = 86400.0
 
 _LABEL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 MAX_LABELS = 16
@@ -32,6 +37,16 @@ class WindowRequest(BaseModel):
         "and the CPU packages",
     )
     labels: dict[str, str] = Field({}, max_length=MAX_LABELS, description="at most 16, values of 256 chars")
+    lease_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_LEASE_S,
+        allow_inf_nan=False,
+        description="hold the window by a lease: it ends (end_reason lease_expired) unless renewed "
+        "(POST /windows/ID/renew) within each lease_s seconds; within --window-lease-min and "
+        "--window-lease-max (5-600 s by default). Without it, the window ends when asked or at "
+        "--window-max-duration",
+    )
 
     @field_validator("devices")
     @classmethod
@@ -50,6 +65,15 @@ class WindowRequest(BaseModel):
             if len(text) > 256:
                 raise ValueError(f"label {key} is over 256 characters")
         return value
+
+
+class WindowLease(BaseModel):
+    """The answer to ``POST /windows/ID/renew``: the lease, renewed from now."""
+
+    id: str = Field(description="The window.")
+    status: Literal["open"] = Field("open", description="A renewed window is open.")
+    lease_seconds: float = Field(description="The window's lease, renewed by this length from now.")
+    lease_expires_at: float = Field(description="Unix time the lease lapses unless renewed again.")
 
 
 class WindowList(BaseModel):
@@ -75,6 +99,7 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
         ("DELETE", "/windows/{window_id}"),
         ("POST", "/windows/{window_id}/end"),
         ("GET", "/windows/{window_id}/report"),
+        ("POST", "/windows/{window_id}/renew"),
     )
     if manager is None:
         for method, path in routes:
@@ -85,7 +110,7 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
         authorize(request, token(), "window")
         body = parse_body(request, WindowRequest, "window")
         try:
-            recording = manager.open(body.name, body.devices, body.labels)
+            recording = manager.open(body.name, body.devices, body.labels, body.lease_s)
         except WindowError as exc:
             raise _error(exc) from None
         return json_response(201, recording, headers={"Location": f"/windows/{recording.id}"})
@@ -116,7 +141,18 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
         except WindowError as exc:
             raise _error(exc) from None
 
-    handlers = (listing, begin, show, end, end, report)
+    def renew(request: Request) -> Response:
+        authorize(request, token(), "window")
+        try:
+            lease = manager.renew(request.params["window_id"])
+        except WindowError as exc:
+            raise _error(exc) from None
+        view = WindowLease(
+            id=lease.window_id, lease_seconds=lease.lease_seconds, lease_expires_at=lease.expires_at
+        )
+        return json_response(200, view)
+
+    handlers = (listing, begin, show, end, end, report, renew)
     for (method, path), handler in zip(routes, handlers, strict=True):
         # Locks, reads of the devices at the edges, and a child process rendering reports.
         router.add(method, path, handler, offload=True)

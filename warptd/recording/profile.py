@@ -2,9 +2,11 @@
 
 Through the node's daemon when one answers (a window there: two samplers never fight over an SDK),
 else with this process's own samplers at ``--interval`` (default ``--window-interval``, 0.1 s); a
-daemon named by ``--url`` must answer. Signals (INT, TERM, HUP) are forwarded to CMD, and its exit
-code is ours (128+N if killed by N). What would fail after CMD is checked before it runs, and the
-recording's JSON is saved before its report is rendered (:mod:`warptd.recording.outputs`).
+daemon named by ``--url`` must answer; the window there is held by a lease this process renews, so
+the daemon ends it if we die. CMD runs in its own process group, which signals (INT, TERM, HUP) are
+forwarded to (:mod:`warptd.recording.child`), and its exit code is ours (128+N if killed by N).
+What would fail after CMD is checked before it runs, and the recording's JSON is saved before its
+report is rendered (:mod:`warptd.recording.outputs`).
 """
 
 from __future__ import annotations
@@ -13,18 +15,15 @@ import argparse
 import importlib
 import os
 import re
-import signal
-import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
 from warptd import client
 from warptd.config import Settings, SettingsError
+from warptd.recording import child as children
 from warptd.recording import command as cmd
 from warptd.recording import outputs
 from warptd.recording.recorder import Recorder, with_carbon_and_cost
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from warptd.backends.registry import Loaded
     from warptd.sampling.snapshot import Snapshot
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Exit status when an output failed after CMD exited 0 (a failing CMD's own status is kept).
 EXIT_OUTPUT_FAILED = 1
 
@@ -52,6 +50,8 @@ class Profile:
     name: str
     devices: list[str] | None
     labels: dict[str, str]
+    #: The lease of the daemon's window (renewed by this process); None: no lease.
+    lease_s: float | None = client.DEFAULT_LEASE_S
 
 
 def daemon_url(settings: Settings, given: str | None) -> str:
@@ -72,43 +72,25 @@ def daemon_answers(url: str) -> bool:
         return False
 
 
-def exit_code(returncode: int) -> int:
-    """A child's exit status as a shell reports it: 128+N when signal N killed it."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-@contextmanager
-def forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
-    """While the child runs, INT, TERM and HUP sent to us go to it instead of ending us."""
-
-    def forward(signum: int, _: FrameType | None) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def run_child(command: list[str]) -> int:
-    """Run CMD with signals forwarded; return its exit code (CommandError if it cannot start)."""
+    """Run CMD in its own process group with signals forwarded to it; return its exit code
+    (CommandError if it cannot start)."""
     try:
-        child = subprocess.Popen(command)
+        child = children.spawn(command)
     except OSError as exc:
         raise cmd.from_os_error(command[0], exc) from None
-    with forwarding(child):
+    with children.forwarding(child):
         child.wait()
-    return exit_code(child.returncode)
+    return children.exit_code(child.returncode)
 
 
 def _through_daemon(url: str, token: str | None, profile: Profile) -> tuple[int, Recording | None] | None:
     """Record through the daemon's windows; None when it has them turned off. The recording is None
     when the daemon could not end the window (it went away): CMD's exit code still counts."""
     try:
-        opened = client.begin_window(profile.name, profile.devices, profile.labels, url=url, token=token)
+        opened, keeper = client.begin_leased_window(
+            profile.name, profile.devices, profile.labels, profile.lease_s, url=url, token=token, timeout=10.0
+        )
     except client.WindowClientError as exc:
         if exc.status == 404 and "--no-windows" in str(exc):
             return None
@@ -117,6 +99,8 @@ def _through_daemon(url: str, token: str | None, profile: Profile) -> tuple[int,
     try:
         code = run_child(profile.command)
     finally:
+        if keeper is not None:
+            keeper.stop()
         try:
             ended = client.end_window(opened["id"], url=url, token=token)
         except client.WindowClientError as exc:
@@ -248,7 +232,7 @@ def run_profile(settings: Settings, args: argparse.Namespace, out: TextIO = sys.
         print(f"warptd profile: {exc}", file=sys.stderr)
         return 2
     name = args.name or re.sub(r"[^A-Za-z0-9_.:-]", "_", Path(command[0]).name)[:64] or "profile"
-    profile = Profile(command, name, args.device, {"command": " ".join(command)[:256]})
+    profile = Profile(command, name, args.device, {"command": " ".join(command)[:256]}, args.lease)
     try:
         cmd.resolve(command[0])  # before any window opens: a typo leaves nothing behind
         recorded = _sampled(settings, args, profile)

@@ -111,8 +111,9 @@ class Recording(BaseModel):
     status: Literal["open", "ended"] = Field("ended", description="open while it records.")
     end_reason: str | None = Field(
         None,
-        description="Windows: requested (a client ended it), max_duration, shutdown; profiles: "
-        "command_exited; stress runs: succeeded, failed, cancelled.",
+        description="Windows: requested (a client ended it), lease_expired (its client stopped renewing "
+        "its lease), max_duration, shutdown; profiles: command_exited; stress runs: succeeded, failed, "
+        "cancelled.",
     )
     started_at: float = Field(description="Unix time the recording started.")
     ended_at: float | None = Field(None, description="Unix time it ended; None while open.")
@@ -128,6 +129,14 @@ class Recording(BaseModel):
     energy_price_per_kwh: float | None = Field(None, description="--energy-price, where set.")
     carbon_grams: float | None = Field(None, description="gCO2e of energy_joules.")
     cost: float | None = Field(None, description="Cost of energy_joules.")
+    lease_seconds: float | None = Field(
+        None,
+        description="Windows: the lease its client renews (POST /windows/ID/renew) or it ends "
+        "lease_expired; None without one.",
+    )
+    lease_expires_at: float | None = Field(
+        None, description="Windows: Unix time an open window's lease lapses unless renewed; None once ended."
+    )
     #: What the workload did beside its energy, e.g. a stress run's throughput.
     workload: dict[str, float | str | None] = Field(
         {}, description="What the workload did beside its energy (a stress run: throughput, unit, work)."

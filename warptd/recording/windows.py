@@ -4,12 +4,15 @@ Windows overlap and nest; each is its own :class:`Recorder` fed by the daemon's 
 window is open its devices are sampled at ``--window-interval``, and each edge reads them at once,
 so a window's energy spans its own begin and end rather than the nearest regular samples. Every
 resource is bounded: open windows, history, and a maximum duration after which a window ends itself.
+A window opened with a lease (``lease_s``) also ends when its client stops renewing it: one reaper
+thread ends every window at its deadline, whichever of the two comes first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -48,10 +51,12 @@ class Sampling(Protocol):
 
 @dataclass
 class Window:
-    """One open window: its recorder and the timer that ends it at the maximum duration."""
+    """One open window: its recorder, and the monotonic deadlines at which it ends by itself."""
 
     recorder: Recorder
-    timer: threading.Timer | None = None
+    max_deadline: float = float("inf")  # opened + --window-max-duration
+    lease_s: float | None = None  # the lease its client renews; None: held to the maximum only
+    lease_deadline: float = float("inf")  # last renewal + lease_s
     devices: dict[str, set[int]] = field(default_factory=dict)  # accelerator backend -> indices
     power: set[str] = field(default_factory=set)  # power backends of its domains
 
@@ -59,12 +64,36 @@ class Window:
     def id(self) -> str:
         return self.recorder.id
 
+    def due(self) -> tuple[float, str]:
+        """When this window ends by itself, and the end_reason it then gets."""
+        if self.lease_deadline < self.max_deadline:
+            return self.lease_deadline, "lease_expired"
+        return self.max_deadline, "max_duration"
+
+    def lease_fields(self) -> dict[str, float | None]:
+        """The lease as a recording shows it: its length and, while open, the Unix time it lapses."""
+        if self.lease_s is None:
+            return {"lease_seconds": None, "lease_expires_at": None}
+        left = self.lease_deadline - time.monotonic()
+        return {"lease_seconds": self.lease_s, "lease_expires_at": time.time() + max(left, 0.0)}
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A renewed lease: the window, its lease's length and the Unix time it now lapses."""
+
+    window_id: str
+    lease_seconds: float
+    expires_at: float
+
 
 @dataclass(frozen=True)
 class WindowLimits:
     max_open: int = 64
     max_duration_s: float = 86400.0
     history: int = 100
+    lease_min_s: float = 5.0
+    lease_max_s: float = 600.0
 
 
 class WindowManager:
@@ -93,13 +122,27 @@ class WindowManager:
         self._open: dict[str, Window] = {}
         self._ended: OrderedDict[str, Recording] = OrderedDict()
         self._lock = threading.Lock()
+        self._deadlines = threading.Condition(self._lock)  # wakes the reaper when one comes nearer
+        self._reaper: threading.Thread | None = None
         self._closing = False
 
     # -- opening ------------------------------------------------------------------------------
     def open(
-        self, name: str, devices: list[str] | None = None, labels: dict[str, str] | None = None
+        self,
+        name: str,
+        devices: list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        lease_s: float | None = None,
     ) -> Recording:
-        """Start a window on ``devices`` (default: every accelerator and the CPU packages)."""
+        """Start a window on ``devices`` (default: every accelerator and the CPU packages); with
+        ``lease_s``, it ends ``lease_expired`` unless renewed within each ``lease_s``."""
+        limits = self.limits
+        if lease_s is not None and not limits.lease_min_s <= lease_s <= limits.lease_max_s:
+            raise WindowError(
+                422,
+                f"invalid window request: lease_s: {lease_s:g} is outside {limits.lease_min_s:g}-"
+                f"{limits.lease_max_s:g} s (--window-lease-min, --window-lease-max)",
+            )
         try:
             targets = select_targets(self.snapshot, devices, self.accelerator_backends)
         except UnknownTarget as exc:
@@ -115,7 +158,8 @@ class WindowManager:
                 recording_id=uuid.uuid4().hex[:12],
                 interval_seconds=self._interval(),
                 edges=True,
-            )
+            ),
+            lease_s=lease_s,
         )
         for target in targets:
             if target.kind == "device":
@@ -128,21 +172,30 @@ class WindowManager:
             if len(self._open) >= self.limits.max_open:
                 raise WindowError(429, f"{len(self._open)} windows are open already (--window-max-open)")
             window.recorder.start()
+            now = time.monotonic()
+            window.max_deadline = now + limits.max_duration_s
+            if lease_s is not None:
+                window.lease_deadline = now + lease_s
             self._open[window.id] = window
+            self._start_reaper()  # before the edge reads: a window always ends by itself
+            self._deadlines.notify_all()
         self.sampling.watch(window.id, _pairs(window.devices), window.power)
-        window.timer = threading.Timer(self.limits.max_duration_s, self._expire, args=[window.id])
-        window.timer.daemon = True
-        window.timer.start()  # before the edge reads: a window always ends by itself
         with self._lock:
             ended_meanwhile = window.id not in self._open
-        if ended_meanwhile:  # a request ended it (and unwatched) before the watch above
-            window.timer.cancel()
+        if ended_meanwhile:  # a request or the reaper ended it (and unwatched) before the watch above
             self.sampling.unwatch(window.id)
             raise WindowError(409, f"window {window.id} was ended while it opened")
         self._read_edges(window)
-        log.info("window_opened", window=window.id, name=name, targets=[t.id for t in targets])
+        log.info(
+            "window_opened", window=window.id, name=name, targets=[t.id for t in targets], lease_s=lease_s
+        )
         self._on_change()
-        return self._carbon(window.recorder.recording_now())
+        return self._view(window)
+
+    def _view(self, window: Window) -> Recording:
+        """An open window's recording so far, with its lease."""
+        recording = self._carbon(window.recorder.recording_now())
+        return recording.model_copy(update=window.lease_fields())
 
     def _read_edges(self, window: Window) -> None:
         """Read the window's devices and domains now: its first or last sample is at its edge."""
@@ -170,7 +223,7 @@ class WindowManager:
         with self._lock:
             window, ended = self._open.get(window_id), self._ended.get(window_id)
         if window is not None:
-            return self._carbon(window.recorder.recording_now())
+            return self._view(window)
         return ended
 
     def list(self) -> list[Recording]:
@@ -178,7 +231,7 @@ class WindowManager:
         with self._lock:
             windows = list(self._open.values())
             ended = list(reversed(self._ended.values()))
-        return [self._carbon(w.recorder.recording_now()) for w in reversed(windows)] + ended
+        return [self._view(w) for w in reversed(windows)] + ended
 
     @property
     def open_count(self) -> int:
@@ -191,21 +244,18 @@ class WindowManager:
         with self._lock:
             window = self._open.get(window_id)
             if window is None:
-                if window_id in self._ended:
-                    raise WindowError(409, f"window {window_id} already ended")
-                raise WindowError(404, f"no window {window_id!r}")
+                raise self._not_open(window_id)
         self._read_edges(window)
         with self._lock:
             if self._open.pop(window_id, None) is None:  # ended meanwhile by another request
-                raise WindowError(409, f"window {window_id} already ended")
+                raise self._not_open(window_id)
             window.recorder.stop(reason)
             recording = self._carbon(window.recorder.recording_now())
+            recording = recording.model_copy(update={"lease_seconds": window.lease_s})
             self._ended[window_id] = recording
             while len(self._ended) > self.limits.history:
                 self._ended.popitem(last=False)
             self._thin_history()
-        if window.timer is not None:
-            window.timer.cancel()
         self.sampling.unwatch(window_id)
         log.info("window_ended", window=window_id, reason=reason, energy_joules=recording.energy_joules)
         self._on_end(recording)
@@ -223,14 +273,63 @@ class WindowManager:
             targets = [target.model_copy(update={"points": []}) for target in recording.targets]
             self._ended[older] = recording.model_copy(update={"targets": targets})
 
-    def _expire(self, window_id: str) -> None:
-        with contextlib.suppress(WindowError):  # a request ended it at the same moment
-            self.end(window_id, "max_duration")
+    def _not_open(self, window_id: str) -> WindowError:
+        """409 naming how an ended window ended (``lease_expired`` tells a client it was too late),
+        else 404. Called with the lock held."""
+        ended = self._ended.get(window_id)
+        if ended is not None:
+            return WindowError(409, f"window {window_id} already ended ({ended.end_reason})")
+        return WindowError(404, f"no window {window_id!r}")
+
+    # -- leases and deadlines -------------------------------------------------------------------
+    def renew(self, window_id: str) -> Lease:
+        """Extend a leased window's lease by its ``lease_s`` from now; 409 once it lapsed or ended."""
+        with self._lock:
+            window = self._open.get(window_id)
+            if window is None:
+                raise self._not_open(window_id)
+            if window.lease_s is None:
+                raise WindowError(409, f"window {window_id} has no lease to renew (open it with lease_s)")
+            now = time.monotonic()
+            if window.lease_deadline <= now:  # lapsed; the reaper ends it at once
+                raise WindowError(409, f"window {window_id}'s lease expired before this renewal")
+            window.lease_deadline = now + window.lease_s
+        return Lease(window_id, window.lease_s, time.time() + window.lease_s)
+
+    def _start_reaper(self) -> None:
+        """Start the one thread that ends windows at their deadlines (with the lock held)."""
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap, name="warptd-window-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        """Sleep until the nearest deadline of any open window (woken when a nearer one appears), then
+        end every window past its own: a lease not renewed in time, or the maximum duration."""
+        while True:
+            with self._lock:
+                if self._closing:
+                    return
+                now = time.monotonic()
+                deadlines = {window_id: window.due() for window_id, window in self._open.items()}
+                due = [(window_id, reason) for window_id, (at, reason) in deadlines.items() if at <= now]
+                if not due:
+                    nearest = min((at for at, _ in deadlines.values()), default=float("inf"))
+                    self._deadlines.wait(None if nearest == float("inf") else nearest - now)
+                    continue
+            for window_id, reason in due:
+                try:
+                    self.end(window_id, reason)
+                except WindowError:  # a request ended it at the same moment
+                    pass
+                except Exception:  # the reaper outlives any one window's end, without spinning on it
+                    log.exception("window_end_failed", window=window_id, reason=reason)
+                    time.sleep(1.0)
 
     def shutdown(self) -> None:
         """Refuse new windows and end the open ones (their recordings stay in the history)."""
         with self._lock:
             self._closing = True
+            self._deadlines.notify_all()
             ids = list(self._open)
         for window_id in ids:
             with contextlib.suppress(WindowError):

@@ -1,0 +1,246 @@
+"""Leased energy windows on the real daemon over loopback (GPUs from the C-level NVML double): a
+window whose client stops renewing ends ``lease_expired`` and its fast sampling stops; the client
+and ``warptd profile`` renew for the user, and a SIGKILLed profile leaves neither a window nor its
+command behind. Leases here are 1-2 s (``window_lease_min`` lowered), every loop bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.helpers import http, wait_until
+from tests.pids import alive, children
+from tests.test_windows import call
+from warptd import client
+from warptd.config import SettingsError, load_settings
+from warptd.daemon import Daemon
+from warptd.recording.windows import WindowLimits
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.fixture
+def gpus():
+    fake = FakeNvml([FakeGpu(index=i, power_mw=200_000, live=True) for i in range(2)])
+    with fake.installed():
+        yield fake
+    fake.close()
+
+
+@pytest.fixture
+def daemon(settings, gpus):
+    settings.backends = ["nvidia"]
+    settings.window_interval = 0.1
+    settings.window_lease_min = 0.5
+    running = Daemon(settings)
+    running.start()
+    try:
+        assert wait_until(lambda: http(running.port, "GET", "/readyz")[0] == 200)
+        yield running
+    finally:
+        running.stop()
+
+
+def opened(port: int, **payload) -> dict:
+    status, body = call(port, "POST", "/windows", payload)
+    assert status == 201, body
+    return body
+
+
+def shown(port: int, window_id: str) -> dict:
+    return call(port, "GET", f"/windows/{window_id}")[1]
+
+
+def ended(port: int, window_id: str) -> bool:
+    return shown(port, window_id)["status"] == "ended"
+
+
+def test_a_window_not_renewed_ends_lease_expired_and_its_fast_sampling_stops(daemon):
+    window = opened(daemon.port, name="abandoned", devices=["nvidia:0", "nvidia:1"], lease_s=1)
+    assert window["lease_seconds"] == 1 and window["lease_expires_at"] > time.time()
+    assert daemon.sampler.fast_sampling("nvidia")
+    assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
+    recording = shown(daemon.port, window["id"])
+    assert recording["end_reason"] == "lease_expired"
+    assert recording["duration_seconds"] == pytest.approx(1.0, abs=0.5)
+    assert recording["lease_seconds"] == 1 and recording["lease_expires_at"] is None
+    assert not daemon.sampler.fast_sampling("nvidia")
+    assert daemon.sampler.watches.devices("nvidia") == set()
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/renew")
+    assert status == 409 and "already ended (lease_expired)" in body["error"]
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/end")
+    assert status == 409 and "(lease_expired)" in body["error"]  # a late client learns why
+
+
+def test_a_renewed_window_stays_open_and_lapses_once_renewals_stop(daemon):
+    window = opened(daemon.port, name="kept", devices=["nvidia:0"], lease_s=2)
+    deadline = time.monotonic() + 4.5  # over two leases
+    renewals = 0
+    while time.monotonic() < deadline and renewals < 50:
+        status, lease = call(daemon.port, "POST", f"/windows/{window['id']}/renew")
+        assert status == 200 and lease["id"] == window["id"] and lease["lease_seconds"] == 2, lease
+        assert lease["lease_expires_at"] == pytest.approx(time.time() + 2, abs=0.5)
+        renewals += 1
+        time.sleep(0.3)
+    live = shown(daemon.port, window["id"])
+    assert live["status"] == "open" and live["duration_seconds"] > 4.4
+    assert daemon.sampler.fast_sampling("nvidia")
+    stopped = time.monotonic()
+    assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=6)
+    assert time.monotonic() - stopped < 3.5
+    assert shown(daemon.port, window["id"])["end_reason"] == "lease_expired"
+    assert not daemon.sampler.fast_sampling("nvidia")
+
+
+def test_a_window_without_a_lease_is_held_to_the_maximum_duration_only(daemon):
+    window = opened(daemon.port, name="plain", devices=["nvidia:0"])
+    assert window["lease_seconds"] is None and window["lease_expires_at"] is None
+    time.sleep(1.5)  # past any lease the test daemon allows
+    assert shown(daemon.port, window["id"])["status"] == "open"
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/renew")
+    assert status == 409 and "has no lease" in body["error"]
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/end")
+    assert status == 200 and body["end_reason"] == "requested" and body["lease_seconds"] is None
+
+
+def test_the_maximum_duration_still_ends_a_leased_window(daemon):
+    daemon.windows.limits = WindowLimits(max_duration_s=1.0, lease_min_s=0.5)
+    window = opened(daemon.port, name="renewed-forever", devices=["nvidia:0"], lease_s=30)
+    assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
+    assert shown(daemon.port, window["id"])["end_reason"] == "max_duration"
+
+
+@pytest.mark.parametrize(
+    ("lease", "message"),
+    [
+        (0.1, "lease_s: 0.1 is outside 0.5-600 s"),
+        (601, "lease_s: 601 is outside 0.5-600 s"),
+        (0, "lease_s: Input should be greater than 0"),
+        (86401, "lease_s: Input should be less than or equal to 86400"),
+        ("30", "lease_s: Input should be a valid number"),
+    ],
+)
+def test_a_lease_out_of_bounds_is_refused_and_opens_nothing(daemon, lease, message):
+    status, body = call(daemon.port, "POST", "/windows", {"name": "bad", "lease_s": lease})
+    assert status == 422 and message in body["error"], body
+    assert daemon.windows.open_count == 0 and not daemon.sampler.fast_sampling("nvidia")
+
+
+def test_lease_bounds_must_be_in_order():
+    with pytest.raises(SettingsError, match="window_lease_min \\(10\\) is above window_lease_max \\(5\\)"):
+        load_settings(window_lease_min=10, window_lease_max=5)
+
+
+def test_renewals_are_protected_like_the_other_writes(daemon):
+    assert call(daemon.port, "POST", "/windows/nope/renew")[0] == 404
+    window = opened(daemon.port, name="guarded", devices=["nvidia:0"], lease_s=5)
+    status, body = call(
+        daemon.port, "POST", f"/windows/{window['id']}/renew", headers={"Origin": "http://evil.example"}
+    )
+    assert status == 403 and "cross-origin" in body["error"]
+    daemon._token = "s3cret"  # as a reload that adds a token would
+    assert call(daemon.port, "POST", f"/windows/{window['id']}/renew")[0] == 401
+    headers = {"Authorization": "Bearer s3cret"}
+    assert call(daemon.port, "POST", f"/windows/{window['id']}/renew", headers=headers)[0] == 200
+
+
+def test_the_client_renews_while_the_block_runs(daemon):
+    url = f"http://127.0.0.1:{daemon.port}"
+    with client.window("epoch", ["nvidia:0"], url=url, lease_s=2.0) as w:
+        assert w.opened["lease_seconds"] == 2.0
+        time.sleep(4.5)  # over two leases
+        assert shown(daemon.port, w.id)["status"] == "open"
+    assert w.recording is not None and w.recording["end_reason"] == "requested"
+    assert w.recording["duration_seconds"] > 4.4
+    assert w.keeper is not None and w.keeper.renewals >= 4 and w.keeper.error is None
+
+
+def test_a_client_that_stops_renewing_loses_its_window(daemon):
+    url = f"http://127.0.0.1:{daemon.port}"
+    window, keeper = client.begin_leased_window(
+        "dies", ["nvidia:0"], None, 1.0, url=url, token=None, timeout=5
+    )
+    assert keeper is not None
+    keeper.stop()  # as if the process died
+    assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
+    with pytest.raises(client.WindowClientError) as late:
+        client.end_window(window["id"], url=url)
+    assert late.value.status == 409 and "lease_expired" in str(late.value)
+
+
+def _profile(gpus: FakeNvml, url: str, *command: str) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "warptd", "--backend", "nvidia", "--log-level", "error", "profile"]
+    return subprocess.Popen(
+        [*args, "--url", url, "--lease", "2", "--json", "--", *command],
+        env={**os.environ, **gpus.environment(), "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def _open_window(port: int) -> dict | None:
+    windows = json.loads(http(port, "GET", "/windows")[2])["windows"]
+    return next((w for w in windows if w["status"] == "open"), None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_sigkilled_profile_leaves_neither_its_window_nor_its_command(daemon, gpus):
+    proc = _profile(gpus, f"http://127.0.0.1:{daemon.port}", "sleep", "60")
+    sleepers: list[int] = []
+    try:
+        assert wait_until(lambda: _open_window(daemon.port) is not None, timeout=30)
+        assert wait_until(lambda: bool(sleepers.extend(children(proc.pid)) or sleepers), timeout=10)
+        window = _open_window(daemon.port)
+        assert window is not None and window["lease_seconds"] == 2
+        time.sleep(2.5)  # past one lease: profile renews it
+        assert shown(daemon.port, window["id"])["status"] == "open"
+        proc.kill()
+        killed = time.monotonic()
+        proc.wait(timeout=10)
+        assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=6)
+        assert time.monotonic() - killed < 3.5  # within the 2 s lease, and the reaper's read
+        assert shown(daemon.port, window["id"])["end_reason"] == "lease_expired"
+        assert not daemon.sampler.fast_sampling("nvidia")
+        assert wait_until(lambda: not any(alive(pid) for pid in sleepers), timeout=5)  # PDEATHSIG
+    finally:
+        for pid in sleepers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigterm_to_profile_reaches_the_commands_whole_group_and_ends_the_window(daemon, gpus, tmp_path):
+    """CMD is a shell that started a ``sleep`` of its own: a TERM forwarded to the shell alone would
+    leave that sleep running; forwarded to the group, both end, and so does the window."""
+    pid_file = tmp_path / "sleep.pid"
+    script = f"sleep 60 & echo $! > {pid_file}; wait"
+    proc = _profile(gpus, f"http://127.0.0.1:{daemon.port}", "sh", "-c", script)
+    grandchild = 0
+    try:
+        assert wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", timeout=30)
+        grandchild = int(pid_file.read_text())
+        assert wait_until(lambda: _open_window(daemon.port) is not None, timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert json.loads(out)["end_reason"] == "command_exited"
+        assert _open_window(daemon.port) is None
+        windows = json.loads(http(daemon.port, "GET", "/windows")[2])["windows"]
+        assert [w["end_reason"] for w in windows] == ["requested"]  # profile ended it, not the lease
+        assert wait_until(lambda: not alive(grandchild), timeout=5)
+    finally:
+        if grandchild and alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
