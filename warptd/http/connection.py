@@ -58,7 +58,7 @@ class Phase(enum.IntEnum):
     IDLE = 0  # a keep-alive connection waiting for its next request
     HEAD = 1  # waiting for (the rest of) a request head
     BODY = 2  # reading a request body
-    SENDING = 3  # a response the client has not taken yet
+    SENDING = 3  # a response the client has not taken yet: never closed to make room
     BUSY = 4  # its request is being handled: never closed to make room
 
 
@@ -153,12 +153,10 @@ class Connection:
         )
 
     def evict(self) -> None:
-        """Close to make room for another connection: at once, and without a response."""
+        """Close to make room for another connection (never one handling or answering a request): at
+        once, with a FIN, so a keep-alive client opens a new connection."""
         self.evicted = True
-        if self.phase is Phase.SENDING:
-            self.writer.transport.abort()  # the client does not read: drop what it has not taken
-        else:
-            self.writer.transport.close()  # a FIN: a keep-alive client opens a new connection
+        self.writer.transport.close()
 
     def _enter(self, phase: Phase) -> None:
         self.phase, self.since = phase, self.loop.time()

@@ -127,7 +127,8 @@ class WarptdHTTPServer:
         """Room for one more connection from ``key``: at the client's cap, then at the total cap, the
         connection doing least is closed (the longest-idle keep-alive one first, then the one
         waiting longest for a head, then for a body). False only when every connection in the way
-        is handling a request."""
+        is handling a request or sending its response (owed to its client; the send timeout
+        bounds it)."""
         same = self._by_client.get(key, ())
         if len(same) >= self.limits.max_client_connections and not self._evict(same, key, "client"):
             return False
@@ -135,7 +136,7 @@ class WarptdHTTPServer:
 
     def _evict(self, candidates: Iterable[Connection], key: str, cap: str) -> bool:
         victim = min(
-            (c for c in candidates if c.phase is not Phase.BUSY),
+            (c for c in candidates if c.phase < Phase.SENDING),
             key=lambda c: (c.phase, c.since),
             default=None,
         )
