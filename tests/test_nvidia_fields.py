@@ -236,14 +236,15 @@ def test_the_driver_time_on_field_values_is_a_counter_in_seconds(branch_rig):
 def test_r525_power_usage_is_the_average_on_ampere_and_newer(branch_rig):
     """R525/R530 headers stop short of 185/186: nvmlDeviceGetPowerUsage is what is left, a 1 s
     average on an H100 (exported as the average, never as the instant power) and instantaneous on a
-    V100. The H100's power series is then the sampler's mean from its energy counter, as for any
-    device whose SDK gives energy without power: 0 W here, the counter standing still."""
+    V100. The H100 has no instantaneous reading: its power series is absent (the sampler derives
+    one from an energy counter only for a device with neither power reading)."""
     hopper, volta = FakeGpu(index=0), FakeGpu(index=1, name="Tesla V100-SXM2-32GB", compute_capability=(7, 0))
     rig, _ = branch_rig("525.147.05", [hopper, volta])
     rig.tick()
     hopper.power_mw = volta.power_mw = 700_000  # a spike, read right away
     samples = rig.tick()
-    assert value(samples, "warptd_device_power_watts", **DEV0) == 0  # not the PowerUsage average
+    assert not select(samples, "warptd_device_power_watts", **DEV0)  # not the PowerUsage average
+    assert select(samples, "warptd_device_energy_joules_total", **DEV0)  # the counter still counts
     assert 120 <= value(samples, "warptd_device_power_average_watts", **DEV0) < 200  # mostly the 120 W
     assert select(samples, "warptd_device_power_watts", **DEV1)
     assert not select(samples, "warptd_device_power_average_watts", **DEV1)

@@ -80,9 +80,10 @@ POWER = _device(
     "warptd_device_power_watts",
     "gauge",
     "Power draw of the device, the most instantaneous reading it offers (NVML: NVML_FI_DEV_POWER_INSTANT "
-    "where supported, else nvmlDeviceGetPowerUsage where that is instantaneous: before Ampere, GA100). "
-    "A device with an energy counter and no such reading (R525/R530 drivers on Ampere and newer) gets "
-    "its counter's change over the sample interval.",
+    "where supported, else nvmlDeviceGetPowerUsage where that is instantaneous: before Ampere, GA100; "
+    "absent on R525/R530 drivers on Ampere and newer, whose only reading is the 1 s average). A device "
+    "with an energy counter and no power reading at all (RAPL, i915) gets its counter's change over "
+    "the sample interval.",
 )
 POWER_AVERAGE = _device(
     "warptd_device_power_average_watts",

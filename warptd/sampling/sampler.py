@@ -550,7 +550,8 @@ class Sampler:
             )
             if tracker.dropped_joules != dropped:
                 self._dropped(key, tracker, dropped, reading.power_limit_watts)
-            reading.power_watts = power  # derived from the energy counter where the device has only that
+            if reading.power_average_watts is None:  # a device with only an energy counter: its mean
+                reading.power_watts = power  # (one with the driver's average has no instant reading)
             samples.append(
                 DeviceSample(
                     reading=reading,
