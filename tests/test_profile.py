@@ -187,6 +187,22 @@ def test_the_recording_is_saved_beside_the_report(gpus, tmp_path):
     assert f"wrote {report}, and its recording in {tmp_path / 'run.json'}" in result.stderr
 
 
+def test_a_file_beside_the_report_that_is_no_recording_is_never_replaced(gpus, tmp_path):
+    marker, report, other = tmp_path / "ran", tmp_path / "run.html", tmp_path / "run.json"
+    other.write_text('{"learning_rate": 0.1}\n')  # the user's own file, sharing the report's name
+    result = run_profile(gpus, "--local", "--output", str(report), "--", *marker_command(marker))
+    assert result.returncode == 2 and f"{other} exists and is not a warptd recording" in result.stderr
+    assert other.read_text() == '{"learning_rate": 0.1}\n' and not marker.exists()
+    again = run_profile(
+        gpus, "--local", "--output", str(report), "--save", str(tmp_path / "r.json"), "--", "true"
+    )
+    assert again.returncode == 0, again.stderr  # --save names another place
+    other.unlink()
+    for _ in range(2):  # profiled again: the earlier recording beside the report is replaced
+        result = run_profile(gpus, "--local", "--output", str(report), "--", "true")
+        assert result.returncode == 0, result.stderr
+
+
 def test_save_writes_the_recording_without_a_report(gpus, tmp_path):
     saved = tmp_path / "run.json"
     result = run_profile(gpus, "--local", "--save", str(saved), "--json", "--", *sleeper(0.3))

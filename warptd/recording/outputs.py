@@ -8,6 +8,7 @@ report that still fails afterwards loses nothing: ``warptd report`` renders the 
 from __future__ import annotations
 
 import importlib.util
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ def plan(report: str | None, save: str | None) -> Outputs:
         check_report_extra()
         if recording_path is None:
             recording_path = beside(report_path)
+            check_replaceable(recording_path)
         if recording_path.resolve() == report_path.resolve():
             raise OutputError(f"--save and --output name the same file: {report_path}")
     for path in (report_path, recording_path):
@@ -54,6 +56,21 @@ def beside(report: Path) -> Path:
     if report.suffix.lower() == ".json":
         return report.with_name(report.name + ".recording.json")
     return report.with_suffix(".json")
+
+
+def check_replaceable(path: Path) -> None:
+    """A recording saved beside its report, unasked, replaces only an earlier recording (a run
+    profiled again), never some other file that happens to share the report's name."""
+    if not path.is_file():
+        return
+    try:
+        found = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        found = None
+    if not (isinstance(found, dict) and "schema_version" in found and "targets" in found):
+        raise OutputError(
+            f"{path} exists and is not a warptd recording; name where to save the recording with --save"
+        )
 
 
 def check_report_extra() -> None:
