@@ -282,3 +282,54 @@ def test_the_daemon_drops_a_restored_jump_and_says_so(settings, tmp_path, fake_n
         assert select(samples, "warptd_energy_dropped_joules_total")  # in the catalog
     finally:
         rig.close()
+
+
+@pytest.mark.parametrize("same_boot", [True, False], ids=["same-boot", "after-a-reboot"])
+def test_a_counter_from_a_file_without_reading_times_is_bounded_by_its_saved_at(tmp_path, procfs, same_boot):
+    """Entries saved before reading times were kept have no ``at``: the document's ``saved_at`` is
+    their reading's time, so the first restart after an upgrade adds no 1 MJ either."""
+    import json
+    import time
+
+    from warptd.sampling.state import CounterState
+
+    (procfs / "sys/kernel/random").mkdir(parents=True)
+    (procfs / "sys/kernel/random/boot_id").write_text("boot-a\n")
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    document = {
+        "version": 1,
+        "boot_id": "boot-a" if same_boot else "boot-before",
+        "saved_at": time.time() - 1.2,
+        "counters": {"nvidia/0": {"total": 500.0, "raw": 2_000_000.0}},  # no "at": an earlier version
+    }
+    (state_dir / "counters.json").write_text(json.dumps(document))
+    t = EnergyTracker()
+    CounterState(state_dir, procfs).resume("nvidia/0", t)
+    _, total = t.update(0.0, None, 3_000_000.0, limit_watts=700.0)
+    assert 500.0 + 700.0 * 1.2 <= total <= 500.0 + 700.0 * 1.5
+    assert t.dropped_joules == pytest.approx(500.0 + (1_000_000.0 if same_boot else 3_000_000.0) - total)
+
+
+def test_a_restored_reading_from_the_future_is_bounded_by_the_time_since_boot(monkeypatch):
+    """A wall clock stepped back since the save puts the reading in the future: not everything
+    is dropped, the uptime bounds what the counter can have counted, and a line says so."""
+    import time
+
+    from structlog.testing import capture_logs
+
+    from warptd.sampling import counters
+
+    monkeypatch.setattr(counters, "_uptime", lambda: 2.0, raising=False)
+    t = EnergyTracker()
+    t.resume_from(500.0, 2_000_000.0, same_boot=True, read_at=time.time() + 3600.0)
+    with capture_logs() as logs:
+        _, total = t.update(0.0, None, 3_000_000.0, limit_watts=700.0)
+    assert total == pytest.approx(500.0 + 700.0 * 2.0)
+    assert t.dropped_joules == pytest.approx(1_000_000.0 - 1400.0)
+    (line,) = [e for e in logs if e["event"] == "energy_restore_clock_behind"]
+    assert line["behind_s"] == pytest.approx(3600.0, abs=5.0) and line["bounded_by_s"] == 2.0
+    again = EnergyTracker()  # a real uptime: a bound, never negative
+    again.resume_from(500.0, 2_000_000.0, same_boot=True, read_at=time.time() + 3600.0)
+    monkeypatch.undo()
+    assert again.update(0.0, None, 2_000_100.0, limit_watts=700.0)[1] == pytest.approx(600.0)

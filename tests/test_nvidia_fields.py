@@ -206,6 +206,35 @@ def test_nvlink_error_calls_follow_the_health_interval(settings, branch_rig):
     assert len(select(samples, "warptd_device_nvlink_errors_total", **DEV0)) == 18 * 4  # reported between
 
 
+def test_an_nvlink_error_counter_one_link_does_not_support_leaves_the_other_links(settings, branch_rig):
+    """Link 14 answers NOT_SUPPORTED (an inactive link), link 16 INVALID_ARGUMENT once: 14's series
+    are absent and it is not asked again; the other links of 12-17 stay, read after read, and link
+    16 is back at the next read."""
+    settings.interval = settings.health_interval = 0.05
+    gpu = FakeGpu(index=0)
+    gpu.nvlink_errors[13][2] = 3  # link 13 replay
+    gpu.nvlink_errors[17][3] = 6  # link 17 recovery
+    gpu.nvlink_error_code[14] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    gpu.nvlink_error_code[16] = pynvml.NVML_ERROR_INVALID_ARGUMENT
+    rig, fake = branch_rig("580.65.06", [gpu])
+    errors = "warptd_device_nvlink_errors_total"
+    samples = rig.tick("nvidia")
+    assert not select(samples, errors, **DEV0, link="14")
+    assert not select(samples, errors, **DEV0, link="16")
+    assert value(samples, errors, **DEV0, link="13", kind="replay") == 3
+    assert len(select(samples, errors, **DEV0)) == 16 * 4
+    assert fake.calls("nvmlDeviceGetNvLinkErrorCounter") == 6 * 4
+    gpu.nvlink_error_code[16] = 0
+    for reads in (2, 3):
+        samples = rig.tick("nvidia")
+        assert value(samples, errors, **DEV0, link="13", kind="replay") == 3
+        assert value(samples, errors, **DEV0, link="17", kind="recovery") == 6
+        assert value(samples, errors, **DEV0, link="16", kind="crc_flit") == 0
+        assert not select(samples, errors, **DEV0, link="14")
+        assert len(select(samples, errors, **DEV0)) == 17 * 4
+        assert fake.calls("nvmlDeviceGetNvLinkErrorCounter") == 6 * 4 + (reads - 1) * 5 * 4  # 14 not asked
+
+
 # -- fix 8: the health cadence and the driver's time --------------------------------------------------
 def test_the_default_health_interval_reads_the_health_batch_every_tenth_second():
     """dcgm-exporter collects every 30 s; at the default 1 s interval the 108-field batch of an

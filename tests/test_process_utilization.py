@@ -25,7 +25,7 @@ from warptd.k8s.containers import ContainerOwners, read_owner
 from warptd.k8s.energy import split
 from warptd.k8s.podresources import Owner
 from warptd.k8s.shares import SmShares
-from warptd.processes.cgroup import Attribution
+from warptd.processes.cgroup import NONE, UNRESOLVED, Attribution, CgroupResolver
 from warptd.processes.nvml import ProcessMonitor
 
 METRIC = "warptd_device_process_utilization_ratio"
@@ -376,6 +376,47 @@ def test_even_split_where_the_gpu_cannot_tell(shared, proc, fake_nvml):
     assert value(samples, SPLIT, method="even", **gpu) == pytest.approx(150.0)
     assert value(samples, SPLIT, method="sm_share", **gpu) == pytest.approx(30.0)
     assert a + b == pytest.approx(180.0, rel=1e-9)
+
+
+def test_sm_use_of_processes_that_cannot_be_resolved_is_not_unattributed(shared, proc, kubelet):
+    """Pod a's pid 1001 exits before the poll resolves it, then GPU 0 is a's alone and its pid 1004
+    runs outside warptd's pid namespace (no /proc entry): SM use of a process whose cgroup cannot be
+    read tells nothing, so the split falls back to even (a's whole part), none of it unattributed;
+    a host process whose cgroup is read stays unattributed."""
+    rig, monitor, gpu0 = shared
+    containerd_bundle(proc, Attribution(UID, CID), Owner("ml", "a", "main"))
+    containerd_bundle(proc, Attribution(UID2, CID2), Owner("ml", "b", "main"))
+    timeline = Timeline(rig, monitor, gpu0)
+    proc.remove(1001)  # exited since NVML listed it
+    timeline.interval(100.0, {1001: [80], 1002: [20]})
+    kubelet.pods = {("ml", "a", "main"): {GPU: [replica(gpu0.uuid, 0)]}}
+    rig.pods.poll_once()
+    gpu0.processes = [(1004, GIB)]
+    timeline.interval(40.0, {1004: [90]})
+    proc.add(1003, HOST)
+    gpu0.processes = [(1003, GIB)]
+    samples = timeline.interval(10.0, {1003: [50]})
+    a = value(samples, ENERGY, namespace="ml", pod="a", container="main")
+    b = value(samples, ENERGY, namespace="ml", pod="b", container="main")
+    assert a == pytest.approx(50 + 40, rel=0.01)
+    assert b == pytest.approx(50, rel=0.01)
+    gpu = {"backend": "nvidia", "device": "0", "uuid": gpu0.uuid}
+    assert value(samples, UNATTRIBUTED, **gpu) == pytest.approx(10.0, rel=0.01)  # the host's alone
+    assert value(samples, SPLIT, method="even", **gpu) == pytest.approx(100.0)
+    assert a + b + 10.0 == pytest.approx(150.0, rel=0.01)
+
+
+def test_the_resolver_tells_outside_any_pod_from_unresolved(proc):
+    """A readable cgroup naming no pod is outside any pod; a gone or unreadable process is unresolved."""
+    proc.add(1003, HOST)
+    proc.add(1001, SYSTEMD_V2)
+    resolver = CgroupResolver(proc.root)
+    assert resolver.resolve(1003) == NONE and resolver.resolve(1003).resolved
+    assert resolver.resolve(1001) == Attribution(UID, CID)
+    assert resolver.resolve(1009) == UNRESOLVED and not resolver.resolve(1009).resolved
+    proc.add(1003, HOST, started=5000)  # the pid reused by a new process whose cgroup is unreadable
+    (proc.root / "1003" / "cgroup").unlink()
+    assert resolver.resolve(1003) == UNRESOLVED
 
 
 def test_without_the_process_monitor_the_split_is_even(settings, kubelet, fake_nvml):

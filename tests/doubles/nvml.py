@@ -234,6 +234,7 @@ class GpuState(ctypes.Structure):
         ("decoder_util", _U32),
         ("pstate", _U32),
         ("nv_health_pad", _U32),
+        ("nvlink_error_code", _I32 * MAX_LINKS),  # per link: nvmlDeviceGetNvLinkErrorCounter's answer
         # --- end nv-health ---
     ]
 
@@ -416,10 +417,11 @@ _SCALARS = (
 #: nv-health: the health and traffic arrays of ``struct gpu``, read and written in place
 #: (``gpu.ecc_volatile[1] = 2``): ECC SBE/DBE, remapped rows (cor, unc, pending, failure), retired pages
 #: (SBE, DBE, pending), PCIe bytes (tx, rx), NVLink errors [link][crc_flit, crc_data, replay, recovery],
-#: NVLink KiB [link][tx, rx], fan percent.
+#: NVLink KiB [link][tx, rx], fan percent, and per link the return code nvmlDeviceGetNvLinkErrorCounter
+#: answers instead of its count (``gpu.nvlink_error_code[14] = NVML_ERROR_NOT_SUPPORTED``; 0: the count).
 _ARRAYS = (
     "ecc_volatile", "ecc_aggregate", "remapped", "retired", "pcie_bytes", "nvlink_errors", "nvlink_kib",
-    "fan_percent",
+    "fan_percent", "nvlink_error_code",
 )  # fmt: skip
 
 

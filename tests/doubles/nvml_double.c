@@ -210,6 +210,8 @@ struct gpu {
     uint32_t encoder_util, decoder_util; /* percent over the sampling period below */
     uint32_t pstate;           /* 0..15, 32 = NVML_PSTATE_UNKNOWN */
     uint32_t nv_health_pad;
+    int32_t nvlink_error_code[MAX_LINKS]; /* per link: what its nvmlDeviceGetNvLinkErrorCounter answers
+                                           * instead (NOT_SUPPORTED: an inactive link); 0 = its count */
     /* --- end nv-health --- */
 };
 
@@ -730,6 +732,7 @@ int nvmlDeviceGetNvLinkErrorCounter(void *h, unsigned int link, int counter, uns
     static const int kinds[4] = {2, 3, 0, 1};
     if (!g->nvlink_count) return ERROR_NOT_SUPPORTED;
     if (link >= g->nvlink_count || counter < 0 || counter > 3 || !value) return ERROR_INVALID_ARGUMENT;
+    if (g->nvlink_error_code[link]) return g->nvlink_error_code[link];
     *value = g->nvlink_errors[link][kinds[counter]];
     return SUCCESS;
 }

@@ -771,12 +771,13 @@ class NvidiaBackend(NvmlBackend):
 
     def _nvlink_error_calls(self, index: int, plan: FieldPlan) -> LabelledValues:
         """The error counters of the links no per-link field id numbers (12-17 of an H100/H200), by
-        nvmlDeviceGetNvLinkErrorCounter as DCGM reads them; one kind failing is absent this read."""
+        nvmlDeviceGetNvLinkErrorCounter as DCGM reads them. Each link's kind is its own call: one not
+        supported (an inactive link) is not asked again, the others are; one failing otherwise (e.g.
+        INVALID_ARGUMENT) is absent this read."""
         errors: dict[tuple[str, ...], float] = {}
         for link, kind, counter in plan.error_calls:
-            if ("nvlink_error_counter", index) in self._unsupported:
-                break  # the GPU or this nvidia-ml-py lacks the call
-            count = self._get(index, "nvlink_error_counter", "nvmlDeviceGetNvLinkErrorCounter", link, counter)
+            what = f"nvlink_error_counter_{link}_{kind}"
+            count = self._get(index, what, "nvmlDeviceGetNvLinkErrorCounter", link, counter)
             if count is not None:
                 errors[str(link), kind] = float(count)
         return errors

@@ -2,7 +2,9 @@
 
 The process monitor (--processes) sums each poll's per-process SM samples by pod UID and container
 ID; here those become (namespace, pod, container) through the runtime's bundle annotations, and the
-SM use of processes outside any pod is kept under ``None``: a share no container gets.
+SM use of processes outside any pod is kept under ``None``: a share no container gets. SM use of a
+process whose cgroup could not be read (gone since NVML listed it, or outside warptd's pid namespace)
+belongs to nobody known: the GPU cannot tell, like a container whose names are unknown.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ class SmShares:
 
     def by_owner(self, uuid: str) -> dict[Owner | None, float] | None:
         """Summed SM ratios per container (None: processes outside any pod), or None where the GPU
-        cannot tell: no per-process utilization, no recent poll, or SM used by a pod's container
-        whose names are unknown."""
+        cannot tell: no per-process utilization, no recent poll, or SM used by a process whose cgroup
+        could not be read or by a pod's container whose names are unknown."""
         usage = self.monitor.sm_usage(uuid)
         if usage is None or time.monotonic() - usage.polled_at > _FRESH_INTERVALS * self.monitor.interval:
             return None
@@ -35,6 +37,8 @@ class SmShares:
         for attribution, sm in usage.by_attribution.items():
             if sm <= 0:
                 continue
+            if not attribution.resolved:  # in a pod or not: unknown
+                return None
             owner = None  # outside Kubernetes: a share no container gets
             if attribution.pod_uid:
                 owner = self.owners.owner(attribution)

@@ -7,7 +7,8 @@ Handles cgroup v1 and v2 and both kubelet cgroup drivers::
     11:memory:/kubepods/burstable/pod<uid>/<64 hex>                         (cgroupfs driver)
 
 A path seen through a private cgroup namespace (``/../kubepods-…``) still names its pod. Outside
-Kubernetes, or for a process that is gone, both are empty strings.
+Kubernetes, or for a process that is gone, both are empty strings; only a process whose cgroup was
+read is ``resolved`` (a readable cgroup that names no pod: outside any pod; unresolved: cannot tell).
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ _STARTTIME = 22 - 3
 
 @dataclass(frozen=True)
 class Attribution:
-    """Where a process runs: its pod UID and container ID, empty outside Kubernetes."""
+    """Where a process runs: its pod UID and container ID, empty outside Kubernetes; ``resolved`` is
+    False where its cgroup could not be read (gone, or outside our pid namespace): no one can tell."""
 
     pod_uid: str = ""
     container_id: str = ""
+    resolved: bool = True
 
 
 NONE = Attribution()
+#: A process whose cgroup could not be read: in a pod or not, nobody can tell.
+UNRESOLVED = Attribution(resolved=False)
 
 
 def parse_cgroup(text: str) -> Attribution:
@@ -85,17 +90,18 @@ class CgroupResolver:
         self._cache: dict[int, tuple[int, Attribution]] = {}
 
     def resolve(self, pid: int) -> Attribution:
+        """The pid's attribution: NONE for a readable cgroup outside any pod, UNRESOLVED where unreadable."""
         started = start_time(self.procfs, pid)
         if started is None:  # gone since NVML listed it (or not in our pid namespace)
             self._cache.pop(pid, None)
-            return NONE
+            return UNRESOLVED
         cached = self._cache.get(pid)
         if cached is not None and cached[0] == started:
             return cached[1]
         found = read_attribution(self.procfs, pid)
         if found is None:
             self._cache.pop(pid, None)
-            return NONE
+            return UNRESOLVED
         self._cache[pid] = (started, found)
         return found
 

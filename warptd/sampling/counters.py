@@ -5,6 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import structlog
+
+log = structlog.get_logger("warptd.counters")
+
 #: No single power domain draws more; a counter decrease implying more is a reset, not a wrap. Also
 #: the ceiling on what a reset or restored energy counter may add per second where the device has
 #: no power limit to bound it (RAPL domains, devices without one).
@@ -100,7 +104,8 @@ class EnergyTracker:
         same boot a lower raw counter with a known wrap range is a wrap, else a reset. A counter
         that wrapped more than once while the daemon was down cannot be told from one that wrapped
         once. What the first reading adds is at most the ceiling (the device's power limit) times
-        the time since ``read_at``; the rest is dropped (:attr:`dropped_joules`).
+        the time since ``read_at``; the rest is dropped (:attr:`dropped_joules`). A ``read_at`` in
+        the future (the wall clock stepped back) bounds it by the time since boot instead, logged.
         """
         self.resumed = (total, raw, same_boot, read_at)
 
@@ -171,6 +176,11 @@ class EnergyTracker:
         else:
             added = energy  # a reset (driver reload), or the boot is unknown
         since = time.time() - read_at if read_at is not None else None
+        if since is not None and since < 0:  # the wall clock stepped back since that reading
+            behind, since = -since, _uptime()
+            log.warning(
+                "energy_restore_clock_behind", behind_s=round(behind, 3), bounded_by_s=round(since, 3)
+            )
         return total + self.counter.bounded(added, ceiling, since)
 
     def gap(self) -> None:
@@ -180,6 +190,14 @@ class EnergyTracker:
         """
         if self.counter is None:
             self.last_power, self.last_time = None, None
+
+
+def _uptime() -> float:
+    """Seconds since boot: no counter of this boot, nor one reset since, has counted longer."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # not Linux
+        return time.monotonic()
 
 
 @dataclass(slots=True)

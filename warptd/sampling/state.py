@@ -31,12 +31,13 @@ def _boot_id(procfs: Path) -> str:
         return ""
 
 
-def _entry(entry: object) -> dict[str, float | None]:
+def _entry(entry: object, saved_at: float | None) -> dict[str, float | None]:
     """One saved counter, type-checked: ``{\"total\": J, \"raw\": J or None, \"at\": Unix time or
-    None}`` (``at``, when the raw counter was read, is absent from files of earlier versions)."""
+    None}``. ``at``, when the raw counter was read, is absent from files of earlier versions: the
+    document's ``saved_at`` stands in for it (the raw counter was read no later than it was saved)."""
     if not isinstance(entry, dict):
         raise TypeError("a counter entry is not an object")
-    raw, at = entry.get("raw"), entry.get("at")
+    raw, at = entry.get("raw"), entry.get("at", saved_at)
     return {
         "total": float(entry["total"]),
         "raw": None if raw is None else float(raw),
@@ -69,7 +70,10 @@ class CounterState:
             document = json.loads(self.path.read_text())
             if not isinstance(document, dict) or document.get("version") != _VERSION:
                 raise ValueError("not a warptd counters file of version 1")
-            counters = {str(key): _entry(entry) for key, entry in dict(document["counters"]).items()}
+            saved_at = document.get("saved_at")
+            saved_at = None if saved_at is None else float(saved_at)
+            entries = dict(document["counters"]).items()
+            counters = {str(key): _entry(entry, saved_at) for key, entry in entries}
             same_boot = document.get("boot_id") == self.boot_id
         except FileNotFoundError:
             return {}
