@@ -231,7 +231,7 @@ class Daemon:
         self._token = token
         if self.windows is not None:
             self.windows.limits = WindowLimits(
-                new.window_max_open, new.window_max_duration, new.window_history
+                new.window_max_open, new.window_max_duration, new.window_history, new.window_memory
             )
         self.settings = new
         log.info("config_reloaded", changed=changed, needs_restart=restart, interval_s=new.interval)
@@ -295,7 +295,12 @@ def make_window_manager(
         snapshot,
         sampler,
         {b.name for b in loaded.accelerators if b.is_accelerator},
-        WindowLimits(settings.window_max_open, settings.window_max_duration, settings.window_history),
+        WindowLimits(
+            settings.window_max_open,
+            settings.window_max_duration,
+            settings.window_history,
+            settings.window_memory,
+        ),
         carbon=lambda r: with_carbon_and_cost(
             r, sampler.settings.carbon_intensity, sampler.settings.energy_price
         ),
