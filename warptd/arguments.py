@@ -107,7 +107,7 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         ),
         (
             ("--window-memory",),
-            {"metavar": "SIZE", "help": "bytes the windows' time series may take (default 16MiB)"},
+            {"metavar": "SIZE", "help": "bytes the windows' time series may take (default 8MiB)"},
         ),
         (
             ("--window-energy-name",),

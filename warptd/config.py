@@ -125,10 +125,10 @@ class Settings(BaseSettings):
     window_max_open: int = Field(64, ge=1, le=10_000, description="Windows open at once; beyond, 429")
     window_history: int = Field(100, ge=1, le=10_000, description="Ended windows kept for GET /windows")
     window_memory: int = Field(
-        16 * 2**20,
+        8 * 2**20,
         ge=64 * 2**10,
         le=64 * 2**30,
-        description="Bytes the time series of open and ended windows may take (16MiB, 512KiB or bytes); "
+        description="Bytes the time series of open and ended windows may take (8MiB, 512KiB or bytes); "
         "beyond it ended windows' points go first, then open windows keep coarser ones",
     )
     window_energy_names: Annotated[list[str] | None, NoDecode] = Field(

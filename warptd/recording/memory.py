@@ -43,7 +43,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 def trim_heap() -> bool:
     """Hand freed heap pages back to the OS. glibc keeps the memory of freed series in its arenas
-    (a daemon's RSS stayed up by the 16 MiB of series it had freed); ``malloc_trim(0)`` returns
+    (a process that had freed 16 MiB of series kept 18 MiB more RSS without it); ``malloc_trim(0)`` returns
     every whole free page of every arena. True when it did."""
     trim = _malloc_trim()
     return bool(trim(0)) if trim is not None else False

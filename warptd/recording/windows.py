@@ -67,7 +67,7 @@ class WindowLimits:
     max_open: int = 64
     max_duration_s: float = 86400.0
     history: int = 100
-    memory_bytes: int = 16 * 2**20  # the time series of open windows and the history (memory.py)
+    memory_bytes: int = 8 * 2**20  # the time series of open windows and the history (memory.py)
 
 
 class WindowManager:
