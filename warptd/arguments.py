@@ -131,6 +131,10 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {"type": _integer, "metavar": "N", "help": "ended windows kept (default 100)"},
         ),
         (
+            ("--window-memory",),
+            {"metavar": "SIZE", "help": "bytes the windows' time series may take (default 8MiB)"},
+        ),
+        (
             ("--window-energy-name",),
             {
                 "dest": "window_energy_names",

@@ -141,6 +141,13 @@ class Settings(BaseSettings):
     )
     window_max_open: int = Field(64, ge=1, le=10_000, description="Windows open at once; beyond, 429")
     window_history: int = Field(100, ge=1, le=10_000, description="Ended windows kept for GET /windows")
+    window_memory: int = Field(
+        8 * 2**20,
+        ge=64 * 2**10,
+        le=64 * 2**30,
+        description="Bytes the time series of open and ended windows may take (8MiB, 512KiB or bytes); "
+        "beyond it ended windows' points go first, then open windows keep coarser ones",
+    )
     window_energy_names: Annotated[list[str] | None, NoDecode] = Field(
         None,
         description="Window names whose energy goes to warptd_window_energy_joules_total{name} "
@@ -196,6 +203,18 @@ class Settings(BaseSettings):
                 f"({self.window_lease_max:g})"
             )
         return self
+
+    @field_validator("window_memory", mode="before")
+    @classmethod
+    def _parse_bytes(cls, value: object) -> object:
+        """``16MiB``, ``512KiB``, ``1GiB`` (binary units; ``M`` and ``MB`` read as ``MiB``) or bytes."""
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)(?:i?B)?\s*", value, re.IGNORECASE)
+            if match is None:
+                raise ValueError(f"not a size: {value[:40]!r} (bytes, or a number with KiB, MiB or GiB)")
+            number, unit = float(match[1]), match[2].upper()
+            return int(number * 2 ** {"": 0, "K": 10, "M": 20, "G": 30}[unit])
+        return value
 
     @field_validator("listen")
     @classmethod

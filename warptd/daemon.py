@@ -284,11 +284,12 @@ def http_limits(settings: Settings) -> HttpLimits:
 def window_limits(settings: Settings) -> WindowLimits:
     """The bounds of energy windows (open, duration, history, lease) from the ``window_*`` settings."""
     return WindowLimits(
-        settings.window_max_open,
-        settings.window_max_duration,
-        settings.window_history,
-        settings.window_lease_min,
-        settings.window_lease_max,
+        max_open=settings.window_max_open,
+        max_duration_s=settings.window_max_duration,
+        history=settings.window_history,
+        lease_min_s=settings.window_lease_min,
+        lease_max_s=settings.window_lease_max,
+        memory_bytes=settings.window_memory,
     )
 
 

@@ -2,7 +2,8 @@
 
 Summaries are running aggregates, exact for the whole recording however long; the time series is
 bounded: past ``max_points`` per target every other point is dropped and the stride doubles, so a
-long recording keeps an even, coarser series.
+long recording keeps an even, coarser series. The series is stored compactly (series.py) and turned
+into the schema's points only when a recording is asked for.
 """
 
 from __future__ import annotations
@@ -11,18 +12,19 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from warptd.models import DeviceKind, DeviceReading
 from warptd.power.base import DomainPower
 from warptd.recording.schema import (
     EnergySource,
-    Point,
     Recording,
     RecordingKind,
     TargetKind,
     TargetRecording,
 )
+from warptd.recording.series import NAN, Layout, SeriesStore, layout_of
 from warptd.sampling.snapshot import DeviceSample
 
 #: Points kept per target before the series is thinned (summaries stay exact).
@@ -128,6 +130,92 @@ def activity_ratios(reading: DeviceReading) -> dict[str, float]:
     return ratios
 
 
+@dataclass(slots=True)
+class _ActivitySums:
+    """Sums and counts of the activity ratios: while a device's keys stay the same (nearly always)
+    a sample is added in one ``map`` over the run's totals; when they change, the run is folded."""
+
+    layout: Layout | None = None
+    totals: list[float] = field(default_factory=list)
+    count: int = 0
+    folded: dict[str, tuple[int, float]] = field(default_factory=dict)  # key -> (count, total)
+
+    def add(self, layout: Layout, ratios: tuple[float, ...]) -> None:
+        if layout is not self.layout:
+            self.fold()
+            self.layout, self.totals, self.count = layout, [0.0] * len(ratios), 0
+        self.totals = list(map(float.__add__, self.totals, ratios))
+        self.count += 1
+
+    def fold(self) -> None:
+        if self.layout is not None and self.count:
+            for key, total in zip(self.layout.activity, self.totals, strict=True):
+                count, before = self.folded.get(key, (0, 0.0))
+                self.folded[key] = (count + self.count, before + total)
+        self.layout, self.totals, self.count = None, [], 0
+
+    def means(self) -> dict[str, float]:
+        sums = dict(self.folded)
+        if self.layout is not None and self.count:
+            for key, total in zip(self.layout.activity, self.totals, strict=True):
+                count, before = sums.get(key, (0, 0.0))
+                sums[key] = (count + self.count, before + total)
+        return {key: total / count for key, (count, total) in sorted(sums.items()) if count}
+
+
+@dataclass(frozen=True, slots=True)
+class _Digest:
+    """What a recording takes from one device sample, derived once however many recordings take it."""
+
+    power: float | None
+    energy: float | None
+    hottest: float | None
+    compute: float | None
+    counter: bool
+    layout: Layout  # the clock domains and activity ratios this sample has, in ``keyed``'s order
+    keyed: tuple[float, ...]  # the clocks' values, then the activity ratios'
+    activity: tuple[float, ...]
+    active: tuple[str, ...]
+    throttle_seconds: dict[str, float]
+
+    @classmethod
+    def of(cls, sample: DeviceSample) -> _Digest:
+        reading = sample.reading
+        clocks = {k: float(v) for k, v in reading.clocks_hertz.items() if v is not None}
+        activity = activity_ratios(reading)
+        return cls(
+            power=reading.power_watts,
+            energy=sample.energy_joules,
+            hottest=max(reading.temperatures_celsius.values(), default=None),
+            compute=reading.utilization.compute if reading.utilization else None,
+            counter=reading.energy_counter_joules is not None,
+            layout=layout_of(tuple(clocks), tuple(activity)),
+            keyed=(*clocks.values(), *activity.values()),
+            activity=tuple(activity.values()),
+            active=tuple(sorted(r for r, on in reading.throttle_active.items() if on)),
+            throttle_seconds={r: s for r, s in sample.throttle_seconds.items() if s is not None},
+        )
+
+
+_digests = threading.local()
+
+
+def _digest(sample: DeviceSample) -> _Digest:
+    """The digest of a (frozen) sample, from a small per-thread cache: 64 windows on one GPU hand
+    the same sample to 64 recorders, which derive its activity ratios and throttle reasons once."""
+    cache: dict[int, tuple[DeviceSample, _Digest]] | None = getattr(_digests, "cache", None)
+    if cache is None:
+        cache = _digests.cache = {}
+    hit = cache.get(id(sample))
+    if hit is not None and hit[0] is sample:
+        return hit[1]
+    if len(cache) >= 256:
+        cache.clear()
+    made = _Digest.of(sample)
+    cache[id(sample)] = (sample, made)  # the sample is held, so its id is not reused meanwhile
+    return made
+
+
 @dataclass
 class _TargetState:
     """Running summary and bounded series of one target."""
@@ -140,13 +228,13 @@ class _TargetState:
     power: _Mean = field(default_factory=_Mean)
     temperature: _Mean = field(default_factory=_Mean)
     utilization: _Mean = field(default_factory=_Mean)
-    activity: dict[str, _Mean] = field(default_factory=dict)
+    activity: _ActivitySums = field(default_factory=_ActivitySums)
     energy: _Span = field(default_factory=_Span)
     integrated: _Trapezoid = field(default_factory=_Trapezoid)
-    throttle: dict[str, _Span] = field(default_factory=dict)
+    throttle_first: dict[str, float] = field(default_factory=dict)  # seconds throttled, per reason
+    throttle_last: dict[str, float] = field(default_factory=dict)
     throttle_seen: set[str] = field(default_factory=set)
-    points: list[Point] = field(default_factory=list)
-    stride: int = 1
+    series: SeriesStore = field(default_factory=SeriesStore)
     first_power: tuple[float, float] | None = None  # (at, W) of the first sample with a power reading
     last_power: tuple[float, float] | None = None
 
@@ -172,16 +260,6 @@ class _TargetState:
         self.last_at = at
         return True
 
-    def keep(self, point: Point, max_points: int) -> None:
-        """Keep every ``stride``-th sample's point (the first included); past ``max_points``, every
-        other kept point goes and the stride doubles, so the series stays evenly spaced."""
-        if (self.samples - 1) % self.stride:
-            return
-        self.points.append(point)
-        if len(self.points) > max_points:
-            del self.points[1::2]
-            self.stride *= 2
-
 
 class Recorder:
     """Summarises the samples of a set of targets from ``start()`` until ``finish()``.
@@ -200,10 +278,12 @@ class Recorder:
         max_points: int = MAX_POINTS,
         interval_seconds: float | None = None,
         edges: bool = False,
+        on_grow: Callable[[Recorder], None] | None = None,
     ) -> None:
         """``edges``: the energy spans the recording's own start and end (windows, profiles), the
         few ms to the first and last samples extrapolated at their power; else only what the
-        samples span (a stress run's timed part)."""
+        samples span (a stress run's timed part). ``on_grow`` is called (no lock held) after a
+        sample added points: the windows' memory bound (memory.py)."""
         self.kind, self.name, self.labels = kind, name, dict(labels or {})
         self.id = recording_id or uuid.uuid4().hex[:12]
         self.interval_seconds = interval_seconds
@@ -219,6 +299,7 @@ class Recorder:
         self.ended_mono: float | None = None
         self.end_reason: str | None = None
         self.workload: dict[str, float | str | None] = {}
+        self._on_grow = on_grow
 
     def add_target(self, target: Target) -> None:
         """Also record ``target`` from now on (a domain first seen after the recording began)."""
@@ -250,6 +331,7 @@ class Recorder:
     ) -> None:
         """Sampler listener: record the samples of this recording's targets."""
         at = time.monotonic() if at is None else at
+        grew = False
         for sample in devices or ():
             state = self._states.get(("device", backend, str(sample.reading.index)))
             if state is None:
@@ -258,85 +340,122 @@ class Recorder:
             if expected and read.uuid and read.uuid != expected:
                 # The index names another device now (MIG instances re-listed): this one is gone.
                 gone = DeviceSample(DeviceReading(index=read.index, uuid=expected, up=False))
-                self.add_device(state.target, gone, at)
+                grew |= self.add_device(state.target, gone, at)
             else:
-                self.add_device(state.target, sample, at)
+                grew |= self.add_device(state.target, sample, at)
         for domain in domains or ():
             state = self._states.get(("domain", backend, domain.domain))
             if state is not None:
-                self.add_domain(state.target, domain, at)
+                grew |= self.add_domain(state.target, domain, at)
+        if grew and self._on_grow is not None:
+            self._on_grow(self)
 
-    def add_device(self, target: Target, sample: DeviceSample, at: float) -> None:
-        reading = sample.reading
+    def add_device(self, target: Target, sample: DeviceSample, at: float) -> bool:
+        """Record one device sample; True when it was counted (its point may have been kept)."""
+        if not sample.reading.up:
+            return self._lost(target, at)
+        seen = _digest(sample)
         with self._lock:
             state = self._states[(target.kind, target.backend, target.key)]
             if not self.recording or not state.accept(at):
-                return
-            state.up = reading.up
-            if not reading.up:
-                state.integrated.add(at, None)
-                return
+                return False
+            state.up = True
             state.samples += 1
-            state.note_power(at, reading.power_watts)
-            state.counter_seen |= reading.energy_counter_joules is not None
-            state.power.add(reading.power_watts)
-            state.integrated.add(at, reading.power_watts)
-            state.energy.add(sample.energy_joules)
-            hottest = max(reading.temperatures_celsius.values(), default=None)
-            state.temperature.add(hottest)
-            compute = reading.utilization.compute if reading.utilization else None
-            state.utilization.add(compute)
-            activity = activity_ratios(reading)
-            for key, ratio in activity.items():
-                state.activity.setdefault(key, _Mean()).add(ratio)
-            for reason, seconds in sample.throttle_seconds.items():
-                state.throttle.setdefault(reason, _Span()).add(seconds)
-            active = sorted(r for r, on in reading.throttle_active.items() if on)
-            state.throttle_seen.update(active)
-            point = Point(
-                t=self._since_start(at),
-                power_watts=reading.power_watts,
-                energy_joules=_since(state.energy),
-                temperature_celsius=hottest,
-                utilization_ratio=compute,
-                clocks_hertz=dict(reading.clocks_hertz),
-                activity=activity,
-                throttle_active=active,
-            )
-            state.keep(point, self.max_points)
+            state.note_power(at, seen.power)
+            state.counter_seen |= seen.counter
+            state.power.add(seen.power)
+            state.integrated.add(at, seen.power)
+            state.energy.add(seen.energy)
+            state.temperature.add(seen.hottest)
+            state.utilization.add(seen.compute)
+            state.activity.add(seen.layout, seen.activity)
+            if not seen.throttle_seconds.keys() <= state.throttle_first.keys():
+                for reason, seconds in seen.throttle_seconds.items():
+                    state.throttle_first.setdefault(reason, seconds)
+            state.throttle_last.update(seen.throttle_seconds)
+            state.throttle_seen.update(seen.active)
+            row = (self._since_start(at), _nan(seen.power), _nan(_since(state.energy)), _nan(seen.hottest))
+            row += (_nan(seen.compute),)
+            state.series.append(row, self.max_points, seen.layout, seen.keyed, seen.active)
+        return True
 
-    def add_domain(self, target: Target, domain: DomainPower, at: float) -> None:
+    def add_domain(self, target: Target, domain: DomainPower, at: float) -> bool:
+        """Record one power domain sample; True when it was counted."""
+        if not domain.readable:
+            return self._lost(target, at)
         with self._lock:
             state = self._states[(target.kind, target.backend, target.key)]
             if not self.recording or not state.accept(at):
-                return
-            state.up = domain.readable
-            if not domain.readable:
-                state.integrated.add(at, None)
-                return
+                return False
+            state.up = True
             state.samples += 1
             state.note_power(at, domain.power_watts)
             state.power.add(domain.power_watts)
             state.integrated.add(at, domain.power_watts)
             state.energy.add(domain.energy_joules)
             state.counter_seen = True  # domains are energy counters (RAPL) or their sampler totals
-            point = Point(
-                t=self._since_start(at), power_watts=domain.power_watts, energy_joules=_since(state.energy)
-            )
-            state.keep(point, self.max_points)
+            row = (self._since_start(at), _nan(domain.power_watts), _nan(_since(state.energy)), NAN, NAN)
+            state.series.append(row, self.max_points)
+        return True
+
+    def _lost(self, target: Target, at: float) -> bool:
+        """A sample saying the target is gone: it is down, and no power is integrated across."""
+        with self._lock:
+            state = self._states[(target.kind, target.backend, target.key)]
+            if self.recording and state.accept(at):
+                state.up = False
+                state.integrated.add(at, None)
+        return False
+
+    # -- the series' memory (memory.py) ---------------------------------------------------------
+    @property
+    def series_bytes(self) -> int:
+        """Bytes the kept points take, over every target."""
+        with self._lock:
+            return sum(state.series.nbytes for state in self._states.values())
+
+    def thin_series(self) -> bool:
+        """Halve the points kept per target (every other one; the spacing doubles, so the series
+        grows back half as fast) to give memory back; False when every target has two points or
+        fewer left."""
+        with self._lock:
+            thinned = False
+            for state in self._states.values():
+                if len(state.series) > 2:
+                    state.series.halve()
+                    thinned = True
+            return thinned
+
+    def with_points(self, recording: Recording) -> Recording:
+        """``recording`` (this recorder's, summaries only) with the points it keeps now."""
+        with self._lock:
+            series = {state.target.id: state.series.points() for state in self._states.values()}
+        targets = [t.model_copy(update={"points": series.get(t.id, [])}) for t in recording.targets]
+        return recording.model_copy(update={"targets": targets})
+
+    def drop_series(self) -> None:
+        """Drop every kept point (the summaries stay): an ended window whose memory is needed."""
+        with self._lock:
+            for state in self._states.values():
+                state.series.clear()
 
     def _since_start(self, at: float) -> float:
         return round(at - (self.started_mono or at), 6)
 
     # -- the result ---------------------------------------------------------------------------
     def recording_now(
-        self, carbon_intensity: float | None = None, energy_price: float | None = None
+        self,
+        carbon_intensity: float | None = None,
+        energy_price: float | None = None,
+        *,
+        points: bool = True,
     ) -> Recording:
-        """The recording so far (``status: open`` while it runs), with carbon and cost where set."""
+        """The recording so far (``status: open`` while it runs), with carbon and cost where set;
+        ``points=False``: summaries only (a listing)."""
         with self._lock:
             now_mono = self.ended_mono or time.monotonic()
             span = (self.started_mono, now_mono) if self.edges and self.started_mono is not None else None
-            targets = [_summary(state, span) for state in self._states.values()]
+            targets = [_summary(state, span, points) for state in self._states.values()]
             duration = max(0.0, now_mono - (self.started_mono or now_mono))
             recording = Recording(
                 kind=self.kind,
@@ -356,11 +475,15 @@ class Recorder:
         return with_carbon_and_cost(recording, carbon_intensity, energy_price)
 
 
+def _nan(value: float | None) -> float:
+    return NAN if value is None else value
+
+
 def _since(span: _Span) -> float | None:
     return None if span.last is None or span.first is None else span.last - span.first
 
 
-def _summary(state: _TargetState, span: tuple[float, float] | None) -> TargetRecording:
+def _summary(state: _TargetState, span: tuple[float, float] | None, points: bool = True) -> TargetRecording:
     target = state.target
     counted = state.energy.delta if state.samples >= 2 and state.counter_seen else None
     integrated = state.integrated.joules if state.samples >= 2 else None
@@ -377,7 +500,8 @@ def _summary(state: _TargetState, span: tuple[float, float] | None) -> TargetRec
     disagreement = None
     if counted and integrated is not None:
         disagreement = round(abs(counted - integrated) / counted, 6)
-    throttle = {r: round(s.delta or 0.0, 6) for r, s in state.throttle.items() if s.delta}
+    first, last = state.throttle_first, state.throttle_last
+    throttle = {r: round(last[r] - first[r], 6) for r in last if last[r] - first[r]}
     for reason in state.throttle_seen:
         throttle.setdefault(reason, 0.0)
     return TargetRecording(
@@ -398,9 +522,9 @@ def _summary(state: _TargetState, span: tuple[float, float] | None) -> TargetRec
         power_peak_watts=state.power.peak,
         temperature_peak_celsius=state.temperature.peak,
         utilization_mean_ratio=state.utilization.mean,
-        activity_mean={k: m.mean for k, m in sorted(state.activity.items()) if m.mean is not None},
+        activity_mean=state.activity.means(),
         throttle_seconds=dict(sorted(throttle.items())),
-        points=list(state.points),
+        points=state.series.points() if points else [],
     )
 
 

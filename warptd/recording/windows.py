@@ -3,14 +3,16 @@
 Windows overlap and nest; each is its own :class:`Recorder` fed by the daemon's samplers. While a
 window is open its devices are sampled at ``--window-interval``, and each edge reads them at once,
 so a window's energy spans its own begin and end rather than the nearest regular samples. Every
-resource is bounded: open windows, history, and a maximum duration after which a window ends itself.
-A window opened with a lease (``lease_s``) also ends when its client stops renewing it: one reaper
-thread ends every window at its deadline, whichever of the two comes first.
+resource is bounded: open windows, history, the bytes of their time series (memory.py), and a
+maximum duration after which a window ends itself. A window opened with a lease (``lease_s``) also
+ends when its client stops renewing it: one reaper thread ends every window at its deadline,
+whichever of the two comes first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -22,6 +24,7 @@ from typing import Protocol
 import structlog
 
 from warptd.power.base import DomainPower
+from warptd.recording.memory import SeriesBudget
 from warptd.recording.recorder import Recorder
 from warptd.recording.schema import Recording
 from warptd.recording.selection import UnknownTarget, select_targets
@@ -94,6 +97,7 @@ class WindowLimits:
     history: int = 100
     lease_min_s: float = 5.0
     lease_max_s: float = 600.0
+    memory_bytes: int = 8 * 2**20  # the time series of open windows and the history (memory.py)
 
 
 class WindowManager:
@@ -120,7 +124,11 @@ class WindowManager:
         self._on_end = on_end or (lambda _: None)
         self._on_change = on_change or (lambda: None)
         self._open: dict[str, Window] = {}
-        self._ended: OrderedDict[str, Recording] = OrderedDict()
+        # Summaries without points, as their JSON: one buffer each, not thousands of small objects
+        # that would pin the allocator's arenas after the points are freed.
+        self._ended: OrderedDict[str, bytes] = OrderedDict()
+        self._kept: OrderedDict[str, Recorder] = OrderedDict()  # ended windows that keep points
+        self.budget = SeriesBudget(lambda: self.limits.memory_bytes)
         self._lock = threading.Lock()
         self._deadlines = threading.Condition(self._lock)  # wakes the reaper when one comes nearer
         self._reaper: threading.Thread | None = None
@@ -158,6 +166,7 @@ class WindowManager:
                 recording_id=uuid.uuid4().hex[:12],
                 interval_seconds=self._interval(),
                 edges=True,
+                on_grow=self.budget.update,
             ),
             lease_s=lease_s,
         )
@@ -171,6 +180,9 @@ class WindowManager:
                 raise WindowError(503, "the daemon is shutting down")
             if len(self._open) >= self.limits.max_open:
                 raise WindowError(429, f"{len(self._open)} windows are open already (--window-max-open)")
+            if not self.budget.admit(window.recorder, len(targets)):
+                full = f"open windows fill --window-memory: {len(targets)} more targets do not fit"
+                raise WindowError(429, full)
             window.recorder.start()
             now = time.monotonic()
             window.max_deadline = now + limits.max_duration_s
@@ -192,9 +204,9 @@ class WindowManager:
         self._on_change()
         return self._view(window)
 
-    def _view(self, window: Window) -> Recording:
-        """An open window's recording so far, with its lease."""
-        recording = self._carbon(window.recorder.recording_now())
+    def _view(self, window: Window, points: bool = True) -> Recording:
+        """An open window's recording so far (without its points for a listing), with its lease."""
+        recording = self._carbon(window.recorder.recording_now(points=points))
         return recording.model_copy(update=window.lease_fields())
 
     def _read_edges(self, window: Window) -> None:
@@ -224,14 +236,18 @@ class WindowManager:
             window, ended = self._open.get(window_id), self._ended.get(window_id)
         if window is not None:
             return self._view(window)
-        return ended
+        if ended is None:
+            return None
+        kept, summary = self._kept.get(window_id), Recording.model_validate_json(ended)
+        return kept.with_points(summary) if kept is not None else summary
 
     def list(self) -> list[Recording]:
         """Open windows, then ended ones, newest first."""
         with self._lock:
             windows = list(self._open.values())
             ended = list(reversed(self._ended.values()))
-        return [self._view(w) for w in reversed(windows)] + ended
+        live = [self._view(w, points=False) for w in reversed(windows)]
+        return live + [Recording.model_validate_json(summary) for summary in ended]
 
     @property
     def open_count(self) -> int:
@@ -252,7 +268,11 @@ class WindowManager:
             window.recorder.stop(reason)
             recording = self._carbon(window.recorder.recording_now())
             recording = recording.model_copy(update={"lease_seconds": window.lease_s})
-            self._ended[window_id] = recording
+            targets = [target.model_copy(update={"points": []}) for target in recording.targets]
+            summary = recording.model_copy(update={"targets": targets})
+            self._ended[window_id] = summary.model_dump_json().encode()
+            self._kept[window_id] = window.recorder
+            self.budget.ended(window.recorder)
             while len(self._ended) > self.limits.history:
                 self._ended.popitem(last=False)
             self._thin_history()
@@ -263,22 +283,19 @@ class WindowManager:
         return recording
 
     def _thin_history(self) -> None:
-        """Only the newest ``HISTORY_WITH_POINTS`` ended windows keep their time series; older ones
-        keep their summaries, so the history costs kilobytes per window, not megabytes."""
-        if len(self._ended) <= HISTORY_WITH_POINTS:
-            return
-        older = list(self._ended)[-HISTORY_WITH_POINTS - 1]
-        recording = self._ended[older]
-        if any(target.points for target in recording.targets):
-            targets = [target.model_copy(update={"points": []}) for target in recording.targets]
-            self._ended[older] = recording.model_copy(update={"targets": targets})
+        """Only the newest ``HISTORY_WITH_POINTS`` ended windows still in the history keep their
+        time series (compact, and charged to --window-memory); older ones keep their summaries."""
+        for window_id in list(self._kept):
+            if window_id not in self._ended or len(self._kept) > HISTORY_WITH_POINTS:
+                self.budget.release(self._kept.pop(window_id))
 
     def _not_open(self, window_id: str) -> WindowError:
         """409 naming how an ended window ended (``lease_expired`` tells a client it was too late),
         else 404. Called with the lock held."""
         ended = self._ended.get(window_id)
         if ended is not None:
-            return WindowError(409, f"window {window_id} already ended ({ended.end_reason})")
+            reason = json.loads(ended).get("end_reason")  # kept as its summary's JSON
+            return WindowError(409, f"window {window_id} already ended ({reason})")
         return WindowError(404, f"no window {window_id!r}")
 
     # -- leases and deadlines -------------------------------------------------------------------

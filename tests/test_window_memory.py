@@ -1,0 +1,198 @@
+"""Windows' memory in bytes: compact series, the --window-memory bound, summaries-only listings,
+and ended windows giving their memory back (as the budget accounts it; RSS is the benchmark's)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from tests import test_windows
+from tests.helpers import wait_until
+from tests.test_windows import call, end_window, open_window
+from warptd.config import Settings
+from warptd.models import DeviceReading, Utilization
+from warptd.recording.memory import FLOOR_POINTS, HISTORY_SHARE, SeriesBudget, floor_bytes
+from warptd.recording.recorder import Recorder, Target
+from warptd.recording.schema import Point
+from warptd.recording.series import SeriesStore
+from warptd.sampling.snapshot import DeviceSample
+
+gpus, make_daemon = test_windows.gpus, test_windows.make_daemon  # the windows tests' fixtures
+GPUS = [Target("device", "nvidia", str(i)) for i in range(8)]
+PIPES = ("tensor", "fp64", "fp32", "fp16", "int")
+CLOCKS = {"graphics": 1.41e9, "sm": 1.41e9, "memory": 2.6e9, "video": 1.2e9}
+
+
+def gpm_sample(index: int, n: int) -> DeviceSample:
+    """A sample with what NVIDIA GPM gives: 4 clocks, 8 activity ratios, throttle reasons."""
+    gauges = {f"warptd_device_{k}_ratio": {(): 0.25 + n % 3 / 10} for k in ("sm_active", "sm_occupancy")}
+    gauges["warptd_device_dram_bandwidth_ratio"] = {(): 0.125}
+    gauges["warptd_device_pipe_active_ratio"] = {(p,): 0.1 * (i + 1) for i, p in enumerate(PIPES)}
+    reading = DeviceReading(
+        index=index,
+        power_watts=100.0 + n % 7,
+        energy_counter_joules=float(n),
+        utilization=Utilization(compute=0.5),
+        temperatures_celsius={"gpu": 50.0 + n % 5},
+        clocks_hertz=CLOCKS,
+        gauges=gauges,
+        throttle_active={"sw_power_cap": n % 2 == 1, "hw_slowdown": False},
+    )
+    return DeviceSample(reading, energy_joules=float(n), throttle_seconds={"sw_power_cap": n / 20})
+
+
+def feed(recorder: Recorder, samples: int, start: int = 0) -> None:
+    for n in range(start, start + samples):
+        devices = [gpm_sample(i, n) for i in range(len(recorder.targets))]
+        recorder.on_sample("nvidia", devices, None, at=1000.0 + n / 10)
+
+
+def test_a_point_costs_8_bytes_a_value_not_an_object():
+    """17 values a GPM sample (5 fixed, 4 clocks, 8 ratios): 136 bytes and the throttle index,
+    where a pydantic Point with its dicts took over a kilobyte."""
+    recorder = Recorder(GPUS[:1], kind="window", name="w", edges=True)
+    recorder.start()
+    feed(recorder, 1000)
+    rows = len(recorder.recording_now().targets[0].points)
+    assert rows >= 1000  # one GPU keeps up to 2048
+    per_point = recorder.series_bytes / rows
+    assert 17 * 8 + 4 <= per_point <= 17 * 8 + 4 + 8
+    store: SeriesStore = next(iter(recorder._states.values())).series
+    arrays = [c for s in store._segments for c in s.chunks] + [store._throttle]
+    allocated = sum(sys.getsizeof(a) for a in arrays)
+    assert store.nbytes <= allocated <= 1.15 * store.nbytes  # accounted: what the arrays take
+
+
+def test_the_compact_series_gives_the_same_points():
+    recorder = Recorder(GPUS[:1], kind="window", name="w", edges=True)
+    recorder.start()
+    feed(recorder, 3)
+    reading = DeviceReading(index=0, power_watts=None, clocks_hertz={"sm": 1e9}, temperatures_celsius={})
+    recorder.on_sample("nvidia", [DeviceSample(reading)], None, at=1000.3)  # a key goes, a value is absent
+    points = recorder.recording_now().targets[0].points
+    second = points[1]
+    assert second == Point(
+        t=second.t,
+        power_watts=101.0,
+        energy_joules=1.0,
+        temperature_celsius=51.0,
+        utilization_ratio=0.5,
+        clocks_hertz=CLOCKS,
+        activity={
+            "sm_active": 0.25 + 1 / 10,
+            "sm_occupancy": 0.25 + 1 / 10,
+            "dram_bandwidth": 0.125,
+            **{f"pipe_active_{p}": 0.1 * (i + 1) for i, p in enumerate(PIPES)},
+        },
+        throttle_active=["sw_power_cap"],
+    )
+    assert points[3] == Point(t=points[3].t, energy_joules=2.0, clocks_hertz={"sm": 1e9})
+
+
+def test_the_bound_is_in_bytes_and_enforced():
+    """64 windows on 8 GPUs under a 1 MiB bound: the series stay under it, every window keeps an
+    even series and its summaries stay exact."""
+    capacity = 2**20
+    budget = SeriesBudget(lambda: capacity)
+    recorders = []
+    for i in range(64):
+        recorder = Recorder(GPUS, kind="window", name=f"w{i}", edges=True, on_grow=budget.update)
+        assert budget.admit(recorder, len(GPUS)) is (floor_bytes(8) * (i + 1) <= capacity)
+        recorder.start()
+        recorders.append(recorder)
+    admitted = recorders[: capacity // floor_bytes(8)]
+    for recorder in admitted:
+        feed(recorder, 400)
+    assert budget.used <= capacity
+    assert sum(r.series_bytes for r in admitted) == budget.used
+    for recorder in admitted:
+        gpu = recorder.recording_now().targets[0]
+        assert gpu.samples == 400 and len(gpu.points) >= 8
+        steps = {round(b.t - a.t, 6) for a, b in zip(gpu.points, gpu.points[1:], strict=False)}
+        assert len(steps) == 1
+
+
+def test_ended_series_go_first_then_the_largest_open_one_thins():
+    budget = SeriesBudget(lambda: 100_000)
+    ended = Recorder(GPUS[:2], kind="window", name="old", on_grow=budget.update)
+    live = Recorder(GPUS[:2], kind="window", name="new", on_grow=budget.update)
+    for recorder in (ended, live):
+        assert budget.admit(recorder, 2)
+        recorder.start()
+    feed(ended, 40)
+    ended.stop()
+    budget.ended(ended)
+    kept = ended.series_bytes
+    assert 0 < kept <= 100_000 // HISTORY_SHARE  # ended series take an eighth of the bound at most
+    feed(live, 340)
+    assert ended.series_bytes < kept  # dropped before the open window lost a point
+    assert len(live.recording_now().targets[0].points) == 340
+    feed(live, 600, start=340)
+    assert budget.used <= 100_000 and len(live.recording_now().targets[0].points) < 940
+    assert ended.recording_now().targets[0].samples == 40  # the summary stays
+
+
+def test_window_memory_reads_sizes():
+    assert Settings(window_memory="16MiB").window_memory == 16 * 2**20
+    assert Settings(window_memory="512KiB").window_memory == 512 * 2**10
+    assert Settings(window_memory=2**20).window_memory == 2**20
+    with pytest.raises(ValueError, match="not a size"):
+        Settings(window_memory="plenty")
+    with pytest.raises(ValueError):
+        Settings(window_memory="1KiB")  # below 64 KiB
+
+
+def test_opening_beyond_the_memory_bound_is_refused(make_daemon):
+    daemon = make_daemon(window_memory="64KiB")
+    fits = 64 * 2**10 // floor_bytes(1)
+    ids = [open_window(daemon.port, name=f"w{i}", devices=["nvidia:0"])["id"] for i in range(fits)]
+    status, body = call(daemon.port, "POST", "/windows", {"name": "more", "devices": ["nvidia:0"]})
+    assert status == 429 and "--window-memory" in body["error"]
+    assert daemon.windows.open_count == fits
+    end_window(daemon.port, ids[0])
+    open_window(daemon.port, name="again", devices=["nvidia:0"])  # room again
+
+
+def test_the_listing_carries_summaries_only(make_daemon):
+    daemon = make_daemon()
+    opened = open_window(daemon.port, name="live", devices=["nvidia:0"])
+    assert wait_until(
+        lambda: len(call(daemon.port, "GET", f"/windows/{opened['id']}")[1]["targets"][0]["points"]) >= 3
+    )
+    listed = daemon.windows.list()
+    assert [t.points for w in listed for t in w.targets] == [[]]
+    assert listed[0].targets[0].samples >= 3
+
+
+def test_ended_windows_give_their_memory_back(make_daemon, monkeypatch):
+    """Beyond the newest few, an ended window's series is released: the accounted bytes fall to
+    the newest few's, and to nothing once those are gone too."""
+    from warptd.recording import windows
+
+    monkeypatch.setattr(windows, "HISTORY_WITH_POINTS", 2)
+    daemon = make_daemon()
+    budget = daemon.windows.budget
+    ids = [open_window(daemon.port, name=f"w{i}", devices=["nvidia:0", "nvidia:1"])["id"] for i in range(5)]
+    time.sleep(1.0)
+    open_bytes = budget.used
+    assert open_bytes > 5 * 2 * 5 * 8 * 5  # five windows, two GPUs, at least five points each
+    for window_id in ids:
+        end_window(daemon.port, window_id)
+    recorders = list(daemon.windows._kept.values())
+    assert len(recorders) == 2
+    assert budget.used == sum(r.series_bytes for r in recorders) < open_bytes
+    shown = [call(daemon.port, "GET", f"/windows/{i}")[1] for i in ids]
+    assert [bool(s["targets"][0]["points"]) for s in shown] == [False, False, False, True, True]
+    assert all(s["targets"][0]["samples"] >= 5 for s in shown)  # the summaries stay
+    monkeypatch.setattr(windows, "HISTORY_WITH_POINTS", 0)
+    end_window(daemon.port, open_window(daemon.port, name="last", devices=["nvidia:0"])["id"])
+    assert budget.used == 0 and not daemon.windows._kept
+
+
+def test_floor_points_fit_the_default_bound():
+    """The default bound lets --window-max-open (64) windows on 8 GPUs open, each promised
+    FLOOR_POINTS points a GPU."""
+    assert 64 * floor_bytes(8) <= Settings().window_memory
+    assert FLOOR_POINTS >= 64
