@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from warptd.backends.registry import load_backends
 from warptd.config import Settings
+from warptd.daemon import Daemon
 from warptd.exporter.exposition import Exposition
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
@@ -95,3 +98,15 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+@contextlib.contextmanager
+def serving(settings: Settings) -> Iterator[Daemon]:
+    """A real daemon started with ``settings``, once /readyz answers 200; stopped afterwards."""
+    running = Daemon(settings)
+    running.start()
+    try:
+        assert wait_until(lambda: http(running.port, "GET", "/readyz")[0] == 200)
+        yield running
+    finally:
+        running.stop()

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
-from tests.helpers import http, wait_until
+from tests.helpers import http, serving, wait_until
 from tests.pids import alive, children
 from tests.test_windows import call
 from warptd import client
 from warptd.config import SettingsError, load_settings
-from warptd.daemon import Daemon
 from warptd.recording.windows import WindowLimits
 
 ROOT = Path(__file__).parents[1]
@@ -40,13 +39,8 @@ def daemon(settings, gpus):
     settings.backends = ["nvidia"]
     settings.window_interval = 0.1
     settings.window_lease_min = 0.5
-    running = Daemon(settings)
-    running.start()
-    try:
-        assert wait_until(lambda: http(running.port, "GET", "/readyz")[0] == 200)
+    with serving(settings) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def opened(port: int, **payload) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
-from tests.helpers import http, wait_until
+from tests.helpers import http, serving, wait_until
 from warptd.daemon import Daemon
 
 ROOT = Path(__file__).parents[1]
@@ -126,13 +126,8 @@ def test_a_killed_command_exits_128_plus_the_signal(gpus):
 @pytest.fixture
 def daemon(gpus, settings):
     settings.backends = ["nvidia"]
-    running = Daemon(settings)
-    running.start()
-    try:
-        assert wait_until(lambda: http(running.port, "GET", "/readyz")[0] == 200)
+    with serving(settings) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_through_the_daemon_when_one_answers(gpus, daemon):
