@@ -231,6 +231,26 @@ def _open_window(port: int) -> dict | None:
     return next((w for w in windows if w["status"] == "open"), None)
 
 
+def test_a_profile_stopped_past_its_lease_still_prints_the_recording(daemon, gpus):
+    """Stopped (Ctrl-Z, a laptop's suspend) past its lease, profile finds its window ended by the
+    daemon: it prints the recording the daemon kept, up to the lapse, and says so."""
+    proc = _profile(gpus, f"http://127.0.0.1:{daemon.port}", "sleep", "6")
+    try:
+        assert wait_until(lambda: _open_window(daemon.port) is not None, timeout=30)
+        window = _open_window(daemon.port)
+        proc.send_signal(signal.SIGSTOP)  # CMD, in its own session, sleeps on
+        assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=6)
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    recording = json.loads(out)
+    assert recording["id"] == window["id"] and recording["end_reason"] == "lease_expired"
+    assert "the daemon ended the window before CMD did (lease_expired" in err
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_sigkilled_profile_leaves_neither_its_window_nor_its_command(daemon, gpus):
     proc = _profile(gpus, f"http://127.0.0.1:{daemon.port}", "sleep", "60")
