@@ -74,6 +74,50 @@ def test_a_window_not_renewed_ends_lease_expired_and_its_fast_sampling_stops(dae
     assert status == 409 and "(lease_expired)" in body["error"]  # a late client learns why
 
 
+def test_lapsed_windows_end_at_once_though_a_backend_hangs(settings, gpus):
+    """The reaper reads no device at an end of its own: with the NVIDIA backend hung (each read
+    given up on only after --sample-timeout), three lapsed windows end together, not one edge read
+    (up to twice the timeout) after another."""
+    settings.backends, settings.sample_timeout = ["nvidia"], 5.0
+    settings.window_lease_min = 0.5
+    with serving(settings) as running:
+        windows = [opened(running.port, name=f"w{n}", devices=["nvidia:1"], lease_s=1) for n in range(3)]
+        gpus.gpus[0].hang.set()  # every read of the backend from now on waits for the timeout
+        try:
+            lapsed = time.monotonic() + 1.0
+            assert wait_until(lambda: all(ended(running.port, w["id"]) for w in windows), timeout=8)
+            assert time.monotonic() - lapsed < 2.5  # not 3 x (up to 10 s) of edge reads
+            assert {shown(running.port, w["id"])["end_reason"] for w in windows} == {"lease_expired"}
+        finally:
+            gpus.gpus[0].hang.clear()
+            gpus.gpus[0].release.set()
+
+
+def test_a_client_end_after_its_lease_lapsed_is_a_lease_expiry(daemon):
+    """A client's end that comes after the deadline, before the reaper acted, ends the window as
+    lease_expired and answers 409, as if the reaper had been first."""
+    window = opened(daemon.port, name="late", devices=["nvidia:0"], lease_s=30)
+    daemon.windows._open[window["id"]].lease_deadline = time.monotonic() - 1  # lapsed; reaper asleep
+    status, body = call(daemon.port, "POST", f"/windows/{window['id']}/end")
+    assert status == 409 and "already ended (lease_expired)" in body["error"]
+    assert shown(daemon.port, window["id"])["end_reason"] == "lease_expired"
+    assert daemon.sampler.watches.devices("nvidia") == set()
+
+
+def test_a_failing_end_still_stops_the_windows_sampling_and_frees_its_memory(daemon, monkeypatch):
+    window = opened(daemon.port, name="doomed", devices=["nvidia:0"])
+    manager = daemon.windows
+
+    def fail(*_args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(manager, "_file", fail)
+    with pytest.raises(RuntimeError):
+        manager.end(window["id"])
+    assert daemon.sampler.watches.devices("nvidia") == set()  # not left at 10 Hz
+    assert manager.budget.used == 0  # nothing still charged for it
+
+
 def test_a_renewed_window_stays_open_and_lapses_once_renewals_stop(daemon):
     window = opened(daemon.port, name="kept", devices=["nvidia:0"], lease_s=2)
     deadline = time.monotonic() + 4.5  # over two leases
@@ -185,6 +229,26 @@ def _profile(gpus: FakeNvml, url: str, *command: str) -> subprocess.Popen[str]:
 def _open_window(port: int) -> dict | None:
     windows = json.loads(http(port, "GET", "/windows")[2])["windows"]
     return next((w for w in windows if w["status"] == "open"), None)
+
+
+def test_a_profile_stopped_past_its_lease_still_prints_the_recording(daemon, gpus):
+    """Stopped (Ctrl-Z, a laptop's suspend) past its lease, profile finds its window ended by the
+    daemon: it prints the recording the daemon kept, up to the lapse, and says so."""
+    proc = _profile(gpus, f"http://127.0.0.1:{daemon.port}", "sleep", "6")
+    try:
+        assert wait_until(lambda: _open_window(daemon.port) is not None, timeout=30)
+        window = _open_window(daemon.port)
+        proc.send_signal(signal.SIGSTOP)  # CMD, in its own session, sleeps on
+        assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=6)
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    recording = json.loads(out)
+    assert recording["id"] == window["id"] and recording["end_reason"] == "lease_expired"
+    assert "the daemon ended the window before CMD did (lease_expired" in err
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")

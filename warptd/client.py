@@ -177,6 +177,13 @@ def end_window(
     return _request("POST", f"/windows/{window_id}/end", None, url=url, token=token, timeout=timeout)
 
 
+def get_window(
+    window_id: str, *, url: str | None = None, token: str | None = None, timeout: float = 10.0
+) -> dict[str, Any]:
+    """A window's recording, open or ended (the daemon keeps ended ones in its history)."""
+    return _request("GET", f"/windows/{window_id}", None, url=url, token=token, timeout=timeout)
+
+
 class SyncUnavailableError(ModuleNotFoundError):
     """``sync`` names a library that is not installed here; the message says what to install."""
 

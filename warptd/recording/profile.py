@@ -12,6 +12,7 @@ report is rendered (:mod:`warptd.recording.outputs`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
@@ -19,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from warptd import client
 from warptd.config import Settings, SettingsError
@@ -104,11 +105,29 @@ def _through_daemon(url: str, token: str | None, profile: Profile) -> tuple[int,
         try:
             ended = client.end_window(opened["id"], url=url, token=token)
         except client.WindowClientError as exc:
-            if code is None:
+            ended = _ended_before(opened["id"], url, token, exc)
+            if ended is None and code is None:
                 raise
-            print(f"warptd profile: the daemon did not end the window: {exc}", file=sys.stderr)
-            ended = None
     return code, Recording.model_validate(ended) if ended is not None else None
+
+
+def _ended_before(
+    window_id: str, url: str, token: str | None, exc: client.WindowClientError
+) -> dict[str, Any] | None:
+    """The recording of a window the daemon ended before profile asked (409: its lease lapsed while
+    profile was stopped or suspended, or its maximum duration passed), from the daemon's history,
+    with a warning that it stops short of CMD's end; None, and why, when the daemon has none."""
+    if exc.status == 409:
+        with contextlib.suppress(client.WindowClientError):
+            ended = client.get_window(window_id, url=url, token=token)
+            print(
+                f"warptd profile: the daemon ended the window before CMD did ({ended.get('end_reason')}"
+                f" at {ended.get('ended_at')}): the recording stops there",
+                file=sys.stderr,
+            )
+            return ended
+    print(f"warptd profile: the daemon did not end the window: {exc}", file=sys.stderr)
+    return None
 
 
 @dataclass(frozen=True)
@@ -244,7 +263,10 @@ def run_profile(settings: Settings, args: argparse.Namespace, out: TextIO = sys.
         return 2
     if recorded.recording is None:
         return recorded.code
-    recording = recorded.recording.model_copy(update={"end_reason": "command_exited", "kind": "profile"})
+    # A window the daemon ended first (its lease lapsed) keeps that reason: it stops short of CMD's end.
+    ended_first = recorded.recording.end_reason in {"lease_expired", "max_duration", "shutdown"}
+    reason = recorded.recording.end_reason if ended_first else "command_exited"
+    recording = recorded.recording.model_copy(update={"end_reason": reason, "kind": "profile"})
     if settings.carbon_intensity is not None or settings.energy_price is not None:
         recording = with_carbon_and_cost(recording, settings.carbon_intensity, settings.energy_price)
     if args.json:

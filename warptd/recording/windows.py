@@ -255,31 +255,53 @@ class WindowManager:
             return len(self._open)
 
     def end(self, window_id: str, reason: str = "requested") -> Recording:
-        """End a window (a last read of its devices first) and return its recording; ``reason``
-        ``requested`` when a client ended it (a status of its own, not the word ``ended`` again)."""
+        """End a window and return its recording; ``reason`` ``requested`` when a client ended it (a
+        status of its own, not the word ``ended`` again). A client's end reads the window's devices
+        once more, so its last sample is at its edge; an end by itself (the reaper's) reads nothing,
+        so that a hung backend cannot hold up the ends of other windows. A client's end that comes
+        after its lease lapsed (before the reaper got to it) ends the window as ``lease_expired``
+        and answers 409, as if the reaper had been first."""
         with self._lock:
             window = self._open.get(window_id)
             if window is None:
                 raise self._not_open(window_id)
-        self._read_edges(window)
-        with self._lock:
-            if self._open.pop(window_id, None) is None:  # ended meanwhile by another request
-                raise self._not_open(window_id)
-            window.recorder.stop(reason)
-            recording = self._carbon(window.recorder.recording_now())
-            recording = recording.model_copy(update={"lease_seconds": window.lease_s})
-            targets = [target.model_copy(update={"points": []}) for target in recording.targets]
-            summary = recording.model_copy(update={"targets": targets})
-            self._ended[window_id] = summary.model_dump_json().encode()
-            self._kept[window_id] = window.recorder
-            self.budget.ended(window.recorder)
-            while len(self._ended) > self.limits.history:
-                self._ended.popitem(last=False)
-            self._thin_history()
-        self.sampling.unwatch(window_id)
+            late = reason == "requested" and window.lease_deadline <= time.monotonic()
+        if late:
+            reason = "lease_expired"
+        elif reason == "requested":
+            self._read_edges(window)
+        try:
+            with self._lock:
+                if self._open.pop(window_id, None) is None:  # ended meanwhile by another request
+                    raise self._not_open(window_id)
+                try:
+                    recording = self._file(window_id, window, reason)
+                except BaseException:
+                    self.budget.release(window.recorder)  # its reservation, whatever failed
+                    raise
+        finally:
+            self.sampling.unwatch(window_id)  # never left sampling at 10 Hz, whatever failed
         log.info("window_ended", window=window_id, reason=reason, energy_joules=recording.energy_joules)
         self._on_end(recording)
         self._on_change()
+        if late:
+            raise self._not_open(window_id)
+        return recording
+
+    def _file(self, window_id: str, window: Window, reason: str) -> Recording:
+        """Stop the window's recorder and keep its summary (and, for a while, its points) in the
+        history; the whole recording returned. Called with the lock held."""
+        window.recorder.stop(reason)
+        recording = self._carbon(window.recorder.recording_now())
+        recording = recording.model_copy(update={"lease_seconds": window.lease_s})
+        targets = [target.model_copy(update={"points": []}) for target in recording.targets]
+        summary = recording.model_copy(update={"targets": targets})
+        self._ended[window_id] = summary.model_dump_json().encode()
+        self._kept[window_id] = window.recorder
+        self.budget.ended(window.recorder)
+        while len(self._ended) > self.limits.history:
+            self._ended.popitem(last=False)
+        self._thin_history()
         return recording
 
     def _thin_history(self) -> None:
