@@ -194,3 +194,15 @@ def test_a_renewal_that_hangs_past_a_period_still_leaves_the_lease_held():
         stand_in.server_close()
     assert not stand_in.lapsed and keeper.error is None
     assert keeper.renewals >= 2 and not keeper._thread.is_alive()
+
+
+def test_a_sync_that_raises_at_the_end_still_stops_the_keeper_and_ends_the_window(daemon, monkeypatch):
+    def sticky_cuda_error(sync: client.Sync) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    raised = pytest.raises(RuntimeError, match="illegal memory")
+    with raised, client.window("sticky", url=url(daemon), token="s3cret") as w:
+        monkeypatch.setattr(client, "synchronize", sticky_cuda_error)
+    assert w.keeper is not None and not w.keeper._thread.is_alive()
+    assert w.recording is not None and w.recording["status"] == "ended"
+    assert daemon.windows.open_count == 0

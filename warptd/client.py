@@ -266,7 +266,11 @@ def _window(
     try:
         yield handle
     finally:
-        synchronize(sync)
-        if keeper is not None:
-            keeper.stop()
-        handle.recording = end_window(handle.id, url=url, token=token, timeout=timeout)
+        try:  # a sync that raises (a sticky CUDA error) still stops the renewals and ends the window
+            synchronize(sync)
+        finally:
+            try:
+                if keeper is not None:
+                    keeper.stop()
+            finally:
+                handle.recording = end_window(handle.id, url=url, token=token, timeout=timeout)
