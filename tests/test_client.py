@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,83 @@ def test_sync_torch_without_torch_names_the_extra_at_the_call(daemon):
     assert "import torch" not in result.stderr  # raised at the call, not from inside the window
     assert "During handling" not in result.stderr
     assert json.loads(http(daemon.port, "GET", "/windows")[2])["windows"] == []  # nothing opened
+
+
+class _LeaseStandIn(ThreadingHTTPServer):
+    """A loopback stand-in for the daemon's renew endpoint with a strict lease: a renewal at or after
+    the deadline is refused 409, as the daemon does; the first renewal hangs ``hang_s`` first."""
+
+    daemon_threads = True
+
+    def __init__(self, lease_s: float, hang_s: float) -> None:
+        super().__init__(("127.0.0.1", 0), _LeaseStandInHandler)
+        self.lease_s, self.hang_s = lease_s, hang_s
+        self.deadline = time.monotonic() + lease_s
+        self.requests = 0
+        self.renewed: list[float] = []
+        self.lapsed = False
+        self.released = threading.Event()
+        self.lock = threading.Lock()
+
+
+class _LeaseStandInHandler(BaseHTTPRequestHandler):
+    server: _LeaseStandIn
+
+    def do_POST(self) -> None:
+        stand_in = self.server
+        with stand_in.lock:
+            stand_in.requests += 1
+            first = stand_in.requests == 1
+        if first:
+            stand_in.released.wait(stand_in.hang_s)
+        with stand_in.lock:
+            now = time.monotonic()
+            if now >= stand_in.deadline:
+                stand_in.lapsed = True
+                status, body = 409, {"error": "window w1 has ended (lease_expired)"}
+            else:
+                stand_in.deadline = now + stand_in.lease_s
+                stand_in.renewed.append(now)
+                status, body = 200, {"id": "w1", "lease_seconds": stand_in.lease_s}
+        data = json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up on this one
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_renewal_that_hangs_past_a_period_still_leaves_the_lease_held():
+    lease_s = 1.5  # a period of 0.5 s; the first renewal hangs 1.2 s, longer than two periods
+    stand_in = _LeaseStandIn(lease_s, hang_s=1.2)
+    serving = threading.Thread(target=stand_in.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    serving.start()
+    keeper = client.LeaseKeeper("w1", lease_s, url=f"http://127.0.0.1:{stand_in.server_port}")
+    try:
+        keeper.start()
+        assert wait_until(lambda: stand_in.lapsed or len(stand_in.renewed) >= 3, timeout=6.0)
+    finally:
+        keeper.stop()
+        stand_in.released.set()
+        stand_in.shutdown()
+        stand_in.server_close()
+    assert not stand_in.lapsed and keeper.error is None
+    assert keeper.renewals >= 2 and not keeper._thread.is_alive()
+
+
+def test_a_sync_that_raises_at_the_end_still_stops_the_keeper_and_ends_the_window(daemon, monkeypatch):
+    def sticky_cuda_error(sync: client.Sync) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    raised = pytest.raises(RuntimeError, match="illegal memory")
+    with raised, client.window("sticky", url=url(daemon), token="s3cret") as w:
+        monkeypatch.setattr(client, "synchronize", sticky_cuda_error)
+    assert w.keeper is not None and not w.keeper._thread.is_alive()
+    assert w.recording is not None and w.recording["status"] == "ended"
+    assert daemon.windows.open_count == 0

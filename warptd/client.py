@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,8 +25,12 @@ from typing import Any, Literal
 DEFAULT_URL = "http://127.0.0.1:9465"
 #: The lease ``window`` holds its window by: a dead client's window ends 20-30 s after its death.
 DEFAULT_LEASE_S = 30.0
-#: Renewals per lease: one lost or late renewal still leaves the lease held.
+#: Renewals per lease: one lost or hung renewal still leaves the lease held (see :class:`LeaseKeeper`).
 RENEWALS_PER_LEASE = 3
+#: A renewal gives up after this share of a period, so a hung daemon cannot hold the next try back.
+RENEWAL_TIMEOUT_PERIODS = 0.5
+#: After a failed renewal the next try comes this share of a period later, not a whole period.
+RETRY_PERIODS = 0.25
 Sync = Literal["torch"] | None
 
 
@@ -111,13 +116,19 @@ def renew_window(
 
 class LeaseKeeper:
     """Renews a window's lease on a daemon thread every ``lease_s / 3`` until :meth:`stop`: while
-    this process lives, its window stays open; once it dies, the daemon ends the window."""
+    this process lives, its window stays open; once it dies, the daemon ends the window.
+
+    Tries are scheduled on the monotonic clock from each try's start; each request waits at most
+    half a period per socket operation and a failed one is retried a quarter period later, so a
+    renewal that hangs still leaves two more tries before the lease lapses."""
 
     def __init__(
         self, window_id: str, lease_s: float, *, url: str | None = None, token: str | None = None
     ) -> None:
         self.window_id = window_id
         self.period = lease_s / RENEWALS_PER_LEASE
+        self.request_timeout = self.period * RENEWAL_TIMEOUT_PERIODS
+        self.retry_s = self.period * RETRY_PERIODS
         self.renewals = 0
         #: The refusal that stopped the renewals (the window ended, or its lease lapsed), if any.
         self.error: WindowClientError | None = None
@@ -130,21 +141,26 @@ class LeaseKeeper:
         return self
 
     def _run(self) -> None:
-        while not self._stopped.wait(self.period):
-            try:  # each request within one period, so a hung daemon cannot delay the next past the lease
-                renew_window(self.window_id, url=self._url, token=self._token, timeout=self.period)
+        next_try = time.monotonic() + self.period
+        while not self._stopped.wait(max(0.0, next_try - time.monotonic())):
+            started = time.monotonic()
+            try:
+                renew_window(self.window_id, url=self._url, token=self._token, timeout=self.request_timeout)
             except WindowClientError as exc:
                 if exc.status in (404, 409):  # ended or lapsed: nothing left to renew
                     self.error = exc
                     return
-                continue  # no answer this time: the next renewal may still come in time
+                # no answer this time: try again soon, while the lease still has time left
+                next_try = min(started + self.period, time.monotonic() + self.retry_s)
+                continue
             self.renewals += 1
+            next_try = started + self.period
 
     def stop(self) -> None:
         """Stop renewing (the window stays open until ended or its lease lapses)."""
         self._stopped.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.period + 1.0)
+            self._thread.join(timeout=self.request_timeout + 1.0)
 
 
 def begin_leased_window(
@@ -257,7 +273,11 @@ def _window(
     try:
         yield handle
     finally:
-        synchronize(sync)
-        if keeper is not None:
-            keeper.stop()
-        handle.recording = end_window(handle.id, url=url, token=token, timeout=timeout)
+        try:  # a sync that raises (a sticky CUDA error) still stops the renewals and ends the window
+            synchronize(sync)
+        finally:
+            try:
+                if keeper is not None:
+                    keeper.stop()
+            finally:
+                handle.recording = end_window(handle.id, url=url, token=token, timeout=timeout)
