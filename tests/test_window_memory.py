@@ -13,6 +13,7 @@ from tests.helpers import wait_until
 from tests.test_windows import call, end_window, open_window
 from warptd.config import Settings
 from warptd.models import DeviceReading, Utilization
+from warptd.power.base import DomainPower, PowerSource
 from warptd.recording.memory import FLOOR_POINTS, HISTORY_SHARE, SeriesBudget, floor_bytes
 from warptd.recording.recorder import Recorder, Target
 from warptd.recording.schema import Point
@@ -196,3 +197,39 @@ def test_floor_points_fit_the_default_bound():
     FLOOR_POINTS points a GPU."""
     assert 64 * floor_bytes(8) <= Settings().window_memory
     assert FLOOR_POINTS >= 64
+
+
+def test_default_windows_on_8_gpus_and_2_sockets_all_open_under_the_default_bound():
+    """A default window covers the RAPL packages too: each domain is reserved at its own row size
+    (5 values), so --window-max-open (64) such windows fit the default --window-memory."""
+    settings = Settings()
+    budget = SeriesBudget(lambda: settings.window_memory)
+    members = [Fake(0) for _ in range(settings.window_max_open)]
+    assert all(budget.admit(m, 8, 2) for m in members)
+    assert floor_bytes(0, 1) == FLOOR_POINTS * (5 * 8 + 4)  # a domain row: 5 values, a throttle index
+
+
+def test_a_domain_is_reserved_at_the_bytes_its_rows_take():
+    recorder = Recorder([Target("domain", "rapl", "package-0")], kind="window", name="w")
+    recorder.start()
+    for n in range(FLOOR_POINTS):
+        domain = DomainPower("package-0", PowerSource.RAPL, power_watts=80.0, energy_joules=float(n))
+        recorder.add_domain(recorder.targets[0], domain, 1000.0 + n / 10)
+    assert len(recorder.recording_now().targets[0].points) == FLOOR_POINTS
+    assert floor_bytes(0, 1) <= recorder.series_bytes <= floor_bytes(0, 1) + 1024  # and the arrays' headers
+
+
+class Fake:
+    """A charged member whose bytes the test sets; thinning halves them down to ``least``."""
+
+    def __init__(self, nbytes: int, least: int = 0) -> None:
+        self.series_bytes, self.least = nbytes, least
+
+    def thin_series(self) -> bool:
+        if self.series_bytes // 2 < self.least or self.series_bytes < 2:
+            return False
+        self.series_bytes //= 2
+        return True
+
+    def drop_series(self) -> None:
+        self.series_bytes = 0

@@ -16,11 +16,10 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from warptd.recording.series import DEVICE_ROW_BYTES, DOMAIN_ROW_BYTES
+
 #: Points per target an open window keeps at least, as far as the bound is concerned when it opens.
 FLOOR_POINTS = 64
-#: Bytes a point is reckoned at when a window opens (its series are not known yet): power, energy,
-#: times, temperature, utilization, 4 clocks and about 16 GPM activity ratios at 8 bytes each.
-ESTIMATED_POINT_BYTES = 256
 #: Bytes released before the heap is trimmed (glibc keeps freed memory otherwise; see trim_heap).
 TRIM_AFTER_BYTES = 2**20
 #: Ended windows' series take at most this fraction (1/8) of the bound: the rest is for open ones.
@@ -58,9 +57,10 @@ class Charged(Protocol):
     def drop_series(self) -> None: ...
 
 
-def floor_bytes(targets: int) -> int:
-    """The bytes an open window on ``targets`` targets is promised when it opens."""
-    return targets * FLOOR_POINTS * ESTIMATED_POINT_BYTES
+def floor_bytes(devices: int, domains: int = 0) -> int:
+    """The bytes an open window on ``devices`` devices and ``domains`` power domains is promised
+    when it opens: FLOOR_POINTS rows of each, at the row size its store will keep."""
+    return FLOOR_POINTS * (devices * DEVICE_ROW_BYTES + domains * DOMAIN_ROW_BYTES)
 
 
 class SeriesBudget:
@@ -87,9 +87,9 @@ class SeriesBudget:
         with self._lock:
             return self._total
 
-    def admit(self, member: Charged, targets: int) -> bool:
+    def admit(self, member: Charged, devices: int, domains: int = 0) -> bool:
         """Take an opening window in unless the open windows' floors and its own exceed the bound."""
-        floor = floor_bytes(targets)
+        floor = floor_bytes(devices, domains)
         with self._lock:
             if sum(self._open.values()) + floor > self.capacity():
                 return False
