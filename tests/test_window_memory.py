@@ -233,3 +233,14 @@ class Fake:
 
     def drop_series(self) -> None:
         self.series_bytes = 0
+
+
+def test_bytes_thinned_away_count_toward_the_heap_trim(monkeypatch):
+    budget = SeriesBudget(lambda: 4 * 2**20)
+    trims = []
+    monkeypatch.setattr(budget, "_trim_soon", lambda: trims.append(1))
+    member = Fake(0)
+    assert budget.admit(member, 1)
+    member.series_bytes = 6 * 2**20
+    budget.update(member)  # thinned to 3 MiB: 3 MiB given up while the window stays open
+    assert budget.used == 3 * 2**20 and trims

@@ -114,10 +114,30 @@ class SeriesBudget:
             idle = not self._open
         for oldest in dropped:
             oldest.drop_series()
-            with self._lock:
-                if oldest in self._used:
-                    self._charge(oldest, oldest.series_bytes)
+            self._recharge(oldest)
         if idle:
+            self._trim_soon()
+
+    def _recharge(self, member: Charged) -> None:
+        """Re-read the bytes of a member that gave some up; what it gave up counts toward the trim."""
+        nbytes = member.series_bytes
+        with self._lock:
+            if member not in self._used:
+                return
+            freed = self._used[member] - nbytes
+            self._charge(member, nbytes)
+        self._gave_up(freed)
+
+    def _gave_up(self, nbytes: int) -> None:
+        """Count ``nbytes`` given up (released, dropped or thinned); past TRIM_AFTER_BYTES, trim."""
+        if nbytes <= 0:
+            return
+        with self._lock:
+            self._released += nbytes
+            trim = self._released >= TRIM_AFTER_BYTES
+            if trim:
+                self._released = 0
+        if trim:
             self._trim_soon()
 
     def release(self, member: Charged) -> None:
@@ -126,14 +146,9 @@ class SeriesBudget:
             self._open.pop(member, None)
             released = self._used.pop(member, 0)
             self._total -= released
-            self._released += released
             if member in self._ended:
                 self._ended.remove(member)
-            trim = self._released >= TRIM_AFTER_BYTES
-            if trim:
-                self._released = 0
-        if trim:
-            self._trim_soon()
+        self._gave_up(released)
 
     def _trim_soon(self) -> None:
         """Trim the heap a moment from now, once: after the request that freed the series has
@@ -179,8 +194,6 @@ class SeriesBudget:
                     victim = largest
                 else:
                     return  # nothing left to give (a window's last points)
-                with self._lock:
-                    if victim in self._used:
-                        self._charge(victim, victim.series_bytes)
+                self._recharge(victim)
         finally:
             self._enforcing.release()
