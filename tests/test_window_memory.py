@@ -244,3 +244,27 @@ def test_bytes_thinned_away_count_toward_the_heap_trim(monkeypatch):
     member.series_bytes = 6 * 2**20
     budget.update(member)  # thinned to 3 MiB: 3 MiB given up while the window stays open
     assert budget.used == 3 * 2**20 and trims
+
+
+def test_the_newest_ended_series_is_thinned_to_an_eighth_of_the_bound(monkeypatch):
+    capacity = 8 * 2**20
+    budget = SeriesBudget(lambda: capacity)
+    monkeypatch.setattr(budget, "_trim_soon", lambda: None)
+    member = Fake(0)
+    assert budget.admit(member, 8)
+    member.series_bytes = 3 * 2**20
+    budget.update(member)
+    budget.ended(member)
+    assert 0 < member.series_bytes <= capacity // HISTORY_SHARE  # thinned, not dropped
+    assert budget.used == member.series_bytes
+
+
+def test_enforcing_thins_another_window_when_the_largest_cannot_be():
+    budget = SeriesBudget(lambda: 2**20)
+    stuck, thinnable = Fake(0, least=2**19 + 2**18), Fake(0)
+    assert budget.admit(stuck, 1) and budget.admit(thinnable, 1)
+    stuck.series_bytes = 2**19 + 2**18
+    budget.update(stuck)
+    thinnable.series_bytes = 2**19
+    budget.update(thinnable)
+    assert budget.used <= 2**20 and thinnable.series_bytes == 2**18
