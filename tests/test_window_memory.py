@@ -13,6 +13,7 @@ from tests.helpers import wait_until
 from tests.test_windows import call, end_window, open_window
 from warptd.config import Settings
 from warptd.models import DeviceReading, Utilization
+from warptd.power.base import DomainPower, PowerSource
 from warptd.recording.memory import FLOOR_POINTS, HISTORY_SHARE, SeriesBudget, floor_bytes
 from warptd.recording.recorder import Recorder, Target
 from warptd.recording.schema import Point
@@ -196,3 +197,74 @@ def test_floor_points_fit_the_default_bound():
     FLOOR_POINTS points a GPU."""
     assert 64 * floor_bytes(8) <= Settings().window_memory
     assert FLOOR_POINTS >= 64
+
+
+def test_default_windows_on_8_gpus_and_2_sockets_all_open_under_the_default_bound():
+    """A default window covers the RAPL packages too: each domain is reserved at its own row size
+    (5 values), so --window-max-open (64) such windows fit the default --window-memory."""
+    settings = Settings()
+    budget = SeriesBudget(lambda: settings.window_memory)
+    members = [Fake(0) for _ in range(settings.window_max_open)]
+    assert all(budget.admit(m, 8, 2) for m in members)
+    assert floor_bytes(0, 1) == FLOOR_POINTS * (5 * 8 + 4)  # a domain row: 5 values, a throttle index
+
+
+def test_a_domain_is_reserved_at_the_bytes_its_rows_take():
+    recorder = Recorder([Target("domain", "rapl", "package-0")], kind="window", name="w")
+    recorder.start()
+    for n in range(FLOOR_POINTS):
+        domain = DomainPower("package-0", PowerSource.RAPL, power_watts=80.0, energy_joules=float(n))
+        recorder.add_domain(recorder.targets[0], domain, 1000.0 + n / 10)
+    assert len(recorder.recording_now().targets[0].points) == FLOOR_POINTS
+    assert floor_bytes(0, 1) <= recorder.series_bytes <= floor_bytes(0, 1) + 1024  # and the arrays' headers
+
+
+class Fake:
+    """A charged member whose bytes the test sets; thinning halves them down to ``least``."""
+
+    def __init__(self, nbytes: int, least: int = 0) -> None:
+        self.series_bytes, self.least = nbytes, least
+
+    def thin_series(self) -> bool:
+        if self.series_bytes // 2 < self.least or self.series_bytes < 2:
+            return False
+        self.series_bytes //= 2
+        return True
+
+    def drop_series(self) -> None:
+        self.series_bytes = 0
+
+
+def test_bytes_thinned_away_count_toward_the_heap_trim(monkeypatch):
+    budget = SeriesBudget(lambda: 4 * 2**20)
+    trims = []
+    monkeypatch.setattr(budget, "_trim_soon", lambda: trims.append(1))
+    member = Fake(0)
+    assert budget.admit(member, 1)
+    member.series_bytes = 6 * 2**20
+    budget.update(member)  # thinned to 3 MiB: 3 MiB given up while the window stays open
+    assert budget.used == 3 * 2**20 and trims
+
+
+def test_the_newest_ended_series_is_thinned_to_an_eighth_of_the_bound(monkeypatch):
+    capacity = 8 * 2**20
+    budget = SeriesBudget(lambda: capacity)
+    monkeypatch.setattr(budget, "_trim_soon", lambda: None)
+    member = Fake(0)
+    assert budget.admit(member, 8)
+    member.series_bytes = 3 * 2**20
+    budget.update(member)
+    budget.ended(member)
+    assert 0 < member.series_bytes <= capacity // HISTORY_SHARE  # thinned, not dropped
+    assert budget.used == member.series_bytes
+
+
+def test_enforcing_thins_another_window_when_the_largest_cannot_be():
+    budget = SeriesBudget(lambda: 2**20)
+    stuck, thinnable = Fake(0, least=2**19 + 2**18), Fake(0)
+    assert budget.admit(stuck, 1) and budget.admit(thinnable, 1)
+    stuck.series_bytes = 2**19 + 2**18
+    budget.update(stuck)
+    thinnable.series_bytes = 2**19
+    budget.update(thinnable)
+    assert budget.used <= 2**20 and thinnable.series_bytes == 2**18

@@ -47,6 +47,22 @@ def layout_of(clocks: tuple[str, ...], activity: tuple[str, ...]) -> Layout:
     return _layouts.setdefault(made, made)
 
 
+#: Values a device row is reckoned at before its keys are known: the fixed five, 4 clocks and about
+#: 16 activity ratios (NVIDIA GPM's sm/dram/pipe ratios, engines, encoder and decoder).
+DEVICE_ROW_VALUES = len(FIXED_SERIES) + 4 + 16
+
+
+def row_bytes(width: int) -> int:
+    """Bytes a row of ``width`` values takes in a store: 8 a value and 4 for its throttle reasons."""
+    return 8 * width + 4
+
+
+#: Bytes a row is reckoned at when a recording opens: a device's (204) and a power domain's (44:
+#: the fixed values only, as ``Recorder.add_domain`` appends them).
+DEVICE_ROW_BYTES = row_bytes(DEVICE_ROW_VALUES)
+DOMAIN_ROW_BYTES = row_bytes(len(FIXED_SERIES))
+
+
 #: Values per chunk (4 KiB): rows live in chunks of about one size, which the allocator reuses as
 #: series grow and thin, rather than in arrays of every size that fragment the heap.
 CHUNK_VALUES = 512

@@ -180,7 +180,8 @@ class WindowManager:
                 raise WindowError(503, "the daemon is shutting down")
             if len(self._open) >= self.limits.max_open:
                 raise WindowError(429, f"{len(self._open)} windows are open already (--window-max-open)")
-            if not self.budget.admit(window.recorder, len(targets)):
+            domains = sum(t.kind == "domain" for t in targets)
+            if not self.budget.admit(window.recorder, len(targets) - domains, domains):
                 full = f"open windows fill --window-memory: {len(targets)} more targets do not fit"
                 raise WindowError(429, full)
             window.recorder.start()
