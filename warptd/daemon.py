@@ -282,7 +282,7 @@ def http_limits(settings: Settings) -> HttpLimits:
 
 
 def window_limits(settings: Settings) -> WindowLimits:
-    """The bounds of energy windows (open, duration, history, lease) from the ``window_*`` settings."""
+    """Energy windows' bounds (open, duration, history, lease, memory) from the ``window_*`` settings."""
     return WindowLimits(
         max_open=settings.window_max_open,
         max_duration_s=settings.window_max_duration,
