@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from warptd.backends.registry import load_backends
 from warptd.config import Settings
 from warptd.daemon import Daemon
 from warptd.exporter.exposition import Exposition
+from warptd.registry import load_backends
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 

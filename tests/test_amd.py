@@ -15,9 +15,9 @@ from tests.doubles.amdsmi import TT, U16, U32, FakeAmdsmi, FakeGpu, amdsmi, libr
 from tests.helpers import Rig, select, value
 from tests.sysfs_tree import drm_card
 from warptd.backends.amd import AmdBackend
-from warptd.backends.registry import load_backends
 from warptd.errors import BackendUnavailableError
 from warptd.models import GPUInfo
+from warptd.registry import load_backends
 
 GIB = 2**30
 DEV0 = {"backend": "amd", "device": "0"}

@@ -2,14 +2,14 @@
 
 from pathlib import Path
 
-from warptd.exporter.catalog import EVERY
-from warptd.exporter.docs import render_markdown
+from warptd.metrics.catalog import EVERY
+from warptd.metrics.docs import render_markdown
 
 DOC = Path(__file__).parents[1] / "docs" / "metrics.md"
 
 
 def test_metrics_doc_is_current():
-    assert DOC.read_text() == render_markdown(), "run: python -m warptd.exporter.docs > docs/metrics.md"
+    assert DOC.read_text() == render_markdown(), "run: python -m warptd.metrics.docs > docs/metrics.md"
 
 
 def test_catalog_follows_prometheus_naming():

@@ -25,9 +25,9 @@ from tests.doubles.hlml import (
 )
 from tests.helpers import Rig, select, value
 from warptd.backends.gaudi import GaudiBackend
-from warptd.backends.registry import load_backends
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.install import install_command
+from warptd.registry import load_backends
 
 DEV0 = {"backend": "gaudi", "device": "0"}
 DEV1 = {"backend": "gaudi", "device": "1"}

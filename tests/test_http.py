@@ -110,7 +110,7 @@ def test_readyz_waits_for_first_sample(settings):
 
 def test_readyz_is_503_with_the_reasons_when_no_backend_loaded(settings):
     """Serving nothing is not ready: a readiness probe must not route to a daemon with no backend."""
-    from warptd.backends.registry import Loaded
+    from warptd.registry import Loaded
 
     reason = "libnvidia-ml.so.1 not found: no NVIDIA driver on this host"
     d = Daemon(settings, Loaded(unavailable={"nvidia": reason}))

@@ -14,8 +14,8 @@ from tests.helpers import Rig, http, parse, select, value, wait_until
 from tests.kubelet import FakeKubelet, legacy_mig_device, mig_device, replica
 from warptd.config import load_settings
 from warptd.daemon import Daemon
-from warptd.exporter.kubernetes import KubernetesCollector
 from warptd.k8s.attribution import PodAttribution, from_settings
+from warptd.k8s.collector import KubernetesCollector
 from warptd.k8s.energy import PodEnergy
 from warptd.k8s.podresources import PodResourcesClient
 

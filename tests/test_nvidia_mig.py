@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import GIB, FakeGpu, FakeMig, FakeNvml
 from tests.helpers import Rig, select, value
-from warptd.backends.registry import load_backends
+from warptd.registry import load_backends
 
 H100_MIG = "NVIDIA H100 80GB HBM3 MIG"
 SLICES = [
@@ -195,8 +195,8 @@ def test_pod_energy_of_a_mig_gpu_split_by_slice_activity(settings, tmp_path):
     """Pods on MIG slices: their own allocation series on the MIG device, and the GPU's energy split by
     each slice's SM activity times its compute slices (3g: 3, 1g: 1), by slice size when all idle."""
     from tests.kubelet import FakeKubelet, mig_device
-    from warptd.exporter.kubernetes import KubernetesCollector
     from warptd.k8s.attribution import PodAttribution
+    from warptd.k8s.collector import KubernetesCollector
     from warptd.k8s.energy import PodEnergy
     from warptd.k8s.podresources import PodResourcesClient
 

@@ -19,13 +19,13 @@ from tests.test_k8s import GPU, PodRig
 from tests.test_processes import CGROUPFS_V1, CID, CID2, GIB, HOST, SYSTEMD_V2, UID, UID2, Proc, scrape
 from warptd.config import load_settings
 from warptd.daemon import Daemon
-from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
 from warptd.exporter.text import render_text
 from warptd.k8s.containers import ContainerOwners, read_owner
 from warptd.k8s.energy import split
 from warptd.k8s.podresources import Owner
 from warptd.k8s.shares import SmShares
 from warptd.processes.cgroup import NONE, UNRESOLVED, Attribution, CgroupResolver
+from warptd.processes.collector import ProcessesCollector
 from warptd.processes.nvml import ProcessMonitor
 
 METRIC = "warptd_device_process_utilization_ratio"
@@ -113,7 +113,7 @@ def test_processes_have_their_utilization_by_engine_with_pod_labels(monitor, fak
     assert not select(samples, "warptd_device_process_memory_bytes", pid="1005")
     assert len(select(samples, METRIC)) == 4 * 4
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NvidiaExtrasCollector(processes=monitor))
+    registry.register(ProcessesCollector(monitor))
     assert_promtool_clean(render_text(registry.collect()))
 
 

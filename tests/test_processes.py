@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import parse, select, value, wait_until
-from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
 from warptd.exporter.text import render_text
 from warptd.processes.cgroup import Attribution, parse_cgroup, start_time
+from warptd.processes.collector import ProcessesCollector
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 
 GIB = 2**30
@@ -66,7 +66,7 @@ def monitor(fake_nvml, proc):
 
 def scrape(monitor) -> list:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NvidiaExtrasCollector(processes=monitor))
+    registry.register(ProcessesCollector(monitor))
     return parse(render_text(registry.collect()).decode())
 
 
@@ -228,6 +228,6 @@ def test_exposition_is_promtool_clean(monitor, fake_nvml, proc):
     fake_nvml.gpus[1].processes = [(1001, GIB)]  # one process on two GPUs
     monitor.poll()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NvidiaExtrasCollector(processes=monitor))
+    registry.register(ProcessesCollector(monitor))
     body = render_text(registry.collect())
     assert_promtool_clean(body)

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import pytest
 
-from warptd.backends import registry
+from warptd import registry
 from warptd.backends.cpu import CpuBackend
 from warptd.config import SettingsError
 from warptd.models import GPUInfo, MemoryUsage, Utilization
@@ -118,16 +118,15 @@ def test_a_non_backend_class_is_refused(settings, monkeypatch):
     assert "not a AcceleratorBackend" in loaded.unavailable["weird"]
 
 
-def test_builtins_are_declared_as_entry_points_too():
+def test_builtins_are_listed_once_in_the_registry():
+    """The package declares no entry points of its own: plugins use them, built-ins are BUILTIN alone."""
     import tomllib
     from pathlib import Path
 
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
-    declared = {
-        **project["entry-points"]["warptd.backends"],
-        **project["entry-points"]["warptd.power_backends"],
-    }
-    assert declared == {**registry.BUILTIN["accelerator"], **registry.BUILTIN["power"]}
+    assert not set(project.get("entry-points", {})) & set(registry.GROUPS.values())
+    names = [c.name for c in registry.discover() if c.origin == "builtin"]
+    assert names == [*registry.BUILTIN["accelerator"], *registry.BUILTIN["power"]]
 
 
 class CrashingBackend(PluginBackend):

@@ -22,10 +22,10 @@ from tests.doubles.pyluwen import (
     blackhole_words,
 )
 from tests.helpers import select, value
-from warptd.backends.registry import load_backends
 from warptd.backends.tenstorrent import TenstorrentBackend, asic_celsius, limit
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.install import install_command
+from warptd.registry import load_backends
 
 N300 = 0x0100014111712034
 P150 = 0x0000004310234567

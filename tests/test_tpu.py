@@ -24,10 +24,10 @@ from tests.doubles.tpu_runtime import (
     tpu_pci_device,
 )
 from tests.helpers import select, value, wait_until
-from warptd.backends.registry import load_backends
 from warptd.backends.tpu import TpuBackend
 from warptd.config import load_settings
 from warptd.errors import BackendUnavailableError
+from warptd.registry import load_backends
 
 # PCI ids as the kernel shows them; the first test checks tpu-info maps them to these chips.
 V5E, V4, V3, V7X, GVNIC = "0x0063", "0x005e", "0x0027", "0x0076", "0x0042"

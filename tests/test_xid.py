@@ -14,9 +14,10 @@ from prometheus_client import CollectorRegistry
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import parse, select, value, wait_until
+from warptd.events.collector import XidCollector
 from warptd.events.xid import ALERTED_XIDS, open_xid_monitor
-from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
 from warptd.exporter.text import render_text
+from warptd.processes.collector import ProcessesCollector
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 DBE = pynvml.nvmlEventTypeDoubleBitEccError
@@ -25,7 +26,10 @@ ALERTS = Path(__file__).parents[1] / "deploy" / "prometheus" / "alerts.yml"
 
 def exposition(xid=None, processes=None) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NvidiaExtrasCollector(xid, processes))
+    if xid is not None:
+        registry.register(XidCollector(xid))
+    if processes is not None:
+        registry.register(ProcessesCollector(processes))
     return render_text(registry.collect())
 
 

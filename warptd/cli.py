@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from warptd.arguments import build_parser
-from warptd.backends.registry import Loaded, load_backends
 from warptd.config import Settings, SettingsError, load_settings
 from warptd.logs import configure_logging
+from warptd.registry import Loaded, load_backends
 
 log = structlog.get_logger("warptd")
 

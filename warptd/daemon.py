@@ -14,12 +14,10 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from warptd import __version__
-from warptd.backends.registry import Loaded, load_backends
 from warptd.config import Settings, SettingsError
+from warptd.events.collector import XidCollector
 from warptd.events.xid import XidMonitor, open_xid_monitor
 from warptd.exporter.exposition import Exposition
-from warptd.exporter.kubernetes import KubernetesCollector
-from warptd.exporter.nvidia_extras import NvidiaExtrasCollector
 from warptd.http.app import Router
 from warptd.http.limits import HttpLimits, raise_nofile_limit, return_large_buffers
 from warptd.http.routes import add_core_routes, add_openapi_route
@@ -28,13 +26,16 @@ from warptd.http.stress_routes import add_stress_routes
 from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
 from warptd.http.window_routes import add_window_routes
 from warptd.k8s.attribution import PodAttribution, from_settings
+from warptd.k8s.collector import KubernetesCollector
 from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.energy import PodEnergy, SmUse
 from warptd.k8s.shares import SmShares
 from warptd.logs import configure_logging
+from warptd.processes.collector import ProcessesCollector
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.recording.recorder import with_carbon_and_cost
 from warptd.recording.windows import WindowLimits, WindowManager
+from warptd.registry import Loaded, load_backends
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.base import DeviceRef
@@ -62,7 +63,7 @@ class Daemon:
             make_job_manager(settings, self.loaded, self.snapshot, self.sampler) if settings.stress else None
         )
         if self.stress is not None:
-            from warptd.exporter.stress import StressCollector
+            from warptd.stress.collector import StressCollector
 
             self.exposition.registry.register(StressCollector(self.stress))
             self.sampler.listeners.append(self.stress.on_sample)
@@ -108,12 +109,14 @@ class Daemon:
         """XID events (on by default) and per-process memory (--processes), each on its own thread."""
         if settings.xid_events:
             self.xid_monitor = open_xid_monitor("nvidia", on_change=self.snapshot.touch)
+            if self.xid_monitor is not None:
+                self.exposition.registry.register(XidCollector(self.xid_monitor))
         if settings.processes:
             self.process_monitor = open_process_monitor(
                 settings.procfs, "nvidia", settings.interval, on_change=self.snapshot.touch
             )
-        if self.xid_monitor is not None or self.process_monitor is not None:
-            self.exposition.registry.register(NvidiaExtrasCollector(self.xid_monitor, self.process_monitor))
+            if self.process_monitor is not None:
+                self.exposition.registry.register(ProcessesCollector(self.process_monitor))
 
     def _sm_use(self, settings: Settings) -> SmUse | None:
         """SM use per container for splitting shared GPUs' energy, where --processes polls it."""
@@ -300,7 +303,7 @@ def make_window_manager(
     ``--no-windows``."""
     if not settings.windows:
         return None
-    from warptd.exporter.windows import WindowCollector, WindowEnergy
+    from warptd.recording.collector import WindowCollector, WindowEnergy
 
     energy = WindowEnergy(settings.window_energy_names)
     manager = WindowManager(

@@ -1,1 +1,1 @@
-"""Accelerator backends, one module per vendor, loaded together by :mod:`warptd.backends.registry`."""
+"""Accelerator backends, one module per vendor, loaded together by :mod:`warptd.registry`."""

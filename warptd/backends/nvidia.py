@@ -24,7 +24,7 @@ from warptd.backends.kept import Kept
 from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldRequest
 from warptd.backends.nvml_backend import NvmlBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.exporter import catalog
+from warptd.metrics import catalog
 from warptd.models import (
     CLOCK_EVENT_REASONS,
     DeviceReading,

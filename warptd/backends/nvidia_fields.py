@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warptd.exporter import catalog
+from warptd.metrics import catalog
 from warptd.models import LabelledValues
 
 #: A field as asked: (field id, scope id). The scope is the NVLink link for per-link fields, else 0.

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from warptd.backends.nvml_calls import PreparedCall
-from warptd.exporter import catalog
+from warptd.metrics import catalog
 from warptd.models import LabelledValues
 
 if TYPE_CHECKING:

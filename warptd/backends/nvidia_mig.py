@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from warptd.backends import nvml_session
 from warptd.backends.nvidia import memory_usage, mig_device_handles
 from warptd.backends.nvml_backend import NvmlBackend
-from warptd.exporter import catalog
+from warptd.metrics import catalog
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:

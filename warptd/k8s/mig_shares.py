@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from warptd.exporter import catalog
+from warptd.metrics import catalog
 
 if TYPE_CHECKING:
     from warptd.k8s.podresources import Owner

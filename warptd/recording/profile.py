@@ -32,7 +32,7 @@ from warptd.recording.schema import Recording
 from warptd.recording.selection import UnknownTarget, select_targets
 
 if TYPE_CHECKING:
-    from warptd.backends.registry import Loaded
+    from warptd.registry import Loaded
     from warptd.sampling.snapshot import Snapshot
 
 #: Exit status when an output failed after CMD exited 0 (a failing CMD's own status is kept).
@@ -142,7 +142,7 @@ class Recorded:
 
 def _with_own_samplers(settings: Settings, interval: float, profile: Profile) -> Recorded:
     """Load the backends here, sample them at ``interval`` while CMD runs, read them once more at its end."""
-    from warptd.backends.registry import load_backends
+    from warptd.registry import load_backends
     from warptd.sampling.sampler import Sampler
     from warptd.sampling.snapshot import Snapshot
 
@@ -185,8 +185,8 @@ def _with_own_samplers(settings: Settings, interval: float, profile: Profile) ->
 def local_energy_reasons(loaded: Loaded, snapshot: Snapshot) -> tuple[str, ...]:
     """Why a device here may have no energy: each energy source of a loaded backend that did not load
     (``rapl: no RAPL zones``), each that loaded but was refused its counter, and no accelerator."""
-    from warptd.backends.registry import discover
     from warptd.errors import ErrorKind
+    from warptd.registry import discover
     from warptd.targets import resolve_target
 
     present = {backend.name for backend in loaded.accelerators}

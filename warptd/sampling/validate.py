@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from warptd.exporter.catalog import BY_NAME, DEVICE_LABELS, FAN_SPEED
+from warptd.metrics.catalog import BY_NAME, DEVICE_LABELS, FAN_SPEED
 from warptd.models import DeviceReading, LabelledValues, MemoryUsage, Utilization
 from warptd.power.base import DomainReading
 

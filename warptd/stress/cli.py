@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import TextIO
 
-from warptd.backends.registry import Loaded
 from warptd.config import Settings
+from warptd.registry import Loaded
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.jobs import Job, JobStatus, JobView, StressError

@@ -1,12 +1,12 @@
-"""Generates docs/metrics.md from the catalog: ``python -m warptd.exporter.docs > docs/metrics.md``."""
+"""Generates docs/metrics.md from the catalog: ``python -m warptd.metrics.docs > docs/metrics.md``."""
 
 from __future__ import annotations
 
-from warptd.exporter.catalog import EVERY, MetricSpec
+from warptd.metrics.catalog import EVERY, MetricSpec
 
 _HEADER = """# warptd metrics
 
-Generated from `warptd/exporter/catalog.py` by `python -m warptd.exporter.docs > docs/metrics.md`;
+Generated from `warptd/metrics/catalog.py` by `python -m warptd.metrics.docs > docs/metrics.md`;
 a test fails when this file is out of date.
 
 Every device series carries `backend`, `device` (index within the backend) and `uuid` (empty

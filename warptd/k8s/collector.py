@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from warptd.exporter import catalog as m
-from warptd.exporter.collector import Families
 from warptd.k8s.attribution import PodAttribution
 from warptd.k8s.energy import PodEnergy
+from warptd.metrics import catalog as m
+from warptd.metrics.families import Families
 from warptd.sampling.snapshot import Snapshot
 
 _ERROR_KINDS = ("unavailable", "permission", "timeout", "error")

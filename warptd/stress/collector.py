@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from warptd.exporter import catalog as m
-from warptd.exporter.collector import Families
+from warptd.metrics import catalog as m
+from warptd.metrics.families import Families
 from warptd.stress.jobs import JobManager, JobStatus
 
 _FINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)

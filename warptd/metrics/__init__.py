@@ -1,0 +1,1 @@
+"""The metric contract: every series warptd exports (the catalog) and the families it fills."""
