@@ -28,7 +28,8 @@ from warptd.config import load_settings
 from warptd.daemon import Daemon
 from warptd.logs import configure_logging
 from warptd.stress.base import DeviceRef
-from warptd.stress.jobs import JobManager, StressParameters
+from warptd.stress.job import StressParameters
+from warptd.stress.jobs import JobManager
 
 BARE = """
 import sys, time, torch

@@ -6,7 +6,8 @@ import math
 
 from warptd.recording.schema import Point, Recording, TargetRecording
 from warptd.stress.base import DeviceRef
-from warptd.stress.jobs import Job, JobManager, JobStatus, StressParameters
+from warptd.stress.job import Job, JobStatus, StressParameters
+from warptd.stress.jobs import JobManager
 
 HOSTILE = '<img id="evil" src=x onerror="document.title=1">'
 

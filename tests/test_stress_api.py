@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import http, parse, value, wait_until
 from warptd.daemon import Daemon
 from warptd.install import install_command
-from warptd.stress import jobs
+from warptd.stress import jobs, supervise
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,7 +168,7 @@ def test_token_required_when_configured(settings):
 
 
 def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
-    monkeypatch.setattr(jobs, "STARTUP_GRACE_S", 3.0)
+    monkeypatch.setattr(supervise, "STARTUP_GRACE_S", 3.0)
     outcomes = {}
     for test in ("raise", "selfkill", "hang"):
         status, _, body = post(daemon.port, {"test": test, "duration_s": 1})
@@ -271,7 +271,7 @@ def test_a_failed_spawn_leaves_the_device_free(daemon, monkeypatch):
     def refuse(self):
         raise OSError(11, "Resource temporarily unavailable")
 
-    monkeypatch.setattr(jobs._SPAWN.Process, "start", refuse)
+    monkeypatch.setattr(supervise._SPAWN.Process, "start", refuse)
     status, _, body = post(daemon.port, {"test": "raise", "duration_s": 1})
     assert status == 503 and "could not start" in body["error"]
     assert daemon.stress.list() == [] and daemon.stress.running() == []

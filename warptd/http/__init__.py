@@ -1,1 +1,2 @@
-"""The HTTP API: a tiny router on the standard library's threading HTTP server."""
+"""The HTTP API: an asyncio server (h11 for the protocol) that reads every connection on one thread
+and runs routes in a bounded pool; /metrics only reads the rendered snapshot."""

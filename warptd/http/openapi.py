@@ -12,7 +12,7 @@ from warptd.http.devices_view import DevicesView
 from warptd.http.stress_routes import StressRequest
 from warptd.http.window_routes import WindowLease, WindowList, WindowRequest
 from warptd.recording.schema import Recording
-from warptd.stress.jobs import JobView
+from warptd.stress.job import JobView
 
 _REF = "#/components/schemas/{model}"
 

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.http.protection import authorize, is_loopback, is_loopback_host, parse_body, validation_error
 from warptd.http.reports import report_response
-from warptd.stress.jobs import Job, JobManager, StressError
+from warptd.stress.job import Job, StressError
+from warptd.stress.jobs import JobManager
 from warptd.stress.torch_device import DTYPES
 
 

@@ -10,8 +10,9 @@ from warptd.config import Settings
 from warptd.registry import Loaded
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
-from warptd.stress.jobs import Job, JobStatus, JobView, StressError
+from warptd.stress.job import Job, JobStatus, JobView, StressError
 from warptd.stress.registry import resolve_test
+from warptd.stress.setup import make_job_manager
 
 BAR = 30
 
@@ -72,8 +73,6 @@ def print_table(view: JobView, out: TextIO) -> None:
 
 
 def run_stress(settings: Settings, loaded: Loaded, args: argparse.Namespace) -> int:
-    from warptd.daemon import make_job_manager
-
     snapshot = Snapshot(stale_after=settings.stale_after)
     sampler = Sampler(settings, snapshot, loaded.accelerators, loaded.power)
     manager = make_job_manager(settings, loaded, snapshot, sampler)

@@ -9,7 +9,8 @@ from prometheus_client.registry import Collector
 
 from warptd.metrics import catalog as m
 from warptd.metrics.families import Families
-from warptd.stress.jobs import JobManager, JobStatus
+from warptd.stress.job import JobStatus
+from warptd.stress.jobs import JobManager
 
 _FINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 _THROUGHPUT = {"FLOP/s": m.STRESS_LAST_FLOPS, "B/s": m.STRESS_LAST_BYTES}

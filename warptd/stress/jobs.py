@@ -1,146 +1,32 @@
-"""Stress jobs: one spawned worker process per job, one job per device, bounded history.
-
-The daemon never imports torch: the worker does. A worker that raises, runs out of memory,
-crashes or hangs ends its job as ``failed`` and the daemon keeps serving; a cancel terminates
-the worker (SIGTERM, then SIGKILL after 1 s).
-"""
+"""Stress jobs: one spawned worker process per job (see :mod:`warptd.stress.supervise`), one job per
+device, bounded history, and the samples of each running job's device handed to its recorder."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import json
-import multiprocessing
-import os
-import signal
 import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
-from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import structlog
-from pydantic import BaseModel
 
 from warptd.models import device_kind
+from warptd.power.base import DomainPower
 from warptd.recording.recorder import Target
 from warptd.recording.schema import Recording
+from warptd.sampling.snapshot import DeviceSample
+from warptd.stress import supervise
 from warptd.stress.base import DeviceRef, StressTest, WorkloadResult
+from warptd.stress.job import Job, JobStatus, StressError, StressParameters
 from warptd.stress.registry import discover_tests, resolve_test
-from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder, summarize
-from warptd.stress.worker import WorkerJob, run_job
+from warptd.stress.telemetry import TelemetryRecorder, summarize
+from warptd.stress.worker import WorkerJob
 
 log = structlog.get_logger("warptd.stress")
-_SPAWN = multiprocessing.get_context("spawn")
-#: Time a worker may take beyond its duration (torch import, allocation, warm-up) before it is killed.
-STARTUP_GRACE_S = 120.0
-
-
-class JobStatus(StrEnum):
-    """``starting`` until the worker begins the timed part (torch import, allocation, warm-up),
-    then ``running``, then one of the final three."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def active(self) -> bool:
-        """The worker exists and holds the device."""
-        return self in (JobStatus.STARTING, JobStatus.RUNNING)
-
-
-class StressError(Exception):
-    """Refused before anything started; ``status`` is the HTTP code that fits."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class StressParameters(BaseModel):
-    test: str
-    device: str
-    duration_s: float
-    dtype: str | None = None
-    size: int | None = None
-
-
-class Efficiency(BaseModel):
-    value: float
-    unit: str
-
-
-class JobView(BaseModel):
-    """A job as the API returns it."""
-
-    id: str
-    status: JobStatus
-    params: StressParameters
-    created_at: datetime
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    error: str | None = None
-    progress: dict[str, float] | None = None
-    workload: WorkloadResult | None = None
-    telemetry: RunTelemetry | None = None
-    efficiency: Efficiency | None = None
-    #: The run as a recording (the same schema as windows and profiles), with the throughput.
-    recording: Recording | None = None
-
-
-@dataclass
-class Job:
-    id: str
-    params: StressParameters
-    device: DeviceRef
-    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    status: JobStatus = JobStatus.STARTING
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    error: str | None = None
-    progress: dict[str, float] | None = None
-    workload: WorkloadResult | None = None
-    telemetry: RunTelemetry | None = None
-    recording: Recording | None = None
-    recorder: TelemetryRecorder | None = field(default_factory=TelemetryRecorder)
-    process: Any = None
-    cancel_requested: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def view(self) -> JobView:
-        recorder = self.recorder
-        telemetry = self.telemetry or (recorder.summary() if recorder is not None else None)
-        recording = self.recording
-        if recording is None and recorder is not None and self.started_at is not None:
-            recording = recorder.recording_view()
-        return JobView(
-            id=self.id,
-            status=self.status,
-            params=self.params,
-            created_at=self.created_at,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-            error=self.error,
-            progress=self.progress,
-            workload=self.workload,
-            telemetry=telemetry,
-            efficiency=self.efficiency(),
-            recording=recording,
-        )
-
-    def efficiency(self) -> Efficiency | None:
-        energy = self.telemetry.energy_joules if self.telemetry else None
-        if self.workload is None or not energy or energy <= 0:
-            return None
-        return Efficiency(value=self.workload.work / energy, unit=f"{self.workload.work_unit}/J")
 
 
 def torch_installed() -> bool:
@@ -267,7 +153,12 @@ class JobManager:
             self._jobs[job.id] = job
             self._trim()
         try:
-            self._spawn(job, WorkerJob(target, device, params.duration_s, params.dtype, params.size))
+            supervise.spawn(
+                job,
+                WorkerJob(target, device, params.duration_s, params.dtype, params.size),
+                self._handle,
+                self._finish,
+            )
         except Exception as exc:  # EAGAIN/EMFILE: nothing may stay half-started or the device stays busy
             with self._lock:
                 self._busy.pop(device.key, None)
@@ -304,62 +195,12 @@ class JobManager:
                 422, f"the workload needs {need:.1f} GiB but {device.key} has {have:.1f} GiB free"
             )
 
-    def _spawn(self, job: Job, work: WorkerJob) -> None:
-        parent, child = _SPAWN.Pipe(duplex=False)
-        try:
-            job.process = _SPAWN.Process(
-                target=run_job, args=(child, work, os.getpid()), name=f"warptd-stress-{job.id}", daemon=True
-            )
-            job.process.start()
-            threading.Thread(
-                target=self._monitor, args=(job, parent), name=f"stress-{job.id}", daemon=True
-            ).start()
-        except BaseException:
-            parent.close()
-            if job.process is not None and job.process.is_alive():
-                job.process.kill()
-            raise
-        finally:
-            child.close()
-
     def _trim(self) -> None:
         finished = [jid for jid, j in self._jobs.items() if not j.status.active]
         for jid in finished[: max(0, len(finished) - self.history)]:  # keep the newest `history`
             del self._jobs[jid]
 
-    # -- watching -----------------------------------------------------------------------------
-    def _monitor(self, job: Job, conn: Connection) -> None:
-        """Follow the worker until it exits, is cancelled or overruns; always finish the job."""
-        result: dict[str, Any] | None = None
-        error: str | None = None
-        try:
-            deadline = time.monotonic() + job.params.duration_s + STARTUP_GRACE_S
-            pipe_open = True
-            while not job.cancel_requested:
-                ready = wait(
-                    [conn, job.process.sentinel] if pipe_open else [job.process.sentinel], timeout=0.2
-                )
-                if conn in ready:
-                    try:
-                        message = json.loads(conn.recv_bytes())
-                    except (EOFError, OSError):
-                        pipe_open = False  # the worker is gone or going; its exit code says how
-                        continue
-                    result, error = self._handle(job, message, result, error)
-                elif job.process.sentinel in ready and not (pipe_open and conn.poll()):
-                    break
-                if time.monotonic() > deadline:
-                    error = (
-                        f"worker did not finish within {job.params.duration_s + STARTUP_GRACE_S:g} s; killed"
-                    )
-                    break
-        except Exception as exc:  # a garbled message must not leave the device busy forever
-            error = f"stress monitor failed: {exc!r}"
-        finally:
-            _stop_process(job.process)
-            conn.close()
-            self._finish(job, result, error)
-
+    # -- the worker's messages and end ---------------------------------------------------------
     def _handle(
         self, job: Job, message: dict[str, Any], result: dict[str, Any] | None, error: str | None
     ) -> tuple[dict[str, Any] | None, str | None]:
@@ -395,7 +236,9 @@ class JobManager:
                 job.status, job.error = JobStatus.FAILED, f"malformed result from the worker: {exc}"
         else:
             job.status = JobStatus.FAILED
-            job.error = error or _exit_reason(job.process.exitcode if job.process is not None else None)
+            job.error = error or supervise.exit_reason(
+                job.process.exitcode if job.process is not None else None
+            )
         if recorder is not None:
             recorder.recorder.end_reason = str(job.status)
             if job.workload is not None:
@@ -418,11 +261,15 @@ class JobManager:
         log.info("stress_finished", job=job.id, status=str(job.status), error=job.error)
         job.done.set()
         self._on_change()
-        _release(process)
+        supervise.release(process)
 
     # -- telemetry from the sampler -------------------------------------------------------------
     def on_sample(
-        self, backend: str, devices: list[Any] | None, domains: list[Any] | None, at: float | None = None
+        self,
+        backend: str,
+        devices: list[DeviceSample] | None,
+        domains: list[DomainPower] | None,
+        at: float | None = None,
     ) -> None:
         """Sampler listener: hand each running job the samples of its device."""
         for job in self.running():
@@ -469,7 +316,7 @@ class JobManager:
             return None
         if job.status.active:
             job.cancel_requested = True
-            _terminate(job.process)
+            supervise.terminate(job.process)
             job.done.wait(timeout)
         return job
 
@@ -480,44 +327,7 @@ class JobManager:
         jobs = self.running()
         for job in jobs:
             job.cancel_requested = True
-            _terminate(job.process)
+            supervise.terminate(job.process)
         deadline = time.monotonic() + timeout
         for job in jobs:
             job.done.wait(max(0.0, deadline - time.monotonic()))
-
-
-def _terminate(process: Any) -> None:
-    with contextlib.suppress(ValueError):  # already closed by the monitor: nothing to stop
-        if process is not None and process.is_alive():
-            process.terminate()
-
-
-def _release(process: Any) -> None:
-    """Close the process handle (its sentinel descriptor); if it is somehow still dying, reap it later."""
-    if process is None:
-        return
-    if process.exitcode is not None:
-        process.close()
-        return
-
-    def reap() -> None:
-        process.join()
-        process.close()
-
-    threading.Thread(target=reap, name="stress-reaper", daemon=True).start()
-
-
-def _stop_process(process: Any) -> None:
-    if process is None or not process.is_alive():
-        return
-    process.terminate()
-    process.join(1.0)
-    if process.is_alive():
-        process.kill()
-        process.join(1.0)
-
-
-def _exit_reason(code: int | None) -> str:
-    if code is not None and code < 0:
-        return f"worker died from signal {signal.Signals(-code).name} (crash, OOM kill or external kill)"
-    return f"worker exited with code {code} without a result"
