@@ -157,3 +157,10 @@ def test_secret_values_never_in_errors(tmp_path):
     with pytest.raises(SettingsError) as info:
         load_settings(config=config)
     assert "s3cr3t" not in str(info.value) and "stress-token" in str(info.value)
+
+
+def test_reloadable_settings_are_settings_and_the_shape_of_the_process_is_not():
+    from warptd.config import RELOADABLE, Settings
+
+    assert set(RELOADABLE) <= set(Settings.model_fields)
+    assert not {"listen", "backends", "sysfs", "stress", "node", "procfs"} & RELOADABLE

@@ -322,6 +322,28 @@ def plain_message(error: Mapping[str, Any]) -> str:
 #: The settings backends read while sampling, so a reload hands these to them (the rest of theirs,
 #: paths and the like, stays as the process was started with: those need a restart).
 BACKEND_LIVE_SETTINGS = ("interval", "health_interval", "sample_timeout")
+#: What a reload (SIGHUP) applies to the running daemon; a change to any other setting is logged as
+#: needing a restart. A new setting needs a restart until the daemon applies it live and lists it here.
+RELOADABLE = frozenset(
+    {
+        *BACKEND_LIVE_SETTINGS,
+        "log_level",
+        "log_format",
+        "carbon_intensity",
+        "energy_price",
+        "stress_history",
+        "stress_max_duration",
+        "stress_token",
+        "stress_token_file",
+        "window_history",
+        "window_interval",
+        "window_lease_max",
+        "window_lease_min",
+        "window_max_duration",
+        "window_max_open",
+        "window_memory",
+    }
+)
 
 
 def with_live_settings(current: Settings, reloaded: Settings) -> Settings:

@@ -14,7 +14,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from warptd import __version__
-from warptd.config import Settings, SettingsError
+from warptd.config import RELOADABLE, Settings, SettingsError
 from warptd.events.collector import XidCollector
 from warptd.events.xid import XidMonitor, open_xid_monitor
 from warptd.exporter.exposition import Exposition
@@ -222,7 +222,7 @@ class Daemon:
             return
         old = self.settings
         changed = sorted(k for k in type(old).model_fields if getattr(old, k) != getattr(new, k))
-        restart = [k for k in changed if k in _RESTART_ONLY]
+        restart = [k for k in changed if k not in RELOADABLE]
         configure_logging(new.log_level, new.log_format)
         self.sampler.reconfigure(new)
         if self.process_monitor is not None:
@@ -230,43 +230,12 @@ class Daemon:
         self.snapshot.stale_after = new.stale_after
         if self.stress is not None:
             self.stress.max_duration_s = new.stress_max_duration
+            self.stress.history = new.stress_history
         self._token = token
         if self.windows is not None:
             self.windows.limits = window_limits(new)
         self.settings = new
         log.info("config_reloaded", changed=changed, needs_restart=restart, interval_s=new.interval)
-
-
-_RESTART_ONLY = frozenset(
-    {
-        "listen",
-        "backends",
-        "sysfs",
-        "stress",
-        "windows",
-        "window_energy_names",
-        "node",
-        "config",
-        "state_dir",
-        "web_config_file",
-        "procfs",
-        "tpu_runtime_address",
-        "kubelet_socket",
-        "pod_attribution",
-        "pod_labels",
-        "processes",
-        "xid_events",
-        "pod_resources_interval",
-        "http_header_timeout",
-        "http_body_timeout",
-        "http_idle_timeout",
-        "http_max_connections",
-        "http_max_client_connections",
-        "http_max_requests",
-        "http_backlog",
-        "http_max_header_bytes",
-    }
-)
 
 
 def http_limits(settings: Settings) -> HttpLimits:
