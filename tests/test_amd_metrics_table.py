@@ -6,7 +6,21 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from warptd.backends.amd.metrics_table import MetricsTable
+from warptd.backends.amd.metrics_table import MetricsTable, ResidencySeconds
+
+
+def test_residency_seconds_from_accumulator_deltas():
+    """Δresidency / Δcycles of the time between two readings: exact, whatever the cycle's period."""
+    counted = ResidencySeconds()
+    assert counted.update(1_000, 50_000, 10.0) == 0.0  # the first reading is the base
+    assert counted.update(1_000 + 250, 50_000 + 1_000, 12.0) == 0.5  # a quarter of 2 s
+    assert counted.active
+    assert counted.update(1_250, 51_000, 12.5) == 0.5  # the table not refreshed: nothing, base kept
+    assert counted.active
+    assert counted.update(1_250, 52_000, 13.0) == 0.5  # 1 s without throttling
+    assert not counted.active
+    assert counted.update(10, 300, 14.0) == 0.5  # the counters restarted (driver reload): a new base
+    assert counted.update(510, 800, 15.0) == 1.5
 
 
 def _table(cycles: int, seconds: float, ppt: int, prochot: int, **fields: object) -> dict[str, object]:
