@@ -4,6 +4,7 @@ reads its own values."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
 from warptd.backends.amd import session
@@ -62,8 +63,7 @@ class AmdBackend(AcceleratorBackend):
     def list_devices(self) -> list[GPUInfo]:
         driver = self.get_driver_version()
         return [
-            device.describe(driver, lambda i=device.index: self.device_identity(i))
-            for device in self._devices
+            device.describe(driver, partial(self.device_identity, device.index)) for device in self._devices
         ]
 
     def device_identity(self, index: int) -> str | None:
