@@ -87,13 +87,15 @@ class AmdDevice:
 
     # -- identity -----------------------------------------------------------------------------
     def address(self) -> str | None:
-        """The PCI address, read once it answered: partitions of one GPU share theirs."""
+        """The PCI address, read once it answered. The partitions of one GPU are taken to share it, which
+        public reports contradict (docs/hardware.md, "The shared BDF")."""
         if self._address is None:
             bdf = text(self.get("bdf", "amdsmi_get_gpu_device_bdf"))
             self._address = pci_address(bdf) or bdf if bdf else None
         return self._address
 
     def uuid(self) -> str | None:
+        """The UUID as amdsmi reports it (the whole GPU's, for a partition on older amdsmi)."""
         return text(self.get("uuid", "amdsmi_get_gpu_device_uuid"))
 
     def reported_partition(self) -> int | None:
