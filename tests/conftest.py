@@ -89,10 +89,11 @@ def fake_nvml() -> Iterator[FakeNvml]:
 def _fresh_sdk_sessions():
     """Each test starts without a shared SDK session: a read still hung in an earlier test's worker
     releases its session only when it returns, and must not hand its handles to this test."""
-    from warptd.backends import amd, gaudi, nvml_session
+    from warptd.backends import gaudi, nvml_session
+    from warptd.backends.amd import session as amd_session
 
     yield
-    for shared in (nvml_session._shared, gaudi._shared, amd._shared):
+    for shared in (nvml_session._shared, gaudi._shared, amd_session._shared):
         shared._session, shared._refs = None, 0
 
 

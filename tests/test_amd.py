@@ -677,3 +677,22 @@ def test_sixty_four_partitions_sample_at_1_hz_without_a_stale_tick(settings):
             assert value(samples, "warptd_sample_errors_total", backend="amd", kind="hung") == 0
         finally:
             rig.close()
+
+
+def test_each_device_keeps_its_pci_address_and_only_a_failed_one_is_asked_again(settings, fake):
+    """The address lives in the device object: one that answered is not read again because another
+    device's read failed (before issue 24 every address was read again until all had answered)."""
+    fake.gpus[1].raises["amdsmi_get_gpu_device_bdf"] = wrapper.AMDSMI_STATUS_BUSY
+    backend = AmdBackend(settings)
+    try:
+        first = backend.list_devices()
+        assert [d.pci_bus_id for d in first] == ["0000:03:00.0", None]
+        del fake.gpus[1].raises["amdsmi_get_gpu_device_bdf"]
+        before = fake.calls("amdsmi_get_gpu_device_bdf")
+        again = backend.list_devices()
+        assert [d.pci_bus_id for d in again] == ["0000:03:00.0", "0000:23:00.0"]
+        assert fake.calls("amdsmi_get_gpu_device_bdf") == before + 1  # GPU 1's only
+        backend.list_devices()
+        assert fake.calls("amdsmi_get_gpu_device_bdf") == before + 1  # both kept now
+    finally:
+        backend.shutdown()

@@ -8,7 +8,6 @@ from warptd.models import CLOCK_EVENT_REASONS, DeviceReading
 from warptd.sampling.counters import (
     EnergyTracker,
     MonotonicCounter,
-    ResidencySeconds,
     ThrottleSeconds,
     ThrottleTracker,
 )
@@ -185,20 +184,6 @@ def test_resume_after_a_reboot_adds_the_whole_counter():
         t = EnergyTracker()
         t.resume_from(500.0, None, same_boot=False)
         assert t.update(0.0, None, energy, wrap_range=1000.0) == (None, 500.0 + energy)
-
-
-def test_residency_seconds_from_accumulator_deltas():
-    """Δresidency / Δcycles of the time between two readings: exact, whatever the cycle's period."""
-    counted = ResidencySeconds()
-    assert counted.update(1_000, 50_000, 10.0) == 0.0  # the first reading is the base
-    assert counted.update(1_000 + 250, 50_000 + 1_000, 12.0) == 0.5  # a quarter of 2 s
-    assert counted.active
-    assert counted.update(1_250, 51_000, 12.5) == 0.5  # the table not refreshed: nothing, base kept
-    assert counted.active
-    assert counted.update(1_250, 52_000, 13.0) == 0.5  # 1 s without throttling
-    assert not counted.active
-    assert counted.update(10, 300, 14.0) == 0.5  # the counters restarted (driver reload): a new base
-    assert counted.update(510, 800, 15.0) == 1.5
 
 
 # -- a reset or restored counter adds at most the ceiling times the time (issue 23) --------------

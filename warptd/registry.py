@@ -29,7 +29,7 @@ BUILTIN: dict[Kind, dict[str, str]] = {
     "accelerator": {
         "nvidia": "warptd.backends.nvidia:NvidiaBackend",
         "nvidia_mig": "warptd.backends.nvidia_mig:NvidiaMigBackend",
-        "amd": "warptd.backends.amd:AmdBackend",
+        "amd": "warptd.backends.amd.backend:AmdBackend",
         "gaudi": "warptd.backends.gaudi:GaudiBackend",
         "tenstorrent": "warptd.backends.tenstorrent:TenstorrentBackend",
         "tpu": "warptd.backends.tpu:TpuBackend",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from warptd.backends.base import AcceleratorBackend
@@ -84,6 +85,14 @@ class HlmlSession:
 _shared: SharedSession[HlmlSession] = SharedSession(HlmlSession, HlmlSession.close)
 
 
+@dataclass(slots=True)
+class GaudiDevice:
+    """One AIP: its HLML handle (None where HLML had none at start) and its UUID, once it answered."""
+
+    handle: ctypes.c_void_p | None
+    uuid: str | None = None
+
+
 class GaudiBackend(AcceleratorBackend):
     """Gaudi devices (AIPs); handles come from the shared HLML session, cached once."""
 
@@ -95,7 +104,7 @@ class GaudiBackend(AcceleratorBackend):
         self._lease = _shared.lease()
         self._session = self._lease.session
         self._hlml = self._session.hlml
-        self._handles = self._session.handles
+        self._devices = [GaudiDevice(handle) for handle in self._session.handles]
         types = self._session.types
         codes = types.HLML_RETURN
         self._kinds = {
@@ -107,7 +116,6 @@ class GaudiBackend(AcceleratorBackend):
         self._sensors = {name: getattr(types.HLML_TEMP_SENS, const) for name, const in _SENSORS.items()}
         self._throttle_bits = {r: getattr(types.HLML_DEFINE, const) for r, const in _THROTTLE_BITS.items()}
         self._soc_clock = types.HLML_CLOCK_TYPE.HLML_CLOCK_SOC  # IC/MME/TPC clocks are Goya-only
-        self._uuids: dict[int, str] = {}
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, self._session.error):
@@ -115,34 +123,33 @@ class GaudiBackend(AcceleratorBackend):
         return self._kinds.get(getattr(exc, "value", None), ErrorKind.SDK_ERROR)
 
     def _get(self, index: int, what: str, fn_name: str, *args: object) -> Any:
-        return self.call(index, what, getattr(self._hlml, fn_name), self._handles[index], *args)
+        return self.call(index, what, getattr(self._hlml, fn_name), self._devices[index].handle, *args)
 
     def device_present(self, index: int) -> bool:
-        return self._handles[index] is not None  # None: HLML had no handle for it at start
+        return self._devices[index].handle is not None  # None: HLML had no handle for it at start
 
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:
         return self.get_device_count() > 0
 
     def get_device_count(self) -> int:
-        return len(self._handles)
+        return len(self._devices)
 
     def get_driver_version(self) -> str | None:
         return _text(self.guarded("driver", self._hlml.hlmlGetDriverVersion))
 
     def device_identity(self, index: int) -> str | None:
-        if index not in self._uuids and self._handles[index] is not None:
-            uuid = _text(self._get(index, "uuid", "hlmlDeviceGetUUID"))
-            if uuid is not None:
-                self._uuids[index] = uuid
-        return self._uuids.get(index)
+        device = self._devices[index]
+        if device.uuid is None and device.handle is not None:
+            device.uuid = _text(self._get(index, "uuid", "hlmlDeviceGetUUID"))
+        return device.uuid
 
     def list_devices(self) -> list[GPUInfo]:
         driver = self.get_driver_version()
-        return [self._describe(index, driver) for index in range(len(self._handles))]
+        return [self._describe(index, driver) for index in range(len(self._devices))]
 
     def _describe(self, index: int, driver: str | None) -> GPUInfo:
-        if self._handles[index] is None:
+        if self._devices[index].handle is None:
             return GPUInfo(index=index, model=MODEL, driver_version=driver)
         pci = self._get(index, "pci", "hlmlDeviceGetPCIInfo")
         memory = self.get_memory_usage(index)

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _ALL_ONES = 0xFFFF_FFFF
-_UNREAD = object()
+#: A chip's telemetry outside a read (read at every ask), and inside one before its first ask.
+_OUTSIDE_READ, _UNREAD = object(), object()
 _ARCHES = {"bh": "Blackhole", "wh": "Wormhole", "gs": "Grayskull"}  # PciChip.as_<short>()
 # Firmware version words and their byte layouts, as tt-smi decodes them (tt_tools_common hex_to_semver*).
 _BYTES4 = ((24, 0xFF), (16, 0xFF), (8, 0xFF), (0, 0xFF))
@@ -70,7 +71,7 @@ def _unpanic(fn: Callable[..., T], *args: object) -> T:
 
 @dataclass(slots=True)
 class _Chip:
-    """One detected chip and what is known about it once, at detection."""
+    """One detected chip: what is known about it once, at detection, and the telemetry of a read."""
 
     handle: Any  # pyluwen.PciChip
     arch: str  # "Wormhole", "Blackhole", "Grayskull" or "" (unknown to this module)
@@ -79,6 +80,8 @@ class _Chip:
     uuid: str | None = None
     pci_bus_id: str | None = None
     pci_interface: int | None = None
+    #: The telemetry of the read in progress, read once per read (:meth:`TenstorrentBackend._one_read`).
+    telemetry: Any = _OUTSIDE_READ
 
 
 def _word(value: object) -> int | None:
@@ -144,7 +147,6 @@ class TenstorrentBackend(AcceleratorBackend):
                 f"pyluwen is not installed: {install_command('tenstorrent')}"
             ) from exc
         self._luwen = pyluwen
-        self._sample: dict[int, Any] = {}  # telemetry read once per device and sample
         self._suspect = False
         self._chips = self._identify(_unpanic(pyluwen.detect_chips))
         if not self._chips:
@@ -211,20 +213,22 @@ class TenstorrentBackend(AcceleratorBackend):
 
     def _telemetry(self, index: int) -> Any:
         """Within one sample the telemetry is read once; outside a sample, every time."""
-        if self._sample.get(index, _UNREAD) is not _UNREAD:
-            return self._sample[index]
+        chip = self._chips[index]
+        if chip.telemetry is not _UNREAD and chip.telemetry is not _OUTSIDE_READ:
+            return chip.telemetry
         telemetry = self.call(index, "telemetry", self._read, index)
-        if index in self._sample:
-            self._sample[index] = telemetry
+        if chip.telemetry is _UNREAD:
+            chip.telemetry = telemetry
         return telemetry
 
     @contextmanager
     def _one_read(self, index: int) -> Iterator[None]:
-        self._sample[index] = _UNREAD
+        chip = self._chips[index]
+        chip.telemetry = _UNREAD
         try:
             yield
         finally:
-            del self._sample[index]
+            chip.telemetry = _OUTSIDE_READ
 
     def read_device(self, index: int) -> DeviceReading:
         with self._one_read(index):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from warptd.backends.amd import AmdBackend
+from warptd.backends.amd.backend import AmdBackend
 from warptd.power.base import PowerSource
 from warptd.power.devices import DevicePowerBackend
 

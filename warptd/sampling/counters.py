@@ -256,37 +256,3 @@ class ThrottleSeconds:
             seconds[reason] = tracker.update(now, active.get(reason, False), counted.get(reason))
         self._last = (active, counted, seconds)
         return seconds
-
-
-@dataclass(slots=True)
-class ResidencySeconds:
-    """Seconds a firmware controller was active, from a residency accumulator that counts the firmware
-    cycles it was active in, beside a cycle counter of every cycle and a clock (s) read with them:
-    each interval between two readings adds Δresidency / Δcycles * Δclock. No wait between two reads
-    of one call (amdsmi's violation status sleeps 100 ms for its percentage): the interval is the
-    time between two samples. A cycle counter that went back (a reset) or stood still counts nothing
-    and, standing still, keeps its earlier reading as the base."""
-
-    seconds: float = 0.0
-    #: Whether the controller was active in the last interval that counted cycles.
-    active: bool = False
-    previous: tuple[int, int, float] | None = None
-
-    def update(self, residency: int, cycles: int, clock: float) -> float:
-        """Feed one reading; return the seconds counted since the first."""
-        previous = self.previous
-        if previous is not None:
-            d_residency, d_cycles, d_clock = (
-                residency - previous[0],
-                cycles - previous[1],
-                clock - previous[2],
-            )
-            if d_cycles == 0:
-                return self.seconds  # the firmware has not counted since: the earlier base stays
-            if d_cycles > 0 and d_residency >= 0 and d_clock > 0:
-                self.active = d_residency > 0
-                self.seconds += min(d_residency / d_cycles, 1.0) * d_clock
-            else:
-                self.active = False
-        self.previous = (residency, cycles, clock)
-        return self.seconds

@@ -1,0 +1,256 @@
+"""One logical AMD GPU (a whole GPU, or a partition of one): its amdsmi handle, what is kept about it
+between samples, and its reading, built in one constructor call. amdsmi reports MB, %, W, µW (power
+cap), µJ ticks, °C and MHz; the readings are in base units."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from warptd.backends.amd.health import Health, read_health
+from warptd.backends.amd.metrics_table import MetricsTable
+from warptd.backends.amd.values import integer, number, one, reported, text
+from warptd.backends.base import throttle_states
+from warptd.backends.cadence import DeviceCadence
+from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization, pci_address
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+#: Sensors (``AmdSmiTemperatureType`` members) by the names warptd exports.
+_TEMPERATURES = {"edge": "EDGE", "junction": "HOTSPOT", "memory": "VRAM"}
+_CLOCKS = {"graphics": "GFX", "memory": "MEM"}
+#: What amdsmi reports as the energy accumulator's resolution (µJ): rocm_smi's ``kEnergyCounterResolution``
+#: (15.3F), rounded from the accumulator's real unit, 2^-16 J (kgd_pp_interface.h), which reads 0.27 % high.
+_ROUNDED_RESOLUTION_UJ = 15.3
+_ENERGY_TICK_UJ = 1e6 / 2**16
+#: ``power_cap`` is µW on Linux bare metal but W from the virtualisation-host build (amdsmi.h):
+#: no GPU is capped below this many µW (0.1 W), so a smaller number is watts.
+_POWER_CAP_MICROWATTS_MIN = 100_000
+#: The fan sensor read: amdsmi has no fan count, and boards with fans report them as sensor 0.
+_FAN_SENSOR = 0
+
+#: The backend's guarded call: ``call(index, what, function, *arguments)``, None when it failed.
+Call = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Sensors:
+    """The package's enum members for the sensors and clocks read, looked up once per backend."""
+
+    temperatures: dict[str, tuple[Any, Any]]
+    clocks: dict[str, Any]
+
+    @classmethod
+    def of(cls, sdk: ModuleType) -> Sensors:
+        """Raises AttributeError or KeyError for an amdsmi too old to have them."""
+        types, current = sdk.AmdSmiTemperatureType, sdk.AmdSmiTemperatureMetric.CURRENT
+        return cls(
+            temperatures={sensor: (types[t], current) for sensor, t in _TEMPERATURES.items()},
+            clocks={clock: sdk.AmdSmiClkType[kind] for clock, kind in _CLOCKS.items()},
+        )
+
+
+class AmdDevice:
+    """One handle amdsmi gave (a whole GPU, or a partition of one) and what is kept about it."""
+
+    def __init__(self, index: int, handle: Any, sdk: ModuleType, call: Call, sensors: Sensors) -> None:
+        self.index, self.handle = index, handle
+        self._sdk, self._call, self._sensors = sdk, call, sensors
+        #: The stable identity: the UUID, and for a partition of a GPU ``<uuid>/<partition id>``.
+        self.identity: str | None = None
+        #: ``amdsmi_get_gpu_kfd_info``'s ``current_partition_id`` where the GPU is partitioned, else None.
+        self.partition: int | None = None
+        self.hip_id: int | None = None
+        self._address: str | None = None
+        self._fan_max: float | None = None
+        self.table = MetricsTable()
+        #: ECC and replay counters and the pending-retirement gauge, as last read at the health cadence.
+        self.health = Health()
+        self._health_cadence = DeviceCadence()
+
+    def get(self, what: str, fn_name: str, *args: object) -> Any:
+        """One guarded call of ``amdsmi.<fn_name>(handle, *args)``; None where this amdsmi lacks it
+        (enumeration info is recent) or it failed."""
+        fn = getattr(self._sdk, fn_name, None)
+        if fn is None:
+            return None
+        return self._call(self.index, what, fn, self.handle, *args)
+
+    @property
+    def primary(self) -> bool:
+        """Whether this device reports its GPU's socket-wide values (every unpartitioned GPU, and the
+        first partition of a partitioned one): XGMI traffic, ECC, replays, bad pages."""
+        return not self.partition
+
+    # -- identity -----------------------------------------------------------------------------
+    def address(self) -> str | None:
+        """The PCI address, read once it answered. The partitions of one GPU are taken to share it, which
+        public reports contradict (docs/hardware.md, "The shared BDF")."""
+        if self._address is None:
+            bdf = text(self.get("bdf", "amdsmi_get_gpu_device_bdf"))
+            self._address = pci_address(bdf) or bdf if bdf else None
+        return self._address
+
+    def uuid(self) -> str | None:
+        """The UUID as amdsmi reports it (the whole GPU's, for a partition on older amdsmi)."""
+        return text(self.get("uuid", "amdsmi_get_gpu_device_uuid"))
+
+    def reported_partition(self) -> int | None:
+        """``amdsmi_get_gpu_kfd_info``'s ``current_partition_id``, where this amdsmi has it."""
+        kfd = self.get("kfd", "amdsmi_get_gpu_kfd_info") or {}
+        return integer(kfd.get("current_partition_id"))
+
+    def describe(self, driver: str | None, identify: Callable[[], str | None]) -> GPUInfo:
+        """The device's identity and extras; ``identify()`` gives its stable identity (the backend
+        tells partitions apart by their shared PCI address)."""
+        asic = self.get("asic", "amdsmi_get_gpu_asic_info") or {}
+        enumeration = self.get("enumeration", "amdsmi_get_gpu_enumeration_info") or {}
+        if (hip_id := integer(enumeration.get("hip_id"))) is not None:
+            self.hip_id = hip_id
+        gfx = text(asic.get("target_graphics_version"))
+        gfx = gfx if gfx and "ffffffff" not in gfx else None  # "gfx" + hex(UINT64_MAX): unsupported
+        uuid = identify()
+        extras = {
+            "device_id": text(asic.get("device_id")),
+            "serial": text(asic.get("asic_serial")),
+            "compute_units": integer(asic.get("num_compute_units")),
+            "hip_id": self.hip_id,
+            "partition_id": self.partition,  # the serial and PCI address name the whole GPU
+        }
+        memory = self.memory()
+        model = text(asic.get("market_name"))
+        return GPUInfo(
+            index=self.index,
+            model=f"AMD GPU {model}" if model and model.startswith("0x") else model or "AMD GPU",
+            **GPUInfo.memory_fields(memory.total if memory else None),
+            uuid=uuid,
+            compute_capability=gfx,
+            pci_bus_id=self.address(),
+            driver_version=driver,
+            extra_metrics={k: v for k, v in extras.items() if v is not None} or None,
+        )
+
+    # -- one read -----------------------------------------------------------------------------
+    def begin_read(self, power_only: bool, settings: Settings) -> None:
+        """One GPU metrics table per full read: throttle residency, engine activities and XGMI counters
+        share it. ECC, replays and bad pages are read at the health cadence, by the primary partition."""
+        if power_only:
+            return
+        self.table.update(self.get("metrics_table", "amdsmi_get_gpu_metrics_info") or {})
+        if self.primary and self._health_cadence.due(settings):
+            self.health = read_health(self.get, self._sdk.amdsmi_wrapper)
+
+    def read(self) -> DeviceReading:
+        """Every value of this read (after :meth:`begin_read`), in one reading."""
+        throttle = throttle_states(self.table.supported_throttle_reasons(), self.table.throttle_reasons())
+        return DeviceReading(
+            index=self.index,
+            memory=self.memory(),
+            utilization=self.utilization(),
+            power_watts=self.power(),
+            power_limit_watts=self.power_limit(),
+            energy_counter_joules=self.energy(),
+            temperatures_celsius=self.temperatures(),
+            clocks_hertz=self.clocks(),
+            throttle_active=throttle,
+            throttle_counter_seconds=self.table.throttle_counters(),
+            gauges=self.gauges(),
+            counters=self.counters(),
+        )
+
+    # -- the values ---------------------------------------------------------------------------
+    def memory(self) -> MemoryUsage | None:
+        vram = self.get("memory", "amdsmi_get_gpu_vram_usage")
+        if vram is None:
+            return None
+        total, used = number(vram.get("vram_total")), number(vram.get("vram_used"))
+        if total is None or used is None:
+            return None
+        total_bytes, used_bytes = int(total) * 2**20, int(used) * 2**20  # MB (MiB) → bytes
+        return MemoryUsage(total=total_bytes, used=used_bytes, free=total_bytes - used_bytes)
+
+    def utilization(self) -> Utilization | None:
+        activity = self.get("utilization", "amdsmi_get_gpu_activity")
+        if activity is None:
+            return None
+        gfx, umc = number(activity.get("gfx_activity")), number(activity.get("umc_activity"))
+        if gfx is None and umc is None:
+            return None
+        return Utilization(
+            compute=gfx / 100 if gfx is not None else None, memory=umc / 100 if umc is not None else None
+        )
+
+    def temperatures(self) -> dict[str, float]:
+        temperatures = {}
+        for sensor, (kind, metric) in self._sensors.temperatures.items():
+            # °C, although amdsmi.h calls the value millidegrees.
+            celsius = number(self.get(f"temp_{sensor}", "amdsmi_get_temp_metric", kind, metric))
+            if celsius is not None:
+                temperatures[sensor] = celsius
+        return temperatures
+
+    def power(self) -> float | None:
+        """Watts: ``current_socket_power`` on MI300 and newer, ``average_socket_power`` before; the
+        field a GPU does not fill is "N/A", all ones or 0."""
+        info = self.get("power", "amdsmi_get_power_info")
+        if info is None:
+            return None
+        fields = ("current_socket_power", "average_socket_power")
+        return next((w for key in fields if (w := number(info.get(key)))), None)
+
+    def power_limit(self) -> float | None:
+        cap = self.get("power_cap", "amdsmi_get_power_cap_info")
+        value = number(cap.get("power_cap")) if cap else None
+        if not value:
+            return None
+        return value / 1e6 if value >= _POWER_CAP_MICROWATTS_MIN else value
+
+    def energy(self) -> float | None:
+        """The raw 64-bit accumulator times its resolution, in J; the sampler handles resets. amdsmi's
+        resolution of 15.3 µJ is rounded: the accumulator counts 2^-16 J."""
+        count = self.get("energy", "amdsmi_get_energy_count")
+        if count is None:
+            return None
+        ticks = number(count.get("energy_accumulator", count.get("power")))  # "power" before ROCm 6.1
+        resolution = number(count.get("counter_resolution"))
+        if ticks is None or not resolution:
+            return None
+        if abs(resolution - _ROUNDED_RESOLUTION_UJ) < 1e-3:  # a float32 15.3
+            resolution = _ENERGY_TICK_UJ
+        return ticks * resolution / 1e6
+
+    def clocks(self) -> dict[str, float]:
+        clocks = {}
+        for clock, kind in self._sensors.clocks.items():
+            info = self.get(f"clock_{clock}", "amdsmi_get_clock_info", kind)
+            mhz = number(info.get("clk")) if info else None
+            if mhz is not None:
+                clocks[clock] = mhz * 1e6
+        return clocks
+
+    def gauges(self) -> dict[str, LabelledValues]:
+        return reported(
+            {
+                "warptd_device_engine_active_ratio": self.table.engine_activity(),
+                "warptd_device_fan_speed_ratio": one(self._fan_speed(), str(_FAN_SENSOR)),
+                "warptd_device_retired_pages_pending": one(self.health.retirement_pending),
+            }
+        )
+
+    def _fan_speed(self) -> float | None:
+        """Fan speed over its maximum, both on the PWM scale (0..255); the maximum is read once."""
+        if self._fan_max is None:
+            top = number(self.get("fan_speed_max", "amdsmi_get_gpu_fan_speed_max", _FAN_SENSOR))
+            if not top:
+                return None  # no fan (NOT_SUPPORTED, remembered by call) or failing now: asked again
+            self._fan_max = top
+        speed = number(self.get("fan_speed", "amdsmi_get_gpu_fan_speed", _FAN_SENSOR))
+        return speed / self._fan_max if speed is not None else None
+
+    def counters(self) -> dict[str, LabelledValues]:
+        if not self.primary:
+            return {}  # socket-wide counters: the primary partition reports them, once
+        return reported({**self.health.counters, "warptd_device_nvlink_bytes_total": self.table.xgmi_bytes()})
