@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import Rig, select, value
-from warptd.backends.nvidia_gpm import sample_gap
+from warptd.backends.nvidia.gpm import sample_gap
 
 DEV0 = {"backend": "nvidia", "device": "0"}
 DEV1 = {"backend": "nvidia", "device": "1"}

@@ -212,7 +212,7 @@ def test_answers_read_from_bytes_match_pynvml_attributes():
     """The byte reader agrees with pynvml's own struct attributes for every nvmlValueType_t."""
     import pynvml
 
-    from warptd.backends import nvidia_fields
+    from warptd.backends.nvidia import fields as nvidia_fields
 
     assert nvidia_fields.unpacker(pynvml.c_nvmlFieldValue_t) is nvidia_fields._unpack  # layout as expected
     members = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
@@ -256,7 +256,7 @@ def test_field_ids_are_those_of_the_installed_pynvml():
     """The ids warptd fixes (the driver's ABI) are the installed nvidia-ml-py's constants."""
     import pynvml
 
-    from warptd.backends import nvidia_fields as f
+    from warptd.backends.nvidia import fields as f
 
     expected = {
         "ECC_SBE_VOL_TOTAL": 3,

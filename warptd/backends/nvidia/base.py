@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, ClassVar
 
-from warptd.backends import nvml_session
 from warptd.backends.base import AcceleratorBackend
-from warptd.backends.nvidia_gpm import GpmReader, sample_gap
+from warptd.backends.nvidia import session as nvml_session
+from warptd.backends.nvidia.gpm import GpmReader, sample_gap
 from warptd.errors import BackendUnavailableError, ErrorKind
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from warptd.backends import nvml_session
-from warptd.backends.nvidia import memory_usage, mig_device_handles
-from warptd.backends.nvml_backend import NvmlBackend
+from warptd.backends.nvidia import session as nvml_session
+from warptd.backends.nvidia.backend import memory_usage, mig_device_handles
+from warptd.backends.nvidia.base import NvmlBackend
 from warptd.metrics import catalog
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from warptd.backends.nvml_calls import PreparedCall
+from warptd.backends.nvidia.calls import PreparedCall
 from warptd.metrics import catalog
 from warptd.models import LabelledValues
 

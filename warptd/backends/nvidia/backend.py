@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
 
-from warptd.backends import nvidia_fields, nvml_calls, nvml_session
 from warptd.backends.base import AcceleratorBackend, throttle_states
 from warptd.backends.cadence import SlowReads
 from warptd.backends.kept import Kept
-from warptd.backends.nvidia_fields import Decoded, FieldKey, FieldPlan, FieldRequest
-from warptd.backends.nvml_backend import NvmlBackend
+from warptd.backends.nvidia import calls as nvml_calls
+from warptd.backends.nvidia import fields as nvidia_fields
+from warptd.backends.nvidia import session as nvml_session
+from warptd.backends.nvidia.base import NvmlBackend
+from warptd.backends.nvidia.fields import Decoded, FieldKey, FieldPlan, FieldRequest
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.metrics import catalog
 from warptd.models import (
@@ -520,7 +522,7 @@ class NvidiaBackend(NvmlBackend):
     # -- the calls of a sample besides the batches ------------------------------------------------
     def _sample_calls(self, index: int) -> tuple[tuple[Version, ...], ...]:
         """By slot (``MEMORY`` …), the versions of each call newest first, prepared once per handle
-        (:mod:`~warptd.backends.nvml_calls`): the getters make them one by one through the guard,
+        (:mod:`~warptd.backends.nvidia.calls`): the getters make them one by one through the guard,
         :meth:`read_values` in one pass. A call this nvidia-ml-py no longer wraps is not made."""
         handle = self._handles[index]
         calls = self._calls.get(index)
