@@ -732,7 +732,7 @@ def test_a_steady_sample_makes_its_calls_in_one_pass_read_as_the_getters_read_th
     backend.begin_read(0, power_only=False)
     one_pass = backend.read_values(0)
     assert fake_nvml.calls("nvmlDeviceGetTemperature") == before + 1
-    assert backend._one_pass(0) is not None  # every call answered: no getter was asked
+    assert backend.gpus[0].calls.one_pass() is not None  # every call answered: no getter was asked
     assert one_pass == AcceleratorBackend.read_values(backend, 0)  # the same batch, call by call
     assert one_pass.memory is not None and one_pass.memory.reserved is not None  # nvmlMemory_v2
     assert one_pass.clocks_hertz and one_pass.temperatures_celsius["gpu"] > 0

@@ -17,20 +17,18 @@ import math
 import struct
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from warptd.backends.nvidia.calls import PreparedCall
+from warptd.backends.nvidia import calls
 from warptd.metrics import catalog
 from warptd.models import LabelledValues
 
 if TYPE_CHECKING:
+    from warptd.backends.nvidia.guard import Guard
     from warptd.config import Settings
 
-#: ``call(index, what, fn, *args)``: the backend's guarded SDK call (errors counted, NOT_SUPPORTED
-#: remembered under ``(what, index)`` and not asked again).
-Call = Callable[..., Any]
 MIB = 2**20
 #: NVML_GPM_METRIC_MAX of the first header with GPM (CUDA 12.0, R525): ids up to NVLink link 17.
 FIRST_HEADER_METRIC_MAX = 98
@@ -129,134 +127,168 @@ def _throughputs(values: tuple[float, ...]) -> bool:
     return math.isfinite(sum(values)) and min(values) >= 0.0
 
 
-@dataclass(slots=True)
-class _Source:
-    """One GPU or GPU instance: its two samples, which holds the previous one, and what it answered."""
-
-    samples: list[Any]
-    #: Per sample taken last, the nvmlGpmMetricsGet_t pairing it with the other: both set up once, so
-    #: a tick sets no field through nvidia-ml-py's attribute hooks.
-    requests: tuple[Any, Any]
-    #: Per sample: the call taking it, and the call reading the metrics of its request (prepared once).
-    takes: tuple[PreparedCall, PreparedCall]
-    gets: tuple[PreparedCall, PreparedCall]
-    metrics: list[GpmMetric]
-    asked: list[GpmMetric] = field(default_factory=list)  # the metric ids written into the request
-    #: ``asked`` as runs of one metric (metric, rate?, start, end, labels), and one unpacker of all
-    #: their (nvmlReturn, value) pairs: a read where every metric succeeded decodes run by run.
-    runs: tuple[tuple[str, bool, int, int, tuple[tuple[str, ...], ...]], ...] = ()
-    unpack_all: struct.Struct | None = None
-    #: Per ratio run, the values last read and the series made of them: an idle engine's series (most
-    #: of them, most of the time) is kept, not rebuilt, and a dict handed over is never changed.
-    last_series: list[tuple[tuple[float, ...], LabelledValues] | None] = field(default_factory=list)
-    previous: int | None = None  # index into samples of the last good sample
-    last_answers: tuple[float, ...] = ()  # the last decoded (nvmlReturn, value) pairs, flat
-    integrates: bool = False  # some metric asked is a throughput, integrated each period
-    current: int = 0  # index into samples of the one this tick takes
-    taken_at: float = -math.inf  # monotonic time of the last sample, taken right before its call
-    gauges: dict[str, LabelledValues] = field(default_factory=dict)
-    totals: dict[str, LabelledValues] = field(default_factory=dict)  # integrated bytes, as raw counters
-    covered: bool = False  # the throughputs of series the driver counts itself are no longer asked
-
-
-class GpmReader:
-    """GPM sampling for the sources of one backend, through its guarded ``call``; ``gap()`` gives the
-    seconds between two samples of a source (:func:`sample_gap`), ``reject(n)`` counts values the
-    driver answered that no period can have (NaN, infinite, negative)."""
+class GpmContext:
+    """What the GPM sources of one backend share: this nvidia-ml-py's metric table and struct layout;
+    ``unsupported(error)``, whether an NVML error means "not supported"; ``gap()``, the seconds
+    between two samples of a source (:func:`sample_gap`); ``reject(n)``, which counts values the
+    driver answered that no period can have (NaN, infinite, negative); and the samples NVML refused
+    to free while it was shut down (freed at the next :meth:`reset`)."""
 
     def __init__(
         self,
         nvml: ModuleType,
-        call: Call,
-        classify_unsupported: Callable[[BaseException], bool],
+        unsupported: Callable[[BaseException], bool],
         gap: Callable[[], float],
         reject: Callable[[int], None],
     ) -> None:
-        self._nvml = nvml
-        self._call = call
-        self._unsupported_error = classify_unsupported
-        self._gap = gap
-        self._reject = reject
-        self._table = metric_table(nvml)
-        self._metrics_offset, self._layout = _metric_layout(nvml)
-        self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
-        self._sources: dict[Hashable, _Source] = {}
-        self._unfreed: list[Any] = []  # samples NVML refused to free while it was shut down
+        self.nvml = nvml
+        self.unsupported = unsupported  # whether an NVML error says "not supported"
+        self.gap = gap
+        self.reject = reject
+        self.table = metric_table(nvml)
+        self.metrics_offset, self.layout = _metric_layout(nvml)
+        self._unfreed: list[Any] = []
 
-    def supported(self, gpu: Hashable, index: int, handle: Any) -> bool:
-        """Ask ``nvmlGpmQueryDeviceSupport`` once per GPU (``handle``, read for device ``index``); a
-        driver without GPM is "not supported"."""
-        if gpu not in self._supported:
-            answer = self._call(index, "gpm_support", self._nvml.nvmlGpmQueryDeviceSupport, handle)
-            if answer is None:
-                return False  # not supported (remembered by the guard), or failing now: asked again
-            self._supported[gpu] = bool(answer.isSupportedDevice)
-        return self._supported[gpu]
+    def supported(self, guard: Guard, handle: Any) -> bool | None:
+        """``nvmlGpmQueryDeviceSupport`` of a GPU; None when it failed now or is not supported by the
+        driver (the guard remembers that), to be asked again (or not) by the guard's rules."""
+        answer = guard.call("gpm_support", self.nvml.nvmlGpmQueryDeviceSupport, handle)
+        return None if answer is None else bool(answer.isSupportedDevice)
 
-    def sample(self, key: Hashable, index: int, what: str, take: str, *args: object) -> None:
-        """Take one sample of source ``key`` (the C function ``take``, called with ``args`` and the
-        sample; guarded as ``what``) and derive the metrics over the period since the previous one.
-        Nothing before the source's gap has passed (its last values stand); absent values when a step
-        fails."""
-        source = self._sources.get(key) or self._open(key, index, take, args)
-        if source is None:
-            return
+    def open(self, guard: Guard, take: str, args: tuple[object, ...]) -> GpmSource | None:
+        """A source with its two samples allocated, taken by the C function ``take`` called with
+        ``args`` and the sample; None (asked again next tick) when an allocation fails."""
+        samples: list[Any] = []
+        for _ in range(2):
+            sample = guard.call("gpm_alloc", self.nvml.nvmlGpmSampleAlloc)
+            if sample is None:
+                self.free(samples)
+                return None
+            samples.append(sample)
+        return GpmSource(self, samples, take, args)
+
+    def free(self, samples: list[Any]) -> None:
+        """Free samples; those NVML refuses while it is shut down are freed at the next reset."""
+        nvml = self.nvml
+        for sample in samples:
+            try:
+                nvml.nvmlGpmSampleFree(sample)
+            except nvml.NVMLError as exc:
+                if exc.value == nvml.NVML_ERROR_UNINITIALIZED:
+                    self._unfreed.append(sample)
+
+    def reset(self) -> None:
+        """Free what NVML refused to free before: around an NVML reopen, at shutdown."""
+        pending, self._unfreed = self._unfreed, []
+        self.free(pending)
+
+
+class GpmSource:
+    """One GPU or GPU instance: its two samples, which holds the previous one, and what it answered;
+    each tick one ``nvmlGpmSampleGet`` (or ``…MigSampleGet``), then ``nvmlGpmMetricsGet`` against
+    the previous sample."""
+
+    def __init__(self, context: GpmContext, samples: list[Any], take: str, args: tuple[object, ...]) -> None:
+        nvml = context.nvml
+        self._context = context
+        self.samples = samples
+        #: Per sample taken last, the nvmlGpmMetricsGet_t pairing it with the other: both set up once, so
+        #: a tick sets no field through nvidia-ml-py's attribute hooks.
+        requests = []
+        for current in range(2):
+            request = nvml.c_nvmlGpmMetricsGet_t()
+            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            request.sample1, request.sample2 = samples[1 - current], samples[current]
+            requests.append(request)
+        self.requests = tuple(requests)
+        #: Per sample: the call taking it, and the call reading the metrics of its request.
+        self.takes = tuple(calls.done(nvml, take, (*args, sample)) for sample in samples)
+        self.gets = tuple(_metrics_get(nvml, request) for request in requests)
+        self.metrics: list[GpmMetric] = list(context.table)
+        self.asked: list[GpmMetric] = []  # the metric ids written into the request
+        #: ``asked`` as runs of one metric (metric, rate?, start, end, labels), and one unpacker of all
+        #: their (nvmlReturn, value) pairs: a read where every metric succeeded decodes run by run.
+        self.runs: tuple[tuple[str, bool, int, int, tuple[tuple[str, ...], ...]], ...] = ()
+        self.unpack_all: struct.Struct | None = None
+        #: Per ratio run, the values last read and the series made of them: an idle engine's series (most
+        #: of them, most of the time) is kept, not rebuilt, and a dict handed over is never changed.
+        self.last_series: list[tuple[tuple[float, ...], LabelledValues] | None] = []
+        self.previous: int | None = None  # index into samples of the last good sample
+        self.last_answers: tuple[float, ...] = ()  # the last decoded (nvmlReturn, value) pairs, flat
+        self.integrates = False  # some metric asked is a throughput, integrated each period
+        self.current = 0  # index into samples of the one this tick takes
+        self.taken_at = -math.inf  # monotonic time of the last sample, taken right before its call
+        self.gauges: dict[str, LabelledValues] = {}  # the ratios of the last period
+        self.totals: dict[str, LabelledValues] = {}  # integrated bytes, as raw counters
+        self.covered = False  # the throughputs of series the driver counts itself are no longer asked
+
+    def sample(self, guard: Guard, what: str) -> None:
+        """Take one sample (guarded as ``what``) and derive the metrics over the period since the
+        previous one. Nothing before the gap has passed (the last values stand); absent values when
+        a step fails."""
         now = time.monotonic()  # the driver times the sample at the call: so does the period
-        if now - source.taken_at < self._gap():
+        if now - self.taken_at < self._context.gap():
             return
-        last_gauges, source.gauges = source.gauges, {}
-        source.current = current = 0 if source.previous != 0 else 1
-        if self._call(index, what, source.takes[current]) is None:
-            source.previous = None  # start over: the next sample has nothing to pair with
+        last_gauges, self.gauges = self.gauges, {}
+        self.current = current = 0 if self.previous != 0 else 1
+        if guard.call(what, self.takes[current]) is None:
+            self.previous = None  # start over: the next sample has nothing to pair with
             return
-        previous, source.previous = source.previous, current
-        period, source.taken_at = now - source.taken_at, now
-        if previous is None or not source.metrics:
+        previous, self.previous = self.previous, current
+        period, self.taken_at = now - self.taken_at, now
+        if previous is None or not self.metrics:
             return
-        if len(source.asked) != len(source.metrics):  # metrics only lose entries; ids stay between ticks
-            for request in source.requests:
-                request.numMetrics = len(source.metrics)
-                for slot, metric in enumerate(source.metrics):
-                    request.metrics[slot].metricId = metric.id
-            source.asked = list(source.metrics)
-            source.runs = _runs(source.asked)
-            source.integrates = any(rate for _, rate, *_ in source.runs)
-            source.last_series = [None] * len(source.runs)
-            one = self._layout.format
-            source.unpack_all = (
-                struct.Struct(one + one[1:] * (len(source.asked) - 1)) if source.asked else None
-            )
-        if self._call(index, "gpm_metrics", self._metrics_get, source) is None:
+        if len(self.asked) != len(self.metrics):  # metrics only lose entries; ids stay between ticks
+            self._ask()
+        if guard.call("gpm_metrics", self._metrics_get) is None:
             return
-        self._collect(source, period, last_gauges)
+        if self.unpack_all is None or not self._collect_all(period, last_gauges):
+            self._collect(period)
 
-    def _metrics_get(self, source: _Source) -> Any:
+    def _ask(self) -> None:
+        """Write the metrics left into both requests, and how their answers decode."""
+        for request in self.requests:
+            request.numMetrics = len(self.metrics)
+            for slot, metric in enumerate(self.metrics):
+                request.metrics[slot].metricId = metric.id
+        self.asked = list(self.metrics)
+        self.runs = _runs(self.asked)
+        self.integrates = any(rate for _, rate, *_ in self.runs)
+        self.last_series = [None] * len(self.runs)
+        one = self._context.layout.format
+        self.unpack_all = struct.Struct(one + one[1:] * (len(self.asked) - 1)) if self.asked else None
+
+    def _metrics_get(self) -> Any:
         """``nvmlGpmMetricsGet``. A driver whose header predates some of the ids may refuse the whole
         request (INVALID_ARGUMENT): then ask only the ids of the first GPM header from the next tick."""
-        nvml = self._nvml
+        nvml = self._context.nvml
         try:
-            return source.gets[source.current]()
+            return self.gets[self.current]()
         except nvml.NVMLError as exc:
-            first = [metric for metric in source.metrics if metric.id < FIRST_HEADER_METRIC_MAX]
-            if exc.value == nvml.NVML_ERROR_INVALID_ARGUMENT and len(first) < len(source.metrics):
-                source.metrics = first
+            first = [metric for metric in self.metrics if metric.id < FIRST_HEADER_METRIC_MAX]
+            if exc.value == nvml.NVML_ERROR_INVALID_ARGUMENT and len(first) < len(self.metrics):
+                self.metrics = first
             raise
 
     def _answers(self, request: Any, count: int) -> Iterator[tuple[int, float]]:
         """(nvmlReturn, value) of the first ``count`` metrics, unpacked from the request's memory at
         once: pynvml's structs read field by field cost more than the NVML calls."""
-        raw = ctypes.string_at(ctypes.addressof(request) + self._metrics_offset, count * self._layout.size)
-        return self._layout.iter_unpack(raw)
+        context = self._context
+        raw = ctypes.string_at(
+            ctypes.addressof(request) + context.metrics_offset, count * context.layout.size
+        )
+        return context.layout.iter_unpack(raw)
 
-    def _collect(self, source: _Source, period: float, last_gauges: dict[str, LabelledValues]) -> None:
-        if source.unpack_all is not None and self._collect_all(source, period, last_gauges):
-            return
-        nvml, dropped, gauges, totals = self._nvml, [], source.gauges, source.totals
+    def _collect(self, period: float) -> None:
+        """The answers one by one: a metric the GPU lacks is dropped, a value no period can have is
+        rejected."""
+        nvml, dropped, gauges, totals = self._context.nvml, [], self.gauges, self.totals
         bytes_per_rate, rejected = MIB * period, 0
-        answers = self._answers(source.requests[source.current], len(source.metrics))
-        for metric, (code, value) in zip(source.metrics, answers, strict=True):
+        answers = self._answers(self.requests[self.current], len(self.metrics))
+        for metric, (code, value) in zip(self.metrics, answers, strict=True):
             if code:  # not NVML_SUCCESS
-                if code == nvml.NVML_ERROR_INVALID_ARGUMENT or self._unsupported_error(nvml.NVMLError(code)):
+                error = nvml.NVMLError(code)
+                if code == nvml.NVML_ERROR_INVALID_ARGUMENT or self._context.unsupported(error):
                     dropped.append(metric)  # this GPU lacks it (an engine or link it does not have)
             elif metric.rate:
                 if not 0.0 <= value < math.inf:  # NaN fails both: the total would stay NaN for good
@@ -268,35 +300,33 @@ class GpmReader:
                 ratios = gauges.get(metric.metric) or gauges.setdefault(metric.metric, {})
                 ratios[metric.labels] = value / 100
         for metric in dropped:
-            source.metrics.remove(metric)
+            self.metrics.remove(metric)
         if rejected:
-            self._reject(rejected)
+            self._context.reject(rejected)
 
-    def _collect_all(self, source: _Source, period: float, last_gauges: dict[str, LabelledValues]) -> bool:
+    def _collect_all(self, period: float, last_gauges: dict[str, LabelledValues]) -> bool:
         """The common case, every metric answered: one unpack, then each run of one metric at once;
         answers as last time without throughputs to integrate keep last time's gauges whole. False
         (nothing taken) when some metric failed: the caller sorts the answers one by one."""
-        assert source.unpack_all is not None
-        flat = source.unpack_all.unpack_from(
-            source.requests[source.current], self._metrics_offset
-        )  # in place
+        assert self.unpack_all is not None
+        flat = self.unpack_all.unpack_from(self.requests[self.current], self._context.metrics_offset)
         if any(flat[0::2]):  # some nvmlReturn is not NVML_SUCCESS
-            source.last_answers = ()  # the gauges made now lack a metric: none to keep next time
+            self.last_answers = ()  # the gauges made now lack a metric: none to keep next time
             return False
-        if flat == source.last_answers and not source.integrates and last_gauges:
-            source.gauges = last_gauges
+        if flat == self.last_answers and not self.integrates and last_gauges:
+            self.gauges = last_gauges
             return True
-        source.last_answers = flat
-        values, gauges, totals, last = flat[1::2], source.gauges, source.totals, source.last_series
+        self.last_answers = flat
+        values, gauges, totals, last = flat[1::2], self.gauges, self.totals, self.last_series
         bytes_per_rate = MIB * period
-        for position, (metric, rate, start, end, labels) in enumerate(source.runs):
+        for position, (metric, rate, start, end, labels) in enumerate(self.runs):
             read = values[start:end]
             if rate:
                 counted = totals.get(metric) or totals.setdefault(metric, {})
                 answered: Iterable[tuple[tuple[str, ...], float]] = zip(labels, read, strict=True)
                 if not _throughputs(read):  # a NaN, infinite or negative answer: that one is skipped
                     answered = [(label, value) for label, value in answered if 0.0 <= value < math.inf]
-                    self._reject(len(read) - len(answered))
+                    self._context.reject(len(read) - len(answered))
                 for label, value in answered:
                     counted[label] = counted.get(label, 0.0) + value * bytes_per_rate
                 continue
@@ -310,85 +340,81 @@ class GpmReader:
             gauges[metric] = {**earlier, **series} if earlier else series
         return True
 
-    def _open(self, key: Hashable, index: int, take: str, args: tuple[object, ...]) -> _Source | None:
-        """Allocate the source's two samples; None (asked again next tick) when that fails."""
-        nvml, samples = self._nvml, []
-        for _ in range(2):
-            sample = self._call(index, "gpm_alloc", nvml.nvmlGpmSampleAlloc)
-            if sample is None:
-                self._free(samples)
-                return None
-            samples.append(sample)
-        requests = []
-        for current in range(2):
-            request = nvml.c_nvmlGpmMetricsGet_t()
-            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            request.sample1, request.sample2 = samples[1 - current], samples[current]
-            requests.append(request)
-        takes = [PreparedCall(nvml, take, (*args, sample), lambda: True) for sample in samples]
-        gets = [
-            PreparedCall(nvml, "nvmlGpmMetricsGet", (ctypes.byref(request),), lambda request=request: request)
-            for request in requests
-        ]
-        self._sources[key] = source = _Source(
-            samples=samples,
-            requests=(requests[0], requests[1]),
-            takes=(takes[0], takes[1]),
-            gets=(gets[0], gets[1]),
-            metrics=list(self._table),
-        )
-        return source
+    def counters(self) -> dict[str, LabelledValues]:
+        """Bytes integrated from the throughputs so far, as raw counters (they restart at a reset);
+        copies, as the totals go on growing in place."""
+        return {name: dict(totals) for name, totals in self.totals.items()}
+
+    def cover(self, counted: set[tuple[str, tuple[str, ...]]]) -> None:
+        """Stop asking for the throughputs of ``counted`` series (metric, labels): the driver keeps
+        byte counters of them. Once per source: a reset source asks everything again."""
+        if self.covered or not counted:
+            return
+        self.covered = True
+        self.metrics = [m for m in self.metrics if not (m.rate and (m.metric, m.labels) in counted)]
+        for name, totals in self.totals.items():
+            self.totals[name] = {labels: v for labels, v in totals.items() if (name, labels) not in counted}
+
+    def close(self) -> None:
+        """Free the two samples (a GPU reopened, a MIG instance destroyed)."""
+        self._context.free(self.samples)
+
+
+def _metrics_get(nvml: ModuleType, request: Any) -> calls.PreparedCall:
+    def public() -> Any:
+        return nvml.nvmlGpmMetricsGet(request)
+
+    return calls.PreparedCall(nvml, "nvmlGpmMetricsGet", (ctypes.byref(request),), lambda: request, public)
+
+
+class GpmSources:
+    """Sources by key, opened at their first sample and freed when gone (``nvidia_mig``'s GPU
+    instances), with each GPU's GPM support asked once."""
+
+    def __init__(self, context: GpmContext) -> None:
+        self._context = context
+        self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
+        self._sources: dict[Hashable, GpmSource] = {}
+
+    def supported(self, gpu: Hashable, guard: Guard, handle: Any) -> bool:
+        """Ask ``nvmlGpmQueryDeviceSupport`` once per GPU (``handle``)."""
+        if gpu not in self._supported:
+            answer = self._context.supported(guard, handle)
+            if answer is None:
+                return False  # not supported (remembered by the guard), or failing now: asked again
+            self._supported[gpu] = answer
+        return self._supported[gpu]
+
+    def sample(self, key: Hashable, guard: Guard, what: str, take: str, *args: object) -> None:
+        """One sample of source ``key`` (opened first: see :meth:`GpmContext.open`)."""
+        source = self._sources.get(key)
+        if source is None:
+            source = self._context.open(guard, take, args)
+            if source is None:
+                return
+            self._sources[key] = source
+        source.sample(guard, what)
 
     def gauges(self, key: Hashable) -> dict[str, LabelledValues]:
-        """The ratios of the last period of source ``key`` (empty without GPM)."""
         source = self._sources.get(key)
         return source.gauges if source is not None else {}
 
     def counters(self, key: Hashable) -> dict[str, LabelledValues]:
-        """Bytes integrated from the throughputs so far, as raw counters (they restart at a reset);
-        copies, as the totals go on growing in place."""
         source = self._sources.get(key)
-        return {name: dict(totals) for name, totals in source.totals.items()} if source is not None else {}
-
-    def covered(self, key: Hashable) -> bool:
-        """Whether :meth:`cover` already took the counted series out of source ``key`` (or it has none)."""
-        source = self._sources.get(key)
-        return source is None or source.covered
-
-    def cover(self, key: Hashable, counted: set[tuple[str, tuple[str, ...]]]) -> None:
-        """Stop asking source ``key`` for the throughputs of ``counted`` series (metric, labels): the
-        driver keeps byte counters of them. Once per source: a reset source asks everything again."""
-        source = self._sources.get(key)
-        if source is None or source.covered or not counted:
-            return
-        source.covered = True
-        source.metrics = [m for m in source.metrics if not (m.rate and (m.metric, m.labels) in counted)]
-        for name, totals in source.totals.items():
-            source.totals[name] = {labels: v for labels, v in totals.items() if (name, labels) not in counted}
+        return source.counters() if source is not None else {}
 
     def forget(self, key: Hashable) -> None:
         """Free the samples of a source that is gone (a destroyed MIG instance)."""
         source = self._sources.pop(key, None)
         if source is not None:
-            self._free(source.samples)
+            source.close()
 
-    def sources(self) -> list[Hashable]:
+    def opened(self) -> list[Hashable]:
         return list(self._sources)
 
     def reset(self) -> None:
-        """Free every sample and forget every answer: before and after an NVML reopen, at shutdown."""
-        pending, self._unfreed = self._unfreed, []
-        self._free(pending)
-        for key in list(self._sources):
+        """Free every sample and forget every answer: around an NVML reopen, at shutdown."""
+        self._context.reset()
+        for key in self.opened():
             self.forget(key)
         self._supported.clear()
-
-    def _free(self, samples: list[Any]) -> None:
-        """Free samples; those NVML refuses while it is shut down are freed at the next reset."""
-        nvml = self._nvml
-        for sample in samples:
-            try:
-                nvml.nvmlGpmSampleFree(sample)
-            except nvml.NVMLError as exc:
-                if exc.value == nvml.NVML_ERROR_UNINITIALIZED:
-                    self._unfreed.append(sample)
