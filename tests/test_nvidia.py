@@ -442,6 +442,32 @@ def test_nvml_shut_down_under_the_daemon_recovers(rig, fake_nvml, rediscover_now
     assert value(samples, "warptd_backend_up", backend="nvidia") == 1
 
 
+def test_a_reopen_opens_each_gpu_afresh_keeping_only_its_totals_and_identity(rig, fake_nvml, rediscover_now):
+    """A reopened NVML gets new device objects in one go: a call one GPU lacked under the old NVML is
+    asked again (a reload may bring it), the other GPU is not disturbed by it; the field latency total
+    (warptd's own) and the identity last listed carry over."""
+    backend, encoder = rig.loaded.accelerators[0], "nvmlDeviceGetEncoderUtilization"
+    fake_nvml.gpus[1].unsupported.add(encoder)
+    samples = rig.tick("nvidia")
+    assert not select(samples, "warptd_device_encoder_utilization_ratio", **DEV1)
+    assert select(samples, "warptd_device_encoder_utilization_ratio", **DEV0)
+    before = backend.gpus
+    assert "warptd_device_encoder_utilization_ratio" in before[1].guard.unsupported
+    assert "warptd_device_encoder_utilization_ratio" not in before[0].guard.unsupported
+    totals, latency = (
+        before[0].batch.totals,
+        value(samples, "warptd_device_nvml_field_latency_seconds_total", **DEV0),
+    )
+    fake_nvml.gpus[1].unsupported.discard(encoder)  # the driver reloaded with it
+    pynvml.nvmlShutdown()
+    rig.tick("nvidia")
+    samples = rig.tick("nvidia")  # reopened NVML before reading
+    assert all(new is not old for new, old in zip(backend.gpus, before, strict=True))
+    assert backend.gpus[0].batch.totals is totals and backend.gpus[1].known == before[1].known
+    assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV1) >= 0
+    assert value(samples, "warptd_device_nvml_field_latency_seconds_total", **DEV0) >= latency
+
+
 def test_gpu_disappears_and_comes_back_with_a_new_uuid(rig, fake_nvml, rediscover_now):
     first = rig.tick("nvidia")
     old_uuid = fake_nvml.gpus[1].uuid
