@@ -84,3 +84,19 @@ def test_without_the_private_lookup_the_backend_reads_every_value_through_the_pu
         assert prepared and all(call.function is calls.PUBLIC for call in prepared)
         assert gpu.gpm is not None and all(take.function is calls.PUBLIC for take in gpu.gpm.takes)
     assert rig.tick()  # and again, now that every call is known to go through the wrappers
+
+
+def test_the_public_wrapper_stands_in_only_where_the_private_lookup_fails_other_than_nvml_fails():
+    """Renamed, or changed so that it raises (a new signature), the lookup gives way to the public
+    wrapper; an NVML error from it (this driver lacks the function) stays the driver's answer."""
+    nvml = types.SimpleNamespace(NVMLError=pynvml.NVMLError)
+    assert calls.pointer(nvml, "nvmlDeviceGetTemperature") is None  # renamed away
+    nvml._nvmlGetFunctionPointer = lambda name, cache: None  # type: ignore[attr-defined]
+    assert calls.pointer(nvml, "nvmlDeviceGetTemperature") is None  # TypeError: a changed signature
+
+    def lacking(name: str) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    nvml._nvmlGetFunctionPointer = lacking  # type: ignore[attr-defined]
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        calls.pointer(nvml, "nvmlDeviceGetTemperature")
