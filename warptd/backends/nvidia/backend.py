@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-import structlog
-
 from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.api import NvmlApi
 from warptd.backends.nvidia.base import NvmlBackend
@@ -22,8 +20,6 @@ from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, U
 
 if TYPE_CHECKING:
     from warptd.config import Settings
-
-log = structlog.get_logger("warptd.nvidia")
 
 
 class NvidiaBackend(NvmlBackend):
