@@ -123,6 +123,20 @@ def test_gpu_lost_mid_run_drops_its_series_others_keep_updating(rig, fake_nvml):
     assert value(samples, "warptd_device_up", **DEV0) == 1
 
 
+def test_a_gpu_lost_at_a_call_after_its_batches_reads_down(rig, fake_nvml):
+    """GPU_IS_LOST from a call of the sample's pass (after its field batch answered) makes the reading
+    down, as a loss at the batch does; the other GPU reads on."""
+    rig.tick()
+    rig.tick()  # the calls are looked up: the next sample makes them in one pass
+    gpu = fake_nvml.gpus[0]
+    gpu.raises["nvmlDeviceGetMemoryInfo_v2"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    samples = rig.tick("nvidia")
+    assert value(samples, "warptd_device_up", **DEV0) == 0
+    assert not select(samples, "warptd_device_power_watts", **DEV0)
+    assert value(samples, "warptd_device_up", **DEV1) == 1
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="device_lost") == 1
+
+
 def test_hung_call_marks_backend_stale_without_blocking_others(settings, fake_nvml, sysfs):
     sysfs.rapl_zone("intel-rapl:0", "package-0", 1_000_000)
     settings.backends = ["nvidia", "rapl"]

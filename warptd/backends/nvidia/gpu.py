@@ -106,12 +106,14 @@ class Gpu:
     def read(self) -> DeviceReading:
         """Every value of the GPU, batched reads first; ``up=False`` where it turned out lost (its slow
         values are then read at once when it is back)."""
-        self.guard.lost = False
+        guard = self.guard
+        guard.lost = False
         self.begin(power_only=False)
-        if self.guard.lost:
+        reading = None if guard.lost else self.reading()
+        if reading is None or guard.lost:  # lost at the batches, or at a call after them
             self.cadence.forget()
             return DeviceReading(index=self.index, up=False)
-        return self.reading()
+        return reading
 
     def read_power(self) -> tuple[float | None, float | None] | None:
         """Power (W) and energy counter (J); None when the GPU turned out lost."""
