@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import emit
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import Rig
-from warptd.backends.nvidia_gpm import sample_gap
+from warptd.backends.nvidia.gpm import sample_gap
 from warptd.config import load_settings
 
 SM_UTIL, TENSOR_UTIL = 2, 5  # NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_ANY_TENSOR_UTIL

@@ -89,8 +89,9 @@ def fake_nvml() -> Iterator[FakeNvml]:
 def _fresh_sdk_sessions():
     """Each test starts without a shared SDK session: a read still hung in an earlier test's worker
     releases its session only when it returns, and must not hand its handles to this test."""
-    from warptd.backends import gaudi, nvml_session
+    from warptd.backends import gaudi
     from warptd.backends.amd import session as amd_session
+    from warptd.backends.nvidia import session as nvml_session
 
     yield
     for shared in (nvml_session._shared, gaudi._shared, amd_session._shared):

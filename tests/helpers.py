@@ -61,7 +61,7 @@ class Rig:
     def tick_gpm(self, *names: str) -> list[Sample]:
         """Tick once NVIDIA's GPM sources may take a sample again (:func:`sample_gap` from now, so
         after the last tick): a tick sooner keeps the last GPM period's values."""
-        from warptd.backends.nvidia_gpm import sample_gap
+        from warptd.backends.nvidia.gpm import sample_gap
 
         time.sleep(sample_gap(self.settings))
         return self.tick(*names)

@@ -123,6 +123,20 @@ def test_gpu_lost_mid_run_drops_its_series_others_keep_updating(rig, fake_nvml):
     assert value(samples, "warptd_device_up", **DEV0) == 1
 
 
+def test_a_gpu_lost_at_a_call_after_its_batches_reads_down(rig, fake_nvml):
+    """GPU_IS_LOST from a call of the sample's pass (after its field batch answered) makes the reading
+    down, as a loss at the batch does; the other GPU reads on."""
+    rig.tick()
+    rig.tick()  # the calls are looked up: the next sample makes them in one pass
+    gpu = fake_nvml.gpus[0]
+    gpu.raises["nvmlDeviceGetMemoryInfo_v2"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    samples = rig.tick("nvidia")
+    assert value(samples, "warptd_device_up", **DEV0) == 0
+    assert not select(samples, "warptd_device_power_watts", **DEV0)
+    assert value(samples, "warptd_device_up", **DEV1) == 1
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="device_lost") == 1
+
+
 def test_hung_call_marks_backend_stale_without_blocking_others(settings, fake_nvml, sysfs):
     sysfs.rapl_zone("intel-rapl:0", "package-0", 1_000_000)
     settings.backends = ["nvidia", "rapl"]
@@ -442,6 +456,32 @@ def test_nvml_shut_down_under_the_daemon_recovers(rig, fake_nvml, rediscover_now
     assert value(samples, "warptd_backend_up", backend="nvidia") == 1
 
 
+def test_a_reopen_opens_each_gpu_afresh_keeping_only_its_totals_and_identity(rig, fake_nvml, rediscover_now):
+    """A reopened NVML gets new device objects in one go: a call one GPU lacked under the old NVML is
+    asked again (a reload may bring it), the other GPU is not disturbed by it; the field latency total
+    (warptd's own) and the identity last listed carry over."""
+    backend, encoder = rig.loaded.accelerators[0], "nvmlDeviceGetEncoderUtilization"
+    fake_nvml.gpus[1].unsupported.add(encoder)
+    samples = rig.tick("nvidia")
+    assert not select(samples, "warptd_device_encoder_utilization_ratio", **DEV1)
+    assert select(samples, "warptd_device_encoder_utilization_ratio", **DEV0)
+    before = backend.gpus
+    assert "warptd_device_encoder_utilization_ratio" in before[1].guard.unsupported
+    assert "warptd_device_encoder_utilization_ratio" not in before[0].guard.unsupported
+    totals, latency = (
+        before[0].batch.totals,
+        value(samples, "warptd_device_nvml_field_latency_seconds_total", **DEV0),
+    )
+    fake_nvml.gpus[1].unsupported.discard(encoder)  # the driver reloaded with it
+    pynvml.nvmlShutdown()
+    rig.tick("nvidia")
+    samples = rig.tick("nvidia")  # reopened NVML before reading
+    assert all(new is not old for new, old in zip(backend.gpus, before, strict=True))
+    assert backend.gpus[0].batch.totals is totals and backend.gpus[1].known == before[1].known
+    assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV1) >= 0
+    assert value(samples, "warptd_device_nvml_field_latency_seconds_total", **DEV0) >= latency
+
+
 def test_gpu_disappears_and_comes_back_with_a_new_uuid(rig, fake_nvml, rediscover_now):
     first = rig.tick("nvidia")
     old_uuid = fake_nvml.gpus[1].uuid
@@ -732,7 +772,7 @@ def test_a_steady_sample_makes_its_calls_in_one_pass_read_as_the_getters_read_th
     backend.begin_read(0, power_only=False)
     one_pass = backend.read_values(0)
     assert fake_nvml.calls("nvmlDeviceGetTemperature") == before + 1
-    assert backend._one_pass(0) is not None  # every call answered: no getter was asked
+    assert backend.gpus[0].calls.one_pass() is not None  # every call answered: no getter was asked
     assert one_pass == AcceleratorBackend.read_values(backend, 0)  # the same batch, call by call
     assert one_pass.memory is not None and one_pass.memory.reserved is not None  # nvmlMemory_v2
     assert one_pass.clocks_hertz and one_pass.temperatures_celsius["gpu"] > 0

@@ -122,7 +122,7 @@ def test_from_r575_the_nvlink_error_fields_take_the_link_in_scope_id():
 def test_the_newest_numbering_is_the_installed_nvidia_ml_py_one():
     """nvidia-ml-py 13.x follows the R590 header: its duration and power-smoothing constants are
     those of the newest numbering, and its NVLink error counter kinds those warptd asks."""
-    from warptd.backends import nvidia_fields as f
+    from warptd.backends.nvidia import fields as f
 
     newest = f.NUMBERINGS[-1].throttle
     assert newest["sw_thermal_slowdown"] == pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN

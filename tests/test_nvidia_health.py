@@ -212,7 +212,7 @@ def test_answers_read_from_bytes_match_pynvml_attributes():
     """The byte reader agrees with pynvml's own struct attributes for every nvmlValueType_t."""
     import pynvml
 
-    from warptd.backends import nvidia_fields
+    from warptd.backends.nvidia import fields as nvidia_fields
 
     assert nvidia_fields.unpacker(pynvml.c_nvmlFieldValue_t) is nvidia_fields._unpack  # layout as expected
     members = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
@@ -256,7 +256,7 @@ def test_field_ids_are_those_of_the_installed_pynvml():
     """The ids warptd fixes (the driver's ABI) are the installed nvidia-ml-py's constants."""
     import pynvml
 
-    from warptd.backends import nvidia_fields as f
+    from warptd.backends.nvidia import fields as f
 
     expected = {
         "ECC_SBE_VOL_TOTAL": 3,
@@ -325,13 +325,13 @@ def test_slow_values_are_read_every_health_interval_and_reported_between(setting
     assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 700
     assert select(samples, "warptd_device_nvlink_bytes_total", **DEV0)  # still there between reads
 
-    slow_reads = rig.sampler.backends["nvidia"]._slow_reads
+    slow_reads = rig.sampler.backends["nvidia"].gpus[0].cadence
     time.sleep(0.4)  # the health interval
     samples = rig.tick()
     assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 9
     assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV0) == 0.6
     assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 400
-    assert slow_reads.due(0) is False  # that read counted as the last one
+    assert slow_reads.due() is False  # that read counted as the last one
 
     gpu.lost = True
     rig.tick()
@@ -362,7 +362,7 @@ def test_a_failed_read_of_the_slow_values_is_retried_at_the_next_sample(settings
     gpu = fake_nvml.gpus[0]
     gpu.ecc_volatile[0] = 5
     assert select(rig.tick(), "warptd_device_ecc_errors_total", **DEV0)
-    rig.sampler.backends["nvidia"]._slow_reads.forget(0)  # as if 30 s had passed
+    rig.sampler.backends["nvidia"].gpus[0].cadence.forget()  # as if 30 s had passed
     gpu.raises["nvmlDeviceGetFieldValues"] = pynvml.NVML_ERROR_UNKNOWN
     gpu.raises["nvmlDeviceGetEnforcedPowerLimit"] = pynvml.NVML_ERROR_UNKNOWN
     samples = rig.tick()

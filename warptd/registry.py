@@ -27,8 +27,8 @@ Kind = Literal["accelerator", "power"]
 GROUPS: dict[Kind, str] = {"accelerator": "warptd.backends", "power": "warptd.power_backends"}
 BUILTIN: dict[Kind, dict[str, str]] = {
     "accelerator": {
-        "nvidia": "warptd.backends.nvidia:NvidiaBackend",
-        "nvidia_mig": "warptd.backends.nvidia_mig:NvidiaMigBackend",
+        "nvidia": "warptd.backends.nvidia.backend:NvidiaBackend",
+        "nvidia_mig": "warptd.backends.nvidia.mig:NvidiaMigBackend",
         "amd": "warptd.backends.amd.backend:AmdBackend",
         "gaudi": "warptd.backends.gaudi:GaudiBackend",
         "tenstorrent": "warptd.backends.tenstorrent:TenstorrentBackend",

@@ -18,43 +18,46 @@ if TYPE_CHECKING:
 
 
 class DeviceCadence:
-    """One device's slow values: the monotonic time they were last read (held by its device object)."""
+    """One device's monotonic time of its last read of the slow values; ``settings()`` gives the
+    settings in force (a reload changes the intervals live)."""
 
-    __slots__ = ("last",)
+    __slots__ = ("_last", "_settings")
 
-    def __init__(self) -> None:
-        self.last: float | None = None
+    def __init__(self, settings: Callable[[], Settings]) -> None:
+        self._settings = settings
+        self._last: float | None = None
 
-    def due(self, settings: Settings, now: float | None = None) -> bool:
+    def due(self, now: float | None = None) -> bool:
         """Whether this read of the device reads its slow values too (and if so, from now on it counts
         as their last read). Half a sample of slack: at 0.1 s and 1 s, every tenth sample."""
+        settings = self._settings()
         if settings.interval >= settings.health_interval:
             return True  # every sample reads them
         now = time.monotonic() if now is None else now
-        if self.last is not None and now - self.last < settings.health_interval - settings.interval / 2:
+        last = self._last
+        if last is not None and now - last < settings.health_interval - settings.interval / 2:
             return False
-        self.last = now
+        self._last = now
         return True
 
     def forget(self) -> None:
         """Read the slow values at the next read: the device was down, or the SDK was reopened."""
-        self.last = None
+        self._last = None
 
 
 class SlowReads:
-    """Per device, the monotonic time its slow values were last read; ``settings()`` gives the settings
-    in force (a reload changes the intervals live)."""
+    """Per device index, its :class:`DeviceCadence` (for backends without device objects)."""
 
     def __init__(self, settings: Callable[[], Settings]) -> None:
         self._settings = settings
         self._devices: dict[int, DeviceCadence] = {}
 
     def due(self, index: int, now: float | None = None) -> bool:
-        """Whether this read of device ``index`` reads its slow values too (:meth:`DeviceCadence.due`)."""
+        """:meth:`DeviceCadence.due` of device ``index``."""
         cadence = self._devices.get(index)
         if cadence is None:
-            cadence = self._devices[index] = DeviceCadence()
-        return cadence.due(self._settings(), now)
+            cadence = self._devices[index] = DeviceCadence(self._settings)
+        return cadence.due(now)
 
     def forget(self, index: int | None = None) -> None:
         """Read device ``index``'s (or every device's) slow values at its next read: it was down, or

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from warptd.backends import nvml_session
+from warptd.backends.nvidia import session as nvml_session
 from warptd.errors import BackendUnavailableError, ErrorKind
 
 log = structlog.get_logger("warptd.xid")

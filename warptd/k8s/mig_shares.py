@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from warptd.models import GPUInfo
     from warptd.sampling.snapshot import BackendState
 
-#: The accelerator backend whose devices are MIG devices (warptd.backends.nvidia_mig).
+#: The accelerator backend whose devices are MIG devices (warptd.backends.nvidia.mig).
 MIG_BACKEND = "nvidia_mig"
 Method = Literal["sm_activity", "slice_size"]
 

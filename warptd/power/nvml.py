@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from warptd.backends.nvidia import NvidiaBackend
+from warptd.backends.nvidia.backend import NvidiaBackend
 from warptd.power.base import PowerSource
 from warptd.power.devices import DevicePowerBackend
 

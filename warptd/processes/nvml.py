@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from warptd.backends import nvml_session
+from warptd.backends.nvidia import session as nvml_session
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.processes.cgroup import Attribution, CgroupResolver
 from warptd.processes.utilization import ENGINES, ProcessSample, UtilizationReader

@@ -69,7 +69,8 @@ class AmdDevice:
         self.table = MetricsTable()
         #: ECC and replay counters and the pending-retirement gauge, as last read at the health cadence.
         self.health = Health()
-        self._health_cadence = DeviceCadence()
+        self._settings: Settings | None = None  # those of the read in progress (a reload changes them)
+        self._health_cadence = DeviceCadence(lambda: self._settings)
 
     def get(self, what: str, fn_name: str, *args: object) -> Any:
         """One guarded call of ``amdsmi.<fn_name>(handle, *args)``; None where this amdsmi lacks it
@@ -140,7 +141,8 @@ class AmdDevice:
         if power_only:
             return
         self.table.update(self.get("metrics_table", "amdsmi_get_gpu_metrics_info") or {})
-        if self.primary and self._health_cadence.due(settings):
+        self._settings = settings
+        if self.primary and self._health_cadence.due():
             self.health = read_health(self.get, self._sdk.amdsmi_wrapper)
 
     def read(self) -> DeviceReading:

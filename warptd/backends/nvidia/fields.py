@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warptd.backends.nvidia.calls import pointer
 from warptd.metrics import catalog
 from warptd.models import LabelledValues
 
@@ -359,11 +360,10 @@ class FieldRequest:
         self._nvml = nvml
         #: The field ids it was made from and how many of them the GPU was known to lack then.
         self.made_from: tuple[tuple[FieldKey, ...], int] | None = None
-        #: nvidia-ml-py's own lookup and check (what its wrapper calls); its wrapper where they are gone.
-        self._direct = sys.byteorder == "little" and all(
-            hasattr(nvml, name)
-            for name in ("_nvmlGetFunctionPointer", "_nvmlCheckReturn", "c_nvmlFieldValue_t")
-        )
+        #: The C function, as nvidia-ml-py's private lookup finds it (its public wrapper where that
+        #: lookup is gone: :func:`~warptd.backends.nvidia.calls.pointer`); looked up at the first send.
+        self._function: Any = None
+        self._direct = sys.byteorder == "little" and hasattr(nvml, "c_nvmlFieldValue_t")
         if self._direct:
             self._direct = unpacker(nvml.c_nvmlFieldValue_t) is _unpack  # the layout as expected
         if self._direct:
@@ -448,9 +448,14 @@ class FieldRequest:
     def send(self, handle: Any) -> Any:
         """``nvmlDeviceGetFieldValues`` for these keys; raises the NVMLError of its return code."""
         nvml = self._nvml
+        if self._direct and self._function is None:
+            self._function = pointer(nvml, "nvmlDeviceGetFieldValues")
+            if self._function is None:  # no private lookup: the public wrapper, answer by answer
+                self._direct, self._clean = False, None
         if not self._direct:
             return nvml.nvmlDeviceGetFieldValues(handle, list(self.keys))
         ctypes.memmove(self._address, self._template, len(self._template))
-        function = nvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
-        nvml._nvmlCheckReturn(function(handle, *self._arguments))
+        code = self._function(handle, *self._arguments)
+        if code:  # not NVML_SUCCESS
+            raise nvml.NVMLError(code)
         return self._values

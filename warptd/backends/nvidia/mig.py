@@ -15,14 +15,31 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from warptd.backends import nvml_session
-from warptd.backends.nvidia import memory_usage, mig_device_handles
-from warptd.backends.nvml_backend import NvmlBackend
+from warptd.backends.nvidia import session as nvml_session
+from warptd.backends.nvidia.base import NvmlBackend
+from warptd.backends.nvidia.gpm import GpmSources
+from warptd.backends.nvidia.guard import Guard, IndexGuard
+from warptd.backends.nvidia.sample import memory_versions
 from warptd.metrics import catalog
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
+
+
+def mig_device_handles(guard: Guard, nvml: Any, handle: Any) -> list[Any]:
+    """The handles of a GPU's MIG devices; none with MIG off or on a GPU without MIG."""
+    mode = guard.call("mig_mode", nvml.nvmlDeviceGetMigMode, handle)
+    if not mode or not mode[0]:
+        return []
+    handles = []
+    for slot in range(guard.call("mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        try:
+            handles.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+        except nvml.NVMLError as exc:
+            if exc.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no MIG device in this slot
+                guard.failed("mig_device", exc)
+    return handles
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,7 @@ class NvidiaMigBackend(NvmlBackend):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._sampled: set[Hashable] = set()  # GPU instances sampled this tick
+        self._sources = GpmSources(self._gpm)  # by GPU instance
         with self._session.lock:
             self._generation = self._session.generation
             self._mig_gpus = self._mig_enabled_gpus()
@@ -79,7 +97,7 @@ class NvidiaMigBackend(NvmlBackend):
         for parent, handle in enumerate(self._session.handles):
             if handle is None:
                 continue
-            handles = mig_device_handles(self, nvml, parent, handle)
+            handles = mig_device_handles(IndexGuard(self, parent), nvml, handle)
             parent_uuid = (
                 self.call(parent, "parent_uuid", nvml.nvmlDeviceGetUUID, handle) if handles else None
             )
@@ -129,12 +147,12 @@ class NvidiaMigBackend(NvmlBackend):
         with self._session.lock:
             if self._suspect:
                 if self._generation == self._session.generation:  # not reopened since (by nvidia)
-                    self._gpm.reset()  # free the GPM samples while the NVML that made them is up
+                    self._sources.reset()  # free the GPM samples while the NVML that made them is up
                     self._session.reopen()
                 self._suspect = False  # a GPU still lost shows again at its next read
             if self._generation != self._session.generation:
                 self._generation = self._session.generation
-                self._gpm.reset()  # the samples belonged to the NVML before the reopen
+                self._sources.reset()  # the samples belonged to the NVML before the reopen
                 self._unsupported.clear()
             before, failed = [device.uuid for device in self._devices], self._failures()
             found = self._enumerate()
@@ -142,9 +160,9 @@ class NvidiaMigBackend(NvmlBackend):
                 return False  # NVML failing (reset, GPU lost): keep the list, whose reads show down
             self._devices = found
             sources = {device.gpm_source for device in self._devices}
-            for key in self._gpm.sources():
+            for key in self._sources.opened():
                 if key not in sources:
-                    self._gpm.forget(key)
+                    self._sources.forget(key)
             changed = [device.uuid for device in self._devices] != before
             if changed:  # what an index answered belonged to the device that had it before
                 self._unsupported.clear()
@@ -198,14 +216,14 @@ class NvidiaMigBackend(NvmlBackend):
         if power_only or source in self._sampled:
             return
         self._sampled.add(source)
-        parent = device.parent_handle
-        if self._gpm.supported(("gpu", device.parent), index, parent):
-            self._gpm.sample(
-                source, index, "gpm_mig_sample", "nvmlGpmMigSampleGet", parent, device.gpu_instance
+        parent, guard = device.parent_handle, IndexGuard(self, index)
+        if self._sources.supported(("gpu", device.parent), guard, parent):
+            self._sources.sample(
+                source, guard, "gpm_mig_sample", "nvmlGpmMigSampleGet", parent, device.gpu_instance
             )
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        return memory_usage(self, self._nvml, index, self._devices[index].handle)
+        return self.call_versions(index, *memory_versions(self._nvml, self._devices[index].handle))
 
     def get_utilization(self, index: int) -> Utilization | None:
         return None  # NVML has no utilization for a MIG device: its GPM activity stands in
@@ -224,7 +242,12 @@ class NvidiaMigBackend(NvmlBackend):
             str(device.compute_instance),
             device.profile,
         )
-        return {catalog.MIG_INFO.name: {identity: 1.0}, **self._gpm.gauges(device.gpm_source)}
+        return {catalog.MIG_INFO.name: {identity: 1.0}, **self._sources.gauges(device.gpm_source)}
 
     def get_counters(self, index: int) -> dict[str, LabelledValues]:
-        return self._gpm.counters(self._devices[index].gpm_source)
+        return self._sources.counters(self._devices[index].gpm_source)
+
+    def shutdown(self) -> None:
+        with self._session.lock:
+            self._sources.reset()  # free the GPM samples while NVML is still up
+        super().shutdown()

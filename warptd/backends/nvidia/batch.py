@@ -1,0 +1,161 @@
+"""One GPU's field batches (``nvmlDeviceGetFieldValues``): which fields it is asked, what it lacks,
+this read's values and what its full batch decoded into; the driver's time on them in total."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from warptd.backends.nvidia import fields
+from warptd.backends.nvidia.api import NvmlApi
+from warptd.backends.nvidia.fields import Decoded, FieldKey, FieldPlan, FieldRequest, FieldSet
+from warptd.backends.nvidia.guard import DeviceGuard
+from warptd.errors import ErrorKind
+from warptd.models import LabelledValues
+
+log = structlog.get_logger("warptd.nvidia")
+_NO_SERIES: dict[str, LabelledValues] = {}
+
+
+@dataclass(slots=True)
+class FieldTotals:
+    """One GPU's running totals of its field reads, kept across NVML reopens (they are warptd's own)."""
+
+    latency_us: int = 0  # nvmlFieldValue_t.latencyUsec, summed over every answer of every batch
+    #: ``latency_us`` as of the last full batch: exported at the health cadence, so that the counters
+    #: a steady sample hands over equal the last ones (the sampler keeps their totals whole).
+    published_us: int = 0
+
+
+class FieldBatch:
+    """The field batches of one GPU (``handle``), through its guard, numbered by ``field_set``."""
+
+    def __init__(
+        self,
+        api: NvmlApi,
+        guard: DeviceGuard,
+        handle: Any,
+        field_set: FieldSet,
+        totals: FieldTotals | None,
+    ) -> None:
+        self._api, self._guard, self._handle, self.field_set = api, guard, handle, field_set
+        #: Kept across NVML reopens (handed to the next device object); None before the first answer.
+        self.totals = totals
+        self.values: dict[FieldKey, float] = {}  # this read's values
+        self.unsupported: set[FieldKey] = set()  # fields this GPU lacks: not asked again
+        self.plan: FieldPlan | None = None  # the full batch (its NVLinks known)
+        self._requests: dict[str, FieldRequest] = {}  # the last batch by kind (full, power, sample)
+        #: This read's request and values by position, where every field answered as last time.
+        self.steady: tuple[FieldRequest, list[float]] | None = None
+        #: The gauges and raw counters of the last full batch (and the calls standing in).
+        self.decoded: Decoded | None = None
+
+    def full_plan(self) -> FieldPlan | None:
+        """The full field batch, built once the GPU's NVLink count is known (one field read)."""
+        if self.plan is None:
+            guard = self._guard
+            answers = self._api.get(
+                guard, self._handle, "nvlink_count", "nvmlDeviceGetFieldValues", [fields.LINK_COUNT]
+            )
+            if answers is None and "nvlink_count" not in guard.unsupported:
+                return None  # failing now: this read asks the fields without the links
+            links = 0
+            for _, code, value_type, value in self._api.unpack(answers or ()):
+                if code == self._api.nvml.NVML_SUCCESS and value_type in fields.INTEGERS:
+                    links = int(value)  # type: ignore[arg-type]
+            field_set = self.field_set
+            self.plan = FieldPlan.build((*field_set.device, *field_set.other), links)
+        return self.plan
+
+    def read(self, field_ids: tuple[FieldKey, ...], plan: FieldPlan | None) -> bool:
+        """One field batch (``plan``: the full one, which decodes into gauges and counters). Each
+        value carries its own return code: a field answered "not supported" once is not asked again
+        for this GPU. False when the batch, or some field in it, failed now."""
+        self.values = values = {}
+        self.steady = None
+        request = self._request(plan, field_ids)
+        if request is None:
+            return True
+        guard, nvml = self._guard, self._api.nvml
+        answers = guard.call("fields", request.send, self._handle)
+        if answers is None:
+            if "fields" in guard.unsupported:  # a driver without field values
+                self.unsupported.update(field_ids)
+                return True
+            return False
+        totals = self.totals
+        if totals is None:
+            totals = self.totals = FieldTotals()
+        totals.latency_us += request.latency_us(answers)
+        if plan is not None:
+            totals.published_us = totals.latency_us
+        numbers = request.steady(answers)
+        if numbers is not None:  # every field answered as in the last clean read
+            self.values = request.looked_up(numbers)
+            self.steady = (request, numbers)
+            return True
+        success, types, answered, failed = nvml.NVML_SUCCESS, self.field_set.types, [], False
+        for field_id, code, value_type, value in self._api.unpack(answers):
+            answered.append(value_type)
+            if code == success and value_type in types.get(field_id[0], fields.INTEGERS):
+                values[field_id] = float(value)  # type: ignore[arg-type]  # an integer type: never None
+                continue
+            error = nvml.NVMLError(code)
+            # An id this driver does not know answers INVALID_ARGUMENT; one that it numbers as another
+            # field answers a value of the wrong type: neither is this field, now or later.
+            if code in (nvml.NVML_SUCCESS, nvml.NVML_ERROR_INVALID_ARGUMENT):
+                self.unsupported.add(field_id)
+                log.debug("nvml_field_unsupported", device=guard.index, field=field_id, type=value_type)
+            elif self._api.classify(error) is ErrorKind.NOT_SUPPORTED:
+                self.unsupported.add(field_id)
+            else:
+                guard.failed("field_{}_{}".format(*field_id), error)
+                failed = True
+        if len(values) == len(answered):
+            request.mark_clean(tuple(answered))
+        return not failed
+
+    def _request(self, plan: FieldPlan | None, field_ids: tuple[FieldKey, ...]) -> FieldRequest | None:
+        """The batch to send: the last one of its kind while neither the plan nor what this GPU lacks
+        changed (that set only grows); None when nothing is left to ask."""
+        unsupported = self.unsupported
+        kind = "full" if plan is not None else "power" if field_ids is self.field_set.power else "sample"
+        request = self._requests.get(kind)
+        if request is not None and request.made_from == (field_ids, len(unsupported)):
+            return request
+        wanted = tuple(field for field in field_ids if field not in unsupported)
+        if not wanted:
+            return None
+        if request is None or request.keys != wanted:
+            request = self._requests[kind] = FieldRequest(self._api.nvml, wanted, self.field_set.looked_up)
+            if plan is not None:
+                request.decode_with(plan)
+        request.made_from = (field_ids, len(unsupported))
+        return request
+
+    def decode(self) -> Decoded:
+        """Gauges and raw counters from this read's full batch (health, PCIe and NVLink bytes)."""
+        plan = self.plan
+        if plan is None:
+            return {}, {}
+        if self.steady is not None:
+            return self.steady[0].decode(self.steady[1], self.values)
+        return plan.decode(self.values)
+
+    def field(self, field_id: int) -> float | None:
+        """This read's value of a device-scoped field."""
+        return self.values.get((field_id, 0))
+
+    def lacks(self, field_id: int) -> bool:
+        """Whether the GPU does not have a device-scoped field (a call may stand in)."""
+        return (field_id, 0) in self.unsupported
+
+    def gauges(self) -> dict[str, LabelledValues]:
+        """The gauges of the last full batch."""
+        return self.decoded[0] if self.decoded is not None else _NO_SERIES
+
+    def counters(self) -> dict[str, LabelledValues]:
+        """The raw counters of the last full batch: health and traffic (PCIe, NVLink bytes)."""
+        return self.decoded[1] if self.decoded is not None else _NO_SERIES

@@ -1,0 +1,346 @@
+"""One NVIDIA GPU as a device object: its NVML handle, its read plan (field batches, the prepared calls
+of a sample) and its state (what it lacks, its field totals, GPM source, slow values, identity).
+
+Readings follow nvml.h rather than the names of the calls: ``nvmlDeviceGetPowerUsage`` is a 1 s average
+on Ampere and newer, so power is the instantaneous field where the GPU has it; v1 memory "used"
+includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where the driver has it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from warptd.backends.cadence import DeviceCadence
+from warptd.backends.kept import Kept
+from warptd.backends.nvidia import fields
+from warptd.backends.nvidia.api import NvmlApi, States
+from warptd.backends.nvidia.batch import FieldBatch
+from warptd.backends.nvidia.fields import FieldSet
+from warptd.backends.nvidia.gpm import GpmContext, GpmSource
+from warptd.backends.nvidia.guard import DeviceGuard
+from warptd.backends.nvidia.health import SlowValues
+from warptd.backends.nvidia.mig import mig_device_handles
+from warptd.backends.nvidia.sample import (
+    CLOCKS,
+    MEMORY,
+    PSTATE,
+    REASONS,
+    TEMPERATURE,
+    UTILIZATION,
+    SampleCalls,
+)
+from warptd.backends.nvidia.session import text
+from warptd.metrics import catalog
+from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+
+#: Compute capability from which nvmlDeviceGetPowerUsage is a 1 s average (Ampere and newer; GA100,
+#: 8.0, still reads instantaneously).
+_AVERAGING_SINCE = (8, 6)
+_LAST_PSTATE = 15  # NVML_PSTATE_15
+#: Byte counters the driver may keep in fields, which GPM throughput otherwise stands in for.
+_TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_BYTES.name)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuContext:
+    """What the GPUs of one NVML initialisation share: the API, the field ids of the driver's branch,
+    GPM, the settings in force, and ``report(guard, what, exc)`` (the backend's error counting)."""
+
+    api: NvmlApi
+    field_set: FieldSet
+    gpm: GpmContext
+    settings: Callable[[], Settings]
+    report: Callable[[DeviceGuard, str, BaseException], None]
+
+
+def _temperatures(sensors: tuple[int | None, float | None]) -> dict[str, float]:
+    """By sensor: the GPU's (a call), the memory's (a field)."""
+    gpu, memory = sensors
+    temperatures = {"gpu": float(gpu)} if gpu is not None else {}
+    if memory is not None:
+        temperatures["memory"] = memory
+    return temperatures
+
+
+def _merged(parts: tuple[dict[str, LabelledValues], ...]) -> dict[str, LabelledValues]:
+    return {metric: series for part in parts for metric, series in part.items()}
+
+
+def _with_pstate(raw: tuple[dict[str, LabelledValues], int]) -> dict[str, LabelledValues]:
+    gauges, pstate = raw
+    return {**gauges, catalog.PERFORMANCE_STATE.name: {(): float(pstate)}}
+
+
+class Gpu:
+    """GPU ``index`` of one NVML initialisation (``handle`` None: NVML refused it, it reads as down).
+    ``before``: the object this index had before a reopen, whose totals and identity carry over."""
+
+    def __init__(self, index: int, handle: Any, context: GpuContext, before: Gpu | None = None) -> None:
+        api = context.api
+        self.index, self.handle, self._context, self._api = index, handle, context, api
+        self.guard = guard = DeviceGuard(index, context.report)
+        self.batch = FieldBatch(
+            api, guard, handle, context.field_set, before.batch.totals if before else None
+        )
+        self.calls = SampleCalls(api, guard, handle)
+        self.slow = SlowValues(api, guard, handle)
+        self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
+        self.gpm: GpmSource | None = None
+        self._gpm_supported: bool | None = None  # nvmlGpmQueryDeviceSupport's answer, once it answered
+        self.known: GPUInfo | None = before.known if before else None  # the last identity listed
+        self._uuid: str | None = None
+        self._supported_mask: int | None = None  # the clock-event reasons it can report
+        #: By value: what was made of its last answers (:mod:`~warptd.backends.kept`).
+        self._kept: defaultdict[str, Kept[Any]] = defaultdict(Kept)
+
+    def _get(self, what: str, name: str, *args: object) -> Any:
+        return self._api.get(self.guard, self.handle, what, name, *args)
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def read(self) -> DeviceReading:
+        """Every value of the GPU, batched reads first; ``up=False`` where it turned out lost (its slow
+        values are then read at once when it is back)."""
+        guard = self.guard
+        guard.lost = False
+        self.begin(power_only=False)
+        reading = None if guard.lost else self.reading()
+        if reading is None or guard.lost:  # lost at the batches, or at a call after them
+            self.cadence.forget()
+            return DeviceReading(index=self.index, up=False)
+        return reading
+
+    def read_power(self) -> tuple[float | None, float | None] | None:
+        """Power (W) and energy counter (J); None when the GPU turned out lost."""
+        self.guard.lost = False
+        self.begin(power_only=True)
+        power, energy = self.power(), self.energy()
+        return None if self.guard.lost else (power, energy)
+
+    def begin(self, power_only: bool) -> None:
+        """The batched reads: the field values, then (full reads only) the GPM sample. Every
+        ``--health-interval`` the batch holds every field (health, links), decoded once for the gauges
+        and counters, and the other slow values are read; the samples between report those."""
+        batch, field_set = self.batch, self.batch.field_set
+        if power_only:
+            batch.read(field_set.power, None)
+            return
+        if not self.cadence.due():
+            batch.read(field_set.sample, None)
+        else:
+            plan = batch.full_plan()
+            complete = batch.read(plan.keys if plan else field_set.sample, plan)
+            batch.decoded = self.slow.health(batch)
+            if not (self.slow.read() and complete and plan is not None):
+                # What failed is absent from this sample, as any failed value is, and not for a whole
+                # health interval: the slow values are read again at the next sample.
+                self.cadence.forget()
+        self._read_gpm()
+
+    def reading(self) -> DeviceReading:
+        """The values after :meth:`begin`, the sample's calls in one pass where they can be."""
+        answers = self.calls.answers()
+        throttle, events = self.throttle(answers[REASONS])
+        return DeviceReading(
+            index=self.index,
+            memory=answers[MEMORY],
+            utilization=answers[UTILIZATION],
+            power_watts=self.power(),
+            power_average_watts=self.power_average(),
+            power_limit_watts=self.slow.power_limit,
+            energy_counter_joules=self.energy(),
+            temperatures_celsius=self.temperatures(answers[TEMPERATURE]),
+            clocks_hertz=self.clocks(answers[CLOCKS:]),
+            throttle_active=throttle,
+            clock_events_active=events,
+            throttle_counter_seconds=self.throttle_counters(),
+            gauges=self.gauges(answers[PSTATE]),
+            counters=self.counters(),
+        )
+
+    def _read_gpm(self) -> None:
+        """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM. The
+        throughputs of the series the driver counts in fields are not asked (its counters win)."""
+        gpm = self._context.gpm
+        if self._gpm_supported is None:
+            self._gpm_supported = gpm.supported(self.guard, self.handle)
+        if not self._gpm_supported:
+            return
+        if self.gpm is None:
+            self.gpm = gpm.open(self.guard, "nvmlGpmSampleGet", (self.handle,))
+            if self.gpm is None:
+                return
+        self.gpm.sample(self.guard, "gpm_sample")
+        if not self.gpm.covered:
+            counted = self.batch.counters()
+            self.gpm.cover({(name, labels) for name in _TRAFFIC for labels in counted.get(name, ())})
+
+    def close(self) -> None:
+        """Free the GPM samples (before an NVML reopen, at shutdown)."""
+        if self.gpm is not None:
+            self.gpm.close()
+            self.gpm = None
+
+    # -- values, as the getters and the reading convert them ----------------------------------------
+    def memory(self) -> MemoryUsage | None:
+        return self.calls.answer(MEMORY)  # type: ignore[no-any-return]
+
+    def utilization(self) -> Utilization | None:
+        return self.calls.answer(UTILIZATION)  # type: ignore[no-any-return]
+
+    def temperatures(self, gpu: int | None) -> dict[str, float]:
+        """The GPU sensor, and the memory (HBM) sensor from the field batch where the GPU has one."""
+        memory = self.batch.field(fields.FI_MEMORY_TEMP)
+        return self._kept["temperatures"].of((gpu, memory), _temperatures)
+
+    def power(self) -> float | None:
+        """The instantaneous field where the GPU has it; else nvmlDeviceGetPowerUsage where that is
+        instantaneous: on a GPU without the field (pre-Ampere, GA100). A driver whose header has no
+        power fields (R525/R530) on an averaging GPU has no instantaneous reading: absent."""
+        milliwatts = self.batch.field(fields.FI_POWER_INSTANT)
+        if milliwatts is None and not self._power_usage_averages():
+            milliwatts = self._get("power", "nvmlDeviceGetPowerUsage")
+        return milliwatts / 1000 if milliwatts is not None else None
+
+    def power_average(self) -> float | None:
+        """The average field; on a driver without it, nvmlDeviceGetPowerUsage where the GPU averages."""
+        milliwatts = self.batch.field(fields.FI_POWER_AVERAGE)
+        if milliwatts is None and self._power_usage_averages():
+            milliwatts = self._get("power", "nvmlDeviceGetPowerUsage")
+        return milliwatts / 1000 if milliwatts is not None else None
+
+    def _power_usage_averages(self) -> bool:
+        """Whether nvmlDeviceGetPowerUsage stands in for the average rather than the instant: the
+        driver numbers no power fields, and the GPU (Ampere and newer but GA100) averages over 1 s."""
+        if self.batch.field_set.numbering.power:
+            return False
+        capability = self.known.compute_capability if self.known is not None else None
+        if capability is None:
+            return True  # unknown: not claimed instantaneous
+        major, minor = (int(part) for part in capability.split("."))
+        return (major, minor) >= _AVERAGING_SINCE
+
+    def energy(self) -> float | None:
+        """The energy field; ``nvmlDeviceGetTotalEnergyConsumption`` only where the driver lacks the
+        field (a field failing this read is counted once, as the call's failure would be)."""
+        millijoules = self.batch.field(fields.FI_TOTAL_ENERGY)
+        if millijoules is None and self.batch.lacks(fields.FI_TOTAL_ENERGY):
+            millijoules = self._get("energy", "nvmlDeviceGetTotalEnergyConsumption")
+        return millijoules / 1000 if millijoules is not None else None
+
+    def clocks(self, answers: list[int | None]) -> dict[str, float]:
+        """Hz from MHz, by clock (``answers`` in the order of the API's clocks)."""
+        return self._kept["clocks"].of(tuple(answers), self._hertz)
+
+    def _hertz(self, answers: tuple[int | None, ...]) -> dict[str, float]:
+        clocks = self._api.clocks
+        return {
+            clock: mhz * 1e6 for (clock, _, _), mhz in zip(clocks, answers, strict=True) if mhz is not None
+        }
+
+    def supported_mask(self) -> int:
+        """The clock-event reasons the GPU can report (0 while that read fails: asked again)."""
+        if self._supported_mask is None:
+            mask = self.guard.call_versions(*self._api.reason_versions(self.handle, "Supported"))
+            if mask is None:
+                return 0
+            self._supported_mask = mask
+        return self._supported_mask
+
+    def throttle(self, mask: int | None) -> States:
+        """The reading's throttle and clock-event states from the active reasons ``mask``."""
+        return self._api.states(self.supported_mask(), mask)
+
+    def throttle_counters(self) -> dict[str, float]:
+        """Seconds in each reason from the clock-event duration fields (ns); the violation counters
+        stand in only where the driver lacks a field, and only for the reasons they really count."""
+        counters, values, policies = {}, self.batch.values, self._api.policies
+        for reason, key in self.batch.field_set.throttle:
+            nanoseconds = values.get(key)
+            if nanoseconds is None and reason in policies and self.batch.lacks(key[0]):
+                status = self._get(f"violation_{reason}", "nvmlDeviceGetViolationStatus", policies[reason])
+                nanoseconds = status.violationTime if status is not None else None
+            if nanoseconds is not None:
+                counters[reason] = nanoseconds / 1e9
+        return counters
+
+    def gauges(self, pstate: int | None) -> dict[str, LabelledValues]:
+        """Health from the field batch, GPM activity over the last sample period, nvidia-smi's rest:
+        merged again only when one of them is not the dict it handed over last time."""
+        gpm = self.gpm.gauges if self.gpm is not None else {}
+        parts = (self.batch.gauges(), gpm, self._smi_gauges(pstate))
+        return self._kept["gauges"].of(parts, _merged)
+
+    def _smi_gauges(self, pstate: int | None) -> dict[str, LabelledValues]:
+        """What nvidia-smi shows beside: the performance state, read every sample, and the fans,
+        encoder and decoder utilization of the last read of the slow values."""
+        gauges = self.slow.gauges
+        if pstate is not None and 0 <= pstate <= _LAST_PSTATE:  # NVML_PSTATE_UNKNOWN (32): absent
+            return self._kept["smi"].of((gauges, pstate), _with_pstate)
+        return gauges
+
+    def counters(self) -> dict[str, LabelledValues]:
+        """Health and traffic counters of the field batch; PCIe and NVLink bytes integrated from GPM
+        throughput stand in for each series the driver keeps no counter of."""
+        counted = self.batch.counters()
+        gpm = self.gpm.counters() if self.gpm is not None else {}
+        integrated = {metric: series for metric, series in gpm.items() if series}
+        totals = self.batch.totals
+        if totals is not None:  # the driver's time on this GPU's fields, as of the last full batch
+            integrated[catalog.FIELD_LATENCY.name] = {(): totals.published_us / 1e6}
+        if not integrated:
+            return counted  # the batch's own dict: the sampler knows it again by identity
+        counters = dict(counted)
+        for metric, series in integrated.items():
+            batched = counters.get(metric)
+            counters[metric] = {**series, **batched} if batched else series
+        return counters
+
+    # -- identity ------------------------------------------------------------------------------------
+    def uuid(self) -> str | None:
+        """The GPU's UUID, asked once; the last one listed while NVML refuses its handle."""
+        if self.handle is None:
+            return self.known.uuid if self.known else None
+        if self._uuid is None:
+            uuid = self._get("uuid", "nvmlDeviceGetUUID")
+            if uuid is None:
+                return None
+            self._uuid = text(uuid)
+        return self._uuid
+
+    def info(self, driver: str | None) -> GPUInfo:
+        """The GPU's identity now (the last one listed where NVML refused its handle)."""
+        if self.handle is None:  # lost at the last reopen: keep its identity, so it shows as down
+            return self.known or GPUInfo(index=self.index, model="NVIDIA GPU")
+        nvml, guard, handle = self._api.nvml, self.guard, self.handle
+        name = guard.call("name", nvml.nvmlDeviceGetName, handle)
+        uuid = guard.call("uuid", nvml.nvmlDeviceGetUUID, handle)
+        cc = guard.call("cc", nvml.nvmlDeviceGetCudaComputeCapability, handle)
+        pci = guard.call("pci", nvml.nvmlDeviceGetPciInfo, handle)
+        memory = self.memory()
+        return GPUInfo(
+            index=self.index,
+            model=text(name) if name is not None else "NVIDIA GPU",
+            **GPUInfo.memory_fields(memory.total if memory else None),
+            uuid=text(uuid) if uuid is not None else None,
+            compute_capability=f"{cc[0]}.{cc[1]}" if cc is not None else None,
+            pcie_gen=guard.call("pcie_gen", nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+            pci_bus_id=text(pci.busId) if pci is not None else None,
+            driver_version=driver,
+            aliases=self._mig_uuids(),
+        )
+
+    def _mig_uuids(self) -> list[str] | None:
+        """The ``MIG-…`` UUIDs of the GPU's MIG devices: the IDs NVIDIA's device plugin gives pods that
+        hold a MIG slice, so their allocation and energy are matched to this GPU."""
+        nvml, uuids = self._api.nvml, []
+        for mig in mig_device_handles(self.guard, nvml, self.handle):
+            uuid = self.guard.call("mig_uuid", nvml.nvmlDeviceGetUUID, mig)
+            if uuid is not None:
+                uuids.append(text(uuid))
+        return uuids or None

@@ -1,0 +1,103 @@
+"""One GPU's slow values, read every ``--health-interval`` (:mod:`~warptd.backends.cadence`): the
+enforced power limit, fans, encoder and decoder utilization; and the calls that stand in for the
+health fields a GPU lacks (PCIe replays, remapped rows, error counters of NVLinks 12-17)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from warptd.backends.nvidia import fields
+from warptd.backends.nvidia.api import NvmlApi
+from warptd.backends.nvidia.batch import FieldBatch
+from warptd.backends.nvidia.fields import Decoded, FieldPlan
+from warptd.backends.nvidia.guard import DeviceGuard
+from warptd.metrics import catalog
+from warptd.models import LabelledValues
+
+
+class SlowValues:
+    """The slow values of one GPU (``handle``) as of their last read, through its guard."""
+
+    __slots__ = ("_api", "_guard", "_handle", "fans", "gauges", "power_limit")
+
+    def __init__(self, api: NvmlApi, guard: DeviceGuard, handle: Any) -> None:
+        self._api, self._guard, self._handle = api, guard, handle
+        self.power_limit: float | None = None  # W, enforced
+        #: nvidia-smi's gauges besides the performance state: fans, encoder, decoder.
+        self.gauges: dict[str, LabelledValues] = {}
+        self.fans: int | None = None  # fans of the board, asked once
+
+    def _get(self, what: str, name: str, *args: object) -> Any:
+        return self._api.get(self._guard, self._handle, what, name, *args)
+
+    def read(self) -> bool:
+        """Read the power limit, fans, encoder and decoder. False when one failed now (rather than
+        being unsupported)."""
+        unsupported = self._guard.unsupported
+        milliwatts = self._get("power_limit", "nvmlDeviceGetEnforcedPowerLimit")
+        self.power_limit = milliwatts / 1000 if milliwatts is not None else None
+        answered = milliwatts is not None or "power_limit" in unsupported
+        gauges: dict[str, LabelledValues] = {}
+        fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds().items()}
+        if fans:
+            gauges[catalog.FAN_SPEED.name] = fans
+        for metric, fn_name in (
+            (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization"),
+            (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization"),
+        ):
+            answer = self._get(metric.name, fn_name)  # [percent, sampling period in µs]
+            if answer is not None:
+                gauges[metric.name] = {(): answer[0] / 100}
+            elif metric.name not in unsupported:
+                answered = False
+        self.gauges = gauges
+        return answered
+
+    def _fan_speeds(self) -> dict[int, float]:
+        """Percent by fan; a board without fans answers NOT_SUPPORTED once and is not asked again."""
+        if self.fans is None:
+            count = self._get("fans", "nvmlDeviceGetNumFans")
+            if count is None:
+                return {}
+            self.fans = count
+        speeds = {}
+        for fan in range(self.fans):
+            percent = self._get(f"fan_{fan}", "nvmlDeviceGetFanSpeed_v2", fan)
+            if percent is not None:
+                speeds[fan] = float(percent)
+        return speeds
+
+    def health(self, batch: FieldBatch) -> Decoded:
+        """Gauges and raw counters from this read's full batch, with the calls that stand in where the
+        GPU lacks a field (PCIe replays, remapped rows, the NVLinks no per-link field id numbers)."""
+        plan = batch.plan
+        if plan is None:
+            return {}, {}
+        gauges, counters = batch.decode()
+        if batch.lacks(fields.FI_PCIE_REPLAY_COUNTER):
+            replays = self._get("pcie_replays", "nvmlDeviceGetPcieReplayCounter")
+            if replays is not None:
+                counters[catalog.PCIE_REPLAYS.name] = {(): float(replays)}
+        errors = self._nvlink_error_calls(plan)
+        if errors:
+            counters[catalog.NVLINK_ERRORS.name] = {**counters.get(catalog.NVLINK_ERRORS.name, {}), **errors}
+        if all(batch.lacks(field_id) for field_id in fields.FI_REMAPPED_ROWS):
+            rows = self._get("remapped_rows", "nvmlDeviceGetRemappedRows")
+            if rows is not None:
+                gauges[catalog.REMAPPED_ROWS.name] = {("correctable",): rows[0], ("uncorrectable",): rows[1]}
+                gauges[catalog.ROW_REMAP_PENDING.name] = {(): float(bool(rows[2]))}
+                gauges[catalog.ROW_REMAP_FAILURE.name] = {(): float(bool(rows[3]))}
+        return gauges, counters
+
+    def _nvlink_error_calls(self, plan: FieldPlan) -> LabelledValues:
+        """The error counters of the links no per-link field id numbers (12-17 of an H100/H200), by
+        nvmlDeviceGetNvLinkErrorCounter as DCGM reads them. Each link's kind is its own call: one not
+        supported (an inactive link) is not asked again, the others are; one failing otherwise (e.g.
+        INVALID_ARGUMENT) is absent this read."""
+        errors: dict[tuple[str, ...], float] = {}
+        for link, kind, counter in plan.error_calls:
+            what = f"nvlink_error_counter_{link}_{kind}"
+            count = self._get(what, "nvmlDeviceGetNvLinkErrorCounter", link, counter)
+            if count is not None:
+                errors[str(link), kind] = float(count)
+        return errors
