@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -468,18 +468,26 @@ class Sampler:
         """Read every device (or only ``indices``, a fast read) or every domain of backend ``name``."""
         backend = self.backends[name]
         infos = None
+        readings: list[Any] = []
         if name in self._power_names:
-            readings: list[Any] = backend.read_domains()  # type: ignore[union-attr]
-            rejected = sum(sanitize_domain(r) for r in readings)
+            rejected = 0
+            for as_read in backend.read_domains():  # type: ignore[union-attr]
+                domain, dropped = sanitize_domain(as_read)
+                readings.append(domain)
+                rejected += dropped
         else:
             if indices is None:
                 infos = self._rediscover(name, backend)
                 indices = list(range(backend.get_device_count()))
             backend.begin_sample()
-            readings = [backend.read_device(i) for i in indices]
+            read = [backend.read_device(i) for i in indices]
             state = self.snapshot.get(name)
             last = {sample.reading.index: sample.reading for sample in state.devices} if state else {}
-            rejected = sum(sanitize_device(r, last.get(r.index)) for r in readings)
+            rejected = 0
+            for as_read in read:
+                reading, dropped = sanitize_device(as_read, last.get(as_read.index))
+                readings.append(reading)
+                rejected += dropped
         errors = backend.take_errors()
         if rejected:
             errors[ErrorKind.INVALID_VALUE] += rejected
@@ -529,12 +537,15 @@ class Sampler:
         uuids = self._uuids(name, state.devices_info if state else [])
         samples = []
         reading: DeviceReading
-        for reading in raw.readings:
+        for as_read in raw.readings:
+            reading = as_read
             seen = (name, reading.index)
             if self._seen_at.get(seen, -math.inf) >= raw.at:
                 continue
             self._seen_at[seen] = raw.at
-            reading.uuid = uuids.get(reading.index, "")
+            uuid = uuids.get(reading.index, "")
+            if reading.uuid != uuid:
+                reading = replace(reading, uuid=uuid)
             key = f"{name}/{reading.uuid or reading.index}"
             tracker = self._tracker(key)
             if not reading.up:
@@ -550,8 +561,10 @@ class Sampler:
             )
             if tracker.dropped_joules != dropped:
                 self._dropped(key, tracker, dropped, reading.power_limit_watts)
-            if reading.power_average_watts is None:  # a device with only an energy counter: its mean
-                reading.power_watts = power  # (one with the driver's average has no instant reading)
+            if reading.power_average_watts is None and power != reading.power_watts:
+                # a device with only an energy counter: its mean (one with the driver's average has
+                # no instant reading)
+                reading = replace(reading, power_watts=power)
             samples.append(
                 DeviceSample(
                     reading=reading,
