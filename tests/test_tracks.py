@@ -71,7 +71,7 @@ def test_a_counter_reset_adds_what_it_counted_since():
         track.update(DeviceReading(index=0, energy_counter_joules=joules, power_limit_watts=700.0), at)
     sample = track.update(DeviceReading(index=0, energy_counter_joules=200.0, power_limit_watts=700.0), 2.0)
     assert sample is not None and sample.energy_joules == 1700.0  # the driver reloaded: +200
-    assert track.energy.dropped_joules == 0.0
+    assert track.energy.tracker.dropped_joules == 0.0
 
 
 def test_a_reset_claiming_more_than_the_limit_allows_is_dropped_counted_and_logged():

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import fields, replace
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import structlog
 
+from warptd.models import DeviceReading
 from warptd.power.base import DomainPower
 from warptd.sampling.counters import MAX_PLAUSIBLE_WATTS, CounterTotals, EnergyTracker, ThrottleSeconds
 from warptd.sampling.snapshot import DeviceSample
 
 if TYPE_CHECKING:
-    from warptd.models import DeviceReading, GPUInfo
+    from warptd.models import GPUInfo
     from warptd.power.base import DomainReading, PowerSource
 
 log = structlog.get_logger("warptd.sampler")
@@ -37,20 +39,43 @@ def no_saved_totals(key: str, tracker: EnergyTracker) -> None:
     """A :data:`Resume` for a sampler without ``--state-dir``: every total starts anew."""
 
 
+#: A reading's values in field order, and where its UUID and power are among them.
+_VALUES = attrgetter(*(f.name for f in fields(DeviceReading)))
+_UUID, _POWER = (
+    next(i for i, f in enumerate(fields(DeviceReading)) if f.name == n) for n in ("uuid", "power_watts")
+)
+
+
+def _published(reading: DeviceReading, uuid: str, power: float | None) -> DeviceReading:
+    """``reading`` with the device's UUID and power: :func:`dataclasses.replace` in half its time (once
+    per device and sample), the values passed by position (every field of a reading is an argument)."""
+    values = list(_VALUES(reading))
+    values[_UUID], values[_POWER] = uuid, power
+    return DeviceReading(*values)
+
+
+class DroppedJoules:
+    """Energy that reset or restored counters of one backend claimed beyond their ceiling."""
+
+    __slots__ = ("joules",)
+
+    def __init__(self) -> None:
+        self.joules = 0.0
+
+
 class EnergyTrack:
     """One energy total under the key its saved state has (``backend/identity``); a reset or restored
-    counter's claim beyond its ceiling is dropped and logged."""
+    counter's claim beyond its ceiling is dropped, added to its backend's ``dropped`` and logged."""
 
-    __slots__ = ("key", "tracker")
+    __slots__ = ("dropped", "key", "tracker")
 
-    def __init__(self, key: str, resume: Resume = no_saved_totals) -> None:
+    def __init__(
+        self, key: str, resume: Resume = no_saved_totals, dropped: DroppedJoules | None = None
+    ) -> None:
         self.key = key
         self.tracker = EnergyTracker()
+        self.dropped = dropped if dropped is not None else DroppedJoules()
         resume(key, self.tracker)
-
-    @property
-    def dropped_joules(self) -> float:
-        return self.tracker.dropped_joules
 
     def update_energy(
         self,
@@ -62,13 +87,15 @@ class EnergyTrack:
     ) -> tuple[float | None, float | None]:
         """Power (W) and monotonic energy (J) of a reading at ``at``: see :meth:`EnergyTracker.update`."""
         tracker = self.tracker
-        before = tracker.dropped_joules
+        before = tracker.counter.dropped if tracker.counter is not None else 0.0
         result = tracker.update(at, power, energy, wrap_range, limit_watts)
-        if tracker.dropped_joules != before:
+        if tracker.counter is not None and tracker.counter.dropped != before:
+            dropped = tracker.counter.dropped - before
+            self.dropped.joules += dropped
             log.warning(
                 "energy_jump_dropped",
                 counter=self.key,
-                dropped_joules=round(tracker.dropped_joules - before, 3),
+                dropped_joules=round(dropped, 3),
                 ceiling_watts=limit_watts or MAX_PLAUSIBLE_WATTS,
                 reason="a reset or restored counter claimed more than the ceiling times the time since "
                 "its last reading",
@@ -86,9 +113,16 @@ class DeviceTrack:
 
     __slots__ = ("counters", "energy", "seen_at", "throttle", "uuid")
 
-    def __init__(self, backend: str, index: int, uuid: str = "", resume: Resume = no_saved_totals) -> None:
+    def __init__(
+        self,
+        backend: str,
+        index: int,
+        uuid: str = "",
+        resume: Resume = no_saved_totals,
+        dropped: DroppedJoules | None = None,
+    ) -> None:
         self.uuid = uuid
-        self.energy = EnergyTrack(f"{backend}/{uuid or index}", resume)
+        self.energy = EnergyTrack(f"{backend}/{uuid or index}", resume, dropped)
         self.throttle = ThrottleSeconds()
         self.counters = CounterTotals()
         #: Monotonic time of the newest reading made a sample.
@@ -111,7 +145,7 @@ class DeviceTrack:
         if reading.power_average_watts is not None:  # the driver's average: no instant reading to make
             power = reading.power_watts
         if reading.uuid != uuid or power != reading.power_watts:
-            reading = replace(reading, uuid=uuid, power_watts=power)
+            reading = _published(reading, uuid, power)
         return DeviceSample(
             reading,
             energy,
@@ -124,11 +158,12 @@ class DeviceTracks:
     """One device backend's tracks: by index in its current list of devices, and by identity (UUID,
     else index) for every device it listed, so one listed again continues where it was."""
 
-    __slots__ = ("_by_identity", "_by_index", "_listed", "_resume", "backend")
+    __slots__ = ("_by_identity", "_by_index", "_dropped", "_listed", "_resume", "backend")
 
     def __init__(self, backend: str, resume: Resume = no_saved_totals) -> None:
         self.backend = backend
         self._resume = resume
+        self._dropped = DroppedJoules()
         self._listed: list[GPUInfo] | None = None
         self._by_index: dict[int, DeviceTrack] = {}
         self._by_identity: dict[str, DeviceTrack] = {}
@@ -152,14 +187,17 @@ class DeviceTracks:
         identity = uuid or str(index)
         track = self._by_identity.get(identity)
         if track is None:
-            track = self._by_identity[identity] = DeviceTrack(self.backend, index, uuid, self._resume)
+            track = self._by_identity[identity] = DeviceTrack(
+                self.backend, index, uuid, self._resume, self._dropped
+            )
         return track
 
     def update(self, readings: list[DeviceReading], at: float) -> list[DeviceSample]:
         """The samples of ``readings``, read at ``at``, but of those older than their device's last."""
-        samples = []
+        samples, by_index = [], self._by_index
         for reading in readings:
-            sample = self.track(reading.index).update(reading, at)
+            track = by_index.get(reading.index) or self.track(reading.index)
+            sample = track.update(reading, at)
             if sample is not None:
                 samples.append(sample)
         return samples
@@ -172,7 +210,7 @@ class DeviceTracks:
     @property
     def dropped_joules(self) -> float:
         """Energy that reset or restored counters of the backend's devices claimed beyond their ceiling."""
-        return sum(track.energy.dropped_joules for track in tuple(self._by_identity.values()))
+        return self._dropped.joules
 
     def energy(self) -> Iterator[EnergyTrack]:
         """Every device's energy total, for the saved state."""
@@ -204,12 +242,13 @@ class DomainTracks:
     """One power backend's domain tracks, by what each domain's energy belongs to (a GPU's UUID, else
     the domain's name); its domains are read together, so one time of the newest read serves all."""
 
-    __slots__ = ("_resume", "_tracks", "backend", "seen_at", "source")
+    __slots__ = ("_dropped", "_resume", "_tracks", "backend", "seen_at", "source")
 
     def __init__(self, backend: str, source: PowerSource, resume: Resume = no_saved_totals) -> None:
         self.backend = backend
         self.source = source
         self._resume = resume
+        self._dropped = DroppedJoules()
         self._tracks: dict[str, DomainTrack] = {}
         self.seen_at = -math.inf
 
@@ -223,7 +262,9 @@ class DomainTracks:
             identity = reading.identity or reading.domain
             track = tracks.get(identity)
             if track is None:
-                track = tracks[identity] = DomainTrack(f"{self.backend}/{identity}", self._resume)
+                track = tracks[identity] = DomainTrack(
+                    f"{self.backend}/{identity}", self._resume, self._dropped
+                )
             domains.append(track.update(reading, at, source))
         return domains
 
@@ -235,7 +276,7 @@ class DomainTracks:
     @property
     def dropped_joules(self) -> float:
         """Energy that reset or restored counters of the domains claimed beyond their ceiling."""
-        return sum(track.dropped_joules for track in tuple(self._tracks.values()))
+        return self._dropped.joules
 
     def energy(self) -> Iterator[EnergyTrack]:
         """Every domain's energy total, for the saved state."""
