@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 def make_samples(sampler: Sampler, name: str) -> None:
     """One read of backend ``name`` made samples by its tracks, as a tick does, but not published."""
+    if not hasattr(sampler, "publisher"):  # a ``--code`` tree from before the tracks
+        sampler._devices(name, sampler._read(name))  # type: ignore[attr-defined]
+        return
     tracks = sampler.publisher.tracks[name]
     tracks.follow(sampler.snapshot.get(name).devices_info)  # type: ignore[union-attr,arg-type]
     raw = sampler._reader.read(name)
