@@ -1,5 +1,7 @@
 """Each device's and each power domain's state across readings, as plain objects: no threads, no
-sleeps, no clock (the caller passes the monotonic time of each read).
+sleeps, no clock of their own (the caller passes the monotonic time of each read; only a total
+restored from ``--state-dir`` reads the wall clock, once, to bound what its first reading may add:
+:meth:`EnergyTracker.resume_from`).
 
 A :class:`DeviceTrack` owns what the sampler keeps between two readings of one device: its energy
 total (and the joules a reset counter claimed beyond its ceiling), its throttle seconds, its further
@@ -47,8 +49,8 @@ _UUID, _POWER = (
 
 
 def _published(reading: DeviceReading, uuid: str, power: float | None) -> DeviceReading:
-    """``reading`` with the device's UUID and power: :func:`dataclasses.replace` in half its time (once
-    per device and sample), the values passed by position (every field of a reading is an argument)."""
+    """``reading`` with the device's UUID and power: :func:`dataclasses.replace` in about 60 % of its
+    time (once per device and sample), the values passed by position (every field is an argument)."""
     values = list(_VALUES(reading))
     values[_UUID], values[_POWER] = uuid, power
     return DeviceReading(*values)
