@@ -128,6 +128,8 @@ def _merge(
     """The backend's device list after a read. A full read (``order``: the indices it read) gives the
     list, keeping the current sample of a device whose reading was dropped as older; a fast read
     replaces its devices in the current list."""
+    if order is not None and len(new) == len(order):  # the common case: every device read was newer
+        return list(new)  # the snapshot's own list, apart from the one the listeners get
     fresh = {sample.reading.index: sample for sample in new}
     if order is None:
         return [fresh.pop(s.reading.index, s) for s in current] + list(fresh.values())

@@ -41,19 +41,22 @@ def no_saved_totals(key: str, tracker: EnergyTracker) -> None:
     """A :data:`Resume` for a sampler without ``--state-dir``: every total starts anew."""
 
 
-#: A reading's values in field order, and where its UUID and power are among them.
+#: A reading's values in field order, and the setters of its slots in the same order.
 _VALUES = attrgetter(*(f.name for f in fields(DeviceReading)))
-_UUID, _POWER = (
-    next(i for i, f in enumerate(fields(DeviceReading)) if f.name == n) for n in ("uuid", "power_watts")
-)
+_SETTERS = tuple(getattr(DeviceReading, f.name).__set__ for f in fields(DeviceReading))
+_SET_UUID, _SET_POWER = (getattr(DeviceReading, name).__set__ for name in ("uuid", "power_watts"))
 
 
 def _published(reading: DeviceReading, uuid: str, power: float | None) -> DeviceReading:
-    """``reading`` with the device's UUID and power: :func:`dataclasses.replace` in about 60 % of its
-    time (once per device and sample), the values passed by position (every field is an argument)."""
-    values = list(_VALUES(reading))
-    values[_UUID], values[_POWER] = uuid, power
-    return DeviceReading(*values)
+    """``reading`` with the device's UUID and power, in 40 % of :func:`dataclasses.replace`'s time
+    (once per device and sample): its slots copied as they are, the reading having been built (and
+    normalised by ``__post_init__``) already; only the new copy is written to, before anyone has it."""
+    copy = object.__new__(DeviceReading)
+    for set_slot, value in zip(_SETTERS, _VALUES(reading), strict=True):
+        set_slot(copy, value)
+    _SET_UUID(copy, uuid)
+    _SET_POWER(copy, power)
+    return copy
 
 
 class DroppedJoules:
