@@ -15,8 +15,24 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+if TYPE_CHECKING:
+    from warptd.sampling.sampler import Sampler
+
+
+def make_samples(sampler: Sampler, name: str) -> None:
+    """One read of backend ``name`` made samples by its tracks, as a tick does, but not published."""
+    if not hasattr(sampler, "publisher"):  # a ``--code`` tree from before the tracks
+        sampler._devices(name, sampler._read(name))  # type: ignore[attr-defined]
+        return
+    tracks = sampler.publisher.tracks[name]
+    tracks.follow(sampler.snapshot.get(name).devices_info)  # type: ignore[union-attr,arg-type]
+    raw = sampler._reader.read(name)
+    tracks.update(raw.readings, raw.at)  # type: ignore[arg-type]
 
 
 def measure(sockets: int, partitions: int, samples: int) -> dict[str, object]:
@@ -32,11 +48,11 @@ def measure(sockets: int, partitions: int, samples: int) -> dict[str, object]:
         rig = Rig(settings)
         sampler = rig.sampler
         try:
-            sampler._devices("amd", sampler._read("amd"))  # identities, first totals
+            make_samples(sampler, "amd")  # identities, first totals
             for _ in range(samples):
                 fake.advance(1.0)
                 started, cpu = time.perf_counter(), time.process_time()
-                sampler._devices("amd", sampler._read("amd"))
+                make_samples(sampler, "amd")
                 walls.append(time.perf_counter() - started)
                 cpus.append(time.process_time() - cpu)
         finally:

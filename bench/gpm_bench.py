@@ -25,8 +25,17 @@ from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import Rig
 from warptd.backends.nvidia.gpm import sample_gap
 from warptd.config import load_settings
+from warptd.sampling.sampler import Sampler
 
 SM_UTIL, TENSOR_UTIL = 2, 5  # NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_ANY_TENSOR_UTIL
+
+
+def make_samples(sampler: Sampler, name: str) -> None:
+    """One read of backend ``name`` made samples by its tracks, as a tick does, but not published."""
+    tracks = sampler.publisher.tracks[name]
+    tracks.follow(sampler.snapshot.get(name).devices_info)  # type: ignore[union-attr,arg-type]
+    raw = sampler._reader.read(name)
+    tracks.update(raw.readings, raw.at)  # type: ignore[arg-type]
 
 
 def measure(gpus: int, gpm: str, samples: int) -> dict[str, object]:
@@ -46,14 +55,14 @@ def measure(gpus: int, gpm: str, samples: int) -> dict[str, object]:
         try:
             for _ in range(3):  # GPM's first pair, first totals
                 time.sleep(sample_gap(settings))
-                sampler._devices("nvidia", sampler._read("nvidia"))
+                make_samples(sampler, "nvidia")
             calls = fake.total_calls()
             for _ in range(samples):
                 for gpu in fake.gpus:
                     gpu.advance_gpm(activity={SM_UTIL: 0.5, TENSOR_UTIL: 0.2}, pcie=(2**20, 2**19))
                 time.sleep(wait)
                 started = time.process_time()
-                sampler._devices("nvidia", sampler._read("nvidia"))
+                make_samples(sampler, "nvidia")
                 cpu += time.process_time() - started
             calls = fake.total_calls() - calls
         finally:

@@ -155,8 +155,11 @@ def test_a_dict_handed_over_again_is_not_checked_again_but_a_new_one_is():
 
     steady = {("correctable",): 3.0}
     first = DeviceReading(index=0, gauges={"warptd_device_remapped_rows": steady})
-    assert sanitize_device(first) == 0
+    first, rejected = sanitize_device(first)
+    assert rejected == 0
     again = DeviceReading(index=0, gauges={"warptd_device_remapped_rows": steady})
-    assert sanitize_device(again, first) == 0 and again.gauges["warptd_device_remapped_rows"] is steady
+    again, rejected = sanitize_device(again, first)
+    assert rejected == 0 and again.gauges["warptd_device_remapped_rows"] is steady
     garbage = DeviceReading(index=0, gauges={"warptd_device_remapped_rows": {("correctable",): -1.0}})
-    assert sanitize_device(garbage, first) == 1 and garbage.gauges["warptd_device_remapped_rows"] == {}
+    garbage, rejected = sanitize_device(garbage, first)
+    assert rejected == 1 and garbage.gauges["warptd_device_remapped_rows"] == {}

@@ -402,7 +402,8 @@ def test_nan_power_from_a_plugin_is_rejected(settings):
     from warptd.sampling.validate import sanitize_device
 
     reading = DeviceReading(index=0, power_watts=math.nan, temperatures_celsius={"a": 40.0, "b": math.inf})
-    assert sanitize_device(reading) == 2
+    reading, rejected = sanitize_device(reading)
+    assert rejected == 2
     assert reading.power_watts is None and reading.temperatures_celsius == {"a": 40.0}
 
 
@@ -429,12 +430,12 @@ def test_each_impossible_power_value_is_dropped_alone(field, garbage):
         "power_limit_watts": 700,
         "energy_counter_joules": 5e6,
     }
-    reading = DeviceReading(index=0, **{**sane, field: garbage})
-    assert sanitize_device(reading) == 1
+    reading, rejected = sanitize_device(DeviceReading(index=0, **{**sane, field: garbage}))
+    assert rejected == 1
     assert getattr(reading, field) is None
     assert all(getattr(reading, name) == value for name, value in sane.items() if name != field)
-    clean = DeviceReading(index=0, **sane)
-    assert sanitize_device(clean) == 0 and clean.power_limit_watts == 700
+    clean, rejected = sanitize_device(DeviceReading(index=0, **sane))
+    assert rejected == 0 and clean.power_limit_watts == 700
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -159,7 +160,7 @@ def test_no_extrapolation_past_a_lost_device():
     recorder.add_device(GPU, sample(100, 1000.0), start)
     recorder.add_device(GPU, sample(100, 1100.0), start + 1.0)
     lost = sample(None, None)
-    lost.reading.up = False
+    lost = replace(lost, reading=replace(lost.reading, up=False))
     recorder.add_device(GPU, lost, start + 1.5)
     recorder.stop()
     recorder.ended_mono = start + 5.0
@@ -174,10 +175,10 @@ def test_a_device_whose_index_now_names_another_device_is_gone():
     recorder.start()
     for at, watts, energy in ((0.0, 100, 0.0), (1.0, 100, 100.0)):
         own = sample(watts, energy)
-        own.reading.uuid = "GPU-0"
+        own = replace(own, reading=replace(own.reading, uuid="GPU-0"))
         recorder.on_sample("nvidia", [own], None, at)
     other = sample(400, 5000.0)
-    other.reading.uuid = "MIG-other"
+    other = replace(other, reading=replace(other.reading, uuid="MIG-other"))
     recorder.on_sample("nvidia", [other], None, 2.0)
     gpu = recorder.recording_now().targets[0]
     assert gpu.up is False and gpu.samples == 2

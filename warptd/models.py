@@ -71,7 +71,7 @@ CLOCK_EVENT_REASONS: frozenset[str] = frozenset(
 LabelledValues = dict[tuple[str, ...], float]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class MemoryUsage:
     """Device memory in bytes: ``used`` by allocations, as nvidia-smi shows it; ``reserved`` by the
     driver, where the SDK reports it apart (then ``total = reserved + used + free``)."""
@@ -82,7 +82,7 @@ class MemoryUsage:
     reserved: int | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Utilization:
     """Busy fractions in 0..1: ``compute`` for the cores, ``memory`` for the memory controller."""
 
@@ -90,9 +90,13 @@ class Utilization:
     memory: float | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class DeviceReading:
-    """Raw point-in-time values of one device, in base units; ``None`` or missing keys mean unsupported."""
+    """Raw point-in-time values of one device, in base units; ``None`` or missing keys mean unsupported.
+
+    Frozen, like the dicts it holds by convention: whoever hands a reading on (a backend, the checks,
+    the sampler) makes a new one to change it (:func:`dataclasses.replace`), so a reading kept by a
+    listener or compared by identity with the last one is never changed under it."""
 
     index: int
     uuid: str = ""
@@ -124,13 +128,14 @@ class DeviceReading:
 
     def __post_init__(self) -> None:
         """Move the clock-event reasons that are not throttling out of the throttle fields, once,
-        here, whatever built the reading: no backend, exporter or summary has to leave them out."""
+        here, whatever built the reading: no backend, exporter or summary has to leave them out. The
+        one normalisation of a frozen reading, made while it is being built."""
         if not CLOCK_EVENT_REASONS.isdisjoint(self.throttle_active):
             throttle, events = {}, dict(self.clock_events_active)
             for reason, on in self.throttle_active.items():
                 (events if reason in CLOCK_EVENT_REASONS else throttle)[reason] = on
-            self.throttle_active, self.clock_events_active = throttle, events
+            object.__setattr__(self, "throttle_active", throttle)
+            object.__setattr__(self, "clock_events_active", events)
         if not CLOCK_EVENT_REASONS.isdisjoint(self.throttle_counter_seconds):
-            self.throttle_counter_seconds = {
-                r: s for r, s in self.throttle_counter_seconds.items() if r not in CLOCK_EVENT_REASONS
-            }
+            counted = {r: s for r, s in self.throttle_counter_seconds.items() if r not in CLOCK_EVENT_REASONS}
+            object.__setattr__(self, "throttle_counter_seconds", counted)

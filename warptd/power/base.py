@@ -28,7 +28,7 @@ class PowerSource(StrEnum):
     ESTIMATED = "estimated"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class DomainReading:
     """Raw reading of one power domain, as the hardware gives it (converted to W and J)."""
 
@@ -44,7 +44,7 @@ class DomainReading:
     limit_watts: float | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class DomainPower:
     """One domain after sampling: power (measured or derived from energy) and monotonic energy."""
 
@@ -55,7 +55,7 @@ class DomainPower:
     readable: bool = True
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class GPUPowerInfo:
     """Per-device power reading of a power backend."""
 
@@ -70,7 +70,7 @@ class GPUPowerInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ProcessPower:
     """Power attributed to one process (filled by later attribution work)."""
 
@@ -79,7 +79,7 @@ class ProcessPower:
     power_watts: float
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PowerSnapshot:
     """Everything one power backend reported at one instant."""
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from warptd.models import LabelledValues
+
 log = structlog.get_logger("warptd.counters")
 
 #: No single power domain draws more; a counter decrease implying more is a reset, not a wrap. Also
@@ -256,3 +258,41 @@ class ThrottleSeconds:
             seconds[reason] = tracker.update(now, active.get(reason, False), counted.get(reason))
         self._last = (active, counted, seconds)
         return seconds
+
+
+class CounterTotals:
+    """A device's further hardware counters (by metric, then by the values of its own labels) made
+    monotonic: a decrease is a reset (driver reload). Health counters mostly stand still: a reading's
+    counters, or a metric's values, as last time keep last time's totals (one C-level comparison)."""
+
+    __slots__ = ("_last", "_last_by_metric", "_series")
+
+    def __init__(self) -> None:
+        self._series: dict[str, dict[tuple[str, ...], MonotonicCounter]] = {}
+        #: metric -> the raw values last read and the totals they gave
+        self._last_by_metric: dict[str, tuple[LabelledValues, LabelledValues]] = {}
+        #: the last reading's raw counters and the totals they gave
+        self._last: tuple[dict[str, LabelledValues], dict[str, LabelledValues]] | None = None
+
+    def update(self, counters: dict[str, LabelledValues]) -> dict[str, LabelledValues]:
+        """The monotonic totals of one reading's raw ``counters``, keyed the same way."""
+        last = self._last
+        if last is not None and last[0] == counters:
+            return last[1]
+        totals: dict[str, LabelledValues] = {}
+        for metric, values in counters.items():
+            last_metric = self._last_by_metric.get(metric)
+            if last_metric is not None and last_metric[0] == values:
+                totals[metric] = last_metric[1]
+                continue
+            series = self._series.setdefault(metric, {})
+            totals[metric] = metric_totals = {}
+            for labels, raw in values.items():
+                counter = series.get(labels)
+                if counter is None:
+                    counter = series[labels] = MonotonicCounter()
+                counter.update(raw)
+                metric_totals[labels] = counter.total or 0.0
+            self._last_by_metric[metric] = (values, metric_totals)
+        self._last = (counters, totals)
+        return totals

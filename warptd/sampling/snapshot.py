@@ -12,9 +12,10 @@ from warptd.models import BackendKind, DeviceReading, GPUInfo, LabelledValues
 from warptd.power.base import DomainPower, PowerSource
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class DeviceSample:
-    """A device reading plus the totals the sampler keeps across readings."""
+    """A device reading plus the totals the sampler keeps across readings; handed to scrapes and
+    listeners as it is, never changed."""
 
     reading: DeviceReading
     energy_joules: float | None = None

@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import structlog
@@ -95,12 +96,16 @@ class CounterState:
                 float(entry["total"]), entry.get("raw"), same_boot=self.same_boot, read_at=entry.get("at")
             )
 
-    def maybe_save(self, trackers: dict[str, EnergyTracker], force: bool = False) -> None:
+    def maybe_save(
+        self, trackers: Callable[[], Iterable[tuple[str, EnergyTracker]]], force: bool = False
+    ) -> None:
+        """Save the totals of ``trackers()`` (key, tracker), at most every ``SAVE_EVERY_S`` unless
+        ``force``: asked for only when a save is due."""
         if self.path is None or (not force and time.monotonic() - self._last_save < SAVE_EVERY_S):
             return
         self._last_save = time.monotonic()
         wall_offset = time.time() - time.monotonic()  # trackers keep monotonic reading times
-        live = {key: t.snapshot(wall_offset) for key, t in tuple(trackers.items())}  # ticks may add keys
+        live = {key: t.snapshot(wall_offset) for key, t in trackers()}
         counters = {**self.saved, **{key: s for key, s in live.items() if s["total"] is not None}}
         document = {
             "version": _VERSION,

@@ -8,6 +8,7 @@ never graphed.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from warptd.metrics.catalog import BY_NAME, DEVICE_LABELS, FAN_SPEED
@@ -83,9 +84,10 @@ def _labelled(
 ) -> dict[str, LabelledValues]:
     """Further gauges and counters: metrics of the catalog only, with their own labels, finite, never
     negative, and ``_ratio`` metrics within 0..1. Kept as given: a backend hands over each dict it
-    reports and never changes it afterwards. Values as in the last reading's kept dict, ``checked``
+    reports and never changes it afterwards. Values as in the last reading's dict, ``checked``
     (health counters, mostly, and idle activity), are not checked again: that dict is kept instead,
-    or the whole of ``checked`` where nothing changed (one C-level comparison)."""
+    or the whole of ``checked`` where nothing changed (one C-level comparison); a reading with
+    nothing rejected keeps its own, equal, dicts."""
     if values_by_metric is checked or values_by_metric == checked:
         return checked
     kept = {}
@@ -127,32 +129,57 @@ def _power_within(reading: DeviceReading) -> bool:
         return False
 
 
-def sanitize_device(reading: DeviceReading, previous: DeviceReading | None = None) -> int:
-    """Drop impossible values from ``reading`` in place; return how many were dropped. ``previous``:
-    the device's last reading, whose values need no second check where the backend handed over the
-    same object again (it keeps what it made while its answers stand still) or equal further values."""
+def sanitize_device(
+    reading: DeviceReading, previous: DeviceReading | None = None
+) -> tuple[DeviceReading, int]:
+    """``reading`` without its impossible values, and how many were dropped: the same object where none
+    was (a backend that hands over what it kept still matches the last reading by identity), else a
+    new reading. ``previous``: the device's last reading, whose values need no second check where the
+    backend handed over the same object again (it keeps what it made while its answers stand still)
+    or equal further values."""
     rejected = [0]
-    if previous is None or reading.memory is not previous.memory:
-        reading.memory = _memory(reading.memory, rejected)
-    if previous is None or reading.utilization is not previous.utilization:
-        reading.utilization = _utilization(reading.utilization, rejected)
+    memory, utilization = reading.memory, reading.utilization
+    if previous is None or memory is not previous.memory:
+        memory = _memory(memory, rejected)
+    if previous is None or utilization is not previous.utilization:
+        utilization = _utilization(utilization, rejected)
+    power = reading.power_watts, reading.power_average_watts, reading.power_limit_watts
+    energy = reading.energy_counter_joules
     if not _power_within(reading):
-        reading.power_watts = _check(reading.power_watts, 0.0, MAX_WATTS, rejected)
-        reading.power_average_watts = _check(reading.power_average_watts, 0.0, MAX_WATTS, rejected)
-        reading.power_limit_watts = _check(reading.power_limit_watts, 0.0, MAX_WATTS, rejected)
-        reading.energy_counter_joules = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
-    if previous is None or reading.temperatures_celsius is not previous.temperatures_celsius:
-        reading.temperatures_celsius = _filtered(reading.temperatures_celsius, *TEMPERATURE_RANGE, rejected)
-    if previous is None or reading.clocks_hertz is not previous.clocks_hertz:
-        reading.clocks_hertz = _filtered(reading.clocks_hertz, 0.0, MAX_HERTZ, rejected)
-    reading.throttle_counter_seconds = _filtered(reading.throttle_counter_seconds, 0.0, math.inf, rejected)
-    reading.gauges = _labelled(reading.gauges, previous.gauges if previous else {}, rejected)
-    reading.counters = _labelled(reading.counters, previous.counters if previous else {}, rejected)
-    return rejected[0]
+        power = tuple(_check(watts, 0.0, MAX_WATTS, rejected) for watts in power)
+        energy = _check(energy, 0.0, math.inf, rejected)
+    temperatures, clocks = reading.temperatures_celsius, reading.clocks_hertz
+    if previous is None or temperatures is not previous.temperatures_celsius:
+        temperatures = _filtered(temperatures, *TEMPERATURE_RANGE, rejected)
+    if previous is None or clocks is not previous.clocks_hertz:
+        clocks = _filtered(clocks, 0.0, MAX_HERTZ, rejected)
+    throttle_counted = _filtered(reading.throttle_counter_seconds, 0.0, math.inf, rejected)
+    gauges = _labelled(reading.gauges, previous.gauges if previous else {}, rejected)
+    counters = _labelled(reading.counters, previous.counters if previous else {}, rejected)
+    if not rejected[0]:
+        return reading, 0
+    return replace(
+        reading,
+        memory=memory,
+        utilization=utilization,
+        power_watts=power[0],
+        power_average_watts=power[1],
+        power_limit_watts=power[2],
+        energy_counter_joules=energy,
+        temperatures_celsius=temperatures,
+        clocks_hertz=clocks,
+        throttle_counter_seconds=throttle_counted,
+        gauges=gauges,
+        counters=counters,
+    ), rejected[0]
 
 
-def sanitize_domain(reading: DomainReading) -> int:
+def sanitize_domain(reading: DomainReading) -> tuple[DomainReading, int]:
+    """``reading`` without impossible power or energy, and how many values were dropped: the same
+    object where none was, else a new reading."""
     rejected = [0]
-    reading.power_watts = _check(reading.power_watts, 0.0, MAX_WATTS * 10, rejected)
-    reading.energy_counter_joules = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
-    return rejected[0]
+    power = _check(reading.power_watts, 0.0, MAX_WATTS * 10, rejected)
+    energy = _check(reading.energy_counter_joules, 0.0, math.inf, rejected)
+    if not rejected[0]:
+        return reading, 0
+    return replace(reading, power_watts=power, energy_counter_joules=energy), rejected[0]

@@ -1,0 +1,115 @@
+"""One read of a backend, made on its worker: its devices (all, or the watched ones) or its power
+domains, each reading checked (:mod:`warptd.sampling.validate`) before anything else sees it. A full
+read of a backend with lost devices (or a reset SDK) lets it re-enumerate them first, at most every
+so often."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from warptd.errors import ErrorKind
+from warptd.power.base import PowerBackend
+from warptd.sampling.validate import sanitize_device, sanitize_domain
+
+if TYPE_CHECKING:
+    from warptd.backends.base import AcceleratorBackend
+    from warptd.models import DeviceReading, GPUInfo
+    from warptd.sampling.snapshot import Snapshot
+
+log = structlog.get_logger("warptd.sampler")
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    """What one read returns: when it ended (monotonic), the checked readings and the errors counted."""
+
+    at: float
+    readings: list[Any]
+    errors: Counter[ErrorKind]
+
+
+def read_devices(backend: AcceleratorBackend, indices: list[int], last: dict[int, DeviceReading]) -> Raw:
+    """Read the devices at ``indices``; ``last``: each device's last published reading, whose values
+    handed over again need no second check."""
+    backend.begin_sample()
+    read = [backend.read_device(i) for i in indices]
+    readings, rejected = [], 0
+    for as_read in read:
+        reading, dropped = sanitize_device(as_read, last.get(as_read.index))
+        readings.append(reading)
+        rejected += dropped
+    return _raw(backend, readings, rejected)
+
+
+def read_domains(backend: PowerBackend) -> Raw:
+    """Read every power domain of ``backend``."""
+    readings, rejected = [], 0
+    for as_read in backend.read_domains():
+        reading, dropped = sanitize_domain(as_read)
+        readings.append(reading)
+        rejected += dropped
+    return _raw(backend, readings, rejected)
+
+
+def _raw(backend: AcceleratorBackend | PowerBackend, readings: list[Any], rejected: int) -> Raw:
+    errors = backend.take_errors()
+    if rejected:
+        errors[ErrorKind.INVALID_VALUE] += rejected
+    return Raw(at=time.monotonic(), readings=readings, errors=errors)
+
+
+class Reader:
+    """Reads the backends: every device (re-enumerated first where the backend asks, at most every
+    ``rediscover_every()`` s), some devices (a fast read), or every domain of a power backend."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        backends: dict[str, AcceleratorBackend | PowerBackend],
+        rediscover_every: Callable[[], float],
+    ) -> None:
+        self.snapshot = snapshot
+        self.backends = backends
+        self._rediscover_every = rediscover_every
+        self._rediscovered: dict[str, float] = {}
+        # asked once: an ABC's isinstance is slow per sample
+        self._power = {name for name, backend in backends.items() if isinstance(backend, PowerBackend)}
+
+    def read(self, name: str, indices: list[int] | None = None) -> Raw:
+        """Read every device (or only ``indices``, a fast read) or every domain of backend ``name``."""
+        backend = self.backends[name]
+        if name in self._power:
+            return read_domains(backend)  # type: ignore[arg-type]
+        if indices is None:
+            self._rediscover(name, backend)  # type: ignore[arg-type]
+            indices = list(range(backend.get_device_count()))  # type: ignore[union-attr]
+        state = self.snapshot.get(name)
+        last = {sample.reading.index: sample.reading for sample in state.devices} if state else {}
+        return read_devices(backend, indices, last)  # type: ignore[arg-type]
+
+    def _rediscover(self, name: str, backend: AcceleratorBackend) -> list[GPUInfo] | None:
+        """At most every ``rediscover_every()`` s, let a suspect backend re-enumerate (in its worker)."""
+        now = time.monotonic()
+        if (
+            not backend.needs_rediscovery()
+            or now - self._rediscovered.get(name, -math.inf) < self._rediscover_every()
+        ):
+            return None
+        self._rediscovered[name] = now
+        if not backend.rediscover():
+            return None
+        infos = backend.list_devices()
+        # Published from here, the worker: even if this tick timed out, the new identities apply.
+        state = self.snapshot.get(name)
+        changed = state is None or infos != state.devices_info
+        self.snapshot.update(name, devices_info=infos)
+        if changed:
+            log.info("devices_rediscovered", backend=name, uuids=[i.uuid for i in infos])
+        return infos
