@@ -319,6 +319,41 @@ def test_promtool_finds_nothing_but_what_dcgm_exporter_s_own_names_force(setting
     assert _promtool_findings(own) == set()
 
 
+def test_openmetrics_types_the_bare_counters_unknown_and_parses(settings, fake_nvml):
+    """OpenMetrics has no counter without _total samples (Prometheus negotiates it by default): there
+    those two families are unknown, and the body still parses; the text format keeps them counters."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    rig = compat_rig(settings, "nvidia")
+    try:
+        rig.tick()
+        body = rig.exposition.render("application/openmetrics-text; version=1.0.0", None)[0].decode()
+        text = rig.exposition.render(None, None)[0].decode()
+    finally:
+        rig.close()
+    types = {family.name: family.type for family in text_string_to_metric_families(body)}
+    assert types["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "unknown"
+    assert types["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == "unknown"
+    assert types["DCGM_FI_DEV_GPU_UTIL"] == "gauge" and types["warptd_device_energy_joules"] == "counter"
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
+    assert "# TYPE warptd_device_energy_joules_total counter\n" in text
+
+
+def test_a_stale_backend_or_a_lost_gpu_loses_its_compat_series(settings, fake_nvml):
+    settings.backends = ["nvidia"]
+    rig = Rig(settings, stale_after=0.3)
+    rig.exposition.registry.register(DcgmCompatCollector(rig.snapshot, settings.node))
+    try:
+        fake_nvml.gpus[1].lost = True
+        rig.tick()
+        samples = scrape(rig)
+        assert {s.labels["gpu"] for s in select(samples, "DCGM_FI_DEV_GPU_TEMP")} == {"0"}
+        time.sleep(0.4)  # no sample since: the backend is stale, and so are its values
+        assert not [s for s in rig.scrape() if s.name.startswith("DCGM_")]
+    finally:
+        rig.close()
+
+
 def test_compat_is_a_setting_flag_and_environment_value(monkeypatch):
     assert load_settings().compat is None
     monkeypatch.setenv("WARPTD_COMPAT", "dcgm-exporter")
