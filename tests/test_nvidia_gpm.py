@@ -86,6 +86,22 @@ def test_every_activity_series_is_the_ratio_over_the_last_period(rig, fake_nvml)
     assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **DEV0) == 0
 
 
+def test_graphics_engine_activity_is_gpm_graphics_util_as_a_ratio(rig, fake_nvml):
+    """DCGM_FI_PROF_GR_ENGINE_ACTIVE's source: GPM's graphics/compute activity over the last period,
+    its own series beside SM activity (a GPU busy 80 % of the time with half its SMs idle)."""
+    gpu = fake_nvml.gpus[0]
+    rig.tick()
+    graphics, sm = pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, pynvml.NVML_GPM_METRIC_SM_UTIL
+    gpu.advance_gpm(activity={graphics: 0.8, sm: 0.4})
+    samples = rig.tick_gpm()
+    assert value(samples, "warptd_device_graphics_engine_active_ratio", **DEV0) == pytest.approx(0.8)
+    assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.4)
+    assert value(samples, "warptd_device_graphics_engine_active_ratio", **DEV1) == 0  # idle, not absent
+    gpu.advance_gpm(cycles=2_000_000, activity={graphics: 0.25})
+    samples = rig.tick_gpm()
+    assert value(samples, "warptd_device_graphics_engine_active_ratio", **DEV0) == pytest.approx(0.25)
+
+
 def test_answers_as_last_period_keep_the_gauges_whole_and_a_change_is_read(rig, fake_nvml):
     """An idle GPU's metrics (the same answers each period) hand over last period's gauges whole;
     the next change is read at once, throughputs still integrate each period."""

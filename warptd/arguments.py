@@ -166,6 +166,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {"action": "store_const", "const": True, "help": "export per-process memory (NVIDIA)"},
         ),
         (
+            ("--compat",),
+            {
+                "choices": ["dcgm-exporter"],
+                "help": "also serve another exporter's series from the same samples: dcgm-exporter's "
+                "default counters, names, units and labels",
+            },
+        ),
+        (
             ("--no-xid-events",),
             {"dest": "xid_events", "action": "store_const", "const": False, "help": "ignore XID events"},
         ),

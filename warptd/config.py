@@ -108,6 +108,10 @@ class Settings(BaseSettings):
         False, description="Add namespace/pod/container labels to the device series of allocated devices"
     )
     processes: bool = Field(False, description="Export per-process device memory (NVIDIA compute processes)")
+    compat: Literal["dcgm-exporter"] | None = Field(
+        None,
+        description="Also serve dcgm-exporter's default series (names, units, labels) beside warptd's own",
+    )
     xid_events: bool = Field(True, description="Count NVIDIA XID errors from NVML events on their own thread")
     tpu_runtime_address: str | None = Field(
         None, description="host:port of the libtpu runtime metrics service; default tpu-info's localhost:8431"

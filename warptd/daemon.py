@@ -75,6 +75,12 @@ class Daemon:
         self.process_monitor: ProcessMonitor | None = None
         if any(backend.name == "nvidia" for backend in self.loaded.accelerators):
             self._add_nvidia_extras(settings)
+        if settings.compat == "dcgm-exporter":
+            from warptd.exporter.dcgm import DcgmCompatCollector
+
+            self.exposition.registry.register(
+                DcgmCompatCollector(self.snapshot, settings.node, self.pods, self.xid_monitor)
+            )
         if self.pods is not None:
             pod_energy = PodEnergy(self.pods, self.snapshot, sm_use=self._sm_use(settings))
             self.pods.on_change = self.snapshot.touch

@@ -70,9 +70,11 @@ MAX_UTIL_SAMPLES = 128  # nv-processes
 MAX_LINKS, MAX_FANS = 18, 4  # nv-health
 _U32, _U64, _I32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
 # --- nv-gpm: GPM counters (struct gpm_counters) ---
-GPM_ACTIVE, GPM_LINKS, GPM_METRIC_IDS, GPM_ANSWERS = 30, 18, 480, 8
+GPM_ACTIVE, GPM_LINKS, GPM_METRIC_IDS, GPM_ANSWERS = 31, 18, 480, 8
 #: GPM metric id -> its activity counter in struct gpm_counters (gpm_slot() in nvml_double.c).
-_GPM_RANGES = ((2, 2, 0), (4, 2, 2), (10, 4, 4), (30, 8, 8), (40, 8, 16), (50, 2, 24), (166, 4, 26))
+_GPM_RANGES = (
+    (2, 2, 0), (4, 2, 2), (10, 4, 4), (30, 8, 8), (40, 8, 16), (50, 2, 24), (166, 4, 26), (1, 1, 30),
+)  # fmt: skip
 GPM_SLOTS: dict[int, int] = {
     metric: first_slot + offset
     for first_id, count, first_slot in _GPM_RANGES

@@ -119,7 +119,7 @@ static const char *function_names[] = {FUNCTIONS(AS_NAME)};
 
 struct power_point { uint64_t t_ns; uint32_t mw; uint32_t pad; };
 /* --- nv-gpm: GPM counters --- */
-#define GPM_ACTIVE 30   /* activity counters, by the slot gpm_slot() gives a metric id */
+#define GPM_ACTIVE 31   /* activity counters, by the slot gpm_slot() gives a metric id */
 #define GPM_LINKS 18
 #define GPM_METRIC_IDS 480
 #define GPM_ANSWERS 8   /* scripted metric answers per GPU (a driver answering garbage) */
@@ -1077,8 +1077,9 @@ int nvmlGpmMigSampleGet(void *h, unsigned int gpu_instance, struct gpm_sample *s
 /* The activity slot of a metric id (SM, pipes, media engines), or -1. */
 static int gpm_slot(uint32_t id) {
     static const uint32_t first[][3] = { /* first id, count, first slot */
-        {2, 2, 0}, {4, 2, 2}, {10, 4, 4}, {30, 8, 8}, {40, 8, 16}, {50, 2, 24}, {166, 4, 26},
-    }; /* SM_UTIL, SM_OCCUPANCY; INTEGER, ANY_TENSOR; DRAM_BW, FP64, FP32, FP16; NVDEC; NVJPG; NVOFA; NVENC */
+        {2, 2, 0}, {4, 2, 2}, {10, 4, 4}, {30, 8, 8}, {40, 8, 16}, {50, 2, 24}, {166, 4, 26}, {1, 1, 30},
+    }; /* SM_UTIL, SM_OCCUPANCY; INTEGER, ANY_TENSOR; DRAM_BW, FP64, FP32, FP16; NVDEC; NVJPG; NVOFA; NVENC;
+        * GRAPHICS_UTIL */
     for (unsigned k = 0; k < sizeof first / sizeof first[0]; k++)
         if (id >= first[k][0] && id < first[k][0] + first[k][1]) return (int)(first[k][2] + id - first[k][0]);
     return -1;

@@ -41,6 +41,7 @@ class XidDevice:
     uuid: str
     counts: dict[int, int] = field(default_factory=dict)
     last_event: float | None = None  # Unix time of the last XID event
+    last_code: int | None = None  # the code of the last XID event (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS)
 
 
 class XidMonitor:
@@ -178,7 +179,7 @@ class XidMonitor:
         with self._lock:
             if xid in device.counts or len(device.counts) < MAX_CODES:
                 device.counts[xid] = device.counts.get(xid, 0) + 1
-            device.last_event = now
+            device.last_event, device.last_code = now, xid
             count = device.counts.get(xid)
         self._log(device, str(xid), "xid_error", xid=xid, count=count, gpu_instance=data.gpuInstanceId)
         if self._on_change is not None:
@@ -198,7 +199,7 @@ class XidMonitor:
         """A copy of every monitored GPU's counters (never calls NVML)."""
         with self._lock:
             return [
-                XidDevice(d.index, d.uuid, dict(d.counts), d.last_event)
+                XidDevice(d.index, d.uuid, dict(d.counts), d.last_event, d.last_code)
                 for d in sorted(self._devices.values(), key=lambda d: (d.index, d.uuid))
             ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -15,6 +16,14 @@ from warptd.metrics import catalog as m
 from warptd.metrics.families import Families
 from warptd.models import GPUInfo
 from warptd.sampling.snapshot import BackendState, DeviceSample, Snapshot
+
+
+class SeriesSink(Protocol):
+    """Where :meth:`SnapshotCollector.device_values` puts each series: :class:`Families`, or a reader
+    of single values (the dcgm-exporter compat collector)."""
+
+    def add(self, spec: m.MetricSpec, labels: list[str], value: float | None) -> None: ...
+
 
 #: A device's (namespace, pod, container) label values; empty strings where it is not allocated.
 PodLabels = Callable[[GPUInfo], tuple[str, str, str]]
@@ -77,10 +86,11 @@ class SnapshotCollector(Collector):
                 families.add(m.DEVICE_INFO, ids + [v or "" for v in identity], 1)
             families.add(m.DEVICE_UP, ids, 1 if reading.up else 0)
             if reading.up:
-                self._device_values(families, ids, sample)
+                self.device_values(families, ids, sample)
 
     @staticmethod
-    def _device_values(families: Families, ids: list[str], sample: DeviceSample) -> None:
+    def device_values(families: SeriesSink, ids: list[str], sample: DeviceSample) -> None:
+        """Every value series of one device that is up, labelled ``ids`` plus the metric's own labels."""
         reading = sample.reading
         if reading.memory is not None:
             families.add(m.MEMORY_TOTAL, ids, reading.memory.total)

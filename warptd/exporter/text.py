@@ -39,6 +39,11 @@ def _sample_lines(metric: Metric, out: list[str]) -> None:
             out.append(f"{sample.name} {floatToGoString(sample.value)}\n")
 
 
+def _bare_counter(metric: Metric) -> bool:
+    """A counter whose samples carry its name without ``_total`` (dcgm-exporter's, under --compat)."""
+    return metric.type == "counter" and bool(metric.samples) and metric.samples[0].name == metric.name
+
+
 def render_text(metrics: Iterable[Metric]) -> bytes:
     """Prometheus text format 0.0.4."""
     out: list[str] = []
@@ -46,7 +51,9 @@ def render_text(metrics: Iterable[Metric]) -> bytes:
         kind = _TEXT_TYPES.get(metric.type)
         if kind is None:
             raise ValueError(f"unsupported metric type {metric.type} for {metric.name}")
-        name = f"{metric.name}_total" if metric.type == "counter" else metric.name
+        name = (
+            f"{metric.name}_total" if metric.type == "counter" and not _bare_counter(metric) else metric.name
+        )
         out.append(f"# HELP {name} {_escape_help(metric.documentation)}\n# TYPE {name} {kind}\n")
         _sample_lines(metric, out)
     return "".join(out).encode()
@@ -59,7 +66,9 @@ def render_openmetrics(metrics: Iterable[Metric]) -> bytes:
         if metric.type not in _TEXT_TYPES:
             raise ValueError(f"unsupported metric type {metric.type} for {metric.name}")
         name = metric.name
-        out.append(f"# HELP {name} {_escape_value(metric.documentation)}\n# TYPE {name} {metric.type}\n")
+        # OpenMetrics has no counter without _total samples: such a family is typed unknown there.
+        kind = "unknown" if _bare_counter(metric) else metric.type
+        out.append(f"# HELP {name} {_escape_value(metric.documentation)}\n# TYPE {name} {kind}\n")
         if metric.unit:
             out.append(f"# UNIT {metric.name} {metric.unit}\n")
         _sample_lines(metric, out)

@@ -191,6 +191,13 @@ FIELD_LATENCY = _device(
     "--health-interval); its rate is the driver's busy fraction for them.",
 )
 # -- activity: what the device's units are doing, beyond "a kernel ran" -------------------------------
+GRAPHICS_ENGINE_ACTIVE = _device(
+    "warptd_device_graphics_engine_active_ratio",
+    "gauge",
+    "Fraction of time a graphics or compute context was active on the GPU between the last two GPM "
+    "samples (NVIDIA GPM GRAPHICS_UTIL, Hopper and newer; DCGM's graphics engine activity, "
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE).",
+)
 SM_ACTIVE = _device(
     "warptd_device_sm_active_ratio",
     "gauge",
@@ -484,6 +491,7 @@ ALL: tuple[MetricSpec, ...] = (
     NVLINK_ERRORS,
     RECOVERY_ACTION,
     FIELD_LATENCY,
+    GRAPHICS_ENGINE_ACTIVE,
     SM_ACTIVE,
     SM_OCCUPANCY,
     DRAM_BANDWIDTH,

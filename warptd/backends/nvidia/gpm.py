@@ -1,5 +1,6 @@
-"""NVIDIA GPM (GPU Performance Monitoring, Hopper and newer): the SM, tensor and DRAM activity that
-DCGM's profiling fields give, media engines, and PCIe/NVLink throughput, read through NVML alone.
+"""NVIDIA GPM (GPU Performance Monitoring, Hopper and newer): the graphics, SM, tensor and DRAM
+activity that DCGM's profiling fields give, media engines, and PCIe/NVLink throughput, read through
+NVML alone.
 
 The driver computes each metric from two samples of the GPU's counters, so every value covers the
 period between them. Each source (a GPU, or a MIG GPU instance) keeps two samples and alternates:
@@ -48,6 +49,7 @@ def sample_gap(settings: Settings) -> float:
 #: NVML_GPM_METRIC_* constant name -> (catalog metric, its labels beyond backend/device/uuid).
 #: Utilizations are percent (0-100.0, nvml.h) and become ratios.
 _PERCENT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "NVML_GPM_METRIC_GRAPHICS_UTIL": (catalog.GRAPHICS_ENGINE_ACTIVE.name, ()),
     "NVML_GPM_METRIC_SM_UTIL": (catalog.SM_ACTIVE.name, ()),
     "NVML_GPM_METRIC_SM_OCCUPANCY": (catalog.SM_OCCUPANCY.name, ()),
     "NVML_GPM_METRIC_DRAM_BW_UTIL": (catalog.DRAM_BANDWIDTH.name, ()),

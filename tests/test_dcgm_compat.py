@@ -1,0 +1,489 @@
+"""``--compat dcgm-exporter``: dcgm-exporter's default series from the NVML double, checked against
+dcgm-exporter's own files (tests/data/dcgm-exporter, Apache-2.0 copies): its default-counters CSV and
+NVIDIA's Grafana dashboard, in a real Prometheus."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pynvml
+import pytest
+import yaml
+
+from tests.conftest import require_tool
+from tests.doubles.nvml import GIB, FakeMig, FakeNvml
+from tests.helpers import Rig, Sample, parse, select, value, wait_until
+from tests.kubelet import FakeKubelet
+from warptd.config import SettingsError, load_settings
+from warptd.events.xid import open_xid_monitor
+from warptd.exporter.dcgm import DcgmCompatCollector
+from warptd.k8s.attribution import PodAttribution
+from warptd.k8s.podresources import PodResourcesClient
+from warptd.metrics import dcgm
+from warptd.metrics.dcgm_docs import TABLE_BEGIN, TABLE_END, render_rules, render_table
+
+ROOT = Path(__file__).parents[1]
+DATA = ROOT / "tests" / "data" / "dcgm-exporter"
+GUIDE = ROOT / "docs" / "migrating-from-dcgm-exporter.md"
+RULES = ROOT / "deploy" / "prometheus" / "dcgm-exporter-rules.yml"
+MIB = 2**20
+DRIVER = "580.65.06"  # the double's default driver
+GPM = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: (0.7, 0.45),
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: (0.4, 0.1),
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: (0.55, 0.25),
+}
+
+
+def default_counters() -> list[tuple[str, str, str]]:
+    """(name, type, help) of every line of dcgm-exporter's etc/default-counters.csv."""
+    rows = []
+    with (DATA / "default-counters.csv").open() as handle:
+        for row in csv.reader(line for line in handle if line.strip() and not line.startswith("#")):
+            name, kind, *help_ = (part.strip() for part in row)
+            rows.append((name, kind, ",".join(help_).strip()))
+    return rows
+
+
+# -- the table against dcgm-exporter's own CSV and the generated files ------------------------------
+def test_every_default_counter_is_served_or_documented_as_not_served_with_its_reason():
+    counters = default_counters()
+    assert len([kind for _, kind, _ in counters if kind != "label"]) == 25  # and the driver version label
+    served = {metric.name for metric in dcgm.COMPAT}
+    guide = GUIDE.read_text()
+    for name, _, _ in counters:
+        if name in served or name in dcgm.AS_LABELS:
+            continue
+        assert name in dcgm.NOT_SERVED, f"{name}: neither served nor listed as not served"
+        assert dcgm.NOT_SERVED[name] in guide, f"{name}: the guide does not give the reason"
+    assert served | dcgm.AS_LABELS | set(dcgm.NOT_SERVED) == {name for name, _, _ in counters}
+
+
+def test_names_types_and_help_are_dcgm_exporter_s():
+    by_name = {metric.name: metric for metric in (*dcgm.COMPAT, *dcgm.RULES_ONLY)}
+    for name, kind, help_ in default_counters():
+        if name in by_name:
+            assert (by_name[name].type, by_name[name].help) == (kind, help_), name
+        else:
+            assert kind == "label" or name in dcgm.NOT_SERVED
+
+
+def test_the_guide_s_table_and_the_shipped_rules_are_generated_from_the_table():
+    guide = GUIDE.read_text()
+    start, end = guide.index(TABLE_BEGIN), guide.index(TABLE_END) + len(TABLE_END) + 1
+    assert guide[start:end] == render_table(), "run python -m warptd.metrics.dcgm_docs table"
+    assert RULES.read_text() == render_rules(), "run python -m warptd.metrics.dcgm_docs rules"
+
+
+def test_promtool_accepts_the_recording_rules():
+    result = subprocess.run(
+        [require_tool("promtool"), "check", "rules", str(RULES)], capture_output=True, timeout=30, check=False
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    recorded = [rule["record"] for rule in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]]
+    derivable = [m.name for m in (*dcgm.COMPAT, *dcgm.RULES_ONLY) if m.name != "DCGM_FI_DEV_XID_ERRORS"]
+    assert recorded == ["warptd:dcgm_identity", *derivable]  # every series but the last XID's code
+
+
+# -- values in dcgm-exporter's units, from the double ---------------------------------------------
+def script(fake: FakeNvml) -> None:
+    """Different values per GPU, so a series carrying another GPU's value fails."""
+    for i, gpu in enumerate(fake.gpus):
+        gpu.util_gpu, gpu.util_memory = 61 + i, 23 + i
+        gpu.temperature, gpu.memory_temperature = 55 + i, 49 + i
+        gpu.memory_used, gpu.memory_reserved = (3 + i) * GIB, 534 * MIB
+        gpu.clocks_mhz[pynvml.NVML_CLOCK_SM] = 1755 - 100 * i
+        gpu.clocks_mhz[pynvml.NVML_CLOCK_MEM] = 2619 - 10 * i
+        gpu.power_mw = 312_000 + 1_000 * i
+        gpu.energy_mj = 7_000_000 + 5_000 * i
+        gpu.pcie_replays = 3 + i
+        gpu.encoder_util, gpu.decoder_util = 17 + i, 29 + i
+        gpu.remapped[0], gpu.remapped[1], gpu.remapped[3] = 4 + i, 1 + i, i
+
+
+def expected(fake: FakeNvml, index: int) -> dict[str, float]:
+    """What dcgm-exporter would read from DCGM on this GPU of the double, in its units."""
+    gpu = fake.gpus[index]
+    used, reserved = gpu.memory_used, gpu.memory_reserved
+    return {
+        "DCGM_FI_DEV_SM_CLOCK": gpu.clocks_mhz[pynvml.NVML_CLOCK_SM],
+        "DCGM_FI_DEV_MEM_CLOCK": gpu.clocks_mhz[pynvml.NVML_CLOCK_MEM],
+        "DCGM_FI_DEV_MEMORY_TEMP": gpu.memory_temperature,
+        "DCGM_FI_DEV_GPU_TEMP": gpu.temperature,
+        "DCGM_FI_DEV_POWER_USAGE": gpu.power_mw / 1000,  # one level held for the last second
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": gpu.energy_mj,
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": gpu.pcie_replays,
+        "DCGM_FI_DEV_GPU_UTIL": gpu.util_gpu,
+        "DCGM_FI_DEV_MEM_COPY_UTIL": gpu.util_memory,
+        "DCGM_FI_DEV_ENC_UTIL": gpu.encoder_util,
+        "DCGM_FI_DEV_DEC_UTIL": gpu.decoder_util,
+        "DCGM_FI_DEV_FB_FREE": (gpu.memory_total - used - reserved) / MIB,
+        "DCGM_FI_DEV_FB_USED": used / MIB,
+        "DCGM_FI_DEV_FB_RESERVED": reserved / MIB,
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": gpu.remapped[0],
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": gpu.remapped[1],
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": gpu.remapped[3],
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": GPM[pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL][index],
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": GPM[pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL][index],
+        "DCGM_FI_PROF_DRAM_ACTIVE": GPM[pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL][index],
+    }
+
+
+def advance_gpm(fake: FakeNvml) -> None:
+    for i, gpu in enumerate(fake.gpus):
+        gpu.advance_gpm(activity={metric: fractions[i] for metric, fractions in GPM.items()})
+
+
+def compat_rig(settings, *backends: str, **collector) -> Rig:
+    settings.backends = list(backends)
+    settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart
+    rig = Rig(settings)
+    rig.exposition.registry.register(DcgmCompatCollector(rig.snapshot, settings.node, **collector))
+    return rig
+
+
+def scrape(rig: Rig) -> list[Sample]:
+    """The exposition's samples under the names Prometheus stores. prometheus_client's parser names a
+    counter's samples ``_total`` whatever the text says; dcgm-exporter's counters have no ``_total``,
+    which the raw text shows."""
+    body = rig.exposition.render(None, None)[0].decode()
+    assert "_total{" not in "".join(line for line in body.splitlines() if line.startswith("DCGM_"))
+    return [
+        Sample(s.name.removesuffix("_total"), s.labels, s.value) if s.name.startswith("DCGM_") else s
+        for s in parse(body)
+    ]
+
+
+def identity(fake: FakeNvml, index: int, node: str) -> dict[str, str]:
+    gpu = fake.gpus[index]
+    return {
+        "gpu": str(index),
+        "UUID": gpu.uuid,
+        "device": f"nvidia{index}",
+        "modelName": gpu.name,
+        "pci_bus_id": gpu.pci_bus_id,
+        "Hostname": node,
+        "DCGM_FI_DRIVER_VERSION": DRIVER,
+        "GPU_I_ID": "",
+        "GPU_I_PROFILE": "",
+    }
+
+
+def test_every_served_series_equals_the_double_in_dcgm_exporter_s_units_and_labels(settings, fake_nvml):
+    script(fake_nvml)
+    time.sleep(1.05)  # nvmlDeviceGetPowerUsage averages the last second: let it hold the new level
+    rig = compat_rig(settings, "nvidia")
+    try:
+        rig.tick()
+        advance_gpm(fake_nvml)
+        rig.tick_gpm()
+        samples = scrape(rig)
+    finally:
+        rig.close()
+    served = {s.name for s in samples if s.name.startswith("DCGM_")}
+    assert served == {metric.name for metric in dcgm.COMPAT} - {"DCGM_FI_DEV_XID_ERRORS"}  # no XID monitor
+    for index in (0, 1):
+        labels = identity(fake_nvml, index, settings.node)
+        for name, want in expected(fake_nvml, index).items():
+            found = select(samples, name, gpu=str(index))
+            assert len(found) == 1, (name, found)
+            assert found[0].labels == labels, name
+            assert found[0].value == pytest.approx(want, rel=1e-6), (name, index)
+
+
+def test_before_hopper_the_profiling_series_are_absent_and_the_rest_served(settings):
+    fake = FakeNvml(gpus=1)
+    fake.gpus[0].compute_capability = (8, 0)  # an A100: no GPM
+    fake.gpus[0].gpm_supported = False
+    with fake.installed():
+        rig = compat_rig(settings, "nvidia")
+        try:
+            rig.tick()
+            samples = rig.tick_gpm()
+        finally:
+            rig.close()
+    fake.close()
+    served = {s.name for s in samples if s.name.startswith("DCGM_")}
+    assert not {name for name in served if name.startswith("DCGM_FI_PROF_")}
+    assert "DCGM_FI_DEV_GPU_UTIL" in served and "DCGM_FI_DEV_POWER_USAGE" in served
+
+
+def test_mig_devices_carry_their_gpu_s_identity_and_their_instance(settings):
+    slices = [
+        FakeMig("MIG-aaaaaaaa-1111-5222-8333-444444444444", gpu_instance=1, compute_instance=0,
+                name="NVIDIA H100 80GB HBM3 MIG 3g.40gb", memory_total=40 * GIB, memory_used=3 * GIB),
+        FakeMig("MIG-bbbbbbbb-1111-5222-8333-444444444444", gpu_instance=9, compute_instance=0,
+                name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", memory_total=10 * GIB, memory_used=1 * GIB),
+    ]  # fmt: skip
+    fake = FakeNvml(gpus=2)
+    fake.gpus[0].mig_devices = slices
+    with fake.installed():
+        rig = compat_rig(settings, "nvidia", "nvidia_mig")
+        try:
+            samples = rig.tick()
+        finally:
+            rig.close()
+    fake.close()
+    instances = select(samples, "DCGM_FI_DEV_FB_USED", gpu="0", GPU_I_ID="9")
+    assert len(instances) == 1
+    labels = instances[0].labels
+    assert labels["GPU_I_PROFILE"] == "1g.10gb" and labels["UUID"] == fake.gpus[0].uuid
+    assert labels["device"] == "nvidia0" and labels["modelName"] == fake.gpus[0].name
+    assert instances[0].value == 1024  # the instance's own memory, in MiB
+    assert value(samples, "DCGM_FI_DEV_FB_USED", gpu="0", GPU_I_ID="1", GPU_I_PROFILE="3g.40gb") == 3 * 1024
+    # the whole GPU keeps its own series (no instance id), GPU 1 (MIG off) only its own
+    assert len(select(samples, "DCGM_FI_DEV_FB_USED", gpu="0", GPU_I_ID="")) == 1
+    assert [s.labels["GPU_I_ID"] for s in select(samples, "DCGM_FI_DEV_FB_USED", gpu="1")] == [""]
+
+
+def test_a_shared_gpu_has_one_series_per_container_and_a_free_one_none(settings, fake_nvml, tmp_path):
+    kubelet = FakeKubelet(tmp_path / "kubelet.sock").start()
+    gpu0 = fake_nvml.gpus[0].uuid
+    kubelet.pods = {
+        ("ml", "train-0", "trainer"): {"nvidia.com/gpu": [f"{gpu0}::0"]},
+        ("web", "infer-1", "server"): {"nvidia.com/gpu": [f"{gpu0}::1"]},  # time-slicing replicas
+    }
+    pods = PodAttribution(PodResourcesClient(kubelet.socket, timeout=1.0), interval=10)
+    rig = compat_rig(settings, "nvidia", attribution=pods)
+    try:
+        pods.poll_once()
+        samples = rig.tick()
+    finally:
+        rig.close()
+        pods.stop()
+        kubelet.stop()
+    shared = select(samples, "DCGM_FI_DEV_GPU_UTIL", gpu="0")
+    owners = sorted((s.labels["namespace"], s.labels["pod"], s.labels["container"]) for s in shared)
+    assert owners == [("ml", "train-0", "trainer"), ("web", "infer-1", "server")]
+    assert {s.value for s in shared} == {fake_nvml.gpus[0].util_gpu}  # the device's value, not split
+    free = select(samples, "DCGM_FI_DEV_GPU_UTIL", gpu="1")
+    assert [(s.labels["pod"], s.labels["namespace"], s.labels["container"]) for s in free] == [("", "", "")]
+
+
+def test_xid_errors_is_the_code_of_the_last_xid(settings, fake_nvml):
+    monitor = open_xid_monitor(timeout_ms=100)
+    assert monitor is not None
+    monitor.start()
+    rig = compat_rig(settings, "nvidia", xid=monitor)
+    try:
+        samples = rig.tick()
+        assert value(samples, "DCGM_FI_DEV_XID_ERRORS", gpu="1", err_code="0") == 0  # none yet
+        fake_nvml.gpus[1].events += [(pynvml.nvmlEventTypeXidCriticalError, 31)]
+        fake_nvml.gpus[1].events += [(pynvml.nvmlEventTypeXidCriticalError, 79)]
+        assert wait_until(lambda: any(d.last_code == 79 for d in monitor.devices()), timeout=5, interval=0.05)
+        samples = rig.tick()
+    finally:
+        rig.close()
+        monitor.stop()
+    assert value(samples, "DCGM_FI_DEV_XID_ERRORS", gpu="1", err_code="79") == 79
+    assert value(samples, "DCGM_FI_DEV_XID_ERRORS", gpu="0", err_code="0") == 0
+
+
+def _promtool_findings(body: bytes) -> set[str]:
+    result = subprocess.run(
+        [require_tool("promtool"), "check", "metrics"],
+        input=body,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return {line.strip() for line in (result.stdout + result.stderr).decode().splitlines() if line.strip()}
+
+
+def test_promtool_finds_nothing_but_what_dcgm_exporter_s_own_names_force(settings, fake_nvml):
+    """warptd's series stay promtool-clean. The compat series repeat dcgm-exporter's contract, which
+    promtool's lint rejects in three ways; exactly those are found, no other."""
+    rig = compat_rig(settings, "nvidia")
+    try:
+        rig.tick()
+        advance_gpm(fake_nvml)
+        rig.tick_gpm()
+        body = rig.exposition.render(None, None)[0]
+    finally:
+        rig.close()
+    forced = set()
+    served = set(re.findall(rb"^(DCGM_\w+)\{", body, re.MULTILINE))
+    assert len(served) == len(dcgm.COMPAT) - 1  # all but the XID code (no XID monitor here)
+    for metric in (metric for metric in dcgm.COMPAT if metric.name.encode() in served):
+        if metric.type == "counter":
+            forced.add(f'{metric.name} counter metrics should have "_total" suffix')
+            if "_COUNTER" in metric.name:
+                forced.add(f"{metric.name} metric name should not include type 'counter'")
+        if "modelName" in dcgm.labels_of(metric, False):
+            forced.add(f"{metric.name} label names should be written in 'snake_case' not 'camelCase'")
+    assert _promtool_findings(body) == forced
+    own = b"".join(block for block in re.split(rb"(?=# HELP )", body) if b"DCGM_" not in block)
+    assert _promtool_findings(own) == set()
+
+
+def test_openmetrics_types_the_bare_counters_unknown_and_parses(settings, fake_nvml):
+    """OpenMetrics has no counter without _total samples (Prometheus negotiates it by default): there
+    those two families are unknown, and the body still parses; the text format keeps them counters."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    rig = compat_rig(settings, "nvidia")
+    try:
+        rig.tick()
+        body = rig.exposition.render("application/openmetrics-text; version=1.0.0", None)[0].decode()
+        text = rig.exposition.render(None, None)[0].decode()
+    finally:
+        rig.close()
+    types = {family.name: family.type for family in text_string_to_metric_families(body)}
+    assert types["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "unknown"
+    assert types["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == "unknown"
+    assert types["DCGM_FI_DEV_GPU_UTIL"] == "gauge" and types["warptd_device_energy_joules"] == "counter"
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in text
+    assert "# TYPE warptd_device_energy_joules_total counter\n" in text
+
+
+def test_a_stale_backend_or_a_lost_gpu_loses_its_compat_series(settings, fake_nvml):
+    settings.backends = ["nvidia"]
+    rig = Rig(settings, stale_after=0.3)
+    rig.exposition.registry.register(DcgmCompatCollector(rig.snapshot, settings.node))
+    try:
+        fake_nvml.gpus[1].lost = True
+        rig.tick()
+        samples = scrape(rig)
+        assert {s.labels["gpu"] for s in select(samples, "DCGM_FI_DEV_GPU_TEMP")} == {"0"}
+        time.sleep(0.4)  # no sample since: the backend is stale, and so are its values
+        assert not [s for s in rig.scrape() if s.name.startswith("DCGM_")]
+    finally:
+        rig.close()
+
+
+def test_compat_is_a_setting_flag_and_environment_value(monkeypatch):
+    assert load_settings().compat is None
+    monkeypatch.setenv("WARPTD_COMPAT", "dcgm-exporter")
+    assert load_settings().compat == "dcgm-exporter"
+    monkeypatch.setenv("WARPTD_COMPAT", "nvidia-smi")
+    with pytest.raises(SettingsError, match="compat"):
+        load_settings()
+
+
+def test_the_helm_value_passes_the_flag_and_refuses_another_exporter():
+    from tests.test_deploy import by_kind, render
+
+    def args(values: dict[str, str]) -> list[str]:
+        return by_kind(render(values), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert "--compat=dcgm-exporter" in args({"compat": "dcgm-exporter"})
+    assert not [arg for arg in args({}) if arg.startswith("--compat")]  # off by default
+    stderr = render({"compat": "nvidia-smi"}, expect_ok=False)[0]["stderr"]
+    assert "compat" in stderr and "values don't meet the specifications of the schema" in stderr
+
+
+# -- NVIDIA's dashboard in a real Prometheus --------------------------------------------------------
+def dashboard() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(title, expr) of every panel query, and (name, selector) of every query variable."""
+    dash = json.loads((DATA / "dcgm-exporter-dashboard.json").read_text())
+    panels = [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])]
+    variables = []
+    for var in dash["templating"]["list"]:
+        if var["type"] == "query":
+            query = var["query"] if isinstance(var["query"], str) else var["query"]["query"]
+            found = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+            assert found, query
+            variables.append((var["name"], f"count by ({found.group(2)}) ({found.group(1)})"))
+    return panels, variables
+
+
+@pytest.fixture
+def dcgm_stack(settings, fake_nvml, tmp_path):
+    from tests.test_prometheus_integration import Prometheus
+    from warptd.daemon import Daemon
+
+    script(fake_nvml)
+    settings.compat = "dcgm-exporter"
+    settings.interval = 2.0  # a GPM period's ratios hold 2 s: a 1 s scrape sees them
+    daemon = Daemon(settings)
+    daemon.start()
+    prom = Prometheus(tmp_path, daemon.port)
+    yield daemon, prom
+    prom.stop()
+    daemon.stop()
+
+
+def _busy_at(prom, gpu: int) -> float | None:
+    """The time of the last scrape that saw GPU ``gpu``'s tensor activity (one GPM period holds it)."""
+    now = time.time()
+    reply = prom.api(
+        "query_range",
+        query=f'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{gpu="{gpu}"}} > 0',
+        start=f"{now - 60:.3f}",
+        end=f"{now:.3f}",
+        step="0.5",
+    )
+    result = reply["data"]["result"] if reply["status"] == "success" else []
+    return float(result[0]["values"][-1][0]) if result else None
+
+
+def test_nvidia_s_dashboard_gets_data_and_the_double_s_values(dcgm_stack, fake_nvml):
+    """Every panel query and variable of NVIDIA's dashboard returns data; each per-GPU panel's values
+    are the double's in dcgm-exporter's units (SM clock in Hz, as the panel multiplies MHz by 1e6)."""
+    _, prom = dcgm_stack
+    panels, variables = dashboard()
+    assert len(panels) == 8 and len(variables) == 2
+    # a first GPM period seen (two samples), so the next one holds the activity below
+    assert wait_until(
+        lambda: prom.has("count(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) == 2"), timeout=30, interval=0.5
+    )
+    for gpu in fake_nvml.gpus:  # one busy GPM period: its ratios hold until the next GPM sample
+        gpu.advance_gpm(cycles=10**9, activity={metric: f[gpu.index] for metric, f in GPM.items()})
+    busy: dict[int, float] = {}
+    for index in (0, 1):
+        assert wait_until(lambda i=index: _busy_at(prom, i) is not None, timeout=30, interval=0.5)
+        busy[index] = _busy_at(prom, index)
+    for name, selector in variables:
+        reply = prom.query(selector)
+        assert reply["status"] == "success" and reply["data"]["result"], (name, selector)
+    [instance] = {r["metric"]["instance"] for r in prom.query(variables[0][1])["data"]["result"]}
+    for title, expr in panels:
+        query = expr.replace("$instance", instance).replace("$gpu", ".*")
+        for index, at in busy.items():
+            reply = prom.api("query", query=query, time=f"{at:.3f}")
+            assert reply["status"] == "success" and reply["data"]["result"], (title, query)
+            if re.match(r"\s*(avg|sum)\(", expr):
+                continue
+            name = re.match(r"\s*(\w+)", expr).group(1)  # a per-GPU panel: GPU ``index`` is the double's
+            scale = 1e6 if "* 1000000" in expr else 1
+            got = {r["metric"]["gpu"]: float(r["value"][1]) for r in reply["data"]["result"]}
+            assert got[str(index)] == pytest.approx(expected(fake_nvml, index)[name] * scale, rel=1e-6), title
+    total = prom.query(dict(panels)["GPU Power Total"].replace("$instance", ".*").replace("$gpu", ".*"))
+    assert float(total["data"]["result"][0]["value"][1]) == pytest.approx(312.0 + 313.0)
+
+
+def test_the_recording_rules_derive_dcgm_exporter_s_series_from_warptd_s(
+    settings, fake_nvml, tmp_path, monkeypatch
+):
+    """Without --compat, the shipped rules give the same series, labels and values in Prometheus."""
+    from tests import test_prometheus_integration as integration
+    from warptd.daemon import Daemon
+
+    monkeypatch.setattr(integration, "ALERTS", RULES)  # the rule file the test Prometheus loads
+    script(fake_nvml)
+    settings.interval = 0.5
+    daemon = Daemon(settings)
+    daemon.start()
+    prom = integration.Prometheus(tmp_path, daemon.port)
+    try:
+        assert wait_until(lambda: prom.has("DCGM_FI_PROF_PCIE_TX_BYTES"), timeout=60, interval=0.5)
+        for index in (0, 1):
+            labels = {**identity(fake_nvml, index, settings.node), "instance": f"127.0.0.1:{daemon.port}"}
+            labels = {k: v for k, v in labels.items() if v}  # Prometheus stores no empty label
+            for name, busy in expected(fake_nvml, index).items():
+                # the double's GPM counters stand still here: every period is idle
+                want = 0.0 if name.startswith("DCGM_FI_PROF_") else busy
+                result = prom.query(f'{name}{{gpu="{index}"}}')["data"]["result"]
+                assert len(result) == 1, (name, result)
+                got = {k: v for k, v in result[0]["metric"].items() if k != "__name__"}
+                assert got == {**labels, "job": "warptd"}, name
+                assert float(result[0]["value"][1]) == pytest.approx(want, rel=1e-6), (name, index)
+        assert not prom.has("DCGM_FI_DEV_XID_ERRORS")  # no warptd series holds the last XID's code
+    finally:
+        prom.stop()
+        daemon.stop()

@@ -1,0 +1,271 @@
+"""dcgm-exporter's default series as warptd derives them (``--compat dcgm-exporter``): one table that the
+compat collector, docs/migrating-from-dcgm-exporter.md, the recording rules and their tests are built from.
+
+Names, types, help texts and units are those of dcgm-exporter's etc/default-counters.csv; label names
+those of its collector (``toMetric`` in internal/pkg/collector/gpu_collector.go) at commit
+:data:`RELEASE`, with the default ``UUID`` spelling (``uuid`` only under its --use-old-namespace).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from warptd.metrics import catalog as m
+
+#: The dcgm-exporter source whose names and labels these are (NVIDIA/dcgm-exporter, main, 2026-05-12;
+#: its README's image then: 4.4.0-4.5.0).
+RELEASE = "NVIDIA/dcgm-exporter d5e5f510a1b6b393f39a43293ccd9dc985defc79"
+MIB = 2**20
+#: Labels of every series, in dcgm-exporter's order: the GPU's index, UUID, PCI address, device node,
+#: model, the node's name, the driver version (DCGM_FI_DRIVER_VERSION is a label in its default CSV),
+#: and on a MIG device its GPU instance's profile and id (empty on a whole GPU, so absent in Prometheus).
+IDENTITY_LABELS = (
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "Hostname",
+    "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
+)
+#: With pod attribution on: the container holding the GPU (one series per container on a shared GPU).
+POD_LABELS = ("pod", "namespace", "container")
+#: The backends whose devices dcgm-exporter would see: NVIDIA GPUs and their MIG devices.
+BACKENDS = ("nvidia", "nvidia_mig")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One warptd series a dcgm-exporter value comes from: ``spec`` with its own labels equal to
+    ``selector`` (the labels after backend/device/uuid), times ``factor``."""
+
+    spec: m.MetricSpec
+    selector: tuple[str, ...] = ()
+    factor: float = 1.0
+
+    def promql(self) -> str:
+        """The warptd series as a PromQL selector (used by the recording rules)."""
+        own = self.spec.labels[len(m.DEVICE_LABELS) :]
+        matchers = ",".join(f'{name}="{value}"' for name, value in zip(own, self.selector, strict=True))
+        return f"{self.spec.name}{{{matchers}}}" if matchers else self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class CompatMetric:
+    """One dcgm-exporter series: its name, type and help as its CSV gives them, the unit its value
+    is in, and the warptd series it comes from (the first one a device has)."""
+
+    name: str
+    type: Literal["gauge", "counter"]
+    help: str
+    unit: str
+    sources: tuple[Source, ...]
+    #: Labels beyond the identity ones, and what differs from dcgm-exporter (docs).
+    extra_labels: tuple[str, ...] = ()
+    note: str = ""
+    #: A rate of a warptd counter over this window: served by the recording rules only (the collector
+    #: renders one snapshot and keeps no earlier value to take a rate from).
+    rate_window: str = ""
+
+
+def _one(spec: m.MetricSpec, *selector: str, factor: float = 1.0) -> tuple[Source, ...]:
+    return (Source(spec, selector, factor),)
+
+
+PERCENT = 100.0
+MHZ = 1e-6
+#: A warptd selector that reads the XID monitor: the code of the device's last XID event.
+LAST_XID_CODE = Source(m.XID_ERRORS)
+
+COMPAT: tuple[CompatMetric, ...] = (
+    CompatMetric(
+        "DCGM_FI_DEV_SM_CLOCK",
+        "gauge",
+        "SM clock frequency (in MHz).",
+        "MHz",
+        _one(m.CLOCK, "sm", factor=MHZ),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "gauge",
+        "Memory clock frequency (in MHz).",
+        "MHz",
+        _one(m.CLOCK, "memory", factor=MHZ),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "gauge",
+        "Memory temperature (in C).",
+        "°C",
+        _one(m.TEMPERATURE, "memory"),
+        note="HBM GPUs only, as in DCGM.",
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "°C", _one(m.TEMPERATURE, "gpu")
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_POWER_USAGE",
+        "gauge",
+        "Power draw (in W).",
+        "W",
+        (Source(m.POWER_AVERAGE), Source(m.POWER)),
+        note="nvmlDeviceGetPowerUsage as DCGM field 155 reads it: the driver's 1 s average on Ampere and "
+        "newer, the instantaneous reading before (where warptd has no average).",
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+        "mJ",
+        _one(m.ENERGY, factor=1000.0),
+        note="Starts at the driver's counter like DCGM's, but keeps counting across driver reloads "
+        "(and restarts with --state-dir) where DCGM's restarts at 0.",
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "counter",
+        "Total number of PCIe retries.",
+        "count",
+        _one(m.PCIE_REPLAYS),
+        note="Monotonic across driver reloads, where DCGM's restarts at 0.",
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "%", _one(m.UTILIZATION, factor=PERCENT)
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "gauge",
+        "Memory utilization (in %).",
+        "%",
+        _one(m.MEMORY_UTILIZATION, factor=PERCENT),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_ENC_UTIL",
+        "gauge",
+        "Encoder utilization (in %).",
+        "%",
+        _one(m.ENCODER_UTILIZATION, factor=PERCENT),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_DEC_UTIL",
+        "gauge",
+        "Decoder utilization (in %).",
+        "%",
+        _one(m.DECODER_UTILIZATION, factor=PERCENT),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "gauge",
+        "Value of the last XID error encountered.",
+        "XID code",
+        (LAST_XID_CODE,),
+        extra_labels=("err_code",),
+        note="The code of the last XID event since warptd started (0 before any); dcgm-exporter's "
+        "err_msg label is not served. Needs XID events (on by default).",
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_FB_FREE",
+        "gauge",
+        "Framebuffer memory free (in MiB).",
+        "MiB",
+        _one(m.MEMORY_FREE, factor=1 / MIB),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_FB_USED",
+        "gauge",
+        "Framebuffer memory used (in MiB).",
+        "MiB",
+        _one(m.MEMORY_USED, factor=1 / MIB),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_FB_RESERVED",
+        "gauge",
+        "Framebuffer memory reserved (in MiB).",
+        "MiB",
+        _one(m.MEMORY_RESERVED, factor=1 / MIB),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for uncorrectable errors",
+        "rows",
+        _one(m.REMAPPED_ROWS, "uncorrectable"),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for correctable errors",
+        "rows",
+        _one(m.REMAPPED_ROWS, "correctable"),
+    ),
+    CompatMetric(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "gauge",
+        "Whether remapping of rows has failed",
+        "0/1",
+        _one(m.ROW_REMAP_FAILURE),
+    ),
+    CompatMetric(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "Ratio of time the graphics engine is active.",
+        "ratio",
+        _one(m.GRAPHICS_ENGINE_ACTIVE),
+        note="NVML GPM (Hopper and newer, no DCGM needed); absent before Hopper, where DCGM's profiling "
+        "module is the only source.",
+    ),
+    CompatMetric(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        "ratio",
+        _one(m.PIPE_ACTIVE, "tensor"),
+        note="NVML GPM (Hopper and newer); absent before.",
+    ),
+    CompatMetric(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        "ratio",
+        _one(m.DRAM_BANDWIDTH),
+        note="NVML GPM (Hopper and newer); absent before.",
+    ),
+)
+
+#: dcgm-exporter's rates of bytes, which only the recording rules derive.
+RULES_ONLY: tuple[CompatMetric, ...] = tuple(
+    CompatMetric(
+        f"DCGM_FI_PROF_PCIE_{direction.upper()}_BYTES",
+        "gauge",
+        f"The rate of data {verb} over the PCIe bus - including both protocol headers and data payloads "
+        "- in bytes per second.",
+        "B/s",
+        _one(m.PCIE_BYTES, direction),
+        rate_window="1m",
+    )
+    for direction, verb in (("tx", "transmitted"), ("rx", "received"))
+)
+#: dcgm-exporter's default counters warptd does not serve under their names with --compat, and why.
+NOT_SERVED: dict[str, str] = {
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "DCGM documents no unit for this counter ('bandwidth counters "
+    "for all lanes'), so no factor from warptd's bytes is defensible; warptd_device_nvlink_bytes_total "
+    "counts bytes per link and direction.",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU licensing is a property of a vGPU guest's driver; warptd "
+    "reads no vGPU state.",
+    **{
+        metric.name: "a rate over DCGM's own sample period, where warptd keeps the byte counter "
+        f"{metric.sources[0].promql()}; the recording rules (deploy/prometheus/dcgm-exporter-rules.yml) "
+        "derive it as that counter's rate."
+        for metric in RULES_ONLY
+    },
+}
+#: Fields dcgm-exporter's CSV serves as a label of every series, not as series of their own.
+AS_LABELS = frozenset({"DCGM_FI_DRIVER_VERSION"})
+
+
+def labels_of(metric: CompatMetric, pods: bool) -> tuple[str, ...]:
+    """The label names of a compat series: identity, the metric's own, and the pod's when attributed."""
+    return (*IDENTITY_LABELS, *metric.extra_labels, *(POD_LABELS if pods else ()))
