@@ -4,6 +4,7 @@ hands them over."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -374,3 +375,77 @@ def test_series_are_promtool_clean_and_name_no_command_line(rig, node, fake_nvml
     service = {"kind": "systemd_unit", "workload": "ollama.service", "user": "root"}
     assert value(samples, ENERGY, source="cpu", **service) == 0.0  # readable, no period measured yet
     assert value(samples, ENERGY, source="accelerator", **service) == pytest.approx(2.5)
+
+
+def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_one(
+    node, fake_nvml, tmp_path, capsys
+):
+    """End to end: --workloads on a real daemon (its threads poll, sample and serve over loopback)."""
+    from tests.helpers import http, wait_until
+    from warptd.cli import main
+    from warptd.config import load_settings
+    from warptd.daemon import Daemon
+
+    node.add(1001, SLURM_V1, uid=0)
+    gpu0 = fake_nvml.gpus[0]
+    gpu0.processes = [(1001, GIB)]
+    settings = load_settings(
+        listen="127.0.0.1:0", backends=["nvidia"], interval=0.1, procfs=node.proc.root,
+        cgroupfs=node.cgroupfs, sysfs=tmp_path, workloads=True,
+    )  # fmt: skip
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        assert daemon.process_monitor is not None
+        assert not select(
+            parse(http(daemon.port, "GET", "/metrics")[2].decode()), "warptd_device_process_memory_bytes"
+        )
+
+        def attributed() -> bool:
+            gpu0.energy_mj += 1000
+            status, _, body = http(daemon.port, "GET", "/workloads/slurm_job/4242")
+            return status == 200 and json.loads(body)["accelerator_joules"] > 0
+
+        assert wait_until(attributed, timeout=10.0, interval=0.05)
+        job = json.loads(http(daemon.port, "GET", "/workloads/slurm_job/4242")[2])
+        assert job["devices"][0]["device"] == "nvidia:0" and job["user"] == user_name(1000)
+        assert set(job) == {
+            "kind", "id", "user", "steps", "started_at", "ended_at", "devices", "accelerator_joules",
+            "cpu_joules", "total_joules",
+        }  # fmt: skip
+        listing = json.loads(http(daemon.port, "GET", "/workloads")[2])
+        assert [(w["kind"], w["id"]) for w in listing["workloads"]] == [("slurm_job", "4242")]
+        samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+        assert value(samples, ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
+        for path, status in (
+            ("/workloads/slurm_job/4243", 404),
+            ("/workloads/pod/4242", 404),
+            ("/workloads/slurm_job/" + "9" * 300, 414),
+        ):
+            assert http(daemon.port, "GET", path)[0] == status, path
+        assert http(daemon.port, "GET", "/workloads", headers={"Origin": "http://evil.example"})[0] == 403
+        assert http(daemon.port, "GET", "/workloads", headers={"Host": "evil.example"})[0] == 403
+        url = f"http://127.0.0.1:{daemon.port}"
+        assert main(["workload", "slurm_job", "4242", "--url", url]) == 0
+        printed = capsys.readouterr().out
+        assert "slurm_job 4242" in printed and "nvidia:0" in printed and "total" in printed
+        daemon._token = "s3cret"  # as a reload with --stress-token sets it
+        assert http(daemon.port, "GET", "/workloads")[0] == 401
+        authorized = {"Authorization": "Bearer s3cret"}
+        assert http(daemon.port, "GET", "/workloads/slurm_job/4242", headers=authorized)[0] == 200
+        assert main(["workload", "slurm_job", "4242", "--url", url]) == 1
+        assert "401" in capsys.readouterr().err
+    finally:
+        daemon.stop()
+
+
+def test_the_endpoints_say_when_workloads_are_off():
+    from warptd.http.app import HttpError, Request, Router
+    from warptd.http.workload_routes import add_workload_routes
+
+    router = Router()
+    add_workload_routes(router, None, lambda: None)
+    for path in ("/workloads", "/workloads/slurm_job/4242"):
+        with pytest.raises(HttpError) as raised:
+            router.dispatch(Request("GET", path, {}, {"host": "localhost"}, b"", "127.0.0.1"))
+        assert raised.value.status == 404 and "--workloads" in raised.value.message

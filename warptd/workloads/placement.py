@@ -21,10 +21,11 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
-Kind = Literal["slurm_job", "systemd_unit", "container", "user"]
-KINDS: tuple[Kind, ...] = ("slurm_job", "systemd_unit", "container", "user")
+from warptd.config import WORKLOAD_KINDS as KINDS
+from warptd.config import WorkloadKind as Kind
+
+__all__ = ["KINDS", "Kind", "Placement", "WorkloadKey", "place", "read_placement", "user_name"]
 
 _SLURM_V1 = re.compile(r"slurm(?:_[^/]+)?")
 _SLURM_V2 = re.compile(r"(?:[^/]+_)?slurmstepd\.scope")
