@@ -191,8 +191,9 @@ class WorkloadEnergy:
                 spent[key] = used - workload.cpu_usage_us
             workload.cpu_usage_us = used
         own = dict(spent)
+        by_cgroup = {cgroups[key]: key for key in spent}
         for key, used in spent.items():
-            parent = _enclosing(cgroups[key], {k: cgroups[k] for k in spent if k != key})
+            parent = _enclosing(cgroups[key], by_cgroup)
             if parent is not None:
                 own[parent] -= used
         elapsed = None if node is None or self._node_cpu_us is None else node - self._node_cpu_us
@@ -321,15 +322,12 @@ def _by_holder(keys: Mapping[int, WorkloadKey | None], weights: Mapping[int, flo
     return summed
 
 
-def _enclosing(cgroup: CpuCgroup, others: Mapping[WorkloadKey, CpuCgroup]) -> WorkloadKey | None:
-    """The tracked workload whose cgroup most closely encloses ``cgroup``, if any."""
-    best: tuple[int, WorkloadKey] | None = None
-    for key, other in others.items():
-        inside = cgroup.path.startswith(other.path.rstrip("/") + "/")
-        if (
-            other.v1_controllers == cgroup.v1_controllers
-            and inside
-            and (best is None or len(other.path) > best[0])
-        ):
-            best = (len(other.path), key)
-    return None if best is None else best[1]
+def _enclosing(cgroup: CpuCgroup, tracked: Mapping[CpuCgroup, WorkloadKey]) -> WorkloadKey | None:
+    """The tracked workload whose cgroup most closely encloses ``cgroup`` (same hierarchy), if any."""
+    path = cgroup.path.rstrip("/")
+    while "/" in path:
+        path = path.rsplit("/", 1)[0]
+        found = tracked.get(CpuCgroup(path or "/", cgroup.v1_controllers))
+        if found is not None:
+            return found
+    return None
