@@ -20,11 +20,10 @@ class WorkloadCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families = Families(m.WORKLOADS)
-        for view in self.energy.views():
-            labels = [view.kind, view.id, view.user]
-            families.add(m.WORKLOAD_ENERGY, [*labels, ACCELERATOR], view.accelerator_joules)
-            if view.cpu_joules is not None:
-                families.add(m.WORKLOAD_ENERGY, [*labels, CPU], view.cpu_joules)
+        for key, user, accelerator, cpu in sorted(self.energy.totals(), key=lambda t: (t[0].kind, t[0].id)):
+            labels = [key.kind, key.id, user]
+            families.add(m.WORKLOAD_ENERGY, [*labels, ACCELERATOR], accelerator)
+            families.add(m.WORKLOAD_ENERGY, [*labels, CPU], cpu)  # None (unreadable): no series
         for source, joules in sorted(self.energy.unattributed().items()):
             families.add(m.WORKLOAD_ENERGY_UNATTRIBUTED, [source], joules)
         families.add(m.WORKLOADS_DROPPED, [], self.energy.dropped)

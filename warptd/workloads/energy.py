@@ -302,6 +302,11 @@ class WorkloadEnergy:
                 workloads=views, unattributed_joules=dict(self._unattributed), dropped=self.dropped
             )
 
+    def totals(self) -> list[tuple[WorkloadKey, str, float, float | None]]:
+        """Each workload's key, user, accelerator and CPU joules (for a scrape: no models built)."""
+        with self._lock:
+            return [(w.key, w.user, w.accelerator_joules, w.cpu_joules) for w in self._workloads.values()]
+
     def unattributed(self) -> dict[str, float]:
         with self._lock:
             return dict(self._unattributed)
