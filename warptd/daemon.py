@@ -133,6 +133,10 @@ class Daemon:
         """Energy per Slurm job, unit, container and user (--workloads), from the process lists."""
         if not settings.workloads:
             return None
+        if self.process_monitor is None:
+            log.warning(
+                "workloads_without_process_lists", reason="workloads are found from NVML's process lists"
+            )
         energy = WorkloadEnergy(
             [self.process_monitor] if self.process_monitor is not None else [],
             settings.procfs,

@@ -47,5 +47,6 @@ def add_workload_routes(
             raise HttpError(404, f"no {kind} {workload_id!r} now, nor ended within --workload-retention")
         return json_response(200, view)
 
-    router.add("GET", "/workloads", listing)
-    router.add("GET", "/workloads/{kind}/{workload_id}", show)
+    # A listing builds a model per workload (up to --workload-max): off the event loop.
+    router.add("GET", "/workloads", listing, offload=True)
+    router.add("GET", "/workloads/{kind}/{workload_id}", show, offload=True)
