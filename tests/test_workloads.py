@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -429,6 +433,8 @@ def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_o
         assert main(["workload", "slurm_job", "4242", "--url", url]) == 0
         printed = capsys.readouterr().out
         assert "slurm_job 4242" in printed and "nvidia:0" in printed and "total" in printed
+        recorded = run_epilog(tmp_path, url)
+        assert re.fullmatch(r"update JobId=4242 AdminComment=warptd_joules_\S+=\d+\n", recorded), recorded
         daemon._token = "s3cret"  # as a reload with --stress-token sets it
         assert http(daemon.port, "GET", "/workloads")[0] == 401
         authorized = {"Authorization": "Bearer s3cret"}
@@ -437,6 +443,30 @@ def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_o
         assert "401" in capsys.readouterr().err
     finally:
         daemon.stop()
+
+
+def run_epilog(tmp_path, url: str) -> str:
+    """deploy/slurm's epilog for job 4242 against the daemon at ``url``, with a stand-in scontrol
+    that records its arguments; returns them."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text('#!/bin/sh\necho "$@" > "$SCONTROL_LOG"\n')
+    scontrol.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "WARPTD_URL": url,
+        "WARPTD": f"{sys.executable} -m warptd",
+        "SCONTROL_LOG": str(log),
+    }
+    epilog = Path(__file__).parents[1] / "deploy" / "slurm" / "warptd-epilog.sh"
+    done = subprocess.run(
+        ["sh", str(epilog)], check=False, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return log.read_text()
 
 
 def test_the_endpoints_say_when_workloads_are_off():
