@@ -113,11 +113,11 @@ class ProcessMonitor:
         polled = self._list_all()
         where = _Resolved(self._resolver)  # one /proc read per pid and poll
         for listed in polled:
-            found += self._device_processes(listed, where)
+            memory = _memory_by_pid(listed.running)
+            found += self._device_processes(listed, memory, where)
             if listed.samples is not None:
                 sm_usage[listed.uuid] = SmUsage(now, _sm_by_attribution(listed.samples, where))
             sm_by_pid = None if listed.samples is None else _sm_by_pid(listed.samples)
-            memory = _memory_by_pid(listed.running)
             devices[listed.uuid] = DeviceProcesses(now, listed.index, memory, sm_by_pid)
         self._resolver.retain(set(where))
         with self._lock:
@@ -127,9 +127,11 @@ class ProcessMonitor:
         if changed and self._on_change is not None:
             self._on_change()
 
-    def _device_processes(self, listed: _Listed, where: dict[int, Attribution]) -> list[GpuProcess]:
+    def _device_processes(
+        self, listed: _Listed, memory: dict[int, int | None], where: dict[int, Attribution]
+    ) -> list[GpuProcess]:
         """One GPU's processes, the largest by memory first, with their pods and utilization."""
-        ranked = sorted(_memory_by_pid(listed.running).items(), key=lambda item: (-(item[1] or 0), item[0]))
+        ranked = sorted(memory.items(), key=lambda item: (-(item[1] or 0), item[0]))
         self._note_cap(listed.index, len(ranked) - self.max_per_device)
         shares = None if listed.samples is None else _mean_ratios(listed.samples)
         processes = []
