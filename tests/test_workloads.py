@@ -469,6 +469,35 @@ def run_epilog(tmp_path, url: str) -> str:
     return log.read_text()
 
 
+def test_workload_settings_from_flags_and_environment(monkeypatch):
+    from warptd.arguments import build_parser
+    from warptd.cli import _settings
+    from warptd.config import SettingsError, load_settings
+
+    args = build_parser().parse_args(
+        ["--workloads", "--workload-kinds", "slurm_job, user", "--workload-max", "5", "--cgroupfs", "/cg"]
+    )
+    settings = _settings(args)
+    assert (settings.workloads, settings.workload_kinds, settings.workload_max) == (
+        True,
+        ["slurm_job", "user"],
+        5,
+    )
+    assert str(settings.cgroupfs) == "/cg" and settings.workload_retention == 600.0
+    assert load_settings().workloads is False  # off by default (docs/workloads.md says why)
+    monkeypatch.setenv("WARPTD_WORKLOAD_KINDS", "container")
+    monkeypatch.setenv("WARPTD_WORKLOAD_RETENTION", "30")
+    assert (load_settings().workload_kinds, load_settings().workload_retention) == (["container"], 30.0)
+    for bad in (
+        {"workload_kinds": "pod"},
+        {"workload_kinds": ""},
+        {"workload_max": 0},
+        {"workload_retention": -1},
+    ):
+        with pytest.raises(SettingsError):
+            load_settings(**bad)
+
+
 def test_the_endpoints_say_when_workloads_are_off():
     from warptd.http.app import HttpError, Request, Router
     from warptd.http.workload_routes import add_workload_routes

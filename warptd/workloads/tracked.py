@@ -22,7 +22,7 @@ class Workload:
     #: BACKEND:INDEX -> (uuid, joules)
     devices: dict[str, tuple[str, float]] = field(default_factory=dict)
     cpu_joules: float | None = None
-    ended_at: float | None = None  # Unix time of the last poll that found it running, once ended
+    ended_at: float | None = None  # Unix time of the first poll that found it gone
     cpu_usage_us: float | None = None  # the cgroup's CPU time at the last poll
     cpu_share: float = 0.0  # of the node's CPU time over the last poll period
 

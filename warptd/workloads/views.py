@@ -24,7 +24,10 @@ class WorkloadView(BaseModel):
     user: str = Field(description="The login name (else uid) its processes run as.")
     steps: list[str] = Field(description="Slurm steps seen on a device (batch, extern, 0, ...).")
     started_at: float = Field(description="Unix time warptd first saw it.")
-    ended_at: float | None = Field(description="Unix time it was last seen; null while it runs.")
+    ended_at: float | None = Field(
+        description="Unix time of the first poll that found neither a process of it on a device nor its "
+        "cgroup; null while it runs."
+    )
     devices: list[DeviceEnergy]
     accelerator_joules: float = Field(description="Sum over its devices.")
     cpu_joules: float | None = Field(
