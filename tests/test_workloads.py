@@ -433,6 +433,11 @@ def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_o
         assert main(["workload", "slurm_job", "4242", "--url", url]) == 0
         printed = capsys.readouterr().out
         assert "slurm_job 4242" in printed and "nvidia:0" in printed and "total" in printed
+        assert main(["workload", "--url", url]) == 0
+        listed = capsys.readouterr().out.splitlines()  # the daemon's own log lines too: same process
+        assert any(line.startswith("slurm_job 4242  user ") for line in listed), listed
+        assert main(["workload", "slurm_job", "--url", url]) == 2
+        assert "give the slurm_job's ID" in capsys.readouterr().err
         recorded = run_epilog(tmp_path, url)
         assert re.fullmatch(r"update JobId=4242 AdminComment=warptd_joules_\S+=\d+\n", recorded), recorded
         daemon._token = "s3cret"  # as a reload with --stress-token sets it
