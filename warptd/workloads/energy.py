@@ -169,6 +169,8 @@ class WorkloadEnergy:
                 return None
             workload = self._workloads[key] = Workload(key, user_name(placement.uid), wall, now, cpu)
         workload.seen, workload.ended_at = now, None
+        if workload.cpu is None:  # first seen through a process whose cgroup keeps no CPU time
+            workload.cpu = cpu
         if placement.step is not None and key.kind == "slurm_job":
             workload.steps.add(placement.step)
         return key
