@@ -513,3 +513,19 @@ def test_the_endpoints_say_when_workloads_are_off():
         with pytest.raises(HttpError) as raised:
             router.dispatch(Request("GET", path, {}, {"host": "localhost"}, b"", "127.0.0.1"))
         assert raised.value.status == 404 and "--workloads" in raised.value.message
+
+
+def test_a_user_first_seen_outside_its_slice_takes_the_slice_for_cpu(rig, node, fake_nvml):
+    node.add(1010, "0::/\n", uid=1000)  # e.g. started by a root-cgroup daemon, under the user's uid
+    fake_nvml.gpus[0].processes = [(1010, GIB)]
+    rig.poll()
+    slice_ = CpuCgroup("/user.slice/user-1000.slice")
+    node.cpu(slice_, 1e6)
+    node.add(1011, USER, uid=1000)
+    fake_nvml.gpus[0].processes = [(1010, GIB), (1011, GIB)]
+    rig.poll()
+    node.cpu(slice_, 2e6)
+    node.tick(int(4e6 / TICK_US))
+    rig.poll()
+    rig.package_joules(40.0)
+    assert rig.workload(*USER_1000).cpu_joules == pytest.approx(10.0, rel=0.01)
