@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,7 +131,8 @@ class Node:
             path.write_text(f"usage_usec {int(usage_us)}\nuser_usec 0\nsystem_usec 0\n")
 
     def gone(self, cgroup: CpuCgroup) -> None:
-        cgroup.file(self.cgroupfs).unlink()
+        """The cgroup is removed, as Slurm and the runtimes do when a job or container ends."""
+        shutil.rmtree(cgroup.file(self.cgroupfs).parent)
 
 
 class Clock:
@@ -529,3 +531,32 @@ def test_a_user_first_seen_outside_its_slice_takes_the_slice_for_cpu(rig, node, 
     rig.poll()
     rig.package_joules(40.0)
     assert rig.workload(*USER_1000).cpu_joules == pytest.approx(10.0, rel=0.01)
+
+
+def test_a_slurm_job_on_no_device_is_found_in_the_cgroup_tree_for_its_cpu_share(rig, node, fake_nvml):
+    v2 = CpuCgroup("/system.slice/slurmstepd.scope/job_5000")
+    v1 = CpuCgroup("/slurm/uid_1003/job_5001", "cpu,cpuacct")
+    node.cpu(v2, 0)
+    node.cpu(v1, 0)
+    task = node.cgroupfs / "system.slice/slurmstepd.scope/job_5000/step_0/user/task_0"
+    task.mkdir(parents=True)
+    (task / "cgroup.procs").write_text("2000\n")
+    node.add(2000, "0::/system.slice/slurmstepd.scope/job_5000/step_0/user/task_0\n", uid=1002)
+    (node.cgroupfs / "system.slice/slurmstepd.scope/job_x").mkdir()  # not a job: ignored
+    rig.poll()
+    assert {(v.id, v.user) for v in rig.tracker.views()} == {
+        ("5000", user_name(1002)),
+        ("5001", user_name(1003)),
+    }
+    node.cpu(v2, 1e6)
+    node.cpu(v1, 3e6)
+    node.tick(int(8e6 / TICK_US))
+    rig.poll()
+    rig.package_joules(80.0)
+    assert rig.workload("slurm_job", "5000").cpu_joules == pytest.approx(10.0, rel=0.01)
+    assert rig.workload("slurm_job", "5001").cpu_joules == pytest.approx(30.0, rel=0.01)
+    assert rig.workload("slurm_job", "5000").devices == []
+    node.gone(v2)
+    rig.poll()
+    assert rig.workload("slurm_job", "5000").ended_at is not None
+    assert rig.workload("slurm_job", "5001").ended_at is None

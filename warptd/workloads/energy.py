@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,6 +31,7 @@ from warptd.workloads.placement import (
     read_placement,
     user_name,
 )
+from warptd.workloads.slurm_tree import job_uid, slurm_jobs
 from warptd.workloads.tracked import Workload
 from warptd.workloads.views import WorkloadList, WorkloadView
 
@@ -100,6 +101,7 @@ class WorkloadEnergy:
         self._last_energy: dict[tuple[str, str], float] = {}
         self._unattributed: dict[str, float] = {}
         self._over_cap: set[WorkloadKey] = set()
+        self._running: set[WorkloadKey] = set()  # found on a device or in the cgroup tree this poll
         self.dropped = 0
         self._node_cpu_us: float | None = None
         self._cpu_at: float | None = None
@@ -112,11 +114,15 @@ class WorkloadEnergy:
         listed = self._list()
         node_cpu = node_cpu_us(self.procfs)
         now, wall = self._clock(), self._wall()
+        jobs = self._slurm_jobs()
         with self._lock:
             held, over_cap = {}, set()
+            self._running = set()
             for item in listed:
                 held[(item.backend, item.uuid)] = self._holders(item, now, wall, over_cap)
             self._held = held
+            for job in jobs:  # running, on a device or not: their CPU share is theirs
+                self._track(job, now, wall, over_cap)
             self.dropped += len(over_cap - self._over_cap)
             self._over_cap = over_cap
             cgroups = {w.key: w.cpu for w in self._workloads.values() if w.cpu is not None}
@@ -138,6 +144,18 @@ class WorkloadEnergy:
                 listed.append(_Listed(source.backend, uuid, processes, placements))
         self._placements.retain(pids)
         return listed
+
+    def _slurm_jobs(self) -> list[Placement]:
+        """The Slurm jobs with a cgroup here; the uid of a new one on cgroup v2 from one of its pids."""
+        if "slurm_job" not in self.kinds:
+            return []
+        jobs = slurm_jobs(self.cgroupfs)
+        with self._lock:
+            new = [job for job in jobs if job.key not in self._workloads and job.uid is None and job.cpu]
+        for job in new:
+            uid = job_uid(self.cgroupfs, self.procfs, job.cpu)  # type: ignore[arg-type]
+            jobs[jobs.index(job)] = replace(job, uid=uid)
+        return jobs
 
     def _holders(self, item: _Listed, now: float, wall: float, over_cap: set[WorkloadKey]) -> _Held:
         keys = {
@@ -169,6 +187,7 @@ class WorkloadEnergy:
                 return None
             workload = self._workloads[key] = Workload(key, user_name(placement.uid), wall, now, cpu)
         workload.seen, workload.ended_at = now, None
+        self._running.add(key)
         if workload.cpu is None:  # first seen through a process whose cgroup keeps no CPU time
             workload.cpu = cpu
         if placement.step is not None and key.kind == "slurm_job":
@@ -212,9 +231,9 @@ class WorkloadEnergy:
         """A workload runs while a device lists its processes or its cgroup is there; an ended one
         goes ``retention`` seconds after it was last seen."""
         for key, workload in list(self._workloads.items()):
-            if workload.seen != now and usage.get(key) is not None:
+            if key not in self._running and usage.get(key) is not None:
                 workload.seen, workload.ended_at = now, None
-            if workload.seen != now and workload.ended_at is None:
+            elif key not in self._running and workload.ended_at is None:
                 workload.ended_at = wall
             if now - workload.seen > self.retention:
                 del self._workloads[key]
