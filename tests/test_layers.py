@@ -23,7 +23,7 @@ FLOORS = {
     "events": 3,
     "sampling": 4,
     **dict.fromkeys(("exporter", "processes", "recording", "client"), 5),
-    **dict.fromkeys(("k8s", "stress"), 6),
+    **dict.fromkeys(("k8s", "stress", "workloads"), 6),
     "http": 7,
     **dict.fromkeys(("daemon", "arguments"), 8),
     **dict.fromkeys(("cli", "__main__"), 9),

@@ -242,3 +242,82 @@ def test_alerts_fire_in_the_real_prometheus_when_a_gpu_is_lost(nvml_stack, fake_
         )
 
     assert wait_until(pending, timeout=30, interval=0.5)
+
+
+def test_workload_energy_sums_to_the_nodes_in_the_real_prometheus(settings, fake_nvml, sysfs, tmp_path):
+    """--workloads on a daemon scraped by Prometheus: per kind, the workloads' joules plus the
+    unattributed ones add up to the GPUs' energy and to the CPU package's, over the same window."""
+    import threading
+
+    from tests.test_workloads import DOCKER, SLURM_V1, SLURM_V2, TICK_US, Node
+    from warptd.workloads.placement import CpuCgroup
+
+    node = Node(tmp_path / "node")
+    node.add(1001, SLURM_V1, uid=0)
+    node.add(1002, SLURM_V2, uid=1001)
+    node.add(1003, DOCKER, uid=0)
+    gpu0, gpu1 = fake_nvml.gpus
+    gpu0.processes, gpu1.processes = [(1001, 2 * 2**30), (1002, 2**30)], [(1003, 2**30), (1009, 2**30)]
+    for gpu in fake_nvml.gpus:
+        gpu.live = True  # energy drawn at its power over real time
+    cgroups = [
+        CpuCgroup("/slurm/uid_1000/job_4242", "cpu,cpuacct"),
+        CpuCgroup("/system.slice/slurmstepd.scope/job_4243"),
+        CpuCgroup(f"/system.slice/docker-{'c' * 64}.scope"),
+    ]
+    package = sysfs.rapl_zone("intel-rapl:0", "package-0", 10_000_000)
+    settings.backends, settings.interval = ["nvidia", "cpu"], 0.5
+    settings.procfs, settings.cgroupfs, settings.workloads = node.proc.root, node.cgroupfs, True
+    stop = threading.Event()
+
+    def feed() -> None:  # the CPU goes on: RAPL 4 J, the jobs 0.1 and 0.05 s, the node 0.8 s per step
+        step = 0
+        while not stop.wait(0.2) and step < 1000:  # bounded: at most 200 s
+            step += 1
+            package.write_text(str(10_000_000 + step * 4_000_000))
+            for cgroup, used in zip(cgroups, (1e5, 5e4, 0.0), strict=True):
+                node.cpu(cgroup, step * used)
+            node.tick(int(8e5 / TICK_US))
+
+    feeder = threading.Thread(target=feed, name="feed-cpu", daemon=True)
+    feeder.start()
+    daemon = Daemon(settings)
+    daemon.start()
+    prom = Prometheus(tmp_path, daemon.port)
+    try:
+        window = "15s"
+
+        def spent(expr: str) -> str:
+            return f"(({expr}) - ({expr.replace('}', '} offset ' + window)}))"
+
+        def parts(source: str) -> str:
+            return spent(
+                f'sum(sum by (kind) (warptd_workload_energy_joules_total{{source="{source}"}}))'
+                f' + sum(warptd_workload_energy_unattributed_joules_total{{source="{source}"}})'
+            )
+
+        gpus = spent('sum(warptd_device_energy_joules_total{backend="nvidia"})')
+        cpu = spent('sum(warptd_energy_joules_total{source="rapl",domain="package-0"})')
+        has_window = "count_over_time(warptd_workloads_dropped_total[20s]) >= 18"  # scraped each second
+        assert wait_until(lambda: prom.has(has_window), timeout=60, interval=0.5)
+        for name, mine, node_total in (
+            ("accelerator", parts("accelerator"), gpus),
+            ("cpu", parts("cpu"), cpu),
+        ):
+            reply = prom.query(f"({mine}) / ({node_total})")
+            assert reply["status"] == "success", (name, reply.get("error"))
+            ratio = float(reply["data"]["result"][0]["value"][1])
+            # a scrape may fall between a sample's publication and the listener: one sample at an edge
+            assert ratio == pytest.approx(1.0, abs=0.05), name
+        kinds = prom.query('sum by (kind) (warptd_workload_energy_joules_total{source="accelerator"}) > 0')
+        assert {r["metric"]["kind"] for r in kinds["data"]["result"]} == {"slurm_job", "container"}
+        jobs = prom.query('warptd_workload_energy_joules_total{kind="slurm_job",source="cpu"}')
+        assert {r["metric"]["workload"] for r in jobs["data"]["result"]} == {"4242", "4243"}
+        assert prom.has(
+            'warptd_workload_energy_unattributed_joules_total{source="accelerator"} > 0'
+        )  # pid 1009
+    finally:
+        stop.set()
+        feeder.join(timeout=5)
+        prom.stop()
+        daemon.stop()

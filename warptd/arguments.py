@@ -174,6 +174,26 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             },
         ),
         (
+            ("--workloads",),
+            {
+                "action": "store_const",
+                "const": True,
+                "help": "split energy between Slurm jobs, systemd units, containers and users",
+            },
+        ),
+        (
+            ("--workload-retention",),
+            {"type": _number, "metavar": "SECONDS", "help": "an ended workload's series stays (default 600)"},
+        ),
+        (
+            ("--workload-kinds",),
+            {
+                "metavar": "KINDS",
+                "help": "comma-separated: slurm_job,systemd_unit,container,user (default all)",
+            },
+        ),
+        (("--workload-max",), {"type": _integer, "metavar": "N", "help": "workloads tracked (default 1000)"}),
+        (
             ("--no-xid-events",),
             {"dest": "xid_events", "action": "store_const", "const": False, "help": "ignore XID events"},
         ),
@@ -222,6 +242,7 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         ),
         (("--sysfs",), {"type": Path, "metavar": "DIR", "help": "sysfs root (default /sys)"}),
         (("--procfs",), {"type": Path, "metavar": "DIR", "help": "procfs root (default /proc)"}),
+        (("--cgroupfs",), {"type": Path, "metavar": "DIR", "help": "cgroup root (default /sys/fs/cgroup)"}),
         (
             ("--tpu-runtime-address",),
             {"metavar": "HOST:PORT", "help": "libtpu metrics (default localhost:8431)"},
@@ -237,6 +258,7 @@ _COMMAND_GROUPS = {
     "stress": (SAMPLING, LOADING),
     "report": (),
     "profile": (SAMPLING, LOADING),
+    "workload": (),
 }
 
 
@@ -301,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
     parser.add_argument("--version", action="version", version=f"warptd {__version__}")
     sub = parser.add_subparsers(
-        dest="command", title="commands", metavar="{serve,list,sample,stress,profile,report}"
+        dest="command", title="commands", metavar="{serve,list,sample,stress,profile,report,workload}"
     )
     serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
     listing = sub.add_parser(
@@ -357,6 +379,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PRICE",
         help="price per kWh: show each energy's cost (replaces the recording's own figure)",
     )
+    workload = sub.add_parser(
+        "workload",
+        help="print a workload's energy (or every workload's) from the local daemon",
+        description="Ask the daemon (--workloads) for a workload's joules per device and CPU, e.g. "
+        "warptd workload slurm_job 4242; without KIND and ID, every workload it tracks.",
+    )
+    workload.add_argument(
+        "kind", nargs="?", metavar="KIND", help="slurm_job, systemd_unit, container or user"
+    )
+    workload.add_argument("workload_id", nargs="?", metavar="ID", help="job id, unit, container id or user")
+    workload.add_argument(
+        "--url", metavar="URL", help="the daemon (default $WARPTD_URL, else http://127.0.0.1:9465)"
+    )
+    workload.add_argument("--json", action="store_true", help="print the daemon's JSON")
     profile = _profile_parser(sub)
     _add_flags(parser, "serve", None)  # `warptd` alone serves
     commands = (
@@ -366,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("stress", stress),
         ("profile", profile),
         ("report", report),
+        ("workload", workload),
     )
     for name, command in commands:
         _add_flags(command, name, argparse.SUPPRESS)

@@ -30,6 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from warptd.recording.cli import run_report
 
         return run_report(args.recording, args.output, args.carbon_intensity, args.energy_price)
+    if command == "workload":  # asks the daemon: no settings, no backends
+        from warptd.workloads.command import run_workload
+
+        return run_workload(args.kind, args.workload_id, args.url, args.json)
     return _with_settings(command, args)
 
 

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -281,3 +282,18 @@ def _window(
                     keeper.stop()
             finally:
                 handle.recording = end_window(handle.id, url=url, token=token, timeout=timeout)
+
+
+def get_workloads(
+    *, url: str | None = None, token: str | None = None, timeout: float = 10.0
+) -> dict[str, Any]:
+    """Every workload the daemon tracks (``--workloads``), with the unattributed energy."""
+    return _request("GET", "/workloads", None, url=url, token=token, timeout=timeout)
+
+
+def get_workload(
+    kind: str, workload_id: str, *, url: str | None = None, token: str | None = None, timeout: float = 10.0
+) -> dict[str, Any]:
+    """One workload's energy per device and CPU, its devices, start and end (``--workloads``)."""
+    path = f"/workloads/{urllib.parse.quote(kind, safe='')}/{urllib.parse.quote(workload_id, safe='')}"
+    return _request("GET", path, None, url=url, token=token, timeout=timeout)

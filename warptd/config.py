@@ -7,7 +7,7 @@ import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -21,6 +21,9 @@ from pydantic_settings import (
 
 #: A window name: also a label value of warptd_window_energy_joules_total.
 WINDOW_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+#: What a workload can be (docs/workloads.md): the ``kind`` label of warptd_workload_energy_joules_total.
+WorkloadKind = Literal["slurm_job", "systemd_unit", "container", "user"]
+WORKLOAD_KINDS: tuple[WorkloadKind, ...] = get_args(WorkloadKind)
 #: Not taken by node_exporter (9100), dcgm-exporter (9400) or nvidia_gpu_exporter (9835).
 DEFAULT_PORT = 9465
 
@@ -112,6 +115,27 @@ class Settings(BaseSettings):
         None,
         description="Also serve dcgm-exporter's default series (names, units, labels) beside warptd's own",
     )
+    workloads: bool = Field(
+        False,
+        description="Split device and CPU package energy between Slurm jobs, systemd units, containers "
+        "and users, from the processes on each device and their cgroups (see docs/workloads.md)",
+    )
+    workload_retention: float = Field(
+        600.0, ge=0, le=7 * 86400, description="Seconds an ended workload's series stays, then goes"
+    )
+    workload_kinds: Annotated[list[WorkloadKind], NoDecode] = Field(
+        list(WORKLOAD_KINDS),
+        min_length=1,
+        description="Workload kinds tracked (comma-separated in the environment); a process of another "
+        "kind counts for its user where user is tracked, else is unattributed",
+    )
+    workload_max: int = Field(
+        1000, ge=1, le=100_000, description="Workloads tracked at once (live and retained); more are dropped"
+    )
+    cgroupfs: Path = Field(
+        Path("/sys/fs/cgroup"),
+        description="Root of the cgroup tree (v2 mount, or the v1 hierarchies' parent)",
+    )
     xid_events: bool = Field(True, description="Count NVIDIA XID errors from NVML events on their own thread")
     tpu_runtime_address: str | None = Field(
         None, description="host:port of the libtpu runtime metrics service; default tpu-info's localhost:8431"
@@ -187,6 +211,11 @@ class Settings(BaseSettings):
             names = [str(v).strip() for v in value if str(v).strip()]
             return names or None
         return value
+
+    @field_validator("workload_kinds", mode="before")
+    @classmethod
+    def _split_kinds(cls, value: object) -> object:
+        return [k.strip() for k in value.split(",") if k.strip()] if isinstance(value, str) else value
 
     @field_validator("window_energy_names")
     @classmethod

@@ -25,6 +25,7 @@ from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
 from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
 from warptd.http.window_routes import add_window_routes
+from warptd.http.workload_routes import add_workload_routes
 from warptd.k8s.attribution import PodAttribution, from_settings
 from warptd.k8s.collector import KubernetesCollector
 from warptd.k8s.containers import ContainerOwners
@@ -40,6 +41,8 @@ from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.setup import make_job_manager
 from warptd.systemd import Notifier
+from warptd.workloads.collector import WorkloadCollector
+from warptd.workloads.energy import WorkloadEnergy
 
 log = structlog.get_logger("warptd")
 
@@ -86,11 +89,13 @@ class Daemon:
             self.pods.on_change = self.snapshot.touch
             self.sampler.listeners.append(pod_energy.on_sample)
             self.exposition.registry.register(KubernetesCollector(self.pods, pod_energy, self.snapshot))
+        self.workloads = self._workload_energy(settings)
         self.router = Router()
         add_core_routes(self.router, self.snapshot, self.exposition, self.loaded.unavailable)
         self._token = settings.stress_token_value()
         add_stress_routes(self.router, self.stress, lambda: self._token)
         add_window_routes(self.router, self.windows, lambda: self._token)
+        add_workload_routes(self.router, self.workloads, lambda: self._token)
         add_openapi_route(self.router)
         host, port = settings.listen_address
         web = load_web_config(settings.web_config_file) if settings.web_config_file else None
@@ -116,11 +121,11 @@ class Daemon:
             self.xid_monitor = open_xid_monitor("nvidia", on_change=self.snapshot.touch)
             if self.xid_monitor is not None:
                 self.exposition.registry.register(XidCollector(self.xid_monitor))
-        if settings.processes:
+        if settings.processes or settings.workloads:  # workloads read the monitor's process lists
             self.process_monitor = open_process_monitor(
                 settings.procfs, "nvidia", settings.interval, on_change=self.snapshot.touch
             )
-            if self.process_monitor is not None:
+            if self.process_monitor is not None and settings.processes:
                 self.exposition.registry.register(ProcessesCollector(self.process_monitor))
 
     def _sm_use(self, settings: Settings) -> SmUse | None:
@@ -130,9 +135,31 @@ class Daemon:
         roots = (Path("/"), settings.procfs / "1" / "root")  # the runtime's bundles, as mounted or the host's
         return SmShares(self.process_monitor, ContainerOwners(roots)).by_owner
 
-    def _monitors(self) -> list[PodAttribution | XidMonitor | ProcessMonitor]:
+    def _workload_energy(self, settings: Settings) -> WorkloadEnergy | None:
+        """Energy per Slurm job, unit, container and user (--workloads), from the process lists."""
+        if not settings.workloads:
+            return None
+        if self.process_monitor is None:
+            log.warning(
+                "workloads_without_process_lists", reason="workloads are found from NVML's process lists"
+            )
+        energy = WorkloadEnergy(
+            [self.process_monitor] if self.process_monitor is not None else [],
+            settings.procfs,
+            settings.cgroupfs,
+            kinds=settings.workload_kinds,
+            retention=settings.workload_retention,
+            max_workloads=settings.workload_max,
+            interval=lambda: self.settings.interval,
+        )
+        self.sampler.listeners.append(energy.on_sample)
+        self.exposition.registry.register(WorkloadCollector(energy))
+        return energy
+
+    def _monitors(self) -> list[PodAttribution | XidMonitor | ProcessMonitor | WorkloadEnergy]:
         """The threads beside the sampler that feed the exposition."""
-        return [m for m in (self.pods, self.xid_monitor, self.process_monitor) if m is not None]
+        monitors = (self.pods, self.xid_monitor, self.process_monitor, self.workloads)
+        return [m for m in monitors if m is not None]
 
     @property
     def port(self) -> int:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from warptd.k8s.attribution import PodAttribution
 from warptd.k8s.mig_shares import MIG_BACKEND, mig_shares
 from warptd.k8s.podresources import Owner
+from warptd.processes.shares import split
 
 if TYPE_CHECKING:
     from warptd.models import GPUInfo
@@ -37,21 +38,6 @@ DeviceKey = tuple[str, str, str]
 #: SM use per container (None: by processes outside any pod) on the GPU of this uuid, or None where
 #: it cannot tell.
 SmUse = Callable[[str], "dict[Owner | None, float] | None"]
-
-
-def split(
-    owners: tuple[Owner, ...], used: dict[Owner | None, float] | None
-) -> tuple[dict[Owner | None, float], SplitMethod]:
-    """Each owner's fraction of a device's energy and how it was decided, the fractions summing to 1:
-    by SM use where some process used the SMs and no pod the device is not allocated to did, the
-    share of processes outside any pod under ``None`` (where they used any); else evenly."""
-    if used is not None:
-        parts = {owner: used.get(owner, 0.0) for owner in (*owners, None)}
-        total = sum(parts.values())
-        strangers = any(sm > 0 and owner not in parts for owner, sm in used.items())
-        if total > 0 and not strangers:
-            return {o: sm / total for o, sm in parts.items() if o is not None or sm > 0}, "sm_share"
-    return dict.fromkeys(owners, 1.0 / len(owners)), "even"
 
 
 class PodEnergy:

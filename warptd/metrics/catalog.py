@@ -457,6 +457,31 @@ LAST_XID = _device(
     "gauge",
     "Unix time of the device's last XID error event.",
 )
+WORKLOAD_ENERGY = MetricSpec(
+    "warptd_workload_energy_joules_total",
+    "counter",
+    "Energy of a workload (--workloads): kind slurm_job, systemd_unit, container or user, found from "
+    "the processes on each device and their cgroups; source accelerator (its share of each device's "
+    "energy by its processes' SM use, else device memory held, else evenly) or cpu (its share of the "
+    "CPU packages' RAPL energy by its cgroup's CPU time). Kept for --workload-retention after the "
+    "workload ends, then absent.",
+    ("kind", "workload", "user", "source"),
+)
+WORKLOAD_ENERGY_UNATTRIBUTED = MetricSpec(
+    "warptd_workload_energy_unattributed_joules_total",
+    "counter",
+    "Energy of the devices with process lists (source accelerator) or of the CPU packages (source cpu) "
+    "that went to no known workload (--workloads): idle time, processes whose cgroup could not be "
+    "read, workloads over --workload-max. With warptd_workload_energy_joules_total it sums to the "
+    "energy counted since the daemon started.",
+    ("source",),
+)
+WORKLOADS_DROPPED = MetricSpec(
+    "warptd_workloads_dropped_total",
+    "counter",
+    "Workloads given no series because --workload-max were tracked; their energy is unattributed.",
+    (),
+)
 BUILD_INFO = MetricSpec(
     "warptd_build_info", "gauge", "warptd build information; always 1.", ("version", "python_version")
 )
@@ -535,7 +560,8 @@ KUBERNETES: tuple[MetricSpec, ...] = (
 )
 EVENTS: tuple[MetricSpec, ...] = (XID_ERRORS, LAST_XID)
 WINDOWS: tuple[MetricSpec, ...] = (WINDOWS_OPEN, WINDOW_ENERGY, WINDOW_ENERGY_HISTOGRAM)
+WORKLOADS: tuple[MetricSpec, ...] = (WORKLOAD_ENERGY, WORKLOAD_ENERGY_UNATTRIBUTED, WORKLOADS_DROPPED)
 #: Every metric, in the order docs/metrics.md lists them.
-EVERY: tuple[MetricSpec, ...] = (*ALL, *STRESS, *KUBERNETES, *EVENTS, *WINDOWS)
+EVERY: tuple[MetricSpec, ...] = (*ALL, *STRESS, *KUBERNETES, *EVENTS, *WINDOWS, *WORKLOADS)
 #: Every metric by its exposed name: backends name their further gauges and counters this way.
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in EVERY}

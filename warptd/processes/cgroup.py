@@ -14,13 +14,16 @@ read is ``resolved`` (a readable cgroup that names no pod: outside any pod; unre
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 # A pod UID (dashes; underscores in systemd slice names) or a static pod's 32-hex config hash.
 _UID = r"[0-9a-f]{8}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{12}"
 _POD = re.compile(rf"(?:.*-)?pod({_UID})(?:\.slice)?")
 _CONTAINER = re.compile(r"(?:(?:cri-containerd|containerd|docker|crio)-)?([0-9a-f]{64})(?:\.scope)?")
+Found = TypeVar("Found")
 #: Index of ``starttime`` (field 22 of /proc/<pid>/stat) among the fields after the ``(comm)``.
 _STARTTIME = 22 - 3
 
@@ -82,26 +85,28 @@ def start_time(procfs: Path, pid: int) -> int | None:
         return None
 
 
-class CgroupResolver:
-    """Attribution per pid, cached by (pid, start time) so a reused pid is read again."""
+class PidCache(Generic[Found]):
+    """What ``read`` made of a pid's /proc entries, cached by (pid, start time) so a reused pid is
+    read again: a new process under an old pid never inherits the old one's cgroup."""
 
-    def __init__(self, procfs: Path) -> None:
+    def __init__(self, procfs: Path, read: Callable[[Path, int], Found | None]) -> None:
         self.procfs = procfs
-        self._cache: dict[int, tuple[int, Attribution]] = {}
+        self._read = read
+        self._cache: dict[int, tuple[int, Found]] = {}
 
-    def resolve(self, pid: int) -> Attribution:
-        """The pid's attribution: NONE for a readable cgroup outside any pod, UNRESOLVED where unreadable."""
+    def get(self, pid: int) -> Found | None:
+        """The pid's entry, or None when it is gone (or not in our pid namespace) or unreadable."""
         started = start_time(self.procfs, pid)
-        if started is None:  # gone since NVML listed it (or not in our pid namespace)
+        if started is None:  # gone since the SDK listed it (or not in our pid namespace)
             self._cache.pop(pid, None)
-            return UNRESOLVED
+            return None
         cached = self._cache.get(pid)
         if cached is not None and cached[0] == started:
             return cached[1]
-        found = read_attribution(self.procfs, pid)
+        found = self._read(self.procfs, pid)
         if found is None:
             self._cache.pop(pid, None)
-            return UNRESOLVED
+            return None
         self._cache[pid] = (started, found)
         return found
 
@@ -112,3 +117,23 @@ class CgroupResolver:
 
     def __len__(self) -> int:
         return len(self._cache)
+
+
+class CgroupResolver:
+    """Attribution per pid, cached by (pid, start time) so a reused pid is read again."""
+
+    def __init__(self, procfs: Path) -> None:
+        self.procfs = procfs
+        self._pids = PidCache(procfs, read_attribution)
+
+    def resolve(self, pid: int) -> Attribution:
+        """The pid's attribution: NONE for a readable cgroup outside any pod, UNRESOLVED where unreadable."""
+        found = self._pids.get(pid)
+        return UNRESOLVED if found is None else found
+
+    def retain(self, pids: set[int]) -> None:
+        """Forget every pid but these (the latest poll's), which bounds the cache."""
+        self._pids.retain(pids)
+
+    def __len__(self) -> int:
+        return len(self._pids)

@@ -21,6 +21,7 @@ import structlog
 from warptd.backends.nvidia import session as nvml_session
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.processes.cgroup import Attribution, CgroupResolver
+from warptd.processes.shares import DeviceProcesses
 from warptd.processes.utilization import ENGINES, ProcessSample, UtilizationReader
 from warptd.sampling.poller import PollingThread
 
@@ -93,6 +94,7 @@ class ProcessMonitor:
         self._utilization = UtilizationReader(nvml, self._version_errors)
         self._utilization_unsupported: set[int] = set()
         self._sm_usage: dict[str, SmUsage] = {}
+        self._devices: dict[str, DeviceProcesses] = {}
         self._generation = self._session.generation
         self._uuids: dict[int, str] = {}
         self._unsupported: set[int] = set()
@@ -106,23 +108,30 @@ class ProcessMonitor:
         """List every GPU's processes, resolve their pods, and publish them for the next scrape."""
         found: list[GpuProcess] = []
         sm_usage: dict[str, SmUsage] = {}
+        devices: dict[str, DeviceProcesses] = {}
         now = time.monotonic()
         polled = self._list_all()
         where = _Resolved(self._resolver)  # one /proc read per pid and poll
         for listed in polled:
-            found += self._device_processes(listed, where)
+            memory = _memory_by_pid(listed.running)
+            found += self._device_processes(listed, memory, where)
             if listed.samples is not None:
                 sm_usage[listed.uuid] = SmUsage(now, _sm_by_attribution(listed.samples, where))
+            sm_by_pid = None if listed.samples is None else _sm_by_pid(listed.samples)
+            devices[listed.uuid] = DeviceProcesses(now, listed.index, memory, sm_by_pid)
         self._resolver.retain(set(where))
         with self._lock:
             changed, self._latest = found != self._latest, found
             self._sm_usage = sm_usage
+            self._devices = devices
         if changed and self._on_change is not None:
             self._on_change()
 
-    def _device_processes(self, listed: _Listed, where: dict[int, Attribution]) -> list[GpuProcess]:
+    def _device_processes(
+        self, listed: _Listed, memory: dict[int, int | None], where: dict[int, Attribution]
+    ) -> list[GpuProcess]:
         """One GPU's processes, the largest by memory first, with their pods and utilization."""
-        ranked = sorted(_memory_by_pid(listed.running).items(), key=lambda item: (-(item[1] or 0), item[0]))
+        ranked = sorted(memory.items(), key=lambda item: (-(item[1] or 0), item[0]))
         self._note_cap(listed.index, len(ranked) - self.max_per_device)
         shares = None if listed.samples is None else _mean_ratios(listed.samples)
         processes = []
@@ -213,6 +222,12 @@ class ProcessMonitor:
         with self._lock:
             return self._sm_usage.get(uuid)
 
+    def devices(self) -> dict[str, DeviceProcesses]:
+        """Every GPU's processes in the latest poll by UUID, uncapped, with their memory and summed SM
+        samples (for the workload energy split; never calls NVML)."""
+        with self._lock:
+            return dict(self._devices)
+
     def stop(self) -> None:
         """Stop polling and release NVML."""
         self._poller.stop()
@@ -266,6 +281,14 @@ def _sm_by_attribution(
     used: dict[Attribution, float] = {}
     for sample in samples:
         used[where[sample.pid]] = used.get(where[sample.pid], 0.0) + sample.sm_ratio
+    return used
+
+
+def _sm_by_pid(samples: list[ProcessSample]) -> dict[int, float]:
+    """The samples' SM ratios summed per pid: a pid busy in more of the driver's windows weighs more."""
+    used: dict[int, float] = {}
+    for sample in samples:
+        used[sample.pid] = used.get(sample.pid, 0.0) + sample.sm_ratio
     return used
 
 

@@ -1,0 +1,562 @@
+"""Energy per workload (--workloads): fixture /proc and cgroup trees for each layout, the NVML double
+(real pynvml structs) reporting their pids, memory and SM samples, and RAPL domains as the sampler
+hands them over."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.conftest import assert_promtool_clean
+from tests.doubles.nvml import ProcessSample
+from tests.helpers import parse, select, value
+from tests.test_processes import GIB, Proc
+from warptd.exporter.text import render_text
+from warptd.models import DeviceReading
+from warptd.power.base import DomainPower, PowerSource
+from warptd.processes.nvml import ProcessMonitor
+from warptd.sampling.snapshot import DeviceSample
+from warptd.workloads.collector import WorkloadCollector
+from warptd.workloads.energy import WorkloadEnergy
+from warptd.workloads.placement import CpuCgroup, Placement, WorkloadKey, place, user_name
+
+CID = "c" * 64
+UNSUPPORTED = {"nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization"}
+ENERGY = "warptd_workload_energy_joules_total"
+UNATTRIBUTED = "warptd_workload_energy_unattributed_joules_total"
+DROPPED = "warptd_workloads_dropped_total"
+TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
+
+# The layouts, as /proc/<pid>/cgroup shows them.
+SLURM_V1 = "".join(  # cgroup v1: each controller its own hierarchy, cpu and cpuacct mounted together
+    f"{n}:{controllers}:/slurm/uid_1000/job_4242/step_0/task_0\n"
+    for n, controllers in ((11, "memory"), (4, "cpu,cpuacct"), (3, "freezer"), (2, "devices"))
+)
+SLURM_V2 = "0::/system.slice/slurmstepd.scope/job_4243/step_1/user/task_0\n"
+SERVICE = "0::/system.slice/ollama.service\n"
+DOCKER = f"0::/system.slice/docker-{CID}.scope\n"
+USER = "0::/user.slice/user-1000.slice/session-3.scope\n"
+USER_SERVICE = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service\n"
+
+
+V1_JOB = "/slurm/uid_1000/job_4242"
+V2_JOB = "/system.slice/slurmstepd.scope/job_4243"
+JUPYTER = "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service"
+USER_1000 = ("user", user_name(1000))
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "uid", "workload", "step", "cpu"),
+    [
+        (SLURM_V1, 1000, ("slurm_job", "4242"), "0", CpuCgroup(V1_JOB, "cpu,cpuacct")),  # uid_1000 wins
+        (SLURM_V2, 1001, ("slurm_job", "4243"), "1", CpuCgroup(V2_JOB)),
+        (
+            "0::/system.slice/node7_slurmstepd.scope/job_9/step_batch\n", 5, ("slurm_job", "9"), "batch",
+            CpuCgroup("/system.slice/node7_slurmstepd.scope/job_9"),
+        ),  # several slurmd on one host
+        (
+            "4:cpuacct:/slurm_node7/uid_7/job_12/step_extern\n", 7, ("slurm_job", "12"), "extern",
+            CpuCgroup("/slurm_node7/uid_7/job_12", "cpuacct"),
+        ),
+        (SERVICE, 0, ("systemd_unit", "ollama.service"), None, CpuCgroup("/system.slice/ollama.service")),
+        (DOCKER, 0, ("container", CID), None, CpuCgroup(f"/system.slice/docker-{CID}.scope")),
+        (
+            f"0::/machine.slice/libpod-{CID}.scope/container\n", 0, ("container", CID), None,
+            CpuCgroup(f"/machine.slice/libpod-{CID}.scope"),
+        ),  # Podman
+        (f"0::/default/{CID}\n", 0, ("container", CID), None, CpuCgroup(f"/default/{CID}")),  # containerd
+        (
+            f"0::/system.slice/nerdctl-{CID}.scope\n", 0, ("container", CID), None,
+            CpuCgroup(f"/system.slice/nerdctl-{CID}.scope"),
+        ),
+        (f"0::/docker/{CID}\n", 0, ("container", CID), None, CpuCgroup(f"/docker/{CID}")),  # cgroupfs driver
+        (USER_SERVICE, 1000, ("systemd_unit", "jupyter.service"), None, CpuCgroup(JUPYTER)),
+        (USER, 1000, USER_1000, None, CpuCgroup("/user.slice/user-1000.slice")),
+        (
+            "0::/user.slice/user-1000.slice/user@1000.service/init.scope\n", 1000, USER_1000, None,
+            CpuCgroup("/user.slice/user-1000.slice"),
+        ),
+        ("0::/\n", 4321, ("user", user_name(4321)), None, None),
+        ("0::/system.slice/job_5/step_0\n", 3, ("user", user_name(3)), None, None),  # not Slurm's
+    ],
+)  # fmt: skip
+def test_placement_of_each_layout(cgroup, uid, workload, step, cpu):
+    given_uid = 0 if cgroup == SLURM_V1 else uid  # Slurm v1: the uid its path names, not the process's
+    assert place(cgroup, given_uid) == Placement(WorkloadKey(*workload), uid, step, cpu)
+
+
+class Node:
+    """A fixture node: /proc (stat, status, cgroup per pid; the node's /proc/stat) and a cgroup tree."""
+
+    def __init__(self, root):
+        self.proc = Proc(root / "proc")
+        self.cgroupfs = root / "cgroup"
+        self.node_ticks = 100_000
+        self.tick(0)
+
+    def add(self, pid: int, cgroup: str, uid: int = 1000, started: int = 4242) -> None:
+        self.proc.add(pid, cgroup, started)
+        (self.proc.root / str(pid) / "status").write_text(
+            f"Name:\tpython3\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+        )
+
+    def remove(self, pid: int) -> None:
+        (self.proc.root / str(pid) / "status").unlink()
+        self.proc.remove(pid)
+
+    def tick(self, ticks: int) -> None:
+        """The node's CPU time goes on by ``ticks`` clock ticks (of every CPU, idle included)."""
+        self.node_ticks += ticks
+        self.proc.root.mkdir(parents=True, exist_ok=True)
+        idle = self.node_ticks - 300
+        (self.proc.root / "stat").write_text(
+            f"cpu  100 0 200 {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
+        )
+
+    def cpu(self, cgroup: CpuCgroup, usage_us: float) -> None:
+        """The cgroup's CPU time so far, in its hierarchy's file and unit."""
+        path = cgroup.file(self.cgroupfs)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if cgroup.v1_controllers:
+            path.write_text(f"{int(usage_us * 1000)}\n")
+        else:
+            path.write_text(f"usage_usec {int(usage_us)}\nuser_usec 0\nsystem_usec 0\n")
+
+    def gone(self, cgroup: CpuCgroup) -> None:
+        """The cgroup is removed, as Slurm and the runtimes do when a job or container ends."""
+        shutil.rmtree(cgroup.file(self.cgroupfs).parent)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Rig:
+    """The monitor and the tracker, polled by hand; energy handed over as the sampler does."""
+
+    def __init__(self, node: Node, monitor: ProcessMonitor, gpus, **options) -> None:
+        self.node, self.monitor, self.gpus = node, monitor, gpus
+        self.clock = Clock()
+        self.tracker = WorkloadEnergy([monitor], node.proc.root, node.cgroupfs, clock=self.clock, **options)
+        self.t_us = 0
+        self.energy = [0.0] * len(gpus)
+        self.package = 0.0
+
+    def poll(self, sm: dict[int, dict[int, int]] | None = None) -> None:
+        """One poll period: the driver's SM samples per GPU index (pid -> percent), then both polls."""
+        self.t_us += 1_000_000
+        for index, by_pid in (sm or {}).items():
+            self.gpus[index].process_samples = [ProcessSample(self.t_us, pid, p) for pid, p in by_pid.items()]
+        self.monitor.poll()
+        self.tracker.poll()
+
+    def device_joules(self, *added: float) -> None:
+        """Each GPU's energy counter goes on by these joules, handed over as one sample."""
+        samples = []
+        for index, joules in enumerate(added):
+            self.energy[index] += joules
+            reading = DeviceReading(index=index, uuid=self.gpus[index].uuid)
+            samples.append(DeviceSample(reading, energy_joules=self.energy[index]))
+        self.tracker.on_sample("nvidia", samples, None, self.clock.now)
+
+    def package_joules(self, joules: float) -> None:
+        self.package += joules
+        domains = [DomainPower("package-0", PowerSource.RAPL, None, self.package)]
+        self.tracker.on_sample("rapl", None, domains, self.clock.now)
+
+    def workload(self, kind: str, workload_id: str):
+        return self.tracker.view(kind, workload_id)
+
+    def scrape(self) -> list:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(WorkloadCollector(self.tracker))
+        return parse(render_text(registry.collect()).decode())
+
+
+@pytest.fixture
+def node(tmp_path):
+    return Node(tmp_path)
+
+
+@pytest.fixture
+def monitor(fake_nvml, node):
+    monitor = ProcessMonitor(node.proc.root)
+    yield monitor
+    monitor.stop()
+
+
+@pytest.fixture
+def rig(node, monitor, fake_nvml):
+    rig = Rig(node, monitor, fake_nvml.gpus)
+    rig.device_joules(0.0, 0.0)  # the counters' baselines
+    rig.package_joules(0.0)
+    return rig
+
+
+def layouts(node: Node, fake_nvml) -> None:
+    """GPU 0: two Slurm jobs (v1, v2) and a process whose cgroup cannot be read; GPU 1 (no
+    per-process utilization): a systemd service, a Docker container and a bare user process."""
+    node.add(1001, SLURM_V1, uid=0)  # the uid the job's cgroup names wins
+    node.add(1002, SLURM_V2, uid=1001)
+    node.add(1003, SERVICE, uid=0)
+    node.add(1004, DOCKER, uid=0)
+    node.add(1005, USER, uid=1000)
+    gpu0, gpu1 = fake_nvml.gpus
+    gpu0.processes = [(1001, 2 * GIB), (1002, GIB), (1009, GIB)]  # 1009: gone, or another pid namespace
+    gpu1.processes = [(1003, GIB), (1004, 2 * GIB), (1005, GIB)]
+    gpu1.unsupported = set(UNSUPPORTED)
+
+
+def test_each_workload_gets_its_scripted_share_and_the_parts_sum_to_the_device(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    rig.poll({0: {1001: 60, 1002: 20, 1009: 20}})
+    rig.device_joules(100.0, 80.0)
+    rig.poll({0: {1001: 30, 1002: 10, 1009: 10}})
+    rig.device_joules(50.0, 40.0)
+    expected = {
+        ("slurm_job", "4242"): (90.0, "nvidia:0"),  # SM 60 % of 150 J
+        ("slurm_job", "4243"): (30.0, "nvidia:0"),
+        ("systemd_unit", "ollama.service"): (30.0, "nvidia:1"),  # by memory held: 1 of 4 GiB of 120 J
+        ("container", CID): (60.0, "nvidia:1"),
+        ("user", user_name(1000)): (30.0, "nvidia:1"),
+    }
+    for (kind, workload_id), (joules, device) in expected.items():
+        view = rig.workload(kind, workload_id)
+        assert view.accelerator_joules == pytest.approx(joules, rel=0.01), (kind, workload_id)
+        assert [d.device for d in view.devices] == [device]
+    job = rig.workload("slurm_job", "4242")
+    assert (job.user, job.steps, job.ended_at) == (user_name(1000), ["0"], None)
+    assert rig.workload("slurm_job", "4243").user == user_name(1001)
+    unattributed = rig.tracker.unattributed()["accelerator"]
+    assert unattributed == pytest.approx(30.0, rel=0.01)  # the unreadable pid's SM share
+    attributed = sum(view.accelerator_joules for view in rig.tracker.views())
+    assert attributed + unattributed == pytest.approx(150.0 + 120.0, rel=1e-9)
+
+
+def test_even_split_where_neither_sm_nor_memory_tells(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    fake_nvml.gpus[1].processes = [(1003, None), (1004, None), (1005, None)]  # memory not available
+    rig.poll()
+    rig.device_joules(0.0, 90.0)
+    for kind, workload_id in (
+        ("systemd_unit", "ollama.service"),
+        ("container", CID),
+        ("user", user_name(1000)),
+    ):
+        assert rig.workload(kind, workload_id).accelerator_joules == pytest.approx(30.0, rel=1e-9)
+
+
+def test_an_idle_device_and_a_stale_poll_are_unattributed(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    fake_nvml.gpus[0].processes = []
+    rig.poll()
+    rig.device_joules(40.0, 0.0)  # nobody on GPU 0
+    rig.clock.now += 10.0  # three intervals without a poll: who holds GPU 1 is not known any more
+    rig.device_joules(0.0, 60.0)
+    assert rig.tracker.unattributed()["accelerator"] == pytest.approx(100.0)
+    assert rig.workload("container", CID).accelerator_joules == 0.0
+
+
+def test_an_ended_job_keeps_its_total_for_the_retention_then_goes(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    v1 = CpuCgroup("/slurm/uid_1000/job_4242", "cpu,cpuacct")
+    node.cpu(v1, 0)
+    rig.poll({0: {1001: 50, 1002: 50}})
+    rig.device_joules(100.0, 0.0)
+    node.remove(1001)  # job 4242 ends: its process and its cgroup go
+    node.gone(v1)
+    fake_nvml.gpus[0].processes = [(1002, GIB)]
+    rig.clock.now += 1.0
+    rig.poll({0: {1002: 50}})
+    rig.device_joules(100.0, 0.0)
+    job = rig.workload("slurm_job", "4242")
+    assert job.accelerator_joules == pytest.approx(50.0, rel=0.01)
+    assert job.ended_at is not None
+    assert value(
+        rig.scrape(), ENERGY, kind="slurm_job", workload="4242", source="accelerator"
+    ) == pytest.approx(50.0, rel=0.01)
+    rig.clock.now += 599.0  # 600 s after it was last seen: still there
+    rig.poll({0: {1002: 50}})
+    assert rig.workload("slurm_job", "4242") is not None
+    rig.clock.now += 2.0
+    rig.poll({0: {1002: 50}})
+    assert rig.workload("slurm_job", "4242") is None
+    assert not select(rig.scrape(), ENERGY, workload="4242")
+    assert select(rig.scrape(), ENERGY, workload="4243")
+
+
+def test_a_pid_reused_by_a_new_job_does_not_carry_energy_over(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    rig.poll({0: {1001: 100}})
+    rig.device_joules(100.0, 0.0)
+    node.remove(1001)
+    node.add(1001, SLURM_V1.replace("job_4242", "job_4250"), started=99999)  # the same pid, a new process
+    rig.poll({0: {1001: 100}})
+    rig.device_joules(30.0, 0.0)
+    assert rig.workload("slurm_job", "4242").accelerator_joules == pytest.approx(100.0, rel=0.01)
+    assert rig.workload("slurm_job", "4250").accelerator_joules == pytest.approx(30.0, rel=0.01)
+
+
+def test_cpu_packages_split_by_cgroup_cpu_time_idle_unattributed(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    node.add(1006, USER_SERVICE, uid=1000)  # a user's own service: its CPU time is in the user's slice too
+    fake_nvml.gpus[1].processes = [*fake_nvml.gpus[1].processes, (1006, GIB)]
+    cgroups = {
+        ("slurm_job", "4242"): CpuCgroup(V1_JOB, "cpu,cpuacct"),  # cpuacct.usage, ns
+        ("slurm_job", "4243"): CpuCgroup(V2_JOB),  # cpu.stat, µs
+        USER_1000: CpuCgroup("/user.slice/user-1000.slice"),
+        ("systemd_unit", "jupyter.service"): CpuCgroup(JUPYTER),
+    }
+    start = {key: 5e6 for key in cgroups}
+    for key, cgroup in cgroups.items():
+        node.cpu(cgroup, start[key])
+    rig.poll()
+    spent = {  # µs of CPU time in the period; the user's slice holds jupyter's second too
+        ("slurm_job", "4242"): 2.0e6,
+        ("slurm_job", "4243"): 1.0e6,
+        ("user", user_name(1000)): 3.0e6,
+        ("systemd_unit", "jupyter.service"): 1.0e6,
+    }
+    for key, cgroup in cgroups.items():
+        node.cpu(cgroup, start[key] + spent[key])
+    node_us = 8 * 1.25e6  # 8 CPUs over 1.25 s
+    node.tick(round(node_us / TICK_US))
+    rig.poll()
+    rig.package_joules(50.0)
+    own = {**spent, ("user", user_name(1000)): 2.0e6}
+    for (kind, workload_id), used in own.items():
+        assert rig.workload(kind, workload_id).cpu_joules == pytest.approx(50.0 * used / node_us, rel=0.01)
+    assert rig.workload("container", CID).cpu_joules is None  # its cgroup has no cpu.stat here: absent
+    unattributed = rig.tracker.unattributed()["cpu"]
+    assert unattributed == pytest.approx(50.0 * (1 - 6.0e6 / node_us), rel=0.01)
+    total = sum(view.cpu_joules or 0.0 for view in rig.tracker.views()) + unattributed
+    assert total == pytest.approx(50.0, rel=1e-9)
+    samples = rig.scrape()
+    assert value(samples, ENERGY, kind="slurm_job", workload="4243", source="cpu") == pytest.approx(
+        5.0, rel=0.01
+    )
+    assert value(samples, UNATTRIBUTED, source="cpu") == pytest.approx(unattributed)
+
+
+def test_kinds_and_the_cap(node, monitor, fake_nvml):
+    layouts(node, fake_nvml)
+    rig = Rig(node, monitor, fake_nvml.gpus, kinds={"slurm_job", "user"}, max_workloads=2)
+    rig.device_joules(0.0, 0.0)
+    rig.poll({0: {1001: 50, 1002: 50}})
+    rig.device_joules(100.0, 40.0)
+    # the service and the container are not chosen kinds: they count for their users (uid 0 here),
+    # who are over the cap of two, as is the user of pid 1005
+    assert {(v.kind, v.id) for v in rig.tracker.views()} == {("slurm_job", "4242"), ("slurm_job", "4243")}
+    assert rig.tracker.dropped == 2
+    assert rig.tracker.unattributed()["accelerator"] == pytest.approx(40.0)
+    rig.poll({0: {1001: 50, 1002: 50}})
+    assert rig.tracker.dropped == 2  # counted once per workload, not per poll
+    assert value(rig.scrape(), DROPPED) == 2
+
+
+def test_series_are_promtool_clean_and_name_no_command_line(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    node.cpu(CpuCgroup("/system.slice/ollama.service"), 0)
+    rig.poll({0: {1001: 60, 1002: 40}})
+    rig.device_joules(10.0, 10.0)
+    rig.package_joules(5.0)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkloadCollector(rig.tracker))
+    body = render_text(registry.collect())
+    assert_promtool_clean(body)
+    assert b"python3" not in body and b"task_0" not in body
+    samples = parse(body.decode())
+    service = {"kind": "systemd_unit", "workload": "ollama.service", "user": "root"}
+    assert value(samples, ENERGY, source="cpu", **service) == 0.0  # readable, no period measured yet
+    assert value(samples, ENERGY, source="accelerator", **service) == pytest.approx(2.5)
+
+
+def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_one(
+    node, fake_nvml, tmp_path, capsys
+):
+    """End to end: --workloads on a real daemon (its threads poll, sample and serve over loopback)."""
+    from tests.helpers import http, wait_until
+    from warptd.cli import main
+    from warptd.config import load_settings
+    from warptd.daemon import Daemon
+
+    node.add(1001, SLURM_V1, uid=0)
+    gpu0 = fake_nvml.gpus[0]
+    gpu0.processes = [(1001, GIB)]
+    settings = load_settings(
+        listen="127.0.0.1:0", backends=["nvidia"], interval=0.1, procfs=node.proc.root,
+        cgroupfs=node.cgroupfs, sysfs=tmp_path, workloads=True,
+    )  # fmt: skip
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        assert daemon.process_monitor is not None
+        assert not select(
+            parse(http(daemon.port, "GET", "/metrics")[2].decode()), "warptd_device_process_memory_bytes"
+        )
+
+        def attributed() -> bool:
+            gpu0.energy_mj += 1000
+            status, _, body = http(daemon.port, "GET", "/workloads/slurm_job/4242")
+            return status == 200 and json.loads(body)["accelerator_joules"] > 0
+
+        assert wait_until(attributed, timeout=10.0, interval=0.05)
+        job = json.loads(http(daemon.port, "GET", "/workloads/slurm_job/4242")[2])
+        assert job["devices"][0]["device"] == "nvidia:0" and job["user"] == user_name(1000)
+        assert set(job) == {
+            "kind", "id", "user", "steps", "started_at", "ended_at", "devices", "accelerator_joules",
+            "cpu_joules", "total_joules",
+        }  # fmt: skip
+        listing = json.loads(http(daemon.port, "GET", "/workloads")[2])
+        assert [(w["kind"], w["id"]) for w in listing["workloads"]] == [("slurm_job", "4242")]
+        samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+        assert value(samples, ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
+        for path, status in (
+            ("/workloads/slurm_job/4243", 404),
+            ("/workloads/pod/4242", 404),
+            ("/workloads/slurm_job/" + "9" * 300, 414),
+        ):
+            assert http(daemon.port, "GET", path)[0] == status, path
+        assert http(daemon.port, "GET", "/workloads", headers={"Origin": "http://evil.example"})[0] == 403
+        assert http(daemon.port, "GET", "/workloads", headers={"Host": "evil.example"})[0] == 403
+        url = f"http://127.0.0.1:{daemon.port}"
+        assert main(["workload", "slurm_job", "4242", "--url", url]) == 0
+        printed = capsys.readouterr().out
+        assert "slurm_job 4242" in printed and "nvidia:0" in printed and "total" in printed
+        assert main(["workload", "--url", url]) == 0
+        listed = capsys.readouterr().out.splitlines()  # the daemon's own log lines too: same process
+        assert any(line.startswith("slurm_job 4242  user ") for line in listed), listed
+        assert main(["workload", "slurm_job", "--url", url]) == 2
+        assert "give the slurm_job's ID" in capsys.readouterr().err
+        recorded = run_epilog(tmp_path, url)
+        assert re.fullmatch(r"update JobId=4242 AdminComment=warptd_joules_\S+=\d+\n", recorded), recorded
+        daemon._token = "s3cret"  # as a reload with --stress-token sets it
+        assert http(daemon.port, "GET", "/workloads")[0] == 401
+        authorized = {"Authorization": "Bearer s3cret"}
+        assert http(daemon.port, "GET", "/workloads/slurm_job/4242", headers=authorized)[0] == 200
+        assert main(["workload", "slurm_job", "4242", "--url", url]) == 1
+        assert "401" in capsys.readouterr().err
+    finally:
+        daemon.stop()
+
+
+def run_epilog(tmp_path, url: str) -> str:
+    """deploy/slurm's epilog for job 4242 against the daemon at ``url``, with a stand-in scontrol
+    that records its arguments; returns them."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text('#!/bin/sh\necho "$@" > "$SCONTROL_LOG"\n')
+    scontrol.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "WARPTD_URL": url,
+        "WARPTD": f"{sys.executable} -m warptd",
+        "SCONTROL_LOG": str(log),
+    }
+    epilog = Path(__file__).parents[1] / "deploy" / "slurm" / "warptd-epilog.sh"
+    done = subprocess.run(
+        ["sh", str(epilog)], check=False, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return log.read_text()
+
+
+def test_workload_settings_from_flags_and_environment(monkeypatch):
+    from warptd.arguments import build_parser
+    from warptd.cli import _settings
+    from warptd.config import SettingsError, load_settings
+
+    args = build_parser().parse_args(
+        ["--workloads", "--workload-kinds", "slurm_job, user", "--workload-max", "5", "--cgroupfs", "/cg"]
+    )
+    settings = _settings(args)
+    assert (settings.workloads, settings.workload_kinds, settings.workload_max) == (
+        True,
+        ["slurm_job", "user"],
+        5,
+    )
+    assert str(settings.cgroupfs) == "/cg" and settings.workload_retention == 600.0
+    assert load_settings().workloads is False  # off by default (docs/workloads.md says why)
+    monkeypatch.setenv("WARPTD_WORKLOAD_KINDS", "container")
+    monkeypatch.setenv("WARPTD_WORKLOAD_RETENTION", "30")
+    assert (load_settings().workload_kinds, load_settings().workload_retention) == (["container"], 30.0)
+    for bad in (
+        {"workload_kinds": "pod"},
+        {"workload_kinds": ""},
+        {"workload_max": 0},
+        {"workload_retention": -1},
+    ):
+        with pytest.raises(SettingsError):
+            load_settings(**bad)
+
+
+def test_the_endpoints_say_when_workloads_are_off():
+    from warptd.http.app import HttpError, Request, Router
+    from warptd.http.workload_routes import add_workload_routes
+
+    router = Router()
+    add_workload_routes(router, None, lambda: None)
+    for path in ("/workloads", "/workloads/slurm_job/4242"):
+        with pytest.raises(HttpError) as raised:
+            router.dispatch(Request("GET", path, {}, {"host": "localhost"}, b"", "127.0.0.1"))
+        assert raised.value.status == 404 and "--workloads" in raised.value.message
+
+
+def test_a_user_first_seen_outside_its_slice_takes_the_slice_for_cpu(rig, node, fake_nvml):
+    node.add(1010, "0::/\n", uid=1000)  # e.g. started by a root-cgroup daemon, under the user's uid
+    fake_nvml.gpus[0].processes = [(1010, GIB)]
+    rig.poll()
+    slice_ = CpuCgroup("/user.slice/user-1000.slice")
+    node.cpu(slice_, 1e6)
+    node.add(1011, USER, uid=1000)
+    fake_nvml.gpus[0].processes = [(1010, GIB), (1011, GIB)]
+    rig.poll()
+    node.cpu(slice_, 2e6)
+    node.tick(int(4e6 / TICK_US))
+    rig.poll()
+    rig.package_joules(40.0)
+    assert rig.workload(*USER_1000).cpu_joules == pytest.approx(10.0, rel=0.01)
+
+
+def test_a_slurm_job_on_no_device_is_found_in_the_cgroup_tree_for_its_cpu_share(rig, node, fake_nvml):
+    v2 = CpuCgroup("/system.slice/slurmstepd.scope/job_5000")
+    v1 = CpuCgroup("/slurm/uid_1003/job_5001", "cpu,cpuacct")
+    node.cpu(v2, 0)
+    node.cpu(v1, 0)
+    task = node.cgroupfs / "system.slice/slurmstepd.scope/job_5000/step_0/user/task_0"
+    task.mkdir(parents=True)
+    (task / "cgroup.procs").write_text("2000\n")
+    node.add(2000, "0::/system.slice/slurmstepd.scope/job_5000/step_0/user/task_0\n", uid=1002)
+    (node.cgroupfs / "system.slice/slurmstepd.scope/job_x").mkdir()  # not a job: ignored
+    rig.poll()
+    assert {(v.id, v.user) for v in rig.tracker.views()} == {
+        ("5000", user_name(1002)),
+        ("5001", user_name(1003)),
+    }
+    node.cpu(v2, 1e6)
+    node.cpu(v1, 3e6)
+    node.tick(int(8e6 / TICK_US))
+    rig.poll()
+    rig.package_joules(80.0)
+    assert rig.workload("slurm_job", "5000").cpu_joules == pytest.approx(10.0, rel=0.01)
+    assert rig.workload("slurm_job", "5001").cpu_joules == pytest.approx(30.0, rel=0.01)
+    assert rig.workload("slurm_job", "5000").devices == []
+    node.gone(v2)
+    rig.poll()
+    assert rig.workload("slurm_job", "5000").ended_at is not None
+    assert rig.workload("slurm_job", "5001").ended_at is None
