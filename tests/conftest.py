@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,17 +38,20 @@ def require_tool(name: str) -> str:
     return path
 
 
-def assert_promtool_clean(body: bytes) -> None:
-    """``promtool check metrics`` finds nothing in this exposition (it prints findings, exits non-zero)."""
-    import subprocess
-
-    result = subprocess.run(
+def promtool_check_metrics(body: bytes) -> subprocess.CompletedProcess[bytes]:
+    """``promtool check metrics`` over this exposition: findings printed, non-zero exit where any."""
+    return subprocess.run(
         [require_tool("promtool"), "check", "metrics"],
         input=body,
         capture_output=True,
         timeout=30,
         check=False,
     )
+
+
+def assert_promtool_clean(body: bytes) -> None:
+    """``promtool check metrics`` finds nothing in this exposition (it prints findings, exits non-zero)."""
+    result = promtool_check_metrics(body)
     assert result.returncode == 0 and result.stdout == b"" and result.stderr == b"", result.stderr.decode()
 
 

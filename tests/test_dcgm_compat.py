@@ -15,7 +15,7 @@ import pynvml
 import pytest
 import yaml
 
-from tests.conftest import require_tool
+from tests.conftest import promtool_check_metrics, require_tool
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
 from tests.helpers import Rig, Sample, parse, select, value, wait_until
 from tests.kubelet import FakeKubelet
@@ -285,13 +285,7 @@ def test_xid_errors_is_the_code_of_the_last_xid(settings, fake_nvml):
 
 
 def _promtool_findings(body: bytes) -> set[str]:
-    result = subprocess.run(
-        [require_tool("promtool"), "check", "metrics"],
-        input=body,
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
+    result = promtool_check_metrics(body)
     return {line.strip() for line in (result.stdout + result.stderr).decode().splitlines() if line.strip()}
 
 
