@@ -35,7 +35,7 @@ class AmdBackend(AcceleratorBackend):
             self.shutdown()
             raise BackendUnavailableError(f"amdsmi too old: {exc}") from exc
         self._devices = [
-            AmdDevice(index, handle, sdk, self.call, sensors)
+            AmdDevice(index, handle, sdk, self.call, sensors, settings=lambda: self.settings)
             for index, handle in enumerate(self._session.handles)
         ]
 
@@ -108,7 +108,7 @@ class AmdBackend(AcceleratorBackend):
 
     # -- telemetry: each device reads its own -----------------------------------------------
     def begin_read(self, index: int, power_only: bool) -> None:
-        self._devices[index].begin_read(power_only, self.settings)
+        self._devices[index].begin_read(power_only)
 
     def read_values(self, index: int) -> DeviceReading:
         return self._devices[index].read()

@@ -56,7 +56,17 @@ class Sensors:
 class AmdDevice:
     """One handle amdsmi gave (a whole GPU, or a partition of one) and what is kept about it."""
 
-    def __init__(self, index: int, handle: Any, sdk: ModuleType, call: Call, sensors: Sensors) -> None:
+    def __init__(
+        self,
+        index: int,
+        handle: Any,
+        sdk: ModuleType,
+        call: Call,
+        sensors: Sensors,
+        *,
+        settings: Callable[[], Settings],
+    ) -> None:
+        """``settings()`` gives the settings in force (a reload changes the health interval live)."""
         self.index, self.handle = index, handle
         self._sdk, self._call, self._sensors = sdk, call, sensors
         #: The stable identity: the UUID, and for a partition of a GPU ``<uuid>/<partition id>``.
@@ -69,8 +79,7 @@ class AmdDevice:
         self.table = MetricsTable()
         #: ECC and replay counters and the pending-retirement gauge, as last read at the health cadence.
         self.health = Health()
-        self._settings: Settings | None = None  # those of the read in progress (a reload changes them)
-        self._health_cadence = DeviceCadence(lambda: self._settings)
+        self._health_cadence = DeviceCadence(settings)
 
     def get(self, what: str, fn_name: str, *args: object) -> Any:
         """One guarded call of ``amdsmi.<fn_name>(handle, *args)``; None where this amdsmi lacks it
@@ -135,13 +144,12 @@ class AmdDevice:
         )
 
     # -- one read -----------------------------------------------------------------------------
-    def begin_read(self, power_only: bool, settings: Settings) -> None:
+    def begin_read(self, power_only: bool) -> None:
         """One GPU metrics table per full read: throttle residency, engine activities and XGMI counters
         share it. ECC, replays and bad pages are read at the health cadence, by the primary partition."""
         if power_only:
             return
         self.table.update(self.get("metrics_table", "amdsmi_get_gpu_metrics_info") or {})
-        self._settings = settings
         if self.primary and self._health_cadence.due():
             self.health = read_health(self.get, self._sdk.amdsmi_wrapper)
 
