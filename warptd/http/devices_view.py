@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
-from warptd.models import BackendKind, DeviceReading, GPUInfo
+from warptd.models import BackendKind, DeviceReading, GPUInfo, WireModel
 from warptd.sampling.snapshot import Snapshot
 
 
-class LatestReading(BaseModel):
+class LatestReading(WireModel):
     """The last sample of one device as the samplers recorded it (no SDK call); null = unsupported."""
 
     power_watts: float | None = None
@@ -26,7 +24,7 @@ class DeviceView(GPUInfo):
     latest: LatestReading | None = None
 
 
-class BackendView(BaseModel):
+class BackendView(WireModel):
     backend: str
     kind: BackendKind
     up: bool
@@ -34,7 +32,7 @@ class BackendView(BaseModel):
     domains: list[str] | None = None  # power backends
 
 
-class DevicesView(BaseModel):
+class DevicesView(WireModel):
     backends: list[BackendView]
 
 

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from warptd import __version__
 from warptd.http.devices_view import DevicesView
 from warptd.http.stress_routes import StressRequest
 from warptd.http.window_routes import WindowLease, WindowList, WindowRequest
+from warptd.models import WireModel
 from warptd.recording.schema import Recording
 from warptd.stress.job import JobView
 
 _REF = "#/components/schemas/{model}"
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(WireModel):
     """Every 4xx/5xx answer: a message naming the problem, plus details for some errors."""
 
     error: str
 
 
-class JobList(BaseModel):
+class JobList(WireModel):
     jobs: list[JobView]
 
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.http.protection import authorize, is_loopback, is_loopback_host, parse_body, validation_error
 from warptd.http.reports import report_response
+from warptd.models import WireModel
 from warptd.stress.job import Job, StressError
 from warptd.stress.jobs import JobManager
 from warptd.stress.torch_device import DTYPES
 
 
-class StressRequest(BaseModel):
+class StressRequest(WireModel):
     """The body of ``POST /stress``; every field is optional, so an empty POST runs the defaults."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

@@ -23,10 +23,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from warptd.config import SettingsError, plain_message
 from warptd.install import install_command
+from warptd.models import WireModel
 
 ClientAuth = Literal[
     "NoClientCert",
@@ -45,7 +46,7 @@ _VERIFY = {
 _VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 
 
-class TLSServerConfig(BaseModel):
+class TLSServerConfig(WireModel):
     model_config = ConfigDict(extra="forbid")
 
     cert_file: Path
@@ -55,7 +56,7 @@ class TLSServerConfig(BaseModel):
     min_version: Literal["TLS12", "TLS13"] = "TLS12"
 
 
-class WebConfig(BaseModel):
+class WebConfig(WireModel):
     model_config = ConfigDict(extra="forbid")
 
     tls_server_config: TLSServerConfig | None = None

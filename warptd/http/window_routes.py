@@ -7,12 +7,13 @@ import re
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from warptd.config import WINDOW_NAME
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.http.protection import authorize, parse_body
 from warptd.http.reports import report_response
+from warptd.models import WireModel
 from warptd.recording.schema import Recording, TargetRecording
 from warptd.recording.windows import WindowError, WindowManager
 
@@ -24,7 +25,7 @@ MAX_LABELS = 16
 MAX_TARGETS = 256
 
 
-class WindowRequest(BaseModel):
+class WindowRequest(WireModel):
     """The body of ``POST /windows``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -67,7 +68,7 @@ class WindowRequest(BaseModel):
         return value
 
 
-class WindowLease(BaseModel):
+class WindowLease(WireModel):
     """The answer to ``POST /windows/ID/renew``: the lease, renewed from now."""
 
     id: str = Field(description="The window.")
@@ -76,7 +77,7 @@ class WindowLease(BaseModel):
     lease_expires_at: float = Field(description="Unix time the lease lapses unless renewed again.")
 
 
-class WindowList(BaseModel):
+class WindowList(WireModel):
     """Open windows, then ended ones, newest first; without their time series."""
 
     windows: list[Recording]

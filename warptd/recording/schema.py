@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from warptd.models import DeviceKind
+from warptd.models import DeviceKind, WireModel
 
 #: Bumped whenever a field changes meaning, takes a new value or goes away; adding optional fields
 #: keeps it. 2: ``energy_source`` may be ``power_times_duration`` (a window with fewer than two samples).
@@ -26,7 +26,7 @@ TargetKind = Literal["device", "domain"]
 EnergySource = Literal["counter", "integrated", "power_times_duration"]
 
 
-class Point(BaseModel):
+class Point(WireModel):
     """One sample of one device or domain, as the samplers read it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -47,7 +47,7 @@ class Point(BaseModel):
     throttle_active: list[str] = Field([], description="Throttle reasons active at this sample.")
 
 
-class TargetRecording(BaseModel):
+class TargetRecording(WireModel):
     """What one device (``nvidia:0``) or power domain (``rapl:package-0``) did during a recording."""
 
     model_config = ConfigDict(extra="forbid")
@@ -94,7 +94,7 @@ class TargetRecording(BaseModel):
     )
 
 
-class Recording(BaseModel):
+class Recording(WireModel):
     """A recording: identity, time span, per-target summaries and time series, optional workload."""
 
     model_config = ConfigDict(extra="forbid")

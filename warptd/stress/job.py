@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel
-
+from warptd.models import WireModel
 from warptd.recording.schema import Recording
 from warptd.stress.base import DeviceRef, WorkloadResult
 from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder
@@ -39,7 +38,7 @@ class StressError(Exception):
         self.status = status
 
 
-class StressParameters(BaseModel):
+class StressParameters(WireModel):
     test: str
     device: str
     duration_s: float
@@ -47,12 +46,12 @@ class StressParameters(BaseModel):
     size: int | None = None
 
 
-class Efficiency(BaseModel):
+class Efficiency(WireModel):
     value: float
     unit: str
 
 
-class JobView(BaseModel):
+class JobView(WireModel):
     """A job as the API returns it."""
 
     id: str

@@ -7,15 +7,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from pydantic import BaseModel
-
+from warptd.models import WireModel
 from warptd.power.base import DomainPower
 from warptd.recording.recorder import Recorder, Target, is_top_level_domain
 from warptd.recording.schema import Recording, TargetRecording
 from warptd.sampling.snapshot import DeviceSample
 
 
-class RunTelemetry(BaseModel):
+class RunTelemetry(WireModel):
     """The telemetry part of a stress result; absent figures are ``None``, never 0."""
 
     samples: int

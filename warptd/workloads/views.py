@@ -3,12 +3,13 @@ CPU, its devices, start and end. No command line, environment or pid is part of 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from warptd.models import WireModel
 from warptd.workloads.placement import Kind
 
 
-class DeviceEnergy(BaseModel):
+class DeviceEnergy(WireModel):
     """A workload's share of one device's energy."""
 
     device: str = Field(description="BACKEND:INDEX, e.g. nvidia:0")
@@ -16,7 +17,7 @@ class DeviceEnergy(BaseModel):
     joules: float = Field(description="Energy of this device split to the workload while it ran there.")
 
 
-class WorkloadView(BaseModel):
+class WorkloadView(WireModel):
     """One workload as the daemon knows it: live, or ended and kept for --workload-retention."""
 
     kind: Kind
@@ -37,7 +38,7 @@ class WorkloadView(BaseModel):
     total_joules: float
 
 
-class WorkloadList(BaseModel):
+class WorkloadList(WireModel):
     """Every workload, live first, then ended ones, each newest first; and the energy of no workload."""
 
     workloads: list[WorkloadView]
