@@ -11,8 +11,10 @@ import pytest
 
 from tests.conftest import require_tool
 from tests.helpers import http, wait_until
+from tests.test_workloads import Node
 from warptd.config import load_settings
 from warptd.daemon import Daemon
+from warptd.workloads.placement import CpuCgroup
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
@@ -22,8 +24,15 @@ def _schemathesis() -> str:
     return require_tool("schemathesis")
 
 
+#: A Slurm job of the fixture node (cgroup v2 layout), found in its cgroup tree for its CPU share.
+JOB = CpuCgroup("/system.slice/slurmstepd.scope/job_5000")
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
+    node = Node(tmp_path_factory.mktemp("node"))
+    node.cpu(JOB, 0)
+    node.add(2000, f"0::{JOB.path}/step_0/user/task_0\n", uid=1002)
     settings = load_settings(
         listen="127.0.0.1:0",
         backends=["cpu"],
@@ -31,6 +40,9 @@ def live(tmp_path_factory):
         sysfs=tmp_path_factory.mktemp("sys"),
         stress_max_duration=2,
         log_level="error",
+        workloads=True,
+        procfs=node.proc.root,
+        cgroupfs=node.cgroupfs,
     )
     daemon = Daemon(settings)
     daemon.stress.tests.update(
@@ -94,6 +106,8 @@ def test_openapi_document_lists_every_route(live):
         "/windows/{window_id}/end",
         "/windows/{window_id}/renew",
         "/windows/{window_id}/report",
+        "/workloads",
+        "/workloads/{kind}/{workload_id}",
     }
     request = document["paths"]["/stress"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request == {"$ref": "#/components/schemas/StressRequest"}
@@ -106,3 +120,25 @@ def test_openapi_document_lists_every_route(live):
     assert schemas["WindowRequest"]["additionalProperties"] is False
     window = document["paths"]["/windows"]["post"]["responses"]["201"]["content"]["application/json"]
     assert window["schema"] == {"$ref": "#/components/schemas/Recording"}
+
+
+def test_workload_answers_match_the_document(live):
+    """The listing and one Slurm job, as served, validate against the schemas /openapi.json names."""
+    jsonschema = pytest.importorskip("jsonschema")
+    document = json.loads(http(live.port, "GET", "/openapi.json")[2])
+
+    def schema_of(path: str, code: str = "200") -> dict:
+        ref = document["paths"][path]["get"]["responses"][code]["content"]["application/json"]["schema"]
+        return {**ref, "components": document["components"]}
+
+    assert wait_until(lambda: json.loads(http(live.port, "GET", "/workloads")[2])["workloads"])
+    listing = json.loads(http(live.port, "GET", "/workloads")[2])
+    jsonschema.validate(listing, schema_of("/workloads"))
+    status, _, body = http(live.port, "GET", "/workloads/slurm_job/5000")
+    assert status == 200 and json.loads(body)["id"] == "5000"
+    jsonschema.validate(json.loads(body), schema_of("/workloads/{kind}/{workload_id}"))
+    status, _, body = http(live.port, "GET", "/workloads/slurm_job/" + "9" * 300)
+    assert status == 414
+    jsonschema.validate(json.loads(body), schema_of("/workloads/{kind}/{workload_id}", "414"))
+    parameters = document["paths"]["/workloads/{kind}/{workload_id}"]["parameters"]
+    assert parameters[0]["schema"]["enum"] == ["slurm_job", "systemd_unit", "container", "user"]

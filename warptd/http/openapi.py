@@ -7,12 +7,15 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from warptd import __version__
+from warptd.config import WORKLOAD_KINDS
 from warptd.http.devices_view import DevicesView
 from warptd.http.stress_routes import StressRequest
 from warptd.http.window_routes import WindowLease, WindowList, WindowRequest
+from warptd.http.workload_routes import MAX_ID_CHARS
 from warptd.models import WireModel
 from warptd.recording.schema import Recording
 from warptd.stress.job import JobView
+from warptd.workloads.views import WorkloadList, WorkloadView
 
 _REF = "#/components/schemas/{model}"
 
@@ -39,13 +42,14 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "malformed request",
         401: "missing or wrong bearer token",
         403: "not allowed from this client",
-        404: "no such job or window, no recording for it, or the endpoints are disabled",
+        404: "no such job, window or workload, no recording for it, or the endpoints are disabled",
         405: "method not allowed",
         408: "body not received in time",
         409: "device busy, job or window already ended (the message names how), a window without a "
         "lease or whose lease lapsed (renew), or (report) job still running",
         411: "chunked body",
         413: "body over 64 KiB",
+        414: f"workload id over {MAX_ID_CHARS} characters",
         415: "body is not application/json",
         422: "invalid parameters, or an unknown device",
         429: "too many windows open (--window-max-open)",
@@ -76,11 +80,22 @@ def openapi_document() -> dict[str, Any]:
             (Recording, "serialization"),
             (WindowList, "serialization"),
             (WindowLease, "serialization"),
+            (WorkloadList, "serialization"),
+            (WorkloadView, "serialization"),
         ],
         ref_template=_REF,
     )
     job_id = [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}]
     window_id = [{"name": "window_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    workload = [
+        {"name": "kind", "in": "path", "required": True, "schema": {"enum": list(WORKLOAD_KINDS)}},
+        {
+            "name": "workload_id",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "maxLength": MAX_ID_CHARS},
+        },
+    ]
     window_end = {
         "summary": "end an open window; answers its recording",
         "security": [{}, {"bearer": []}],
@@ -226,6 +241,30 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "200": _plain("text/html", "the report: plots and summary, works offline"),
                         **_errors(404, 500, 503),
+                    },
+                },
+            },
+            "/workloads": {
+                "get": {
+                    "summary": "energy per Slurm job, systemd unit, container and user (--workloads; "
+                    "loopback only without a token)",
+                    "security": [{}, {"bearer": []}],
+                    "responses": {
+                        "200": _json(
+                            "WorkloadList", "running workloads, then those ended within the retention"
+                        ),
+                        **_errors(401, 403, 404),
+                    },
+                }
+            },
+            "/workloads/{kind}/{workload_id}": {
+                "parameters": workload,
+                "get": {
+                    "summary": "one workload's energy per device and CPU, its devices, start and end",
+                    "security": [{}, {"bearer": []}],
+                    "responses": {
+                        "200": _json("WorkloadView", "the workload"),
+                        **_errors(401, 403, 404, 414),
                     },
                 },
             },
