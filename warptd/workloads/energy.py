@@ -15,12 +15,14 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from warptd.processes.cgroup import PidCache
 from warptd.processes.shares import DeviceProcesses, split
 from warptd.sampling.poller import PollingThread
+from warptd.workloads.cgroupns import namespace_root
 from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us
 from warptd.workloads.placement import (
     KINDS,
@@ -94,7 +96,8 @@ class WorkloadEnergy:
         self.retention = retention
         self.max_workloads = max_workloads
         self._interval, self._clock, self._wall = interval, clock, wall
-        self._placements = PidCache(procfs, read_placement)
+        root = namespace_root(procfs, cgroupfs)  # '/' unless warptd runs in a private cgroup namespace
+        self._placements = PidCache(procfs, partial(read_placement, root=root))
         self._backends = {source.backend for source in sources}
         self._workloads: dict[WorkloadKey, Workload] = {}
         self._held: dict[tuple[str, str], _Held] = {}  # (backend, uuid) -> latest holders

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from warptd.config import WORKLOAD_KINDS as KINDS
 from warptd.config import WorkloadKind as Kind
+from warptd.workloads.cgroupns import absolute, climb
 
 __all__ = ["KINDS", "Kind", "Placement", "WorkloadKey", "place", "read_placement", "user_name"]
 
@@ -69,15 +70,21 @@ class Placement:
     cpu: CpuCgroup | None = None
 
 
-def place(cgroup_text: str, uid: int | None) -> Placement:
-    """The workload of a process with this /proc/<pid>/cgroup text and real uid."""
+def place(cgroup_text: str, uid: int | None, root: str = "/") -> Placement:
+    """The workload of a process with this /proc/<pid>/cgroup text and real uid; ``root`` is where
+    warptd's own cgroup namespace sits in the host's tree (:mod:`warptd.workloads.cgroupns`)."""
     lines = [line.split(":", 2) for line in cgroup_text.splitlines()]
     lines = [parts for parts in lines if len(parts) == 3]
     # CPU accounting where the kernel keeps it: v1 cpuacct if mounted (legacy, hybrid), else unified.
     ordered = sorted(lines, key=lambda p: 0 if "cpuacct" in p[1].split(",") else 1 if p[0] == "0" else 2)
-    for _, controllers, path in ordered:
+    for hierarchy, controllers, seen in ordered:
         v1 = controllers if "cpuacct" in controllers.split(",") else ""
-        found = _classify(path, uid, v1 if v1 or controllers == "" else None)
+        keeps_cpu = v1 if v1 or controllers == "" else None
+        path = seen
+        if climb(seen):  # seen from a private cgroup namespace: rebuilt from its root (v2 only)
+            host_path = absolute(seen, root) if hierarchy == "0" else None
+            path, keeps_cpu = (host_path, keeps_cpu) if host_path else (seen, None)
+        found = _classify(path, uid, keeps_cpu)
         if found is not None:
             return found
     return _user(uid, None)
@@ -86,7 +93,7 @@ def place(cgroup_text: str, uid: int | None) -> Placement:
 def _classify(path: str, uid: int | None, v1: str | None) -> Placement | None:
     """The workload this cgroup path names, or None where it names none but a user; ``v1`` None: the
     line's hierarchy keeps no CPU time (a v1 controller other than cpuacct)."""
-    elements = [e for e in path.split("/") if e]
+    elements = [e for e in path.split("/") if e and e != ".."]
 
     def cpu(upto: int) -> CpuCgroup | None:
         return None if v1 is None else CpuCgroup("/" + "/".join(elements[: upto + 1]), v1)
@@ -146,10 +153,10 @@ def read_uid(procfs: Path, pid: int) -> int | None:
     return None
 
 
-def read_placement(procfs: Path, pid: int) -> Placement | None:
+def read_placement(procfs: Path, pid: int, root: str = "/") -> Placement | None:
     """The process's placement, or None when it is gone (or unreadable) between two reads."""
     try:
         text = (procfs / str(pid) / "cgroup").read_text()
     except OSError:
         return None
-    return place(text, read_uid(procfs, pid))
+    return place(text, read_uid(procfs, pid), root)
