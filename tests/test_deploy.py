@@ -26,6 +26,7 @@ ALL_ON = {
     "runAsRoot": "true",
     "podAttribution.enabled": "false",
     "processes.enabled": "true",
+    "workloads.enabled": "true",
     "runtimeClassName": "nvidia",
     "priorityClassName": "system-node-critical",
     "backends[0]": "nvidia",
@@ -173,6 +174,33 @@ def test_all_options_on():
     assert json.loads(dashboard["data"]["warptd.json"]) == shipped
 
 
+def test_workloads_see_the_host_s_processes_and_cgroups_and_warptd_accepts_the_arguments(tmp_path):
+    """workloads.enabled: the host pid namespace, --workloads over the host's cgroupfs under the /sys
+    already mounted read-only, and arguments that warptd's own parser turns into these settings."""
+    from warptd.arguments import build_parser
+    from warptd.cli import _settings
+
+    values = {
+        "workloads.enabled": "true",
+        "workloads.kinds[0]": "slurm_job",
+        "workloads.kinds[1]": "user",
+        "workloads.retentionSeconds": "120",
+        "workloads.max": "50",
+    }
+    pod = by_kind(render(values), "DaemonSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["hostPID"] is True and "--processes" not in container["args"]
+    assert {"name": "sys", "mountPath": "/host/sys", "readOnly": True} in container["volumeMounts"]
+    settings = _settings(build_parser().parse_args(container["args"]))
+    assert settings.workloads and settings.cgroupfs == Path("/host/sys/fs/cgroup")
+    assert settings.workload_kinds == ["slurm_job", "user"]
+    assert (settings.workload_retention, settings.workload_max) == (120.0, 50)
+    defaults = by_kind(render({"workloads.enabled": "true"}), "DaemonSet")["spec"]["template"]["spec"]
+    assert _settings(build_parser().parse_args(defaults["containers"][0]["args"])).workload_kinds == [
+        "slurm_job", "systemd_unit", "container", "user"
+    ]  # fmt: skip
+
+
 def test_network_policy_lets_only_the_prometheus_namespace_and_the_helm_test_in():
     docs = render({})
     policy = by_kind(docs, "NetworkPolicy")["spec"]
@@ -240,6 +268,8 @@ def test_existing_secret_is_used_and_no_secret_created():
         ("serviceMonitor.interval", "15", "interval"),
         ("bogus", "1", "bogus"),
         ("image.pullPolicy", "Sometimes", "pullPolicy"),
+        ("workloads.kinds[0]", "pod", "kinds"),
+        ("workloads.max", "0", "max"),
     ],
 )
 def test_values_schema_rejects_bad_values(key, value, message):
@@ -338,6 +368,36 @@ def test_systemd_unit_verifies_clean_and_is_hardened(tmp_path):
         "EnvironmentFile=-/etc/default/warptd",
     ):
         assert directive in text
+
+
+def test_the_workloads_drop_in_verifies_and_only_lets_the_daemon_see_every_process(tmp_path):
+    """systemd/workloads.conf over the unit: verified clean, still hardened, ProtectProc lifted."""
+    analyze = require_tool("systemd-analyze")
+    executable = shutil.which("warptd") or str(Path(sys.executable).parent / "warptd")
+    unit = tmp_path / "warptd.service"
+    unit.write_text(
+        (ROOT / "systemd" / "warptd.service").read_text().replace("/opt/warptd/bin/warptd", executable)
+    )
+    (tmp_path / "warptd.service.d").mkdir()
+    shutil.copy(ROOT / "systemd" / "workloads.conf", tmp_path / "warptd.service.d" / "workloads.conf")
+    result = subprocess.run(
+        [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", (
+        result.stdout + result.stderr
+    )
+    result = subprocess.run(
+        [analyze, "security", "--offline=true", "--threshold=25", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "full access to process tree" in result.stdout  # the drop-in was read: ProtectProc lifted
+    drop_in = (ROOT / "systemd" / "workloads.conf").read_text()
+    assert "ProtectProc=default" in drop_in and "WARPTD_WORKLOADS=true" in drop_in
+    assert "CAP_SYS_PTRACE" not in drop_in.replace("(reading them would take CAP_SYS_PTRACE)", "")
 
 
 def test_dockerfile_lints_clean():
