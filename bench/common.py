@@ -113,6 +113,30 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+#: What the daemon imports that is not warptd's: its runtime dependencies (pyproject.toml) and the
+#: standard library's asyncio, which its HTTP server runs on. pydantic.main and the settings base
+#: class are what load pydantic's machinery (``import pydantic`` alone is lazy).
+DEPENDENCY_IMPORTS = (
+    "asyncio",
+    "structlog",
+    "pydantic.main",
+    "pydantic_settings",
+    "prometheus_client",
+    "apscheduler.schedulers.background",
+    "psutil",
+    "pynvml",
+    "h11",
+)
+
+
+def dependencies_rss_bytes() -> int:
+    """RSS of this interpreter once it imported the daemon's dependencies and nothing of warptd: the
+    floor under the daemon's RSS in this environment (rich, where installed, comes with structlog)."""
+    code = f"import {', '.join(DEPENDENCY_IMPORTS)}, sys; sys.stdout.write(open('/proc/self/status').read())"
+    status = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
+
+
 def latencies(port: int, n: int) -> list[float]:
     out = []
     for _ in range(n):

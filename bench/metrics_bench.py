@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
     cpu_seconds,
+    dependencies_rss_bytes,
     emit,
     free_port,
     get,
@@ -65,6 +66,7 @@ def measure(gpus: int, scrapes: int, idle: float, node_port: int | None) -> dict
         row["cpu_ms_per_sample"] = cpu_used / samples * 1e3
         row["cpu_ms_per_device_sample"] = cpu_used / samples / gpus * 1e3
         row["rss_mb"] = rss_bytes(proc.pid) / 2**20
+        row["rss_dependencies_only_mb"] = dependencies_rss_bytes() / 2**20
         row["start_to_ready_s"] = ready_s
         return row
     finally:
