@@ -41,14 +41,8 @@ class AmdBackend(AcceleratorBackend):
         ]
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
-        sdk = self._sdk
-        if isinstance(exc, sdk.AmdSmiLibraryException):
-            return self._session.kinds.get(exc.err_code, ErrorKind.SDK_ERROR)
-        if isinstance(exc, sdk.AmdSmiParameterException):
-            return ErrorKind.UNEXPECTED  # a wrong argument type: our bug, not the GPU's
-        if isinstance(exc, sdk.AmdSmiException):
-            return ErrorKind.SDK_ERROR
-        return super().classify_error(exc)
+        kind = self._session.classify(exc)
+        return kind if kind is not None else super().classify_error(exc)
 
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:
