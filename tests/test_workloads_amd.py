@@ -170,6 +170,21 @@ def test_a_refused_process_list_leaves_the_energy_unattributed(amd, node, fake, 
     assert amd.joules_of(*JOB_A) > before[0]
 
 
+def test_an_unreadable_process_listed_without_a_name_does_not_give_its_gfx_share_away(amd, node, fake):
+    """ROCm 6.2.0's CHANGELOG: another user's process is listed as "N/A" with 0 ns of GFX time."""
+    fake.unreadable_listed = True
+    two_jobs(
+        node,
+        fake,
+        a=FakeProcess(1001, vram_bytes=GIB, gfx_busy=0.6),
+        b=FakeProcess(1002, vram_bytes=GIB, gfx_busy=0.6, readable=False),
+    )
+    amd.period()
+    amd.period()  # by GFX time job 4242 would take it all: by memory held instead, 1:1
+    assert amd.joules_of(*JOB_A) == pytest.approx(amd.joules / 2, rel=0.01)
+    assert amd.joules_of(*JOB_B) == pytest.approx(amd.joules / 2, rel=0.01)
+
+
 def test_a_process_list_not_supported_is_asked_once(amd, node, fake):
     two_jobs(node, fake)
     fake.gpus[0].unsupported = {LIST}

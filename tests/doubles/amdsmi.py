@@ -161,8 +161,10 @@ class FakeProcess:
     so every partition reports it with the same numbers.
 
     ``readable`` False: another user's process, and the caller not root: its fdinfo cannot be opened,
-    so amdsmi fills in only the pid and KFD's VRAM, with no name, and answers the whole list
-    ``AMDSMI_STATUS_NO_PERM`` (amd_smi.cc), which the package raises."""
+    so amdsmi fills in only the pid and KFD's VRAM, with no name and no GFX time, and answers the
+    whole list ``AMDSMI_STATUS_NO_PERM`` (amd_smi.cc at its head), which the package raises; or, as
+    ROCm 6.2.0's CHANGELOG tells it (:attr:`FakeAmdsmi.unreadable_listed`), lists it with the name
+    "N/A" and 0 ns."""
 
     pid: int
     vram_bytes: int = 2**30
@@ -327,6 +329,8 @@ class FakeAmdsmi:
         self.initialised = 0
         #: Status code amdsmi_init answers (e.g. AMDSMI_STATUS_DRIVER_NOT_LOADED on a host without amdgpu).
         self.init_status = SUCCESS
+        #: An unreadable process is listed (no name, 0 ns) instead of the list answering NO_PERM.
+        self.unreadable_listed = False
         self.mocks: dict[str, mock.Mock] = {}
 
     @classmethod
@@ -559,7 +563,7 @@ class FakeAmdsmi:
                     entry.engine_usage.gfx = process.gfx_ns
             if room < len(g.processes):
                 raise Status(wrapper.AMDSMI_STATUS_OUT_OF_RESOURCES)
-            if not all(process.readable for process in g.processes):
+            if not self.unreadable_listed and not all(process.readable for process in g.processes):
                 raise Status(wrapper.AMDSMI_STATUS_NO_PERM)
 
         per_gpu = {

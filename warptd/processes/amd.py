@@ -34,6 +34,8 @@ log = structlog.get_logger("warptd.processes")
 _LIST = "amdsmi_get_gpu_process_list"
 #: The call a GPU may refuse for good, as the monitor remembers (and logs) it.
 _PROCESSES = "processes"
+#: The name the package gives an entry amdsmi left without one (its /proc entries could not be read).
+_UNREAD = "N/A"
 
 
 @dataclass
@@ -49,7 +51,9 @@ class _Listed:
         with the same fdinfo numbers, so it counts once (the largest), its CU occupancies add up."""
         vram = integer(entry.get("memory_usage", {}).get("vram_mem")) or 0
         self.memory[pid] = max(vram, self.memory.get(pid, 0))
-        gfx = integer(entry.get("engine_usage", {}).get("gfx"))
+        # an entry without a name is one whose fdinfo amdsmi could not read: its 0 ns means unknown
+        readable = entry.get("name") not in (None, "", _UNREAD)
+        gfx = integer(entry.get("engine_usage", {}).get("gfx")) if readable else None
         known = self.gfx.get(pid)
         if gfx is not None and (known is None or gfx > known.busy_ns):
             self.gfx[pid] = EngineCount(gfx, started)
@@ -67,10 +71,9 @@ class _AmdGpu:
     def busy(self, listed: _Listed, at_ns: int) -> dict[int, float] | None:
         """Each pid's busy weight this poll: its share of GFX time, else its CU occupancy; None where
         neither tells (no pid advanced or occupies anything, or a pid has no GFX baseline yet)."""
-        counted = listed.gfx if listed.gfx.keys() == listed.memory.keys() else {}
-        ratios = self.engine.update(at_ns, counted) if counted else None
-        if not counted:
-            self.engine.forget()  # a pid without a GFX count: no baseline carries over it
+        ratios = self.engine.update(at_ns, listed.gfx)
+        if listed.gfx.keys() != listed.memory.keys():
+            ratios = None  # some pid's GFX time is unknown: the others' would take its share
         if ratios and any(ratio > 0 for ratio in ratios.values()):
             return ratios
         if any(occupied > 0 for occupied in listed.occupancy.values()):
