@@ -23,6 +23,12 @@ time) and :meth:`FakeAmdsmi.advance` move, so the values are exact. MI300X parti
 (:meth:`FakeAmdsmi.partitioned`): several handles share one serial, BDF and (older amdsmi) UUID, tell
 themselves apart by ``amdsmi_get_gpu_kfd_info``'s ``current_partition_id``, and only the primary
 partition (0) reports socket power and energy.
+
+Process lists (:class:`FakeProcess`, ``amdsmi_get_gpu_process_list``) follow amd_smi.cc, fdinfo.cc and
+amd_smi_gpu_device.cc (read, not run): VRAM in bytes, GFX engine time in cumulative ns advancing on the
+firmware clock, CU occupancy or all ones, the ``NO_PERM`` and ``OUT_OF_RESOURCES`` answers, a process
+on several partitions listed by each. The library's own cost (a walk of /proc/PID/fdinfo) is not
+modelled: it depends on the host's processes and was not measured.
 """
 
 from __future__ import annotations
