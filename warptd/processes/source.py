@@ -33,6 +33,9 @@ class ProcessPoller:
         self._lock = threading.Lock()
         self._devices: dict[str, DeviceProcesses] = {}
         self._refused: dict[str, set[int]] = {}  # call -> devices that answered "not supported"
+        self._denied: dict[
+            str, set[int]
+        ] = {}  # call -> devices whose refusal for want of permission was told
         self._generation = self.session_generation()
         self._poller = PollingThread(thread, self.poll, lambda: self.interval)
 
@@ -56,6 +59,7 @@ class ProcessPoller:
             return False
         self._generation = generation
         self._refused.clear()
+        self._denied.clear()
         self.forget()
         return True
 
@@ -69,6 +73,9 @@ class ProcessPoller:
         if kind is ErrorKind.NOT_SUPPORTED:
             self._refused.setdefault(call, set()).add(index)
             log.info(f"{call}_unsupported", backend=self.backend, device=index, reason=str(exc))
+        elif kind is ErrorKind.PERMISSION and index not in self._denied.setdefault(call, set()):
+            self._denied[call].add(index)  # told once: it answers so at every poll until warptd runs as root
+            log.warning(f"{call}_denied", backend=self.backend, device=index, reason=str(exc))
         else:
             log.debug(f"{call}_failed", backend=self.backend, device=index, kind=str(kind), error=str(exc))
 
