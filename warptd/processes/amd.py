@@ -1,14 +1,15 @@
 """Compute processes per AMD GPU (for ``--workloads``), from amdsmi's process list over the shared
 amdsmi session, polled on a thread of its own.
 
-``amdsmi_get_gpu_process_list(handle)`` (amdsmi 6.3 and newer: one dict per process) gives each pid's
-``memory_usage.vram_mem`` (bytes), ``engine_usage.gfx`` (ns of GFX engine time since the process
-opened the device, cumulative: amdgpu's fdinfo ``drm-engine-gfx``) and ``cu_occupancy`` (compute units
-its waves occupy now, from KFD). A pid's busy weight is its GFX time over the wall time between two
-polls where some pid advanced it, else its CU occupancy where some pid occupies CUs, else none (the
-split then goes by memory held). The partitions of one GPU are listed apart, but only the first one
-reports the socket's energy: the processes of all its partitions are published under its identity,
-a pid listed on several partitions once. See docs/workloads.md for what was checked against what.
+``amdsmi_get_gpu_process_list(handle)`` (the package of ROCm 6.1.2 and newer: one dict per process)
+gives each pid's ``memory_usage.vram_mem`` (bytes), ``engine_usage.gfx`` (ns of GFX engine time
+since the process opened the device, cumulative: amdgpu's fdinfo ``drm-engine-gfx``) and
+``cu_occupancy`` (compute units its waves occupy now, from KFD). A pid's busy weight is its GFX time
+over the wall time between two polls where some pid advanced it, else its CU occupancy where some
+pid occupies CUs, else none (the split then goes by memory held). The partitions of one GPU are
+listed apart, but only the first one reports the socket's energy: the processes of all its
+partitions are published under its identity, a pid listed on several partitions once. See
+docs/workloads.md for what was checked against what.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import structlog
 
 from warptd.backends.amd import session as amd_session
-from warptd.backends.amd.handle import AmdHandle, identify
+from warptd.backends.amd.handle import AmdHandle, Call, identify
 from warptd.backends.amd.values import integer
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.processes.cgroup import start_time
@@ -62,10 +64,12 @@ class _Listed:
             self.occupancy[pid] = self.occupancy.get(pid, 0) + occupied
 
 
-class _AmdGpu:
-    """One GPU's listing state, kept on its first (socket-reporting) handle: its GFX time counters."""
+class _GpuHandle(AmdHandle):
+    """One amdsmi handle and, where it reports its GPU's energy (the first partition), the GPU's GFX
+    time counters as last polled."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: int, handle: Any, sdk: ModuleType, call: Call) -> None:
+        super().__init__(index, handle, sdk, call)
         self.engine = EngineTime()
 
     def busy(self, listed: _Listed, at_ns: int) -> dict[int, float] | None:
@@ -90,8 +94,7 @@ class AmdProcessMonitor(ProcessPoller):
         self._session = session = self._lease.session
         self._sdk = session.sdk
         self._procfs = procfs
-        self._handles = [AmdHandle(i, h, session.sdk, self._call) for i, h in enumerate(session.handles)]
-        self._gpus = [_AmdGpu() for _ in self._handles]
+        self._handles = [_GpuHandle(i, h, session.sdk, self._call) for i, h in enumerate(session.handles)]
         super().__init__(backend, interval, "warptd-amd-processes", self._lease.release)
 
     def _call(self, index: int, what: str, fn: Any, *args: object) -> Any:
@@ -122,14 +125,14 @@ class AmdProcessMonitor(ProcessPoller):
                     if pid not in started:
                         started[pid] = start_time(self._procfs, pid)
                     listed.add(pid, entry, started[pid])
-            busy = self._gpus[first.index].busy(listed, now_ns)
+            busy = first.busy(listed, now_ns)
             devices[identity] = DeviceProcesses(now, first.index, listed.memory, busy)
         self.publish(devices)
 
-    def _gpu_handles(self) -> list[tuple[str, AmdHandle, list[AmdHandle]]]:
+    def _gpu_handles(self) -> list[tuple[str, _GpuHandle, list[_GpuHandle]]]:
         """The handles of each GPU whose process lists can be read, by the GPU's first handle (the one
         reporting its energy): a partition shares its GPU's PCI address."""
-        by_gpu: dict[str, list[AmdHandle]] = {}
+        by_gpu: dict[str, list[_GpuHandle]] = {}
         for handle in self._handles:
             if identify(self._handles, handle.index) is None or not self.asks(_PROCESSES, handle.index):
                 continue
@@ -151,7 +154,7 @@ class AmdProcessMonitor(ProcessPoller):
                 raise
             self.failed(_PROCESSES, handle.index, kind, exc)
             return None
-        if any(not isinstance(entry, dict) for entry in entries):  # before amdsmi 6.3: process handles
+        if any(not isinstance(entry, dict) for entry in entries):  # before ROCm 6.1.2: process handles
             self.failed(_PROCESSES, handle.index, ErrorKind.NOT_SUPPORTED, TypeError("process handles"))
             return None
         return entries
