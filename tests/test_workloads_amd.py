@@ -9,10 +9,11 @@ clock, so the scripted split is exact: a job busy 60 % of the time beside one bu
 from __future__ import annotations
 
 import pytest
-import structlog
+import structlog.testing
 
+from tests.conftest import assert_promtool_clean
 from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu, FakeProcess, wrapper
-from tests.helpers import serving, wait_until
+from tests.helpers import http, parse, select, serving, value, wait_until
 from tests.test_processes import GIB
 from tests.test_workloads import SERVICE, SLURM_V1, SLURM_V2, Node
 from warptd.daemon import Daemon
@@ -21,6 +22,7 @@ from warptd.processes.engine_time import EngineCount, EngineTime
 from warptd.workloads.energy import WorkloadEnergy
 
 LIST = "amdsmi_get_gpu_process_list"
+ENERGY = "warptd_workload_energy_joules_total"
 JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")
 SECONDS = 10.0
 
@@ -270,7 +272,19 @@ def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):
     with serving(settings) as daemon:
         assert daemon.amd_processes is not None
         assert daemon.workloads.sources == [daemon.amd_processes]
-        assert wait_until(lambda: daemon.workloads.view(*JOB_A) is not None, timeout=5.0)
+
+        def scraped() -> list:
+            fake.advance(1.0)  # the GPU draws on, its firmware counting the energy
+            return parse(http(daemon.port, "GET", "/metrics")[2].decode())
+
+        assert wait_until(
+            lambda: (
+                select(scraped(), ENERGY, kind="slurm_job", workload="4242", source="accelerator")
+                and value(scraped(), ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
+            ),
+            timeout=10.0,
+        )
+        assert_promtool_clean(http(daemon.port, "GET", "/metrics")[2])
 
 
 def test_without_amdsmi_the_daemon_runs_with_no_amd_source(settings, node):
