@@ -47,7 +47,8 @@ class AmdRig:
     def __init__(self, fake: FakeAmdsmi, node: Node, make_rig) -> None:
         self.fake, self.node = fake, node
         self.rig = make_rig("amd")
-        self.monitor = AmdProcessMonitor(node.proc.root)
+        backend = self.rig.loaded.accelerators[0]
+        self.monitor = AmdProcessMonitor(node.proc.root, identity=backend.device_identity)
         self.tracker = WorkloadEnergy([self.monitor], node.proc.root, node.cgroupfs)
         self.rig.sampler.listeners.append(self.tracker.on_sample)
         self.joules = 0.0
@@ -251,6 +252,24 @@ def test_the_partitions_of_a_gpu_are_split_together_under_the_partition_reportin
         assert rig.joules_of(*JOB_A) == pytest.approx(rig.joules * 0.25, rel=0.01)
         assert rig.joules_of(*JOB_B) == pytest.approx(rig.joules * 0.25, rel=0.01)  # on the other partition
         assert rig.joules_of("systemd_unit", "ollama.service") == pytest.approx(rig.joules * 0.5, rel=0.01)
+    finally:
+        rig.close()
+
+
+def test_processes_are_filed_under_the_identity_the_backend_kept(partitioned, node, make_rig):
+    """Partition 1's PCI address fails while the backend discovers its devices, so it kept partition 0
+    as a whole GPU (its bare UUID) and names its samples so: the processes go where the energy does,
+    not under the ``<uuid>/0`` the monitor would tell once the address answers."""
+    node.add(1001, SLURM_V1, uid=0)
+    partitioned.gpus[0].processes = [FakeProcess(1001)]
+    partitioned.gpus[1].raises = {"amdsmi_get_gpu_device_bdf": wrapper.AMDSMI_STATUS_BUSY}
+    rig = AmdRig(partitioned, node, make_rig)
+    try:
+        partitioned.gpus[1].raises = {}
+        rig.baseline()
+        rig.period()
+        assert list(rig.monitor.devices()) == [partitioned.gpus[0].uuid]
+        assert rig.joules_of(*JOB_A) == pytest.approx(4800.0, rel=1e-3)
     finally:
         rig.close()
 

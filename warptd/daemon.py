@@ -141,8 +141,11 @@ class Daemon:
         """Energy per Slurm job, unit, container and user (--workloads), from the process lists."""
         if not settings.workloads:
             return None
-        if any(backend.name == "amd" for backend in self.loaded.accelerators):
-            self.amd_processes = open_amd_process_monitor(settings.procfs, settings.interval)
+        amd = next((backend for backend in self.loaded.accelerators if backend.name == "amd"), None)
+        if amd is not None:  # its processes filed under the identities the backend's samples carry
+            self.amd_processes = open_amd_process_monitor(
+                settings.procfs, settings.interval, amd.device_identity
+            )
         sources = [s for s in (self.process_monitor, self.amd_processes) if s is not None]
         if not sources:
             log.warning(

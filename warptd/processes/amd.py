@@ -15,6 +15,7 @@ docs/workloads.md for what was checked against what.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -88,13 +89,22 @@ class _GpuHandle(AmdHandle):
 class AmdProcessMonitor(ProcessPoller):
     """Polls the compute processes of every AMD GPU on the shared amdsmi session."""
 
-    def __init__(self, procfs: Path, backend: str = "amd", interval: float = 1.0) -> None:
-        """Acquire the amdsmi session; raises BackendUnavailableError where amdsmi is absent."""
+    def __init__(
+        self,
+        procfs: Path,
+        backend: str = "amd",
+        interval: float = 1.0,
+        identity: Callable[[int], str | None] | None = None,
+    ) -> None:
+        """Acquire the amdsmi session; raises BackendUnavailableError where amdsmi is absent.
+        ``identity(index)`` names a handle as the ``amd`` backend names its samples (its
+        ``device_identity``: the one it kept at discovery); without it, :func:`identify` here."""
         self._lease = amd_session.lease()
         self._session = session = self._lease.session
         self._sdk = session.sdk
         self._procfs = procfs
         self._handles = [_GpuHandle(i, h, session.sdk, self._call) for i, h in enumerate(session.handles)]
+        self._identity = identity or (lambda index: identify(self._handles, index))
         super().__init__(backend, interval, "warptd-amd-processes", self._lease.release)
 
     def _call(self, index: int, what: str, fn: Any, *args: object) -> Any:
@@ -130,18 +140,21 @@ class AmdProcessMonitor(ProcessPoller):
         self.publish(devices)
 
     def _gpu_handles(self) -> list[tuple[str, _GpuHandle, list[_GpuHandle]]]:
-        """The handles of each GPU whose process lists can be read, by the GPU's first handle (the one
-        reporting its energy): a partition shares its GPU's PCI address."""
+        """The handles of each GPU whose process lists can be read, with the identity of the GPU's
+        first handle (the one reporting its energy): a partition shares its GPU's PCI address."""
+        identities: dict[_GpuHandle, str] = {}
         by_gpu: dict[str, list[_GpuHandle]] = {}
         for handle in self._handles:
-            if identify(self._handles, handle.index) is None or not self.asks(_PROCESSES, handle.index):
+            identify(self._handles, handle.index)  # its partition id: which handle reports the energy
+            identity = self._identity(handle.index)
+            if identity is None or not self.asks(_PROCESSES, handle.index):
                 continue
-            key = handle.address() if handle.partition is not None else handle.identity
-            by_gpu.setdefault(key or "", []).append(handle)
+            identities[handle] = identity
+            by_gpu.setdefault(handle.address() or identity, []).append(handle)
         gpus = []
         for handles in by_gpu.values():
             first = next((h for h in handles if h.primary), handles[0])
-            gpus.append((first.identity or "", first, handles))
+            gpus.append((identities[first], first, handles))
         return gpus
 
     def _processes(self, handle: AmdHandle) -> list[dict[str, Any]] | None:
@@ -160,10 +173,12 @@ class AmdProcessMonitor(ProcessPoller):
         return entries
 
 
-def open_amd_process_monitor(procfs: Path, interval: float = 1.0) -> AmdProcessMonitor | None:
+def open_amd_process_monitor(
+    procfs: Path, interval: float = 1.0, identity: Callable[[int], str | None] | None = None
+) -> AmdProcessMonitor | None:
     """A monitor (``start()`` it to poll on its own thread), or None where amdsmi is absent."""
     try:
-        return AmdProcessMonitor(procfs, "amd", interval)
+        return AmdProcessMonitor(procfs, "amd", interval, identity)
     except BackendUnavailableError as exc:
         log.debug("processes_unavailable", backend="amd", reason=str(exc))
         return None
