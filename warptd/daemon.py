@@ -32,6 +32,7 @@ from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.energy import PodEnergy, SmUse
 from warptd.k8s.shares import SmShares
 from warptd.logs import configure_logging
+from warptd.processes.amd import AmdProcessMonitor, open_amd_process_monitor
 from warptd.processes.collector import ProcessesCollector
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.recording.recorder import with_carbon_and_cost
@@ -76,6 +77,7 @@ class Daemon:
             self.sampler.listeners.append(self.windows.on_sample)
         self.xid_monitor: XidMonitor | None = None
         self.process_monitor: ProcessMonitor | None = None
+        self.amd_processes: AmdProcessMonitor | None = None
         if any(backend.name == "nvidia" for backend in self.loaded.accelerators):
             self._add_nvidia_extras(settings)
         if settings.compat == "dcgm-exporter":
@@ -139,12 +141,19 @@ class Daemon:
         """Energy per Slurm job, unit, container and user (--workloads), from the process lists."""
         if not settings.workloads:
             return None
-        if self.process_monitor is None:
+        amd = next((backend for backend in self.loaded.accelerators if backend.name == "amd"), None)
+        if amd is not None:  # its processes filed under the identities the backend's samples carry
+            self.amd_processes = open_amd_process_monitor(
+                settings.procfs, settings.interval, amd.device_identity
+            )
+        sources = [s for s in (self.process_monitor, self.amd_processes) if s is not None]
+        if not sources:
             log.warning(
-                "workloads_without_process_lists", reason="workloads are found from NVML's process lists"
+                "workloads_without_process_lists",
+                reason="workloads are found from NVML's and amdsmi's process lists",
             )
         energy = WorkloadEnergy(
-            [self.process_monitor] if self.process_monitor is not None else [],
+            sources,
             settings.procfs,
             settings.cgroupfs,
             kinds=settings.workload_kinds,
@@ -156,9 +165,11 @@ class Daemon:
         self.exposition.registry.register(WorkloadCollector(energy))
         return energy
 
-    def _monitors(self) -> list[PodAttribution | XidMonitor | ProcessMonitor | WorkloadEnergy]:
+    def _monitors(
+        self,
+    ) -> list[PodAttribution | XidMonitor | ProcessMonitor | AmdProcessMonitor | WorkloadEnergy]:
         """The threads beside the sampler that feed the exposition."""
-        monitors = (self.pods, self.xid_monitor, self.process_monitor, self.workloads)
+        monitors = (self.pods, self.xid_monitor, self.process_monitor, self.amd_processes, self.workloads)
         return [m for m in monitors if m is not None]
 
     @property
@@ -260,6 +271,8 @@ class Daemon:
         self.sampler.reconfigure(new)
         if self.process_monitor is not None:
             self.process_monitor.interval = new.interval
+        if self.amd_processes is not None:
+            self.amd_processes.interval = new.interval
         self.snapshot.stale_after = new.stale_after
         if self.stress is not None:
             self.stress.max_duration_s = new.stress_max_duration

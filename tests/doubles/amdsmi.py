@@ -23,6 +23,12 @@ time) and :meth:`FakeAmdsmi.advance` move, so the values are exact. MI300X parti
 (:meth:`FakeAmdsmi.partitioned`): several handles share one serial, BDF and (older amdsmi) UUID, tell
 themselves apart by ``amdsmi_get_gpu_kfd_info``'s ``current_partition_id``, and only the primary
 partition (0) reports socket power and energy.
+
+Process lists (:class:`FakeProcess`, ``amdsmi_get_gpu_process_list``) follow amd_smi.cc, fdinfo.cc and
+amd_smi_gpu_device.cc (read, not run): VRAM in bytes, GFX engine time in cumulative ns advancing on the
+firmware clock, CU occupancy or all ones, the ``NO_PERM`` and ``OUT_OF_RESOURCES`` answers, a process
+on several partitions listed by each. The library's own cost (a walk of /proc/PID/fdinfo) is not
+modelled: it depends on the host's processes and was not measured.
 """
 
 from __future__ import annotations
@@ -119,6 +125,7 @@ API = (
     "amdsmi_get_gpu_fan_speed_max",
     "amdsmi_get_gpu_bad_page_info",
     "amdsmi_get_gpu_kfd_info",
+    "amdsmi_get_gpu_process_list",
 )
 _REAL = {name: getattr(amdsmi, name) for name in API}
 _handle_values = itertools.count(0x7F00_0000_1000, 0x1000)
@@ -146,6 +153,41 @@ ENERGY_TICK_J = 2.0**-16
 REPORTED_RESOLUTION_UJ = 15.3
 #: Firmware cycles per second of the double's accumulation counter (the real period is not documented).
 FIRMWARE_HZ = 1000
+#: ``MAX_NUM_PROCESSES`` of the package: the room its ``amdsmi_get_gpu_process_list`` makes for processes.
+MAX_PROCESSES = 1024
+
+
+@dataclass(eq=False)
+class FakeProcess:
+    """A compute process as ``amdsmi_get_gpu_process_list`` reports it (``amdsmi_proc_info_t``): KFD lists
+    its pid and VRAM; its fdinfo (``/proc/PID/fdinfo``) gives ``engine_usage.gfx``, the ns its DRM
+    clients kept the GFX engine busy since they opened the device, cumulative. That counter advances
+    at ``gfx_busy`` (0..1 of the time) as the firmware clock moves. A process on several partitions of
+    one GPU is the same object in each partition's list: its fdinfo names the GPU's one PCI address,
+    so every partition reports it with the same numbers.
+
+    ``readable`` False: another user's process, and the caller not root: its fdinfo cannot be opened,
+    so amdsmi fills in only the pid and KFD's VRAM, with no name and no GFX time, and answers the
+    whole list ``AMDSMI_STATUS_NO_PERM`` (amd_smi.cc at its head), which the package raises; or, as
+    ROCm 6.2.0's CHANGELOG tells it (:attr:`FakeAmdsmi.unreadable_listed`), lists it with the name
+    "N/A" and 0 ns."""
+
+    pid: int
+    vram_bytes: int = 2**30
+    gfx_busy: float = 0.0
+    gfx_ns: int = 0
+    #: CUs its waves occupy now (KFD ``cu_occupancy``); None: "N/A" (all ones).
+    cu_occupancy: int | None = None
+    name: str = "/usr/bin/python3.11"
+    readable: bool = True
+    #: The firmware time (s) the GFX counter was last brought up to.
+    seen_at: float | None = None
+
+    def run(self, now: float) -> None:
+        """Bring the GFX counter up to firmware time ``now`` (once, however many lists name it)."""
+        if self.seen_at is not None and now > self.seen_at:
+            self.gfx_ns += round(self.gfx_busy * (now - self.seen_at) * 1e9)
+        self.seen_at = now if self.seen_at is None else max(now, self.seen_at)
 
 
 class FirmwareClock:
@@ -228,6 +270,8 @@ class FakeGpu:
     fan_speed_max: int = 255
     #: ``amdsmi_get_gpu_bad_page_info``: the status of each retired page (``AMDSMI_MEM_PAGE_STATUS_*``).
     bad_pages: list[int] = field(default_factory=list)
+    #: The compute processes KFD lists on this GPU (a partition: on this partition).
+    processes: list[FakeProcess] = field(default_factory=list)
     #: C function names answering AMDSMI_STATUS_NOT_SUPPORTED on this GPU.
     unsupported: set[str] = field(default_factory=set)
     #: C function name -> a status code to answer, or an exception to raise.
@@ -291,6 +335,8 @@ class FakeAmdsmi:
         self.initialised = 0
         #: Status code amdsmi_init answers (e.g. AMDSMI_STATUS_DRIVER_NOT_LOADED on a host without amdgpu).
         self.init_status = SUCCESS
+        #: An unreadable process is listed (no name, 0 ns) instead of the list answering NO_PERM.
+        self.unreadable_listed = False
         self.mocks: dict[str, mock.Mock] = {}
 
     @classmethod
@@ -307,13 +353,17 @@ class FakeAmdsmi:
         return cls(gpus)
 
     def advance(self, seconds: float) -> None:
-        """Let the firmware of every GPU run for ``seconds`` as it is now (throttling, power), so a
-        change made afterwards counts from then on."""
+        """Let the firmware of every GPU run for ``seconds`` as it is now (throttling, power, the
+        processes' GFX use), so a change made afterwards counts from then on."""
         for gpu in self.gpus:
             gpu.run_firmware(self.clock.now)
+            for process in gpu.processes:
+                process.run(self.clock.now)
         self.clock.advance(seconds)
         for gpu in self.gpus:
             gpu.run_firmware(self.clock.now)
+            for process in gpu.processes:
+                process.run(self.clock.now)
 
     # -- the C functions --------------------------------------------------------------------
     def _gpu(self, handle: Any, fn: str) -> FakeGpu:
@@ -498,6 +548,30 @@ class FakeAmdsmi:
             info.current_partition_id = g.partition_id
 
         # --- end amd-alerts ---
+        def process_list(g: FakeGpu, max_processes: Any, out: Any) -> None:
+            """amd_smi.cc: the count only when asked for 0 or none run; else up to ``*max_processes``
+            entries, ``*max_processes`` set to how many run: OUT_OF_RESOURCES when they did not fit,
+            NO_PERM when a process's info could not be read (its entry has no name)."""
+            room = max_processes._obj.value
+            for process in g.processes:
+                process.run(self.clock.now)
+            max_processes._obj.value = len(g.processes)
+            if room == 0 or not g.processes:
+                return
+            for entry, process in zip(out, g.processes[:room], strict=False):
+                ctypes.memset(ctypes.addressof(entry), 0, ctypes.sizeof(entry))
+                entry.pid = process.pid
+                entry.memory_usage.vram_mem = process.vram_bytes
+                entry.cu_occupancy = U32 if process.cu_occupancy is None else process.cu_occupancy
+                if process.readable:
+                    entry.name = process.name.encode()
+                    entry.mem = process.vram_bytes
+                    entry.engine_usage.gfx = process.gfx_ns
+            if room < len(g.processes):
+                raise Status(wrapper.AMDSMI_STATUS_OUT_OF_RESOURCES)
+            if not self.unreadable_listed and not all(process.readable for process in g.processes):
+                raise Status(wrapper.AMDSMI_STATUS_NO_PERM)
+
         per_gpu = {
             "amdsmi_get_gpu_asic_info": asic,
             "amdsmi_get_gpu_device_uuid": uuid,
@@ -519,6 +593,7 @@ class FakeAmdsmi:
             "amdsmi_get_gpu_fan_speed_max": fan_max,
             "amdsmi_get_gpu_bad_page_info": bad_pages,
             "amdsmi_get_gpu_kfd_info": kfd,
+            "amdsmi_get_gpu_process_list": process_list,
         }
         system = {
             "amdsmi_init": init,

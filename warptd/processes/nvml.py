@@ -9,7 +9,6 @@ per GPU for the split of pod energy (:mod:`warptd.k8s.shares`).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,17 +18,19 @@ from typing import Any
 import structlog
 
 from warptd.backends.nvidia import session as nvml_session
-from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.errors import BackendUnavailableError
 from warptd.processes.cgroup import Attribution, CgroupResolver
 from warptd.processes.shares import DeviceProcesses
+from warptd.processes.source import ProcessPoller
 from warptd.processes.utilization import ENGINES, ProcessSample, UtilizationReader
-from warptd.sampling.poller import PollingThread
 
 log = structlog.get_logger("warptd.processes")
 
 _LIST = "nvmlDeviceGetComputeRunningProcesses"  # the newest struct version this nvidia-ml-py knows
 _LIST_V2 = "nvmlDeviceGetComputeRunningProcesses_v2"  # for drivers without that version (< 510)
 _UNKNOWN_MEMORY = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, where nvidia-ml-py does not map it to None
+#: The calls a GPU may refuse for good, as its monitor remembers (and logs) them.
+_PROCESSES, _UTILIZATION = "processes", "process_utilization"
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class _Listed:
     samples: list[ProcessSample] | None
 
 
-class ProcessMonitor:
+class ProcessMonitor(ProcessPoller):
     """Polls the compute processes of every GPU on the shared NVML session."""
 
     def __init__(
@@ -76,9 +77,6 @@ class ProcessMonitor:
         on_change: Callable[[], None] | None = None,
     ) -> None:
         """Acquire the NVML session; raises BackendUnavailableError where NVML is absent."""
-        self.backend = backend
-        #: Seconds between two polls; may be changed while running (e.g. on a config reload).
-        self.interval = interval
         self.max_per_device = max_per_device
         self._on_change = on_change
         self._lease = nvml_session.lease()
@@ -92,16 +90,11 @@ class ProcessMonitor:
         )
         self._resolver = CgroupResolver(procfs)
         self._utilization = UtilizationReader(nvml, self._version_errors)
-        self._utilization_unsupported: set[int] = set()
         self._sm_usage: dict[str, SmUsage] = {}
-        self._devices: dict[str, DeviceProcesses] = {}
-        self._generation = self._session.generation
         self._uuids: dict[int, str] = {}
-        self._unsupported: set[int] = set()
         self._capped: dict[int, int] = {}  # device index -> processes left out at the last poll
         self._latest: list[GpuProcess] = []
-        self._lock = threading.Lock()
-        self._poller = PollingThread("warptd-processes", self.poll, lambda: self.interval)
+        super().__init__(backend, interval, "warptd-processes", self._lease.release)
 
     # -- polling ------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -123,7 +116,7 @@ class ProcessMonitor:
         with self._lock:
             changed, self._latest = found != self._latest, found
             self._sm_usage = sm_usage
-            self._devices = devices
+        self.publish(devices)
         if changed and self._on_change is not None:
             self._on_change()
 
@@ -143,17 +136,19 @@ class ProcessMonitor:
             )
         return processes
 
+    def session_generation(self) -> int:
+        return self._session.generation
+
+    def forget(self) -> None:
+        self._uuids.clear()
+        self._utilization.forget()
+
     def _list_all(self) -> list[_Listed]:
         nvml, listed = self._nvml, []
         with self._session.lock:
-            if self._generation != self._session.generation:  # NVML reopened: new handles
-                self._generation = self._session.generation
-                self._uuids.clear()
-                self._unsupported.clear()
-                self._utilization_unsupported.clear()
-                self._utilization.forget()
+            self.reopened()  # NVML reopened: new handles
             for index, handle in enumerate(self._session.handles):
-                if handle is None or index in self._unsupported:
+                if handle is None or not self.asks(_PROCESSES, index):
                     continue
                 try:
                     if index not in self._uuids:
@@ -161,28 +156,18 @@ class ProcessMonitor:
                     running = self._running(handle)
                     samples = self._samples(index, handle)
                     listed.append(_Listed(index, self._uuids[index], running, samples))
-                except nvml.NVMLError as exc:
-                    if self._session.classify(exc) is ErrorKind.NOT_SUPPORTED:
-                        self._unsupported.add(index)
-                        log.info("processes_unsupported", backend=self.backend, device=index, reason=str(exc))
-                    else:  # lost or failing this poll: its processes drop out until it answers again
-                        log.debug("processes_failed", backend=self.backend, device=index, error=str(exc))
+                except nvml.NVMLError as exc:  # lost or failing: its processes drop out this poll
+                    self.failed(_PROCESSES, index, self._session.classify(exc), exc)
         return listed
 
     def _samples(self, index: int, handle: Any) -> list[ProcessSample] | None:
         """The device's utilization samples since the last poll, or None where it cannot tell."""
-        if index in self._utilization_unsupported:
+        if not self.asks(_UTILIZATION, index):
             return None
         try:
             return self._utilization.read(index, handle)
-        except self._nvml.NVMLError as exc:
-            if self._session.classify(exc) is ErrorKind.NOT_SUPPORTED:
-                self._utilization_unsupported.add(index)
-                log.info(
-                    "process_utilization_unsupported", backend=self.backend, device=index, reason=str(exc)
-                )
-            else:  # this poll only: the processes and their memory stay
-                log.debug("process_utilization_failed", backend=self.backend, device=index, error=str(exc))
+        except self._nvml.NVMLError as exc:  # this poll only: the processes and their memory stay
+            self.failed(_UTILIZATION, index, self._session.classify(exc), exc)
             return None
 
     def _running(self, handle: Any) -> list[Any]:
@@ -208,10 +193,7 @@ class ProcessMonitor:
                     dropped=dropped,
                 )
 
-    # -- the thread and what the collector reads ---------------------------------------------
-    def start(self) -> None:
-        self._poller.start()
-
+    # -- what the collectors read ----------------------------------------------------------------
     def processes(self) -> list[GpuProcess]:
         """The latest poll's processes (never calls NVML)."""
         with self._lock:
@@ -221,17 +203,6 @@ class ProcessMonitor:
         """The GPU's SM use per pod and container in the latest poll, or None where it cannot tell."""
         with self._lock:
             return self._sm_usage.get(uuid)
-
-    def devices(self) -> dict[str, DeviceProcesses]:
-        """Every GPU's processes in the latest poll by UUID, uncapped, with their memory and summed SM
-        samples (for the workload energy split; never calls NVML)."""
-        with self._lock:
-            return dict(self._devices)
-
-    def stop(self) -> None:
-        """Stop polling and release NVML."""
-        self._poller.stop()
-        self._lease.release()
 
 
 _IDLE = dict.fromkeys(ENGINES, 0.0)

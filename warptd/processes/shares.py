@@ -20,7 +20,8 @@ Method = Literal["sm_share", "memory", "even"]
 @dataclass(frozen=True)
 class DeviceProcesses:
     """One device's processes in one poll: device memory per pid (None: the SDK cannot tell) and,
-    where the device reports per-process utilization, the sum of each pid's SM ratio samples."""
+    where the device reports how busy each process kept it, a busy weight per pid (NVIDIA: the sum
+    of its SM ratio samples; AMD: its GFX time over the poll period, else its CU occupancy)."""
 
     polled_at: float  # time.monotonic() of the poll
     index: int

@@ -48,7 +48,8 @@ Holders = dict[WorkloadKey | None, float]
 
 
 class ProcessSource(Protocol):
-    """An SDK's process lists per device (:class:`warptd.processes.nvml.ProcessMonitor` for NVIDIA)."""
+    """An SDK's process lists per device (:class:`warptd.processes.nvml.ProcessMonitor` for NVIDIA,
+    :class:`warptd.processes.amd.AmdProcessMonitor` for AMD)."""
 
     backend: str
     interval: float

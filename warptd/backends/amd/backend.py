@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from warptd.backends.amd import session
 from warptd.backends.amd.device import AmdDevice, Sensors
+from warptd.backends.amd.handle import identify
 from warptd.backends.amd.values import text
 from warptd.backends.base import AcceleratorBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
@@ -40,14 +41,8 @@ class AmdBackend(AcceleratorBackend):
         ]
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
-        sdk = self._sdk
-        if isinstance(exc, sdk.AmdSmiLibraryException):
-            return self._session.kinds.get(exc.err_code, ErrorKind.SDK_ERROR)
-        if isinstance(exc, sdk.AmdSmiParameterException):
-            return ErrorKind.UNEXPECTED  # a wrong argument type: our bug, not the GPU's
-        if isinstance(exc, sdk.AmdSmiException):
-            return ErrorKind.SDK_ERROR
-        return super().classify_error(exc)
+        kind = self._session.classify(exc)
+        return kind if kind is not None else super().classify_error(exc)
 
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:
@@ -67,28 +62,8 @@ class AmdBackend(AcceleratorBackend):
         ]
 
     def device_identity(self, index: int) -> str | None:
-        """The UUID; for a partition ``<uuid>/<partition id>``: older amdsmi gives every partition of a
-        GPU its UUID, and all share its serial and PCI address."""
-        device = self._devices[index]
-        if device.identity is None:
-            uuid = device.uuid()
-            if uuid is None:
-                return None
-            device.partition = self._partition(device)
-            device.identity = uuid if device.partition is None else f"{uuid}/{device.partition}"
-        return device.identity
-
-    def _partition(self, device: AmdDevice) -> int | None:
-        """The partition id of a device that shares its PCI address with others, else None."""
-        addresses = [other.address() for other in self._devices]
-        address = addresses[device.index]
-        if address is None or addresses.count(address) < 2:
-            return None
-        partition = device.reported_partition()
-        if partition is not None:
-            return partition
-        # an amdsmi without the partition id: the order among the handles at that address
-        return addresses[: device.index].count(address)
+        """The UUID; for a partition ``<uuid>/<partition id>`` (:func:`identify`)."""
+        return identify(self._devices, index)
 
     def get_pytorch_device_string(self, device_id: int) -> str:
         """ROCm builds of torch call AMD GPUs ``cuda``, numbered in HIP's order."""

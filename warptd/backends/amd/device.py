@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from warptd.backends.amd.handle import AmdHandle, Call
 from warptd.backends.amd.health import Health, read_health
 from warptd.backends.amd.metrics_table import MetricsTable
 from warptd.backends.amd.values import integer, number, one, reported, text
 from warptd.backends.base import throttle_states
 from warptd.backends.cadence import DeviceCadence
-from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization, pci_address
+from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -31,9 +32,6 @@ _ENERGY_TICK_UJ = 1e6 / 2**16
 _POWER_CAP_MICROWATTS_MIN = 100_000
 #: The fan sensor read: amdsmi has no fan count, and boards with fans report them as sensor 0.
 _FAN_SENSOR = 0
-
-#: The backend's guarded call: ``call(index, what, function, *arguments)``, None when it failed.
-Call = Callable[..., Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +51,7 @@ class Sensors:
         )
 
 
-class AmdDevice:
+class AmdDevice(AmdHandle):
     """One handle amdsmi gave (a whole GPU, or a partition of one) and what is kept about it."""
 
     def __init__(
@@ -67,51 +65,14 @@ class AmdDevice:
         settings: Callable[[], Settings],
     ) -> None:
         """``settings()`` gives the settings in force (a reload changes the health interval live)."""
-        self.index, self.handle = index, handle
-        self._sdk, self._call, self._sensors = sdk, call, sensors
-        #: The stable identity: the UUID, and for a partition of a GPU ``<uuid>/<partition id>``.
-        self.identity: str | None = None
-        #: ``amdsmi_get_gpu_kfd_info``'s ``current_partition_id`` where the GPU is partitioned, else None.
-        self.partition: int | None = None
+        super().__init__(index, handle, sdk, call)
+        self._sensors = sensors
         self.hip_id: int | None = None
-        self._address: str | None = None
         self._fan_max: float | None = None
         self.table = MetricsTable()
         #: ECC and replay counters and the pending-retirement gauge, as last read at the health cadence.
         self.health = Health()
         self._health_cadence = DeviceCadence(settings)
-
-    def get(self, what: str, fn_name: str, *args: object) -> Any:
-        """One guarded call of ``amdsmi.<fn_name>(handle, *args)``; None where this amdsmi lacks it
-        (enumeration info is recent) or it failed."""
-        fn = getattr(self._sdk, fn_name, None)
-        if fn is None:
-            return None
-        return self._call(self.index, what, fn, self.handle, *args)
-
-    @property
-    def primary(self) -> bool:
-        """Whether this device reports its GPU's socket-wide values (every unpartitioned GPU, and the
-        first partition of a partitioned one): XGMI traffic, ECC, replays, bad pages."""
-        return not self.partition
-
-    # -- identity -----------------------------------------------------------------------------
-    def address(self) -> str | None:
-        """The PCI address, read once it answered. The partitions of one GPU are taken to share it, which
-        public reports contradict (docs/hardware.md, "The shared BDF")."""
-        if self._address is None:
-            bdf = text(self.get("bdf", "amdsmi_get_gpu_device_bdf"))
-            self._address = pci_address(bdf) or bdf if bdf else None
-        return self._address
-
-    def uuid(self) -> str | None:
-        """The UUID as amdsmi reports it (the whole GPU's, for a partition on older amdsmi)."""
-        return text(self.get("uuid", "amdsmi_get_gpu_device_uuid"))
-
-    def reported_partition(self) -> int | None:
-        """``amdsmi_get_gpu_kfd_info``'s ``current_partition_id``, where this amdsmi has it."""
-        kfd = self.get("kfd", "amdsmi_get_gpu_kfd_info") or {}
-        return integer(kfd.get("current_partition_id"))
 
     def describe(self, driver: str | None, identify: Callable[[], str | None]) -> GPUInfo:
         """The device's identity and extras; ``identify()`` gives its stable identity (the backend

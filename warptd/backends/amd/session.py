@@ -33,6 +33,17 @@ class AmdsmiSession:
     handles: list[Any]
     kinds: dict[int, ErrorKind] = field(default_factory=dict)
 
+    def classify(self, exc: BaseException) -> ErrorKind | None:
+        """The error kind of an exception amdsmi raised; None for one that is not amdsmi's."""
+        sdk = self.sdk
+        if isinstance(exc, sdk.AmdSmiLibraryException):
+            return self.kinds.get(exc.err_code, ErrorKind.SDK_ERROR)
+        if isinstance(exc, sdk.AmdSmiParameterException):
+            return ErrorKind.UNEXPECTED  # a wrong argument type: our bug, not the GPU's
+        if isinstance(exc, sdk.AmdSmiException):
+            return ErrorKind.SDK_ERROR
+        return None
+
 
 def _import_amdsmi() -> ModuleType:
     """amdsmi prints to stdout and raises ``KeyError('libamd_smi.so')`` when the library is missing."""

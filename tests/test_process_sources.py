@@ -1,0 +1,63 @@
+"""What the vendors' process monitors share (warptd/processes/source.py, ``ProcessPoller``): a device
+answering "not supported" is asked once, and again once the SDK session was reopened; the lists
+are read without calling the SDK; stopping gives the session back."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu, FakeProcess
+from tests.test_processes import GIB, HOST, Proc
+from warptd.processes.amd import AmdProcessMonitor
+from warptd.processes.nvml import ProcessMonitor
+
+NVML_LIST = "nvmlDeviceGetComputeRunningProcesses_v3"
+AMD_LIST = "amdsmi_get_gpu_process_list"
+
+
+@pytest.fixture
+def proc(tmp_path):
+    proc = Proc(tmp_path / "proc")
+    proc.add(1003, HOST)
+    return proc
+
+
+def test_nvml_a_refused_device_is_asked_again_after_nvml_reopened(fake_nvml, proc):
+    gpu0, gpu1 = fake_nvml.gpus
+    gpu0.unsupported = {NVML_LIST}
+    gpu1.processes = [(1003, GIB)]
+    monitor = ProcessMonitor(proc.root)
+    try:
+        monitor.poll()
+        monitor.poll()
+        assert fake_nvml.calls(NVML_LIST) == 1 + 2 * 2  # GPU 0 once; GPU 1 its size, then its list
+        gpu0.unsupported = set()  # e.g. a driver update: the reopened NVML answers for it
+        gpu0.processes = [(1003, 2 * GIB)]
+        assert monitor._session.reopen()
+        monitor.poll()
+        assert {uuid: d.memory_by_pid for uuid, d in monitor.devices().items()} == {
+            gpu0.uuid: {1003: 2 * GIB},
+            gpu1.uuid: {1003: GIB},
+        }
+    finally:
+        monitor.stop()
+    assert fake_nvml.initialised == 0
+
+
+def test_amd_a_refused_device_is_asked_once_and_the_others_listed(proc):
+    fake = FakeAmdsmi([FakeGpu(index=0), FakeGpu(index=1)])
+    fake.gpus[0].unsupported = {AMD_LIST}
+    fake.gpus[1].processes = [FakeProcess(1003, vram_bytes=GIB)]
+    with fake.installed():
+        monitor = AmdProcessMonitor(proc.root)
+        try:
+            for _ in range(3):
+                monitor.poll()
+            assert fake.calls(AMD_LIST) == 1 + 3
+            calls = fake.calls(AMD_LIST)
+            (listed,) = monitor.devices().values()
+            assert (listed.index, dict(listed.memory_by_pid)) == (1, {1003: GIB})
+            assert fake.calls(AMD_LIST) == calls  # reading the lists calls nothing
+        finally:
+            monitor.stop()
+        assert fake.initialised == 0

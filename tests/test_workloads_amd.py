@@ -1,0 +1,340 @@
+"""Energy per workload on AMD GPUs: amdsmi's process list (the amdsmi double under the real package)
+feeding the workload split, with the energy the real ``amd`` backend reads from the same double.
+
+The fixture /proc and cgroup layouts are tests/test_workloads.py's (its ``Node`` and cgroup lines).
+Both the energy accumulator and each process's cumulative GFX time advance on the double's firmware
+clock, so the scripted split is exact: a job busy 60 % of the time beside one busy 20 % takes 3/4.
+"""
+
+from __future__ import annotations
+
+import pytest
+import structlog.testing
+
+from tests.conftest import assert_promtool_clean
+from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu, FakeProcess, wrapper
+from tests.helpers import http, parse, select, serving, value, wait_until
+from tests.test_processes import GIB
+from tests.test_workloads import SERVICE, SLURM_V1, SLURM_V2, Node
+from warptd.daemon import Daemon
+from warptd.processes.amd import AmdProcessMonitor
+from warptd.processes.engine_time import EngineCount, EngineTime
+from warptd.workloads.energy import WorkloadEnergy
+
+LIST = "amdsmi_get_gpu_process_list"
+ENERGY = "warptd_workload_energy_joules_total"
+JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")
+SECONDS = 10.0
+
+
+@pytest.fixture
+def node(tmp_path):
+    return Node(tmp_path)
+
+
+@pytest.fixture
+def fake():
+    fake = FakeAmdsmi([FakeGpu(index=0)])
+    with fake.installed():
+        yield fake
+        assert fake.initialised == 0, "the amdsmi session leaked"
+
+
+class AmdRig:
+    """The real ``amd`` backend sampled by hand, its samples handed to the workload tracker as the
+    daemon's sampler does, and the AMD process monitor and the tracker polled by hand."""
+
+    def __init__(self, fake: FakeAmdsmi, node: Node, make_rig) -> None:
+        self.fake, self.node = fake, node
+        self.rig = make_rig("amd")
+        backend = self.rig.loaded.accelerators[0]
+        self.monitor = AmdProcessMonitor(node.proc.root, identity=backend.device_identity)
+        self.tracker = WorkloadEnergy([self.monitor], node.proc.root, node.cgroupfs)
+        self.rig.sampler.listeners.append(self.tracker.on_sample)
+        self.joules = 0.0
+
+    def period(self, seconds: float = SECONDS) -> None:
+        """The GPUs run for ``seconds``; then both polls see who held them, then a sample hands the
+        energy of the period over (the shares of the latest poll apply to it)."""
+        before = self.energy()
+        self.fake.advance(seconds)
+        self.monitor.poll()
+        self.tracker.poll()
+        self.rig.tick("amd")
+        self.joules += self.energy() - before
+
+    def baseline(self) -> None:
+        """The first polls and sample: the GFX counters' and the energy counter's baselines."""
+        self.monitor.poll()
+        self.tracker.poll()
+        self.rig.tick("amd")
+
+    def energy(self) -> float:
+        return self.fake.gpus[0].energy_accumulator * 2.0**-16
+
+    def joules_of(self, kind: str, workload_id: str) -> float:
+        view = self.tracker.view(kind, workload_id)
+        return 0.0 if view is None else view.accelerator_joules
+
+    def unattributed(self) -> float:
+        return self.tracker.unattributed().get("accelerator", 0.0)
+
+    def close(self) -> None:
+        self.monitor.stop()
+
+
+@pytest.fixture
+def amd(fake, node, make_rig):
+    rig = AmdRig(fake, node, make_rig)
+    rig.baseline()
+    yield rig
+    rig.close()
+
+
+def two_jobs(node: Node, fake: FakeAmdsmi, **processes: FakeProcess) -> list[FakeProcess]:
+    """Job 4242 (cgroup v1) as pid 1001 and job 4243 (cgroup v2) as pid 1002 on GPU 0."""
+    node.add(1001, SLURM_V1, uid=0)
+    node.add(1002, SLURM_V2, uid=1001)
+    listed = [processes.get("a", FakeProcess(1001)), processes.get("b", FakeProcess(1002))]
+    fake.gpus[0].processes = listed
+    return listed
+
+
+def test_two_slurm_jobs_on_one_mi300x_split_by_their_gfx_time(amd, node, fake):
+    two_jobs(
+        node,
+        fake,
+        a=FakeProcess(1001, vram_bytes=GIB, gfx_busy=0.6),
+        b=FakeProcess(1002, vram_bytes=GIB, gfx_busy=0.2),
+    )
+    amd.period()  # first seen: no GFX baseline yet, so by memory held (1:1)
+    amd.period()
+    amd.period()
+    first = amd.joules / 3  # 480 W for 10 s: 4800 J a period
+    assert first == pytest.approx(4800.0, rel=1e-3)
+    assert amd.joules_of(*JOB_A) == pytest.approx(first / 2 + 2 * first * 0.75, rel=0.01)
+    assert amd.joules_of(*JOB_B) == pytest.approx(first / 2 + 2 * first * 0.25, rel=0.01)
+    attributed = amd.joules_of(*JOB_A) + amd.joules_of(*JOB_B)
+    assert attributed + amd.unattributed() == pytest.approx(amd.joules, rel=1e-9)
+    assert amd.unattributed() == pytest.approx(0.0, abs=1e-6)
+    uuid = amd.rig.loaded.accelerators[0].device_identity(0)
+    assert list(amd.monitor.devices()) == [uuid]  # the key the backend's samples carry
+    assert [d.device for d in amd.tracker.view(*JOB_A).devices] == ["amd:0"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # ROCm compute queues bypass the DRM scheduler, so fdinfo's GFX time stays 0: CU occupancy tells
+        (
+            FakeProcess(1001, vram_bytes=GIB, cu_occupancy=60),
+            FakeProcess(1002, vram_bytes=GIB, cu_occupancy=20),
+        ),
+        # neither GFX time nor occupancy: by VRAM held
+        (FakeProcess(1001, vram_bytes=3 * GIB), FakeProcess(1002, vram_bytes=GIB)),
+    ],
+    ids=["cu_occupancy", "memory"],
+)
+def test_without_gfx_time_by_cu_occupancy_else_by_memory(amd, node, fake, a, b):
+    two_jobs(node, fake, a=a, b=b)
+    amd.period()
+    amd.period()
+    assert amd.joules_of(*JOB_A) == pytest.approx(amd.joules * 0.75, rel=0.01)
+    assert amd.joules_of(*JOB_B) == pytest.approx(amd.joules * 0.25, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "no_perm",  # another user's process and warptd not root: the package raises for the whole list
+        "out_of_resources",  # more processes than the package makes room for (1024)
+    ],
+)
+def test_a_refused_process_list_leaves_the_energy_unattributed(amd, node, fake, refusal):
+    processes = two_jobs(node, fake, a=FakeProcess(1001, gfx_busy=0.5), b=FakeProcess(1002, gfx_busy=0.5))
+    amd.period()
+    before = amd.joules_of(*JOB_A), amd.joules_of(*JOB_B)
+    if refusal == "no_perm":
+        processes[1].readable = False
+    else:
+        fake.gpus[0].processes = [*processes, *(FakeProcess(5000 + i) for i in range(1024))]
+    with structlog.testing.capture_logs() as logs:
+        amd.period()
+        amd.period()
+    assert (amd.joules_of(*JOB_A), amd.joules_of(*JOB_B)) == before  # not split, not zeroed
+    assert amd.unattributed() == pytest.approx(2 * 4800.0, rel=1e-3)
+    assert amd.monitor.devices() == {}
+    told = [(entry["event"], entry["log_level"]) for entry in logs if entry["event"].startswith("processes_")]
+    if refusal == "no_perm":  # told once as a warning (run as root), then quietly at each poll
+        assert told == [("processes_denied", "warning"), ("processes_failed", "debug")]
+    else:
+        assert told == [("processes_failed", "debug")] * 2
+    processes[1].readable = True
+    fake.gpus[0].processes = processes
+    amd.period()  # the list answers again: attributed again
+    assert amd.joules_of(*JOB_A) > before[0]
+
+
+def test_an_unreadable_process_listed_without_a_name_does_not_give_its_gfx_share_away(amd, node, fake):
+    """ROCm 6.2.0's CHANGELOG: another user's process is listed as "N/A" with 0 ns of GFX time."""
+    fake.unreadable_listed = True
+    two_jobs(
+        node,
+        fake,
+        a=FakeProcess(1001, vram_bytes=GIB, gfx_busy=0.6),
+        b=FakeProcess(1002, vram_bytes=GIB, gfx_busy=0.6, readable=False),
+    )
+    amd.period()
+    amd.period()  # by GFX time job 4242 would take it all: by memory held instead, 1:1
+    assert amd.joules_of(*JOB_A) == pytest.approx(amd.joules / 2, rel=0.01)
+    assert amd.joules_of(*JOB_B) == pytest.approx(amd.joules / 2, rel=0.01)
+
+
+def test_a_process_list_not_supported_is_asked_once(amd, node, fake):
+    two_jobs(node, fake)
+    fake.gpus[0].unsupported = {LIST}
+    calls = fake.calls(LIST)
+    amd.period()
+    amd.period()
+    assert fake.calls(LIST) == calls + 1
+    assert amd.unattributed() == pytest.approx(amd.joules, rel=1e-9)
+
+
+def test_a_reused_pid_does_not_carry_its_gfx_time_over(amd, node, fake):
+    old, _ = two_jobs(
+        node,
+        fake,
+        a=FakeProcess(1001, vram_bytes=GIB, gfx_busy=0.3),
+        b=FakeProcess(1002, vram_bytes=3 * GIB, gfx_busy=0.5),
+    )
+    amd.period()
+    amd.period()
+    job_a = amd.joules_of(*JOB_A)
+    node.remove(1001)  # job 4242 ends; job 4250's process gets its pid, with a GFX count of its own
+    node.add(1001, SLURM_V1.replace("job_4242", "job_4250"), uid=0, started=99_999)
+    reused = FakeProcess(1001, vram_bytes=GIB, gfx_busy=0.9)
+    fake.gpus[0].processes = [reused, fake.gpus[0].processes[1]]
+    amd.period()  # 9 s of GFX time against the old process's 6: no baseline, so by memory (1 of 4 GiB)
+    assert reused.gfx_ns > old.gfx_ns  # a counter that did not go back: only the start time tells
+    assert amd.joules_of(*JOB_A) == job_a
+    assert amd.joules_of("slurm_job", "4250") == pytest.approx(4800.0 * 0.25, rel=0.01)
+    amd.period()  # now by GFX time: 0.9 against 0.5
+    assert amd.joules_of("slurm_job", "4250") == pytest.approx(4800.0 * (0.25 + 0.9 / 1.4), rel=0.01)
+    assert amd.joules_of(*JOB_A) == job_a
+
+
+@pytest.fixture
+def partitioned():
+    fake = FakeAmdsmi.partitioned(1, 2)  # one MI300X in two compute partitions
+    with fake.installed():
+        yield fake
+
+
+def test_the_partitions_of_a_gpu_are_split_together_under_the_partition_reporting_its_energy(
+    partitioned, node, make_rig
+):
+    node.add(1001, SLURM_V1, uid=0)
+    node.add(1002, SLURM_V2, uid=1001)
+    node.add(1003, SERVICE, uid=0)
+    both = FakeProcess(1003, gfx_busy=0.4)  # on both partitions: listed by each, counted once
+    first, second = partitioned.gpus
+    first.processes = [FakeProcess(1001, gfx_busy=0.2), both]
+    second.processes = [FakeProcess(1002, gfx_busy=0.2), both]
+    rig = AmdRig(partitioned, node, make_rig)
+    try:
+        rig.baseline()
+        for _ in range(2):
+            rig.period()
+        identity = rig.rig.loaded.accelerators[0].device_identity(0)
+        assert identity.endswith("/0")
+        assert list(rig.monitor.devices()) == [identity]
+        assert rig.joules == pytest.approx(2 * 4800.0, rel=1e-3)  # the socket's, on the first partition
+        assert rig.joules_of(*JOB_A) == pytest.approx(rig.joules * 0.25, rel=0.01)
+        assert rig.joules_of(*JOB_B) == pytest.approx(rig.joules * 0.25, rel=0.01)  # on the other partition
+        assert rig.joules_of("systemd_unit", "ollama.service") == pytest.approx(rig.joules * 0.5, rel=0.01)
+    finally:
+        rig.close()
+
+
+def test_processes_are_filed_under_the_identity_the_backend_kept(partitioned, node, make_rig):
+    """Partition 1's PCI address fails while the backend discovers its devices, so it kept partition 0
+    as a whole GPU (its bare UUID) and names its samples so: the processes go where the energy does,
+    not under the ``<uuid>/0`` the monitor would tell once the address answers."""
+    node.add(1001, SLURM_V1, uid=0)
+    partitioned.gpus[0].processes = [FakeProcess(1001)]
+    partitioned.gpus[1].raises = {"amdsmi_get_gpu_device_bdf": wrapper.AMDSMI_STATUS_BUSY}
+    rig = AmdRig(partitioned, node, make_rig)
+    try:
+        partitioned.gpus[1].raises = {}
+        rig.baseline()
+        rig.period()
+        assert list(rig.monitor.devices()) == [partitioned.gpus[0].uuid]
+        assert rig.joules_of(*JOB_A) == pytest.approx(4800.0, rel=1e-3)
+    finally:
+        rig.close()
+
+
+def test_engine_time_needs_a_baseline_per_process():
+    engine = EngineTime()
+    assert engine.update(0, {1: EngineCount(0, 7)}) is None  # first poll
+    assert engine.update(1_000, {1: EngineCount(500, 7)}) == {1: 0.5}
+    assert engine.update(2_000, {1: EngineCount(600, 7), 2: EngineCount(0, 8)}) is None  # 2 is new
+    assert engine.update(3_000, {1: EngineCount(100, 7), 2: EngineCount(0, 8)}) is None  # 1 went back
+    assert engine.update(4_000, {1: EngineCount(900, 9), 2: EngineCount(10, 8)}) is None  # 1 reused
+    assert engine.update(5_000, {1: EngineCount(1_000, 9), 2: EngineCount(10, 8)}) == {1: 0.1, 2: 0.0}
+
+
+def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):
+    two_jobs(node, fake, a=FakeProcess(1001, gfx_busy=0.5))
+    settings.backends, settings.workloads = ["amd"], True
+    settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs
+    with serving(settings) as daemon:
+        assert daemon.amd_processes is not None
+        assert daemon.workloads.sources == [daemon.amd_processes]
+
+        def scraped() -> list:
+            fake.advance(1.0)  # the GPU draws on, its firmware counting the energy
+            return parse(http(daemon.port, "GET", "/metrics")[2].decode())
+
+        assert wait_until(
+            lambda: (
+                select(scraped(), ENERGY, kind="slurm_job", workload="4242", source="accelerator")
+                and value(scraped(), ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
+            ),
+            timeout=10.0,
+        )
+        assert_promtool_clean(http(daemon.port, "GET", "/metrics")[2])
+
+
+def test_without_amdsmi_the_daemon_runs_with_no_amd_source(settings, node):
+    settings.backends, settings.workloads = ["amd"], True
+    settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs
+    daemon = Daemon(settings)  # import amdsmi fails here: no libamd_smi.so
+    try:
+        assert daemon.amd_processes is None
+        assert daemon.workloads is not None and daemon.workloads.sources == []
+    finally:
+        daemon.stop()
+
+
+def test_the_double_answers_like_the_library(fake):
+    """The package's own conversion over the double: bytes, cumulative ns, "N/A" occupancy."""
+    import amdsmi
+
+    amdsmi.amdsmi_init(amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
+    try:
+        handle = amdsmi.amdsmi_get_processor_handles()[0]
+        assert amdsmi.amdsmi_get_gpu_process_list(handle) == []
+        fake.gpus[0].processes = [FakeProcess(42, vram_bytes=5 * GIB, gfx_busy=0.25)]
+        amdsmi.amdsmi_get_gpu_process_list(handle)
+        fake.advance(4.0)
+        (entry,) = amdsmi.amdsmi_get_gpu_process_list(handle)
+        assert (entry["pid"], entry["memory_usage"]["vram_mem"]) == (42, 5 * GIB)
+        assert entry["engine_usage"]["gfx"] == 1_000_000_000  # 1 s of GFX time in 4 s
+        assert entry["cu_occupancy"] == "N/A"
+        fake.gpus[0].processes[0].readable = False
+        with pytest.raises(amdsmi.AmdSmiLibraryException) as refused:
+            amdsmi.amdsmi_get_gpu_process_list(handle)
+        assert refused.value.err_code == wrapper.AMDSMI_STATUS_NO_PERM
+    finally:
+        amdsmi.amdsmi_shut_down()

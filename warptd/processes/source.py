@@ -1,0 +1,98 @@
+"""What every vendor's process monitor shares: its polling thread, the latest process lists by device
+UUID, the calls a device refused for good, and starting over when the SDK's session was reopened.
+
+A subclass lists its SDK's processes in :meth:`ProcessPoller.poll` and hands them to :meth:`publish`;
+the workload split (:mod:`warptd.workloads.energy`) reads :meth:`devices` and judges their freshness
+by ``DeviceProcesses.polled_at`` against ``interval``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import structlog
+
+from warptd.errors import ErrorKind
+from warptd.processes.shares import DeviceProcesses
+from warptd.sampling.poller import PollingThread
+
+log = structlog.get_logger("warptd.processes")
+
+
+class ProcessPoller:
+    """Polls one SDK's per-device process lists on a thread of its own; scrapes and the workload split
+    read the latest lists, never the SDK."""
+
+    def __init__(self, backend: str, interval: float, thread: str, release: Callable[[], None]) -> None:
+        """``release()`` gives the SDK session back at :meth:`stop`."""
+        self.backend = backend
+        #: Seconds between two polls; may be changed while running (e.g. on a config reload).
+        self.interval = interval
+        self._release = release
+        self._lock = threading.Lock()
+        self._devices: dict[str, DeviceProcesses] = {}
+        self._refused: dict[str, set[int]] = {}  # call -> devices that answered "not supported"
+        self._denied: dict[
+            str, set[int]
+        ] = {}  # call -> devices whose refusal for want of permission was told
+        self._generation = self.session_generation()
+        self._poller = PollingThread(thread, self.poll, lambda: self.interval)
+
+    # -- what a vendor's monitor provides ---------------------------------------------------------
+    def poll(self) -> None:
+        """List every device's processes and :meth:`publish` them."""
+        raise NotImplementedError
+
+    def session_generation(self) -> int:
+        """A number the SDK session changes when it is reopened (new handles); constant by default."""
+        return 0
+
+    def forget(self) -> None:
+        """Drop what was kept about the old session's devices (called once it was reopened)."""
+
+    # -- the mechanism ----------------------------------------------------------------------------
+    def reopened(self) -> bool:
+        """Whether the session was reopened since the last poll; if so, every device is asked again."""
+        generation = self.session_generation()
+        if generation == self._generation:
+            return False
+        self._generation = generation
+        self._refused.clear()
+        self._denied.clear()
+        self.forget()
+        return True
+
+    def asks(self, call: str, index: int) -> bool:
+        """Whether ``call`` is still made on device ``index`` (not refused as unsupported)."""
+        return index not in self._refused.get(call, ())
+
+    def failed(self, call: str, index: int, kind: ErrorKind, exc: BaseException) -> None:
+        """A device's ``call`` failed: "not supported" is remembered and never asked again (until a
+        reopen); anything else fails this poll only."""
+        if kind is ErrorKind.NOT_SUPPORTED:
+            self._refused.setdefault(call, set()).add(index)
+            log.info(f"{call}_unsupported", backend=self.backend, device=index, reason=str(exc))
+        elif kind is ErrorKind.PERMISSION and index not in self._denied.setdefault(call, set()):
+            self._denied[call].add(index)  # told once: it answers so at every poll until warptd runs as root
+            log.warning(f"{call}_denied", backend=self.backend, device=index, reason=str(exc))
+        else:
+            log.debug(f"{call}_failed", backend=self.backend, device=index, kind=str(kind), error=str(exc))
+
+    def publish(self, devices: dict[str, DeviceProcesses]) -> None:
+        with self._lock:
+            self._devices = devices
+
+    def devices(self) -> dict[str, DeviceProcesses]:
+        """Every device's processes in the latest poll by UUID, uncapped, with their memory and busy
+        weights (for the workload energy split; never calls the SDK)."""
+        with self._lock:
+            return dict(self._devices)
+
+    def start(self) -> None:
+        self._poller.start()
+
+    def stop(self) -> None:
+        """Stop polling and give the SDK session back."""
+        self._poller.stop()
+        self._release()
