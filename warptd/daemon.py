@@ -33,6 +33,7 @@ from warptd.k8s.energy import PodEnergy, SmUse
 from warptd.k8s.shares import SmShares
 from warptd.logs import configure_logging
 from warptd.processes.collector import ProcessesCollector
+from warptd.processes.device_files import DeviceFiles, open_device_files
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.recording.recorder import with_carbon_and_cost
 from warptd.recording.windows import WindowLimits, WindowManager
@@ -42,7 +43,7 @@ from warptd.sampling.snapshot import Snapshot
 from warptd.stress.setup import make_job_manager
 from warptd.systemd import Notifier
 from warptd.workloads.collector import WorkloadCollector
-from warptd.workloads.energy import WorkloadEnergy
+from warptd.workloads.energy import ProcessSource, WorkloadEnergy
 
 log = structlog.get_logger("warptd")
 
@@ -76,6 +77,7 @@ class Daemon:
             self.sampler.listeners.append(self.windows.on_sample)
         self.xid_monitor: XidMonitor | None = None
         self.process_monitor: ProcessMonitor | None = None
+        self.device_files: DeviceFiles | None = None
         if any(backend.name == "nvidia" for backend in self.loaded.accelerators):
             self._add_nvidia_extras(settings)
         if settings.compat == "dcgm-exporter":
@@ -139,12 +141,19 @@ class Daemon:
         """Energy per Slurm job, unit, container and user (--workloads), from the process lists."""
         if not settings.workloads:
             return None
-        if self.process_monitor is None:
+        self.device_files = open_device_files(
+            settings, self.loaded, self.snapshot, lambda: self.settings.interval
+        )
+        sources: list[ProcessSource] = [self.process_monitor] if self.process_monitor is not None else []
+        sources += self.device_files.sources() if self.device_files is not None else []
+        if not sources:
             log.warning(
-                "workloads_without_process_lists", reason="workloads are found from NVML's process lists"
+                "workloads_without_process_lists",
+                reason="workloads are found from NVML's process lists or the device files of the "
+                "TPU, Tenstorrent, Gaudi and DRM (sysfs) backends, and none of them is loaded",
             )
         energy = WorkloadEnergy(
-            [self.process_monitor] if self.process_monitor is not None else [],
+            sources,
             settings.procfs,
             settings.cgroupfs,
             kinds=settings.workload_kinds,
@@ -156,9 +165,9 @@ class Daemon:
         self.exposition.registry.register(WorkloadCollector(energy))
         return energy
 
-    def _monitors(self) -> list[PodAttribution | XidMonitor | ProcessMonitor | WorkloadEnergy]:
+    def _monitors(self) -> list[PodAttribution | XidMonitor | ProcessMonitor | DeviceFiles | WorkloadEnergy]:
         """The threads beside the sampler that feed the exposition."""
-        monitors = (self.pods, self.xid_monitor, self.process_monitor, self.workloads)
+        monitors = (self.pods, self.xid_monitor, self.process_monitor, self.device_files, self.workloads)
         return [m for m in monitors if m is not None]
 
     @property
