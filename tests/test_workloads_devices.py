@@ -11,18 +11,23 @@ import shutil
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from tests.conftest import assert_promtool_clean
 from tests.doubles.hlml import FakeHlml
 from tests.doubles.pyluwen import FakeChip, FakeLuwen, blackhole_words
 from tests.doubles.tpu_runtime import tpu_pci_device
+from tests.helpers import parse, value
 from tests.sysfs_tree import SysfsTree, drm_card
 from tests.test_workloads import SLURM_V1, SLURM_V2, Clock, Node
 from warptd.backends.gaudi import GaudiBackend
 from warptd.backends.hwmon import HwmonBackend
 from warptd.backends.tenstorrent import TenstorrentBackend
 from warptd.backends.tpu import TpuBackend
+from warptd.exporter.text import render_text
 from warptd.models import DeviceReading, GPUInfo
 from warptd.processes import device_files
+from warptd.processes.collector import DeviceFilesCollector
 from warptd.processes.device_files import DeviceFiles
 from warptd.processes.device_nodes import RULES, device_key, device_nodes
 from warptd.processes.fdinfo import DrmBusy, parse_fdinfo
@@ -303,6 +308,11 @@ def test_unreadable_fd_directories_are_skipped_and_counted(node, files, sysfs, t
     rig = Rig(node, sysfs, {"tenstorrent": tenstorrent})
     rig.poll()
     assert rig.files.unreadable == 1
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DeviceFilesCollector(rig.files))
+    body = render_text(registry.collect())
+    assert_promtool_clean(body)
+    assert value(parse(body.decode()), "warptd_workload_unreadable_processes") == 1
     assert rig.holders("tenstorrent", device_key(tenstorrent[2])) == {1001}
     rig.joules("tenstorrent", {2: 30.0})
     assert rig.joules_of(JOB_A) == pytest.approx(30.0, rel=0.01)
@@ -420,5 +430,7 @@ def test_a_daemon_with_workloads_attributes_a_drm_gpu_from_the_kernel(node, file
         assert wait_until(attributed, timeout=10.0, interval=0.05)
         job = json.loads(http(daemon.port, "GET", "/workloads/slurm_job/4242")[2])
         assert job["devices"][0]["device"] == "hwmon:0"
+        metrics = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+        assert value(metrics, "warptd_workload_unreadable_processes") == 0
     finally:
         daemon.stop()

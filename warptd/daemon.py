@@ -32,7 +32,7 @@ from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.energy import PodEnergy, SmUse
 from warptd.k8s.shares import SmShares
 from warptd.logs import configure_logging
-from warptd.processes.collector import ProcessesCollector
+from warptd.processes.collector import DeviceFilesCollector, ProcessesCollector
 from warptd.processes.device_files import DeviceFiles, open_device_files
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.recording.recorder import with_carbon_and_cost
@@ -145,7 +145,9 @@ class Daemon:
             settings, self.loaded, self.snapshot, lambda: self.settings.interval
         )
         sources: list[ProcessSource] = [self.process_monitor] if self.process_monitor is not None else []
-        sources += self.device_files.sources() if self.device_files is not None else []
+        if self.device_files is not None:
+            sources += self.device_files.sources()
+            self.exposition.registry.register(DeviceFilesCollector(self.device_files))
         if not sources:
             log.warning(
                 "workloads_without_process_lists",
