@@ -293,18 +293,24 @@ def test_a_drm_gpu_without_engine_time_is_split_by_memory_and_one_without_uuid_b
 
 
 # -- the scan: unreadable processes, pid reuse, the bound ----------------------------------------------
-def test_unreadable_fd_directories_are_skipped_and_counted(node, files, sysfs, tenstorrent, monkeypatch):
+@pytest.mark.parametrize("refused", ["open", "readlink"])
+def test_unreadable_fd_directories_are_skipped_and_counted(node, sysfs, tenstorrent, monkeypatch, refused):
+    """Without CAP_SYS_PTRACE another user's process is refused: a daemon not running as root cannot
+    open its fd directory (mode 0500, the process's owner), and root can list it but each readlink
+    fails the kernel's ptrace access check (EACCES)."""
+    files = Holders(node)
     files.open(1001, 5, "/dev/tenstorrent/1")
     files.open(1002, 5, "/dev/tenstorrent/1")
-    refused = str(node.proc.root / "1002" / "fd")
-    listdir = os.listdir
+    other = str(node.proc.root / "1002" / "fd")
+    real = getattr(os, refused)
 
-    def no_ptrace(path):  # another user's process, without CAP_SYS_PTRACE
-        if str(path) == refused:
-            raise PermissionError(13, "Permission denied", refused)
-        return listdir(path)
+    def no_ptrace(path, *args, **kwargs):
+        where = os.readlink(f"/proc/self/fd/{kwargs['dir_fd']}") if "dir_fd" in kwargs else str(path)
+        if where == other:
+            raise PermissionError(13, "Permission denied", where)
+        return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(device_files.os, "listdir", no_ptrace)
+    monkeypatch.setattr(device_files.os, refused, no_ptrace)
     rig = Rig(node, sysfs, {"tenstorrent": tenstorrent})
     rig.poll()
     assert rig.files.unreadable == 1
@@ -340,7 +346,7 @@ def test_the_scan_is_bounded_new_pids_first_the_others_in_turn(node, files, sysf
     for pid in range(2001, 2009):
         node.add(pid, "0::/system.slice/other.service\n", uid=0)
         files.open(pid, 1, "/dev/null")
-    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent}, budget=3)
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent}, budget=3, young=0.0)
     polls = 0
     while len(rig.files._seen) < 10 and polls < 10:
         rig.poll()  # the first polls look at every pid once, 3 a poll
@@ -357,6 +363,21 @@ def test_the_scan_is_bounded_new_pids_first_the_others_in_turn(node, files, sysf
         rig.poll()
         found += 1
     assert 1 < found <= math.ceil(10 / 3)  # the others in turn, within ceil(processes / budget) polls
+
+
+def test_a_young_process_that_opens_its_device_after_its_first_look_is_found_at_the_next_poll(
+    node, files, sysfs, tenstorrent
+):
+    for pid in range(2001, 2009):
+        node.add(pid, "0::/system.slice/other.service\n", uid=0)
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent}, budget=3)
+    for _ in range(4):
+        rig.poll()  # every pid looked at once
+    node.add(1003, "0::/system.slice/late.service\n", uid=0)
+    rig.poll()  # looked at: it holds nothing yet
+    files.open(1003, 7, "/dev/tenstorrent/1")  # the job opens its device once it has started
+    rig.poll()
+    assert rig.holders("tenstorrent", device_key(tenstorrent[2])) == {1003}
 
 
 def test_every_kernel_rule_is_data_and_a_device_without_nodes_is_unattributed(node, sysfs, tenstorrent):

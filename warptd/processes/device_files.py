@@ -3,13 +3,13 @@ device while one of its ``/proc/PID/fd`` links names one of the device's nodes (
 users this way, hl-smi Gaudi users); on a DRM GPU its fdinfo also tells each client's engine time and
 memory (:mod:`warptd.processes.fdinfo`).
 
-One thread scans for every backend at once, each ``interval``, within a bound: the pids not seen
-before and the known holders every poll, the other processes ``budget`` pids a poll in turn, so a
-process that opens a device after it was first looked at is found within ``ceil(processes /
-budget)`` polls. What a pid holds is cached by (pid, start time), so a reused pid is read afresh.
-Without ``CAP_SYS_PTRACE`` another user's fd directory is refused: such pids are skipped and
-counted (:attr:`DeviceFiles.unreadable`), never guessed.
-"""
+One thread scans for every backend at once, each ``interval``, within a bound: the known holders
+every poll, then at most ``budget`` pids: the new ones, those first seen less than ``young`` seconds
+ago (a job opens its device some time after it starts), then the others in turn, so a long-running
+process that opens a device late is found within ``ceil(processes / budget)`` polls. What a pid holds
+is cached by (pid, start time), so a reused pid is read afresh. Without ``CAP_SYS_PTRACE`` another
+user's fds are refused: such pids are skipped and counted (:attr:`DeviceFiles.unreadable`), never
+guessed."""
 
 from __future__ import annotations
 
@@ -66,12 +66,13 @@ class DeviceFiles:
         backends: Iterable[str],
         *,
         interval: Callable[[], float] = lambda: 1.0,
-        budget: int = 512,
+        budget: int = 256,
+        young: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.procfs, self.sysfs = procfs, sysfs
         self.backends = sorted(backend for backend in backends if backend in RULES)
-        self.budget = budget
+        self.budget, self.young = budget, young
         #: Pids whose fd directory was refused when last looked at (skipped, never guessed).
         self.unreadable = 0
         self._infos, self._interval, self._clock = infos, interval, clock
@@ -80,6 +81,7 @@ class DeviceFiles:
         self._watched: dict[str, list[_Device]] = {}  # node -> the devices it opens
         self._identity: tuple[object, ...] = ()
         self._seen: set[int] = set()  # pids looked at since they appeared
+        self._first_seen: dict[int, float] = {}  # pid -> when first looked at
         self._turn = 0  # where the next round of the other pids starts
         self._busy = DrmBusy()
         self._devices: dict[str, dict[str, DeviceProcesses]] = {}
@@ -99,8 +101,8 @@ class DeviceFiles:
         """Find who holds each device's nodes, and each DRM client's busy share and memory."""
         self._watch()
         alive = self._pids()
-        held = self._scan(alive)
         now = self._clock()
+        held = self._scan(alive, now)
         devices: dict[str, dict[str, DeviceProcesses]] = {backend: {} for backend in self.backends}
         holders: dict[_Device, dict[int, list[str]]] = {}
         for pid, opened in held.items():
@@ -139,6 +141,7 @@ class DeviceFiles:
         self._listed, self._watched = devices, watched
         self._open.retain(set())  # what each pid holds was filtered by the old nodes: read it again
         self._seen.clear()
+        self._first_seen.clear()
 
     def _pids(self) -> set[int]:
         """Every process in ``procfs`` but this daemon."""
@@ -150,27 +153,37 @@ class DeviceFiles:
         pids.discard(_own_pid(self.procfs))
         return pids
 
-    def _scan(self, alive: set[int]) -> dict[int, _Open]:
-        """Read the new pids, the holders and the next ``budget`` of the others; the open files of
-        every live pid as last read."""
+    def _scan(self, alive: set[int], now: float) -> dict[int, _Open]:
+        """Read the holders, then within ``budget`` pids: the new ones, the young ones (a job opens its
+        device after it starts), the next of the others in turn; the open files of every live pid as
+        last read."""
         self._seen &= alive
+        for pid in self._first_seen.keys() - alive:
+            del self._first_seen[pid]
         holders = [pid for pid in sorted(self._seen) if (o := self._cached(pid)) is not None and o.files]
         new = sorted(alive - self._seen)[: self.budget]
         others = sorted(self._seen - set(holders))
-        room = max(0, self.budget - len(new))
-        turn = others[self._turn : self._turn + room] if others else []
+        young = sorted(
+            (pid for pid in others if now - self._first_seen.get(pid, now) < self.young),
+            key=lambda pid: -self._first_seen[pid],
+        )[: max(0, self.budget - len(new))]
+        rest = sorted(set(others) - set(young))
+        room = max(0, self.budget - len(new) - len(young))
+        turn = rest[self._turn : self._turn + room]
         if len(turn) < room:
-            turn += others[: min(room - len(turn), self._turn)]
-        self._turn = (self._turn + len(turn)) % len(others) if others else 0
-        for pid in turn:
+            turn += rest[: min(room - len(turn), self._turn)]
+        self._turn = (self._turn + len(turn)) % len(rest) if rest else 0
+        for pid in (*young, *turn):
             self._open.forget(pid)
         for pid in holders:  # still the same process (start time), still the same files on the nodes
             opened = self._open.get(pid)
             if opened is not None and not self._unchanged(pid, opened):
                 self._open.forget(pid)
                 self._open.get(pid)
-        for pid in (*new, *turn):
+        for pid in (*new, *young, *turn):
             self._open.get(pid)
+        for pid in new:
+            self._first_seen[pid] = now
         self._seen |= {*new, *turn}
         self._open.retain(alive)
         opened = {pid: o for pid in alive if (o := self._cached(pid)) is not None}
@@ -189,24 +202,31 @@ class DeviceFiles:
             return False
 
     def _read_open(self, procfs: Path, pid: int) -> _Open | None:
-        """The pid's fds on watched nodes; None where it is gone."""
-        base = procfs / str(pid) / "fd"
+        """The pid's fds on watched nodes; None where it is gone. One directory fd, then a readlink
+        per entry relative to it (no path walk from the root per fd)."""
         try:
-            fds = os.listdir(base)
+            directory = os.open(f"{procfs}/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY)
         except PermissionError:
             return _Open({}, readable=False)
         except OSError:
             return None
-        files = {}
-        for fd in fds:
-            try:
-                target = os.readlink(base / fd)
-            except PermissionError:
-                return _Open({}, readable=False)
-            except OSError:
-                continue  # closed since listed
-            if target in self._watched:
-                files[fd] = target
+        watched, files, readlink = self._watched, {}, os.readlink
+        try:
+            for fd in os.listdir(directory):
+                try:
+                    target = readlink(fd, dir_fd=directory)
+                except PermissionError:  # ptrace_may_access refused: another user's process
+                    return _Open({}, readable=False)
+                except OSError:
+                    continue  # closed since listed
+                if target in watched:
+                    files[fd] = target
+        except PermissionError:
+            return _Open({}, readable=False)
+        except OSError:
+            return None
+        finally:
+            os.close(directory)
         return _Open(files)
 
     def _count_unreadable(self, count: int) -> None:
