@@ -340,6 +340,25 @@ def test_a_pid_reused_by_a_new_process_does_not_carry_its_device_over(node, file
     assert rig.joules_of(JOB_A) == pytest.approx(20.0 + 40.0, rel=0.01)
     assert rig.joules_of(JOB_B) == pytest.approx(20.0, rel=0.01)
     assert rig.joules_of(("slurm_job", "4250")) == 0.0
+    files.gone(1001)  # job A ends too; its pid goes to a process of job 4251 on the same node and fd
+    node.remove(1001)
+    node.add(1001, SLURM_V1.replace("job_4242", "job_4251"), uid=0, started=77777)
+    files.open(1001, 5, "/dev/tenstorrent/1")
+    rig.poll()
+    rig.joules("tenstorrent", {2: 10.0})
+    assert rig.joules_of(("slurm_job", "4251")) == pytest.approx(10.0, rel=0.01)
+    assert rig.joules_of(JOB_A) == pytest.approx(60.0, rel=0.01)
+
+
+def test_a_device_listed_later_is_watched_from_then_on(node, files, sysfs, tenstorrent):
+    infos = {"tenstorrent": tenstorrent[:2]}  # the p150 not (yet) listed: rediscovered later
+    files.open(1001, 5, "/dev/tenstorrent/1")
+    rig = Rig(node, sysfs, infos)
+    rig.poll()
+    assert device_key(tenstorrent[2]) not in rig.files.devices("tenstorrent")
+    infos["tenstorrent"] = tenstorrent
+    rig.poll()
+    assert rig.holders("tenstorrent", device_key(tenstorrent[2])) == {1001}
 
 
 def test_the_scan_is_bounded_new_pids_first_the_others_in_turn(node, files, sysfs, tenstorrent):

@@ -13,6 +13,7 @@ guessed."""
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from warptd.sampling.snapshot import Snapshot
 
 log = structlog.get_logger("warptd.processes")
+
+#: How often the device nodes are read again from sysfs while the devices stay the same.
+_REWATCH_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class DeviceFiles:
         self._listed: list[_Device] = []
         self._watched: dict[str, list[_Device]] = {}  # node -> the devices it opens
         self._identity: tuple[object, ...] = ()
+        self._watched_at = -math.inf
         self._seen: set[int] = set()  # pids looked at since they appeared
         self._first_seen: dict[int, float] = {}  # pid -> when first looked at
         self._turn = 0  # where the next round of the other pids starts
@@ -99,9 +104,9 @@ class DeviceFiles:
     # -- the poll ---------------------------------------------------------------------------------
     def poll(self) -> None:
         """Find who holds each device's nodes, and each DRM client's busy share and memory."""
-        self._watch()
-        alive = self._pids()
         now = self._clock()
+        self._watch(now)
+        alive = self._pids()
         held = self._scan(alive, now)
         devices: dict[str, dict[str, DeviceProcesses]] = {backend: {} for backend in self.backends}
         holders: dict[_Device, dict[int, list[str]]] = {}
@@ -117,17 +122,18 @@ class DeviceFiles:
         with self._lock:
             self._devices = devices
 
-    def _watch(self) -> None:
-        """The nodes of every device the backends list now (read again when the devices change)."""
+    def _watch(self, now: float) -> None:
+        """The nodes of every device the backends list now: read again when the devices change, and
+        every ``_REWATCH_S`` (a driver bound later, a node renamed)."""
         infos = {backend: self._infos(backend) for backend in self.backends}
         identity = tuple(
             (b, i.index, i.uuid, i.pci_bus_id, tuple(sorted((i.extra_metrics or {}).items(), key=str)))
             for b, listed in infos.items()
             for i in listed
         )
-        if identity == self._identity:
+        if identity == self._identity and now - self._watched_at < _REWATCH_S:
             return
-        self._identity = identity
+        self._identity, self._watched_at = identity, now
         devices: list[_Device] = []
         watched: dict[str, list[_Device]] = {}
         for backend, listed in infos.items():
@@ -138,10 +144,12 @@ class DeviceFiles:
                 devices.append(device)
                 for node in nodes[device.key]:
                     watched.setdefault(node, []).append(device)
-        self._listed, self._watched = devices, watched
-        self._open.retain(set())  # what each pid holds was filtered by the old nodes: read it again
-        self._seen.clear()
-        self._first_seen.clear()
+        self._listed = devices
+        if watched.keys() != self._watched.keys():  # what each pid holds was filtered by the old nodes
+            self._open.retain(set())
+            self._seen.clear()
+            self._first_seen.clear()
+        self._watched = watched
 
     def _pids(self) -> set[int]:
         """Every process in ``procfs`` but this daemon."""
