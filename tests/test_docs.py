@@ -26,8 +26,8 @@ def test_catalog_follows_prometheus_naming():
         "_active",
     )
     units += ("_running", "_per_second", "_open")
-    # Unitless gauges: counts of things (rows, pages), 0/1 states and enumerations.
-    units += ("_rows", "_pages", "_pending", "_failure", "_action", "_state")
+    # Unitless gauges: counts of things (rows, pages, processes), 0/1 states and enumerations.
+    units += ("_rows", "_pages", "_processes", "_pending", "_failure", "_action", "_state")
     for spec in EVERY:
         assert spec.name.startswith("warptd_"), spec.name
         if spec.type == "counter":

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -33,7 +34,8 @@ from warptd.k8s.energy import PodEnergy, SmUse
 from warptd.k8s.shares import SmShares
 from warptd.logs import configure_logging
 from warptd.processes.amd import AmdProcessMonitor, open_amd_process_monitor
-from warptd.processes.collector import ProcessesCollector
+from warptd.processes.collector import DeviceFilesCollector, ProcessesCollector
+from warptd.processes.device_files import DeviceFiles, open_device_files
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.recording.recorder import with_carbon_and_cost
 from warptd.recording.windows import WindowLimits, WindowManager
@@ -43,9 +45,17 @@ from warptd.sampling.snapshot import Snapshot
 from warptd.stress.setup import make_job_manager
 from warptd.systemd import Notifier
 from warptd.workloads.collector import WorkloadCollector
-from warptd.workloads.energy import WorkloadEnergy
+from warptd.workloads.energy import ProcessSource, WorkloadEnergy
 
 log = structlog.get_logger("warptd")
+
+
+class Monitor(Protocol):
+    """A thread beside the sampler that feeds the exposition (pods, XIDs, processes, workloads)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class Daemon:
@@ -78,6 +88,7 @@ class Daemon:
         self.xid_monitor: XidMonitor | None = None
         self.process_monitor: ProcessMonitor | None = None
         self.amd_processes: AmdProcessMonitor | None = None
+        self.device_files: DeviceFiles | None = None
         if any(backend.name == "nvidia" for backend in self.loaded.accelerators):
             self._add_nvidia_extras(settings)
         if settings.compat == "dcgm-exporter":
@@ -146,11 +157,20 @@ class Daemon:
             self.amd_processes = open_amd_process_monitor(
                 settings.procfs, settings.interval, amd.device_identity
             )
-        sources = [s for s in (self.process_monitor, self.amd_processes) if s is not None]
+        self.device_files = open_device_files(
+            settings, self.loaded, self.snapshot, lambda: self.settings.interval
+        )
+        sources: list[ProcessSource] = [
+            s for s in (self.process_monitor, self.amd_processes) if s is not None
+        ]
+        if self.device_files is not None:
+            sources += self.device_files.sources()
+            self.exposition.registry.register(DeviceFilesCollector(self.device_files))
         if not sources:
             log.warning(
                 "workloads_without_process_lists",
-                reason="workloads are found from NVML's and amdsmi's process lists",
+                reason="workloads are found from NVML's and amdsmi's process lists or the device files "
+                "of the TPU, Tenstorrent, Gaudi and DRM (sysfs) backends, and none of them is loaded",
             )
         energy = WorkloadEnergy(
             sources,
@@ -167,9 +187,18 @@ class Daemon:
 
     def _monitors(
         self,
-    ) -> list[PodAttribution | XidMonitor | ProcessMonitor | AmdProcessMonitor | WorkloadEnergy]:
+    ) -> list[
+        PodAttribution | XidMonitor | ProcessMonitor | AmdProcessMonitor | DeviceFiles | WorkloadEnergy
+    ]:
         """The threads beside the sampler that feed the exposition."""
-        monitors = (self.pods, self.xid_monitor, self.process_monitor, self.amd_processes, self.workloads)
+        monitors = (
+            self.pods,
+            self.xid_monitor,
+            self.process_monitor,
+            self.amd_processes,
+            self.device_files,
+            self.workloads,
+        )
         return [m for m in monitors if m is not None]
 
     @property

@@ -482,6 +482,15 @@ WORKLOADS_DROPPED = MetricSpec(
     "Workloads given no series because --workload-max were tracked; their energy is unattributed.",
     (),
 )
+WORKLOAD_UNREADABLE_PROCESSES = MetricSpec(
+    "warptd_workload_unreadable_processes",
+    "gauge",
+    "Processes whose open files could not be read when last looked at (--workloads on TPU, "
+    "Tenstorrent, Gaudi or sysfs DRM GPUs, whose users are found from /proc/PID/fd): another user's "
+    "fd directory is refused without CAP_SYS_PTRACE. They count as holding no device, so a device "
+    "they use is split between the others or unattributed.",
+    (),
+)
 BUILD_INFO = MetricSpec(
     "warptd_build_info", "gauge", "warptd build information; always 1.", ("version", "python_version")
 )
@@ -560,7 +569,12 @@ KUBERNETES: tuple[MetricSpec, ...] = (
 )
 EVENTS: tuple[MetricSpec, ...] = (XID_ERRORS, LAST_XID)
 WINDOWS: tuple[MetricSpec, ...] = (WINDOWS_OPEN, WINDOW_ENERGY, WINDOW_ENERGY_HISTOGRAM)
-WORKLOADS: tuple[MetricSpec, ...] = (WORKLOAD_ENERGY, WORKLOAD_ENERGY_UNATTRIBUTED, WORKLOADS_DROPPED)
+WORKLOADS: tuple[MetricSpec, ...] = (
+    WORKLOAD_ENERGY,
+    WORKLOAD_ENERGY_UNATTRIBUTED,
+    WORKLOADS_DROPPED,
+    WORKLOAD_UNREADABLE_PROCESSES,
+)
 #: Every metric, in the order docs/metrics.md lists them.
 EVERY: tuple[MetricSpec, ...] = (*ALL, *STRESS, *KUBERNETES, *EVENTS, *WINDOWS, *WORKLOADS)
 #: Every metric by its exposed name: backends name their further gauges and counters this way.

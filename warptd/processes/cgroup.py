@@ -115,6 +115,15 @@ class PidCache(Generic[Found]):
         for pid in self._cache.keys() - pids:
             del self._cache[pid]
 
+    def peek(self, pid: int) -> Found | None:
+        """The pid's entry as last read, without a read (nor the start-time check)."""
+        cached = self._cache.get(pid)
+        return None if cached is None else cached[1]
+
+    def forget(self, pid: int) -> None:
+        """Drop one pid's entry: its next :meth:`get` reads it again."""
+        self._cache.pop(pid, None)
+
     def __len__(self) -> int:
         return len(self._cache)
 

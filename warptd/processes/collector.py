@@ -1,4 +1,5 @@
-"""Per-process device memory and utilization, as the process monitor last saw them (no NVML call)."""
+"""Per-process device memory and utilization, as the process monitor last saw them (no NVML call), and
+the processes the device-file scanner could not read."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from warptd.metrics import catalog as m
 from warptd.metrics.families import Families
+from warptd.processes.device_files import DeviceFiles
 from warptd.processes.nvml import ProcessMonitor
 
 
@@ -26,4 +28,16 @@ class ProcessesCollector(Collector):
             families.add(m.PROCESS_MEMORY, labels, p.memory_bytes)
             for engine, ratio in (p.utilization or {}).items():
                 families.add(m.PROCESS_UTILIZATION, [*labels, engine], ratio)
+        yield from families.nonempty()
+
+
+class DeviceFilesCollector(Collector):
+    """How many processes the device-file scanner could not read (never scans at scrape time)."""
+
+    def __init__(self, files: DeviceFiles) -> None:
+        self.files = files
+
+    def collect(self) -> Iterator[Metric]:
+        families = Families((m.WORKLOAD_UNREADABLE_PROCESSES,))
+        families.add(m.WORKLOAD_UNREADABLE_PROCESSES, [], self.files.unreadable)
         yield from families.nonempty()

@@ -273,10 +273,11 @@ class WorkloadEnergy:
 
     def _device_energy(self, backend: str, sample: DeviceSample) -> None:
         reading = sample.reading
-        delta = self._delta((backend, reading.uuid or str(reading.index)), sample.energy_joules)
+        key = (backend, reading.uuid or str(reading.index))  # a device without a uuid: its index
+        delta = self._delta(key, sample.energy_joules)
         if delta <= 0:
             return
-        held = self._held.get((backend, reading.uuid))
+        held = self._held.get(key)
         if held is None or not held.holders or not self._fresh(held.at):
             self._unattribute(ACCELERATOR, delta)
             return

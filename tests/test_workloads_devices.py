@@ -1,0 +1,476 @@
+"""Energy per workload on the accelerators whose SDK lists no processes (TPU, Tenstorrent, Gaudi, DRM
+GPUs through sysfs): who holds each device from fixture /proc trees (fd links to the device's node,
+DRM fdinfo) and sysfs class devices, each device's identity from the real backend over its double."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.conftest import assert_promtool_clean
+from tests.doubles.hlml import FakeHlml
+from tests.doubles.pyluwen import FakeChip, FakeLuwen, blackhole_words
+from tests.doubles.tpu_runtime import tpu_pci_device
+from tests.helpers import parse, value
+from tests.sysfs_tree import SysfsTree, drm_card
+from tests.test_workloads import SLURM_V1, SLURM_V2, Clock, Node
+from warptd.backends.gaudi import GaudiBackend
+from warptd.backends.hwmon import HwmonBackend
+from warptd.backends.tenstorrent import TenstorrentBackend
+from warptd.backends.tpu import TpuBackend
+from warptd.exporter.text import render_text
+from warptd.models import DeviceReading, GPUInfo
+from warptd.processes import device_files
+from warptd.processes.collector import DeviceFilesCollector
+from warptd.processes.device_files import DeviceFiles
+from warptd.processes.device_nodes import RULES, device_key, device_nodes
+from warptd.processes.fdinfo import DrmBusy, parse_fdinfo
+from warptd.sampling.snapshot import DeviceSample
+from warptd.workloads.energy import WorkloadEnergy
+
+JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")  # SLURM_V1's and SLURM_V2's jobs
+N300, P150 = 0x0100014111712034, 0x0000004310234567
+
+
+def class_device(sysfs: SysfsTree, kind: str, name: str, devname: str, pci: Path) -> None:
+    """``class/<kind>/<name>`` as the kernel lays it out: a ``device`` link to its PCI device and a
+    ``uevent`` naming its node (``DEVNAME``)."""
+    entry = sysfs.root / "class" / kind / name
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / "device").symlink_to(pci)
+    (entry / "uevent").write_text(f"MAJOR=1\nMINOR=1\nDEVNAME={devname}\n")
+
+
+def pci_device(sysfs: SysfsTree, address: str) -> Path:
+    """``devices/pci0000:00/<address>`` and its ``bus/pci/devices`` link."""
+    path = sysfs.root / "devices" / "pci0000:00" / address
+    path.mkdir(parents=True, exist_ok=True)
+    link = sysfs.root / "bus" / "pci" / "devices" / address
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(path)
+    return path
+
+
+class Holders:
+    """The fixture /proc's open files: ``/proc/PID/fd/N`` links and ``/proc/PID/fdinfo/N``."""
+
+    def __init__(self, node: Node) -> None:
+        self.root = node.proc.root
+
+    def open(self, pid: int, fd: int, target: str, fdinfo: str | None = None) -> None:
+        (self.root / str(pid) / "fd").mkdir(parents=True, exist_ok=True)
+        link = self.root / str(pid) / "fd" / str(fd)
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target)
+        if fdinfo is not None:
+            self.fdinfo(pid, fd, fdinfo)
+
+    def fdinfo(self, pid: int, fd: int, text: str) -> None:
+        (self.root / str(pid) / "fdinfo").mkdir(parents=True, exist_ok=True)
+        (self.root / str(pid) / "fdinfo" / str(fd)).write_text(f"pos:\t0\nflags:\t02100002\n{text}")
+
+    def gone(self, pid: int) -> None:
+        """The process exits: its open files go with it."""
+        for kind in ("fd", "fdinfo"):
+            shutil.rmtree(self.root / str(pid) / kind, ignore_errors=True)
+
+
+class Rig:
+    """The kernel scanner and the workload tracker, polled by hand; energy handed over as the sampler
+    does, keyed as its tracks key it (the uuid the backend listed, else the index)."""
+
+    def __init__(self, node: Node, sysfs: SysfsTree, infos: dict[str, list[GPUInfo]], **options) -> None:
+        self.node, self.infos = node, infos
+        self.files = DeviceFiles(node.proc.root, sysfs.root, lambda b: infos.get(b, []), infos, **options)
+        self.clock = Clock()
+        self.tracker = WorkloadEnergy(self.files.sources(), node.proc.root, node.cgroupfs, clock=self.clock)
+        self.energy: dict[tuple[str, int], float] = {}
+        for backend, listed in infos.items():  # the counters' baselines
+            self.joules(backend, dict.fromkeys(range(len(listed)), 0.0))
+
+    def poll(self) -> None:
+        self.clock.now += 1.0
+        self.files.poll()
+        self.tracker.poll()
+
+    def joules(self, backend: str, added: dict[int, float]) -> None:
+        samples = []
+        for info in self.infos[backend]:
+            if info.index in added:
+                key = (backend, info.index)
+                self.energy[key] = self.energy.get(key, 0.0) + added[info.index]
+                reading = DeviceReading(index=info.index, uuid=info.uuid or "")
+                samples.append(DeviceSample(reading, energy_joules=self.energy[key]))
+        self.tracker.on_sample(backend, samples, None, self.clock.now)
+
+    def joules_of(self, kind_id: tuple[str, str]) -> float:
+        view = self.tracker.view(*kind_id)
+        return 0.0 if view is None else view.accelerator_joules
+
+    def holders(self, backend: str, key: str) -> set[int]:
+        return set(self.files.devices(backend)[key].memory_by_pid)
+
+    def attributed(self) -> float:
+        return sum(view.accelerator_joules for view in self.tracker.views())
+
+
+@pytest.fixture
+def node(tmp_path):
+    node = Node(tmp_path)
+    node.add(1001, SLURM_V1, uid=0)
+    node.add(1002, SLURM_V2, uid=1001)
+    return node
+
+
+@pytest.fixture
+def files(node):
+    return Holders(node)
+
+
+# -- Tenstorrent: an n300 (local and remote chip, one node) and a p150 -------------------------------
+@pytest.fixture
+def tenstorrent(settings, sysfs):
+    sysfs.write("module/tenstorrent/version", "2.4.1")
+    luwen = FakeLuwen(
+        [
+            FakeChip(board_id=N300, pci_interface=0),
+            FakeChip(board_id=N300, remote=True),
+            FakeChip(arch="blackhole", board_id=P150, pci_interface=1, words=blackhole_words()),
+        ]
+    )
+    with luwen.installed():
+        backend = TenstorrentBackend(settings)
+        infos = backend.list_devices()
+        backend.shutdown()
+    for n, address in enumerate(("0000:3b:00.0", "0000:3c:00.0")):  # tt-kmd: class tenstorrent
+        class_device(sysfs, "tenstorrent", f"tenstorrent!{n}", f"tenstorrent/{n}", pci_device(sysfs, address))
+    return infos
+
+
+def test_two_jobs_on_one_tenstorrent_board_split_both_chips_evenly(node, files, sysfs, tenstorrent):
+    files.open(1001, 5, "/dev/tenstorrent/0")
+    files.open(1002, 7, "/dev/tenstorrent/0")  # both on the n300: its local and its remote chip
+    files.open(1001, 8, "/dev/tenstorrent/1")  # the p150: job A alone
+    files.open(1002, 3, "/dev/null")
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent})
+    rig.poll()
+    local, remote, _ = (device_key(info) for info in tenstorrent)
+    assert remote.startswith(f"{N300:016x}-") and local != remote  # the uuids the backend puts on samples
+    assert rig.holders("tenstorrent", local) == rig.holders("tenstorrent", remote) == {1001, 1002}
+    rig.joules("tenstorrent", {0: 60.0, 1: 40.0, 2: 30.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(50.0 + 30.0, rel=0.01)
+    assert rig.joules_of(JOB_B) == pytest.approx(50.0, rel=0.01)
+    assert rig.attributed() + rig.tracker.unattributed().get("accelerator", 0.0) == pytest.approx(130.0)
+
+
+# -- Gaudi: one compute context per card; the control nodes are the monitors' ----------------------
+@pytest.fixture
+def gaudi(settings, sysfs):
+    fake = FakeHlml(aips=2)
+    with fake.installed():
+        backend = GaudiBackend(settings)
+        infos = backend.list_devices()
+        backend.shutdown()
+    card0, card1 = (pci_device(sysfs, aip.bus_id) for aip in fake.aips)
+    class_device(sysfs, "accel", "accel0", "accel/accel0", card0)  # the accel subsystem
+    class_device(sysfs, "accel", "accel_controlD0", "accel/accel_controlD0", card0)
+    class_device(sysfs, "habanalabs", "hl1", "hl1", card1)  # a driver from before it
+    class_device(sysfs, "habanalabs", "hl_controlD1", "hl_controlD1", card1)
+    return infos
+
+
+def test_each_job_takes_its_gaudi_card_and_monitors_on_control_nodes_take_none(node, files, sysfs, gaudi):
+    node.add(1003, "0::/system.slice/hl-exporter.service\n", uid=0)
+    files.open(1001, 9, "/dev/accel/accel0")
+    files.open(1002, 9, "/dev/hl1")
+    files.open(1003, 4, "/dev/accel/accel_controlD0")  # hl-smi / HLML: the control nodes
+    files.open(1003, 5, "/dev/hl_controlD1")
+    rig = Rig(node, sysfs, {"gaudi": gaudi})
+    rig.poll()
+    assert [info.uuid for info in gaudi] == [key for key in rig.files.devices("gaudi")]
+    rig.joules("gaudi", {0: 100.0, 1: 70.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(100.0, rel=0.01)
+    assert rig.joules_of(JOB_B) == pytest.approx(70.0, rel=0.01)
+    assert rig.tracker.view("systemd_unit", "hl-exporter.service") is None
+
+
+# -- TPU: v5e on VFIO (a group per chip), v4 on /dev/accelN; no power, so no energy ------------------
+@pytest.fixture
+def tpus(settings, sysfs):
+    tpu_pci_device(sysfs, "0000:00:04.0", "0x0063", iommu_group=0)  # v5e, through VFIO
+    v4 = tpu_pci_device(sysfs, "0000:00:05.0", "0x005e", accel=1, driver="accel")
+    class_device(sysfs, "accel", "accel1", "accel1", v4)
+    backend = TpuBackend(settings)
+    infos = backend.list_devices()
+    backend.shutdown()
+    return infos
+
+
+def test_tpu_holders_through_vfio_and_accel_and_a_tpu_reports_no_energy(node, files, sysfs, tpus):
+    files.open(1001, 11, "/dev/vfio/0")
+    files.open(1002, 12, "/dev/accel1")
+    files.open(1002, 13, "/dev/vfio/vfio")  # the VFIO container, not a chip
+    rig = Rig(node, sysfs, {"tpu": tpus})
+    rig.poll()
+    v4, v5e = (device_key(info) for info in tpus)  # the backend's order: accel nodes first
+    assert v5e == "TPU-0000:00:04.0"  # the backend's identity: the chip's PCI address
+    assert (rig.holders("tpu", v5e), rig.holders("tpu", v4)) == ({1001}, {1002})
+    samples = [DeviceSample(DeviceReading(index=i.index, uuid=i.uuid or "")) for i in tpus]
+    rig.tracker.on_sample("tpu", samples, None, rig.clock.now)  # as the sampler hands them: no energy
+    running = {(v.kind, v.id): v for v in rig.tracker.views()}
+    assert {JOB_A, JOB_B} <= running.keys()
+    assert running[JOB_A].ended_at is None and running[JOB_A].accelerator_joules == 0.0
+
+
+# -- DRM GPUs (amdgpu, i915): fdinfo engine time, memory, shared clients -----------------------------
+@pytest.fixture
+def drm(settings, sysfs):
+    amd = drm_card(sysfs, 0, "amdgpu", "0000:03:00.0", {"unique_id": "a1b2c3d4e5f60718"}, {})
+    intel = drm_card(sysfs, 1, "i915", "0000:00:02.0", {}, {"energy1_input": 5_000_000})
+    for card, device in enumerate((amd, intel)):
+        entry = sysfs.root / "class" / "drm" / f"card{card}"
+        (entry / "uevent").write_text(f"MAJOR=226\nMINOR={card}\nDEVNAME=dri/card{card}\n")
+        class_device(sysfs, "drm", f"renderD{128 + card}", f"dri/renderD{128 + card}", device)
+    backend = HwmonBackend(settings)
+    infos = backend.list_devices()
+    backend.shutdown()
+    return infos
+
+
+def amdgpu(client: int, gfx_ns: int, compute_ns: int = 0, vram_kib: int = 0) -> str:
+    return (
+        f"drm-driver:\tamdgpu\ndrm-client-id:\t{client}\ndrm-pdev:\t0000:03:00.0\n"
+        f"drm-engine-gfx:\t{gfx_ns} ns\ndrm-engine-compute:\t{compute_ns} ns\n"
+        f"drm-total-vram:\t{2 * vram_kib} KiB\ndrm-resident-vram:\t{vram_kib} KiB\n"
+        "drm-resident-gtt:\t2 MiB\n"
+    )
+
+
+def test_a_drm_gpu_is_split_by_fdinfo_engine_time_each_client_counted_once(node, files, sysfs, drm):
+    node.add(1011, SLURM_V1, uid=0)  # a second process of job A, sharing its parent's client
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 1_000_000_000))
+    files.open(1001, 6, "/dev/dri/renderD128", amdgpu(7, 1_000_000_000))  # dup'd: the same client
+    files.open(1011, 5, "/dev/dri/renderD128", amdgpu(7, 1_000_000_000))  # inherited: the same client
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 5_000_000_000))
+    rig = Rig(node, sysfs, {"hwmon": drm})
+    rig.poll()  # the baselines of the clients' engine time
+    files.fdinfo(1001, 5, amdgpu(7, 1_600_000_000, 300_000_000))  # +0.9 s busy
+    files.fdinfo(1001, 6, amdgpu(7, 1_600_000_000, 300_000_000))
+    files.fdinfo(1011, 5, amdgpu(7, 1_600_000_000, 300_000_000))
+    files.fdinfo(1002, 4, amdgpu(9, 5_300_000_000))  # +0.3 s busy
+    rig.poll()
+    amd = device_key(drm[0])
+    busy = rig.files.devices("hwmon")[amd].sm_by_pid
+    assert busy[1001] / busy[1002] == pytest.approx(3.0, rel=1e-6) and busy[1011] == 0.0
+    rig.joules("hwmon", {0: 200.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(150.0, rel=0.01)  # 0.9 of 1.2 s of engine time
+    assert rig.joules_of(JOB_B) == pytest.approx(50.0, rel=0.01)
+    assert rig.attributed() == pytest.approx(200.0)
+
+
+def test_a_drm_gpu_without_engine_time_is_split_by_memory_and_one_without_uuid_by_index(
+    node, files, sysfs, drm
+):
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 0, vram_kib=3 * 1024))  # 3 MiB + 2 MiB GTT
+    files.open(1002, 4, "/dev/dri/card0", amdgpu(9, 0, vram_kib=13 * 1024))  # 13 MiB + 2 MiB GTT
+    files.open(1001, 9, "/dev/dri/renderD129", "drm-driver:\ti915\ndrm-client-id:\t3\n")
+    files.open(1002, 9, "/dev/dri/renderD129", "drm-driver:\ti915\ndrm-client-id:\t4\n")
+    rig = Rig(node, sysfs, {"hwmon": drm})
+    rig.poll()
+    rig.poll()
+    assert drm[1].uuid is None and "1" in rig.files.devices("hwmon")  # i915 has no unique_id
+    rig.joules("hwmon", {0: 100.0, 1: 40.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(25.0 + 20.0, rel=0.01)  # 5 of 20 MiB; i915 evenly
+    assert rig.joules_of(JOB_B) == pytest.approx(75.0 + 20.0, rel=0.01)
+
+
+# -- the scan: unreadable processes, pid reuse, the bound ----------------------------------------------
+@pytest.mark.parametrize("refused", ["open", "readlink"])
+def test_unreadable_fd_directories_are_skipped_and_counted(node, sysfs, tenstorrent, monkeypatch, refused):
+    """Without CAP_SYS_PTRACE another user's process is refused: a daemon not running as root cannot
+    open its fd directory (mode 0500, the process's owner), and root can list it but each readlink
+    fails the kernel's ptrace access check (EACCES)."""
+    files = Holders(node)
+    files.open(1001, 5, "/dev/tenstorrent/1")
+    files.open(1002, 5, "/dev/tenstorrent/1")
+    other = str(node.proc.root / "1002" / "fd")
+    real = getattr(os, refused)
+
+    def no_ptrace(path, *args, **kwargs):
+        where = os.readlink(f"/proc/self/fd/{kwargs['dir_fd']}") if "dir_fd" in kwargs else str(path)
+        if where == other:
+            raise PermissionError(13, "Permission denied", where)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(device_files.os, refused, no_ptrace)
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent})
+    rig.poll()
+    assert rig.files.unreadable == 1
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DeviceFilesCollector(rig.files))
+    body = render_text(registry.collect())
+    assert_promtool_clean(body)
+    assert value(parse(body.decode()), "warptd_workload_unreadable_processes") == 1
+    assert rig.holders("tenstorrent", device_key(tenstorrent[2])) == {1001}
+    rig.joules("tenstorrent", {2: 30.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(30.0, rel=0.01)
+    assert rig.tracker.view(*JOB_B) is None
+
+
+def test_a_pid_reused_by_a_new_process_does_not_carry_its_device_over(node, files, sysfs, tenstorrent):
+    files.open(1001, 5, "/dev/tenstorrent/1")
+    files.open(1002, 5, "/dev/tenstorrent/1")
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent})
+    rig.poll()
+    rig.joules("tenstorrent", {2: 40.0})
+    files.gone(1002)  # job B ends; a new process of job 4250 gets its pid, holding no device
+    node.remove(1002)
+    node.add(1002, SLURM_V2.replace("job_4243", "job_4250"), uid=1001, started=99999)
+    rig.poll()
+    rig.joules("tenstorrent", {2: 40.0})
+    assert rig.holders("tenstorrent", device_key(tenstorrent[2])) == {1001}
+    assert rig.joules_of(JOB_A) == pytest.approx(20.0 + 40.0, rel=0.01)
+    assert rig.joules_of(JOB_B) == pytest.approx(20.0, rel=0.01)
+    assert rig.joules_of(("slurm_job", "4250")) == 0.0
+    files.gone(1001)  # job A ends too; its pid goes to a process of job 4251 on the same node and fd
+    node.remove(1001)
+    node.add(1001, SLURM_V1.replace("job_4242", "job_4251"), uid=0, started=77777)
+    files.open(1001, 5, "/dev/tenstorrent/1")
+    rig.poll()
+    rig.joules("tenstorrent", {2: 10.0})
+    assert rig.joules_of(("slurm_job", "4251")) == pytest.approx(10.0, rel=0.01)
+    assert rig.joules_of(JOB_A) == pytest.approx(60.0, rel=0.01)
+
+
+def test_a_device_listed_later_is_watched_from_then_on(node, files, sysfs, tenstorrent):
+    infos = {"tenstorrent": tenstorrent[:2]}  # the p150 not (yet) listed: rediscovered later
+    files.open(1001, 5, "/dev/tenstorrent/1")
+    rig = Rig(node, sysfs, infos)
+    rig.poll()
+    assert device_key(tenstorrent[2]) not in rig.files.devices("tenstorrent")
+    infos["tenstorrent"] = tenstorrent
+    rig.poll()
+    assert rig.holders("tenstorrent", device_key(tenstorrent[2])) == {1001}
+
+
+def test_the_scan_is_bounded_new_pids_first_the_others_in_turn(node, files, sysfs, tenstorrent):
+    for pid in range(2001, 2009):
+        node.add(pid, "0::/system.slice/other.service\n", uid=0)
+        files.open(pid, 1, "/dev/null")
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent}, budget=3, young=0.0)
+    polls = 0
+    while len(rig.files._seen) < 10 and polls < 10:
+        rig.poll()  # the first polls look at every pid once, 3 a poll
+        polls += 1
+    assert polls == math.ceil(10 / 3)
+    files.open(2005, 7, "/dev/tenstorrent/1")  # a process seen before opens the device
+    node.add(1003, "0::/system.slice/late.service\n", uid=0)
+    files.open(1003, 7, "/dev/tenstorrent/1")  # a new process holding it
+    rig.poll()
+    key = device_key(tenstorrent[2])
+    assert 1003 in rig.holders("tenstorrent", key)  # new pids are read at once
+    found = 1
+    while 2005 not in rig.holders("tenstorrent", key) and found < 10:
+        rig.poll()
+        found += 1
+    assert 1 < found <= math.ceil(10 / 3)  # the others in turn, within ceil(processes / budget) polls
+
+
+def test_a_young_process_that_opens_its_device_after_its_first_look_is_found_at_the_next_poll(
+    node, files, sysfs, tenstorrent
+):
+    for pid in range(2001, 2009):
+        node.add(pid, "0::/system.slice/other.service\n", uid=0)
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent}, budget=3)
+    for _ in range(4):
+        rig.poll()  # every pid looked at once
+    node.add(1003, "0::/system.slice/late.service\n", uid=0)
+    rig.poll()  # looked at: it holds nothing yet
+    files.open(1003, 7, "/dev/tenstorrent/1")  # the job opens its device once it has started
+    rig.poll()
+    assert rig.holders("tenstorrent", device_key(tenstorrent[2])) == {1003}
+
+
+def test_every_kernel_rule_is_data_and_a_device_without_nodes_is_unattributed(node, sysfs, tenstorrent):
+    assert set(RULES) == {"tpu", "tenstorrent", "gaudi", "hwmon"}
+    assert device_nodes(sysfs.root, RULES["tenstorrent"], tenstorrent) == {
+        device_key(tenstorrent[0]): {"/dev/tenstorrent/0"},
+        device_key(tenstorrent[1]): {"/dev/tenstorrent/0"},  # the remote chip: its board's node
+        device_key(tenstorrent[2]): {"/dev/tenstorrent/1"},
+    }
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent})
+    rig.poll()
+    rig.joules("tenstorrent", {0: 10.0})
+    assert rig.tracker.unattributed()["accelerator"] == pytest.approx(10.0)
+
+
+# -- DRM client usage stats, as Documentation/gpu/drm-usage-stats.rst specifies them ----------------
+def test_fdinfo_units_aliases_and_the_spec_rules():
+    client = parse_fdinfo(
+        "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t1121\n"
+        "drm-driver:\txe\ndrm-client-id:\t41\ndrm-pdev:\t0000:04:00.0\n"
+        "drm-memory-vram0:\t16 MiB\ndrm-total-vram0:\t64 MiB\ndrm-memory-system:\t512 KiB\n"
+        "drm-memory-stolen:\t4096\ndrm-shared-vram0:\t1 MiB\ndrm-memory-gtt:\t7 GiB\n"
+        "drm-cycles-rcs:\t1000\ndrm-total-cycles-rcs:\t50000\ndrm-engine-capacity-ccs:\t4\n"
+        "drm-cycles-ccs:\t0\ndrm-total-cycles-ccs:\t50000\n"
+    )
+    assert (client.driver, client.pdev, client.client_id) == ("xe", "0000:04:00.0", "41")
+    assert client.memory_bytes == 16 * 2**20 + 512 * 1024 + 4096  # resident (the alias); GiB is no unit
+    assert client.capacity == {"ccs": 4} and client.cycles == {"rcs": 1000, "ccs": 0}
+    assert parse_fdinfo("pos:\t0\nflags:\t0100002\n") is None  # not a DRM file
+    busy = DrmBusy()
+    assert busy.share(("p", "41"), client, 0) is None  # the first read is the baseline
+    later = parse_fdinfo(
+        "drm-driver:\txe\ndrm-cycles-rcs:\t26000\ndrm-total-cycles-rcs:\t100000\n"
+        "drm-engine-capacity-ccs:\t4\ndrm-cycles-ccs:\t20000\ndrm-total-cycles-ccs:\t100000\n"
+    )
+    assert busy.share(("p", "41"), later, 10**9) == pytest.approx(25_000 / 50_000 + 20_000 / 50_000 / 4)
+    engines = DrmBusy()
+    read = lambda ns: parse_fdinfo(f"drm-driver:\tamdgpu\ndrm-engine-gfx:\t{ns} ns\n")  # noqa: E731
+    assert engines.share(("", "1"), read(10**9), 0) is None
+    assert engines.share(("", "1"), read(10**9 + 5 * 10**8), 10**9) == pytest.approx(0.5)
+    assert engines.share(("", "1"), read(10**9), 2 * 10**9) == 0.0  # lower: stay with the larger value
+    assert engines.share(("", "1"), read(10**9 + 7 * 10**8), 3 * 10**9) == pytest.approx(0.2)
+
+
+def test_a_daemon_with_workloads_attributes_a_drm_gpu_from_the_kernel(node, files, tmp_path):
+    """End to end: --workloads on a real daemon with only the sysfs GPU backend (no NVML): its scanner
+    thread finds the job on the render node and the sampler's energy goes to it."""
+    from tests.helpers import http, wait_until
+    from warptd.config import load_settings
+    from warptd.daemon import Daemon
+
+    sysfs = SysfsTree(tmp_path / "sys")
+    energy = drm_card(sysfs, 0, "i915", "0000:00:02.0", {}, {"energy1_input": 5_000_000})
+    class_device(sysfs, "drm", "renderD128", "dri/renderD128", energy)
+    files.open(1001, 5, "/dev/dri/renderD128", "drm-driver:\ti915\ndrm-client-id:\t3\n")
+    settings = load_settings(
+        listen="127.0.0.1:0", backends=["hwmon"], interval=0.1, procfs=node.proc.root,
+        cgroupfs=node.cgroupfs, sysfs=sysfs.root, workloads=True,
+    )  # fmt: skip
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        assert daemon.process_monitor is None and daemon.device_files is not None
+        counter = energy / "hwmon" / "hwmon3" / "energy1_input"
+
+        def attributed() -> bool:
+            counter.write_text(f"{int(counter.read_text()) + 1_000_000}\n")
+            status, _, body = http(daemon.port, "GET", "/workloads/slurm_job/4242")
+            return status == 200 and json.loads(body)["accelerator_joules"] > 0
+
+        assert wait_until(attributed, timeout=10.0, interval=0.05)
+        job = json.loads(http(daemon.port, "GET", "/workloads/slurm_job/4242")[2])
+        assert job["devices"][0]["device"] == "hwmon:0"
+        metrics = parse(http(daemon.port, "GET", "/metrics")[2].decode())
+        assert value(metrics, "warptd_workload_unreadable_processes") == 0
+    finally:
+        daemon.stop()

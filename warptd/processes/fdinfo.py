@@ -1,0 +1,145 @@
+"""A DRM client's engine time and memory from ``/proc/PID/fdinfo/FD``, as the kernel's DRM client
+usage stats specify them (Documentation/gpu/drm-usage-stats.rst; amdgpu, i915, xe and others).
+
+Keys are ``drm-``-prefixed, one ``key: value`` a line, numbers with an optional unit:
+
+- ``drm-engine-<name>: <uint> ns``: time the engine spent busy on this client; it may read lower than
+  before for a while, and the reader is to stay with the larger value until it catches up;
+  ``drm-engine-capacity-<name>``: the engines behind one name (1 where absent);
+- ``drm-cycles-<name>`` over ``drm-total-cycles-<name>`` (xe): busy cycles over the GPU's timestamp;
+- ``drm-resident-<region>`` (alias ``drm-memory-<region>``, deprecated) and ``drm-total-<region>``:
+  bytes, ``KiB`` or ``MiB``;
+- ``drm-client-id`` (with ``drm-pdev`` where unique per device only): one ``struct drm_file``, so a
+  file shared by dup'd descriptors or processes is counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+_SIZE_UNITS = {"": 1, "KiB": 1024, "MiB": 1024 * 1024}  # the spec's only units for memory
+ClientKey = tuple[str, str]  # (drm-pdev, drm-client-id), or ("", "<pid>/<fd>") without an id
+
+
+@dataclass(frozen=True)
+class DrmClient:
+    """What one DRM file's fdinfo says about its client."""
+
+    driver: str
+    pdev: str = ""
+    client_id: str | None = None
+    engine_ns: dict[str, int] = field(default_factory=dict)
+    capacity: dict[str, int] = field(default_factory=dict)
+    cycles: dict[str, int] = field(default_factory=dict)
+    total_cycles: dict[str, int] = field(default_factory=dict)
+    #: Bytes held in every region (resident where told, else the total created); None: not told.
+    memory_bytes: int | None = None
+
+
+def parse_fdinfo(text: str) -> DrmClient | None:
+    """The DRM client an fdinfo file describes, or None for a file of another kind (no ``drm-driver``)."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, colon, value = line.partition(":")
+        if colon and key.startswith("drm-"):
+            values[key.strip()] = value.strip()
+    driver = values.get("drm-driver")
+    if driver is None:
+        return None
+    engines, capacity, cycles, total_cycles = {}, {}, {}, {}
+    resident: dict[str, int] = {}
+    created: dict[str, int] = {}
+    for key, value in values.items():
+        for prefix, into, units in (
+            ("drm-engine-capacity-", capacity, None),
+            ("drm-engine-", engines, "ns"),
+            ("drm-total-cycles-", total_cycles, None),
+            ("drm-cycles-", cycles, None),
+            ("drm-resident-", resident, "size"),
+            ("drm-memory-", resident, "size"),  # the deprecated alias of drm-resident-
+            ("drm-total-", created, "size"),
+        ):
+            if key.startswith(prefix):
+                number = _number(value, units)
+                if number is not None:
+                    into[key.removeprefix(prefix)] = number
+                break
+    memory = resident or created
+    return DrmClient(
+        driver=driver,
+        pdev=values.get("drm-pdev", ""),
+        client_id=values.get("drm-client-id"),
+        engine_ns=engines,
+        capacity={name: count for name, count in capacity.items() if count > 0},  # zero is not allowed
+        cycles=cycles,
+        total_cycles=total_cycles,
+        memory_bytes=sum(memory.values()) if memory else None,
+    )
+
+
+def _number(value: str, units: str | None) -> int | None:
+    """``<uint>`` with the unit the key allows: ``ns`` (optional) for engine time, bytes/KiB/MiB for
+    memory, none for counts; anything else is not a value of the spec."""
+    number, _, unit = value.partition(" ")
+    unit = unit.strip()
+    if not number.isdigit():
+        return None
+    if units == "size":
+        scale = _SIZE_UNITS.get(unit)
+        return None if scale is None else int(number) * scale
+    if unit and unit != units:
+        return None
+    return int(number)
+
+
+@dataclass
+class _Seen:
+    at_ns: int
+    engine_ns: dict[str, int]
+    cycles: dict[str, int]
+    total_cycles: dict[str, int]
+
+
+class DrmBusy:
+    """Each DRM client's busy share between two reads: the sum over its engines of engine time over
+    wall time (or busy over total cycles), each engine name divided by its capacity."""
+
+    def __init__(self) -> None:
+        self._seen: dict[ClientKey, _Seen] = {}
+
+    def share(self, key: ClientKey, client: DrmClient, now_ns: int) -> float | None:
+        """The client's busy share since its last read, or None at its first (or with no engine)."""
+        before = self._seen.get(key)
+        # A counter lower than seen before stays at the larger value until it catches up (the spec).
+        engines = _kept(client.engine_ns, before.engine_ns if before else None)
+        cycles = _kept(client.cycles, before.cycles if before else None)
+        totals = _kept(client.total_cycles, before.total_cycles if before else None)
+        self._seen[key] = _Seen(now_ns, engines, cycles, totals)
+        if before is None or not (engines or cycles):
+            return None
+        elapsed = now_ns - before.at_ns
+        busy = 0.0
+        if engines:
+            if elapsed <= 0:
+                return None
+            for name, spent in engines.items():
+                busy += (spent - before.engine_ns.get(name, spent)) / elapsed / client.capacity.get(name, 1)
+            return busy
+        for name, spent in cycles.items():
+            ticks = totals.get(name, 0) - before.total_cycles.get(name, 0)
+            if ticks > 0:
+                busy += (spent - before.cycles.get(name, spent)) / ticks / client.capacity.get(name, 1)
+        return busy
+
+    def retain(self, keys: Iterable[ClientKey]) -> None:
+        """Forget every client but these (the latest poll's)."""
+        keep = set(keys)
+        for key in self._seen.keys() - keep:
+            del self._seen[key]
+
+
+def _kept(now: dict[str, int], before: dict[str, int] | None) -> dict[str, int]:
+    if not before:
+        return dict(now)
+    return {name: max(value, before.get(name, value)) for name, value in now.items()}
