@@ -195,6 +195,12 @@ def test_workloads_see_the_host_s_processes_and_cgroups_and_warptd_accepts_the_a
     assert settings.workloads and settings.cgroupfs == Path("/host/sys/fs/cgroup")
     assert settings.workload_kinds == ["slurm_job", "user"]
     assert (settings.workload_retention, settings.workload_max) == (120.0, 50)
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # NVIDIA, AMD: no capability
+    device_files = {**values, "workloads.deviceFiles": "true", "runAsRoot": "true"}
+    capabilities = by_kind(render(device_files), "DaemonSet")["spec"]["template"]["spec"]["containers"][0][
+        "securityContext"
+    ]["capabilities"]
+    assert capabilities == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}  # the one capability, nothing else
     defaults = by_kind(render({"workloads.enabled": "true"}), "DaemonSet")["spec"]["template"]["spec"]
     assert _settings(build_parser().parse_args(defaults["containers"][0]["args"])).workload_kinds == [
         "slurm_job", "systemd_unit", "container", "user"
@@ -370,8 +376,16 @@ def test_systemd_unit_verifies_clean_and_is_hardened(tmp_path):
         assert directive in text
 
 
-def test_the_workloads_drop_in_verifies_and_only_lets_the_daemon_see_every_process(tmp_path):
-    """systemd/workloads.conf over the unit: verified clean, still hardened, ProtectProc lifted."""
+@pytest.mark.parametrize(
+    ("drop_ins", "exposure", "lifted"),
+    [
+        (["workloads.conf"], "--threshold=20", "full access to process tree"),
+        (["workloads.conf", "workloads-device-files.conf"], "--threshold=25", "Service has ptrace()"),
+    ],
+)
+def test_the_workloads_drop_ins_verify_and_lift_only_what_they_name(tmp_path, drop_ins, exposure, lifted):
+    """systemd/workloads.conf (ProtectProc) and, for device-file backends, workloads-device-files.conf
+    (CAP_SYS_PTRACE) over the unit: verified clean, still hardened, each lifting what it says."""
     analyze = require_tool("systemd-analyze")
     executable = shutil.which("warptd") or str(Path(sys.executable).parent / "warptd")
     unit = tmp_path / "warptd.service"
@@ -379,7 +393,8 @@ def test_the_workloads_drop_in_verifies_and_only_lets_the_daemon_see_every_proce
         (ROOT / "systemd" / "warptd.service").read_text().replace("/opt/warptd/bin/warptd", executable)
     )
     (tmp_path / "warptd.service.d").mkdir()
-    shutil.copy(ROOT / "systemd" / "workloads.conf", tmp_path / "warptd.service.d" / "workloads.conf")
+    for name in drop_ins:
+        shutil.copy(ROOT / "systemd" / name, tmp_path / "warptd.service.d" / name)
     result = subprocess.run(
         [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False
     )
@@ -387,17 +402,18 @@ def test_the_workloads_drop_in_verifies_and_only_lets_the_daemon_see_every_proce
         result.stdout + result.stderr
     )
     result = subprocess.run(
-        [analyze, "security", "--offline=true", "--threshold=25", str(unit)],
+        [analyze, "security", "--offline=true", exposure, str(unit)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert result.returncode == 0, result.stdout[-2000:]
-    assert "full access to process tree" in result.stdout  # the drop-in was read: ProtectProc lifted
+    assert lifted in result.stdout  # the drop-ins were read
+    ptrace = any(line.startswith("✗") and "CAP_SYS_PTRACE" in line for line in result.stdout.splitlines())
+    assert ptrace == ("workloads-device-files.conf" in drop_ins)  # the capability only where asked
     drop_in = (ROOT / "systemd" / "workloads.conf").read_text()
     assert "ProtectProc=default" in drop_in and "WARPTD_WORKLOADS=true" in drop_in
-    assert "CAP_SYS_PTRACE" not in drop_in.replace("(reading them would take CAP_SYS_PTRACE)", "")
 
 
 def test_dockerfile_lints_clean():
