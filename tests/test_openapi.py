@@ -94,6 +94,7 @@ def test_openapi_document_lists_every_route(live):
         "/windows/{window_id}/end",
         "/windows/{window_id}/renew",
         "/windows/{window_id}/report",
+        "/workloads/{kind}/{workload_id}/recording",
     }
     request = document["paths"]["/stress"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request == {"$ref": "#/components/schemas/StressRequest"}

@@ -35,6 +35,7 @@ from warptd.logs import configure_logging
 from warptd.processes.collector import ProcessesCollector
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.recording.recorder import with_carbon_and_cost
+from warptd.recording.selection import available_targets
 from warptd.recording.windows import WindowLimits, WindowManager
 from warptd.registry import Loaded, load_backends
 from warptd.sampling.sampler import Sampler
@@ -43,6 +44,7 @@ from warptd.stress.setup import make_job_manager
 from warptd.systemd import Notifier
 from warptd.workloads.collector import WorkloadCollector
 from warptd.workloads.energy import WorkloadEnergy
+from warptd.workloads.history import WorkloadHistory
 
 log = structlog.get_logger("warptd")
 
@@ -89,13 +91,14 @@ class Daemon:
             self.pods.on_change = self.snapshot.touch
             self.sampler.listeners.append(pod_energy.on_sample)
             self.exposition.registry.register(KubernetesCollector(self.pods, pod_energy, self.snapshot))
+        self.workload_history: WorkloadHistory | None = None
         self.workloads = self._workload_energy(settings)
         self.router = Router()
         add_core_routes(self.router, self.snapshot, self.exposition, self.loaded.unavailable)
         self._token = settings.stress_token_value()
         add_stress_routes(self.router, self.stress, lambda: self._token)
         add_window_routes(self.router, self.windows, lambda: self._token)
-        add_workload_routes(self.router, self.workloads, lambda: self._token)
+        add_workload_routes(self.router, self.workloads, lambda: self._token, self.workload_history)
         add_openapi_route(self.router)
         host, port = settings.listen_address
         web = load_web_config(settings.web_config_file) if settings.web_config_file else None
@@ -143,6 +146,12 @@ class Daemon:
             log.warning(
                 "workloads_without_process_lists", reason="workloads are found from NVML's process lists"
             )
+        if settings.workload_recording_memory > 0:
+            self.workload_history = WorkloadHistory(
+                known_targets=lambda: available_targets(self.snapshot),
+                interval=lambda: self.settings.interval,
+                memory_bytes=settings.workload_recording_memory,
+            )
         energy = WorkloadEnergy(
             [self.process_monitor] if self.process_monitor is not None else [],
             settings.procfs,
@@ -151,6 +160,7 @@ class Daemon:
             retention=settings.workload_retention,
             max_workloads=settings.workload_max,
             interval=lambda: self.settings.interval,
+            listeners=[self.workload_history] if self.workload_history is not None else [],
         )
         self.sampler.listeners.append(energy.on_sample)
         self.exposition.registry.register(WorkloadCollector(energy))

@@ -8,9 +8,11 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from warptd import __version__
+from warptd.config import WORKLOAD_KINDS
 from warptd.http.devices_view import DevicesView
 from warptd.http.stress_routes import StressRequest
 from warptd.http.window_routes import WindowLease, WindowList, WindowRequest
+from warptd.http.workload_routes import MAX_ID_CHARS
 from warptd.recording.schema import Recording
 from warptd.stress.job import JobView
 
@@ -39,13 +41,14 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "malformed request",
         401: "missing or wrong bearer token",
         403: "not allowed from this client",
-        404: "no such job or window, no recording for it, or the endpoints are disabled",
+        404: "no such job, window or workload, no recording for it, or the endpoints are disabled",
         405: "method not allowed",
         408: "body not received in time",
         409: "device busy, job or window already ended (the message names how), a window without a "
         "lease or whose lease lapsed (renew), or (report) job still running",
         411: "chunked body",
         413: "body over 64 KiB",
+        414: "workload id over 256 characters",
         415: "body is not application/json",
         422: "invalid parameters, or an unknown device",
         429: "too many windows open (--window-max-open)",
@@ -81,6 +84,20 @@ def openapi_document() -> dict[str, Any]:
     )
     job_id = [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}]
     window_id = [{"name": "window_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    workload = [
+        {
+            "name": "kind",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "enum": list(WORKLOAD_KINDS)},
+        },
+        {
+            "name": "workload_id",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "maxLength": MAX_ID_CHARS},
+        },
+    ]
     window_end = {
         "summary": "end an open window; answers its recording",
         "security": [{}, {"bearer": []}],
@@ -215,6 +232,19 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "200": _json("WindowLease", "renewed"),
                         **_errors(401, 403, 404, 409),
+                    },
+                },
+            },
+            "/workloads/{kind}/{workload_id}/recording": {
+                "parameters": workload,
+                "get": {
+                    "summary": "a workload's recording (--workloads): its devices' and CPU packages' "
+                    "readings with its share of their energy, while it runs and for --workload-retention "
+                    "after it ended (loopback only without a token)",
+                    "security": [{}, {"bearer": []}],
+                    "responses": {
+                        "200": _json("Recording", "the workload's recording (kind workload)"),
+                        **_errors(401, 403, 404, 414),
                     },
                 },
             },

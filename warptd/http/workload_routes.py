@@ -1,4 +1,5 @@
-"""GET /workloads and GET /workloads/KIND/ID: each workload's energy per device and CPU (--workloads).
+"""GET /workloads, GET /workloads/KIND/ID and GET /workloads/KIND/ID/recording: each workload's energy
+per device and CPU, and one's recording (--workloads).
 
 Protected as /windows and /stress are (loopback without a token, else the token), reads included:
 the answers name users, Slurm jobs, services and containers of this node.
@@ -12,10 +13,13 @@ from urllib.parse import unquote
 from warptd.config import WORKLOAD_KINDS
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.http.protection import authorize
+from warptd.recording.schema import WorkloadView
 from warptd.workloads.energy import WorkloadEnergy
+from warptd.workloads.history import WorkloadHistory
 
 #: The longest workload id asked for (a container id is 64 hex, a unit name at most 255 bytes).
 MAX_ID_CHARS = 256
+ROUTES = ("/workloads", "/workloads/{kind}/{workload_id}", "/workloads/{kind}/{workload_id}/recording")
 
 
 def _disabled(_: Request) -> Response:
@@ -23,19 +27,24 @@ def _disabled(_: Request) -> Response:
 
 
 def add_workload_routes(
-    router: Router, energy: WorkloadEnergy | None, token: Callable[[], str | None]
+    router: Router,
+    energy: WorkloadEnergy | None,
+    token: Callable[[], str | None],
+    history: WorkloadHistory | None = None,
 ) -> None:
-    """Register /workloads; with ``energy=None`` (no ``--workloads``) each call is a 404 saying so."""
+    """Register /workloads; with ``energy=None`` (no ``--workloads``) each call is a 404 saying so.
+    Without ``history`` a workload's recording has its identity and energy but no readings."""
     if energy is None:
-        router.add("GET", "/workloads", _disabled)
-        router.add("GET", "/workloads/{kind}/{workload_id}", _disabled)
+        for route in ROUTES:
+            router.add("GET", route, _disabled)
         return
 
     def listing(request: Request) -> Response:
         authorize(request, token(), "workload")
         return json_response(200, energy.listing())
 
-    def show(request: Request) -> Response:
+    def find(request: Request) -> WorkloadView:
+        """The workload the path names; 404 for an unknown kind or workload, 414 for a huge id."""
         authorize(request, token(), "workload")
         kind, workload_id = request.params["kind"], unquote(request.params["workload_id"])
         if kind not in WORKLOAD_KINDS:
@@ -45,8 +54,20 @@ def add_workload_routes(
         view = energy.view(kind, workload_id)
         if view is None:
             raise HttpError(404, f"no {kind} {workload_id!r} now, nor ended within --workload-retention")
-        return json_response(200, view)
+        return view
 
-    # A listing builds a model per workload (up to --workload-max): off the event loop.
-    router.add("GET", "/workloads", listing, offload=True)
-    router.add("GET", "/workloads/{kind}/{workload_id}", show, offload=True)
+    def show(request: Request) -> Response:
+        return json_response(200, find(request))
+
+    def recording(request: Request) -> Response:
+        """The workload's recording (at most WORKLOAD_POINTS points), for warptd workload --report."""
+        view = find(request)
+        if history is None:
+            raise HttpError(404, "this daemon keeps no workload recordings (--workload-recording-memory 0)")
+        return json_response(200, history.recording(view))
+
+    # A listing builds a model per workload (up to --workload-max), a recording up to 2048 points:
+    # off the event loop.
+    router.add("GET", ROUTES[0], listing, offload=True)
+    router.add("GET", ROUTES[1], show, offload=True)
+    router.add("GET", ROUTES[2], recording, offload=True)

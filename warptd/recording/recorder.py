@@ -326,11 +326,6 @@ class Recorder:
                 self._states[(target.kind, target.backend, target.key)] = _TargetState(target)
                 self.max_points = self._points_per_target()
 
-    def target(self, target_id: str) -> Target | None:
-        """The target recorded under ``target_id`` (``nvidia:0``), if any."""
-        with self._lock:
-            return next((t for t in self.targets if t.id == target_id), None)
-
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         with self._lock:
