@@ -88,7 +88,7 @@ class WorkloadHistory:
             for key, workload in workloads.items():
                 recorded = self._recorded.get(key)
                 if recorded is None:
-                    recorded = self._recorded[key] = _Recorded(self._recorder(key, workload.user))
+                    recorded = self._recorded[key] = _Recorded(self._recorder(key))
                     self.budget.admit(recorded.recorder, 0)
                     recorded.recorder.start()
                 recorder = recorded.recorder
@@ -207,12 +207,11 @@ class WorkloadHistory:
         recorded.targets[target_id] = known
         return known
 
-    def _recorder(self, key: WorkloadKey, user: str) -> Recorder:
+    def _recorder(self, key: WorkloadKey) -> Recorder:
         return Recorder(
             [],
             kind="workload",
             name=f"{key.kind} {key.id}",
-            labels={"user": user} if user else {},
             recording_id=f"{key.kind}/{key.id}",
             max_recording_points=self.max_points,
             interval_seconds=self._interval(),
@@ -233,7 +232,7 @@ class WorkloadHistory:
         with self._lock:
             recorded = self._recorded.get(WorkloadKey(view.kind, view.id))
         if recorded is None:  # seen by a poll whose end this listener has not been told of yet
-            recorder = self._recorder(WorkloadKey(view.kind, view.id), view.user)
+            recorder = self._recorder(WorkloadKey(view.kind, view.id))
             recorder.start()
             recording = recorder.recording_now()
         else:
