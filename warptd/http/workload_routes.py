@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import unquote
 
-from warptd.config import WORKLOAD_KINDS
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from warptd.config import WORKLOAD_KINDS, WorkloadKind
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.http.protection import authorize
 from warptd.recording.schema import WorkloadView
@@ -20,6 +22,28 @@ from warptd.workloads.history import WorkloadHistory
 #: The longest workload id asked for (a container id is 64 hex, a unit name at most 255 bytes).
 MAX_ID_CHARS = 256
 ROUTES = ("/workloads", "/workloads/{kind}/{workload_id}", "/workloads/{kind}/{workload_id}/recording")
+
+
+class WorkloadPath(BaseModel):
+    """The workload a path names: a kind warptd tracks, and an id of at most MAX_ID_CHARS."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: WorkloadKind
+    workload_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+
+    @classmethod
+    def of(cls, request: Request) -> WorkloadPath:
+        """The request's path parameters, validated; 404 for an unknown kind, 414 for a huge id."""
+        kind, workload_id = request.params["kind"], unquote(request.params["workload_id"])
+        try:
+            return cls(kind=kind, workload_id=workload_id)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            if any(error["loc"] == ("kind",) for error in exc.errors()):
+                raise HttpError(
+                    404, f"no workload kind {kind[:40]!r}; kinds: {', '.join(WORKLOAD_KINDS)}"
+                ) from None
+            raise HttpError(414, f"a workload id is at most {MAX_ID_CHARS} characters") from None
 
 
 def _disabled(_: Request) -> Response:
@@ -46,14 +70,12 @@ def add_workload_routes(
     def find(request: Request) -> WorkloadView:
         """The workload the path names; 404 for an unknown kind or workload, 414 for a huge id."""
         authorize(request, token(), "workload")
-        kind, workload_id = request.params["kind"], unquote(request.params["workload_id"])
-        if kind not in WORKLOAD_KINDS:
-            raise HttpError(404, f"no workload kind {kind[:40]!r}; kinds: {', '.join(WORKLOAD_KINDS)}")
-        if len(workload_id) > MAX_ID_CHARS:
-            raise HttpError(414, f"a workload id is at most {MAX_ID_CHARS} characters")
-        view = energy.view(kind, workload_id)
+        path = WorkloadPath.of(request)
+        view = energy.view(path.kind, path.workload_id)
         if view is None:
-            raise HttpError(404, f"no {kind} {workload_id!r} now, nor ended within --workload-retention")
+            raise HttpError(
+                404, f"no {path.kind} {path.workload_id!r} now, nor ended within --workload-retention"
+            )
         return view
 
     def show(request: Request) -> Response:
