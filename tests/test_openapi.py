@@ -108,6 +108,7 @@ def test_openapi_document_lists_every_route(live):
         "/windows/{window_id}/report",
         "/workloads",
         "/workloads/{kind}/{workload_id}",
+        "/workloads/{kind}/{workload_id}/recording",
     }
     request = document["paths"]["/stress"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request == {"$ref": "#/components/schemas/StressRequest"}

@@ -216,6 +216,6 @@ def test_a_version_1_recording_still_reads():
     recorder.start()
     saved = recorder.recording_now().model_dump(mode="json") | {"schema_version": 1}
     assert Recording.model_validate(saved).schema_version == 1
-    assert recorder.recording_now().schema_version == SCHEMA_VERSION == 2
+    assert recorder.recording_now().schema_version == SCHEMA_VERSION == 3
     with pytest.raises(ValueError, match="schema_version"):
-        Recording.model_validate(saved | {"schema_version": 3})
+        Recording.model_validate(saved | {"schema_version": 4})

@@ -335,7 +335,7 @@ def test_a_run_is_also_a_recording_with_its_throughput(daemon):
     assert result["status"] == "succeeded", result["error"]
     recording = result["recording"]
     assert (
-        recording["kind"] == "stress" and recording["schema_version"] == 2 and recording["status"] == "ended"
+        recording["kind"] == "stress" and recording["schema_version"] == 3 and recording["status"] == "ended"
     )
     assert recording["end_reason"] == "succeeded" and recording["name"] == "memory"
     assert recording["workload"]["throughput"] == result["workload"]["throughput"]

@@ -89,7 +89,7 @@ def test_a_two_second_window_measures_each_gpu_within_2_percent(make_daemon):
     assert opened["status"] == "open" and opened["labels"] == {"run": "a"}
     time.sleep(2.0)
     ended = end_window(daemon.port, opened["id"])
-    assert ended["status"] == "ended" and ended["end_reason"] == "requested" and ended["schema_version"] == 2
+    assert ended["status"] == "ended" and ended["end_reason"] == "requested" and ended["schema_version"] == 3
     assert ended["kind"] == "window" and ended["interval_seconds"] == 0.1
     assert ended["duration_seconds"] == pytest.approx(2.0, abs=0.3)
     for index, watts in WATTS.items():
@@ -221,7 +221,7 @@ def test_a_window_with_one_sample_counts_power_times_duration(make_daemon, gpus)
     gpu = target(ended, "nvidia:0")
     assert gpu["samples"] == 1 and gpu["up"] is True and ended["duration_seconds"] > 0.5
     assert gpu["energy_joules"] == pytest.approx(WATTS[0] * ended["duration_seconds"], rel=1e-3)
-    assert gpu["energy_source"] == "power_times_duration" and ended["schema_version"] == 2
+    assert gpu["energy_source"] == "power_times_duration" and ended["schema_version"] == 3
     assert gpu["energy_counter_joules"] is None and ended["energy_joules"] == gpu["energy_joules"]
 
 

@@ -452,9 +452,9 @@ def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_o
         daemon.stop()
 
 
-def run_epilog(tmp_path, url: str) -> str:
-    """deploy/slurm's epilog for job 4242 against the daemon at ``url``, with a stand-in scontrol
-    that records its arguments; returns them."""
+def run_epilog(tmp_path, url: str, extra_env: dict[str, str] | None = None) -> str:
+    """deploy/slurm's epilog for job 4242 against the daemon at ``url`` (``extra_env`` added to its
+    environment), with a stand-in scontrol that records its arguments; returns them."""
     bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
     bin_dir.mkdir()
     scontrol = bin_dir / "scontrol"
@@ -467,6 +467,7 @@ def run_epilog(tmp_path, url: str) -> str:
         "WARPTD_URL": url,
         "WARPTD": f"{sys.executable} -m warptd",
         "SCONTROL_LOG": str(log),
+        **(extra_env or {}),
     }
     epilog = Path(__file__).parents[1] / "deploy" / "slurm" / "warptd-epilog.sh"
     done = subprocess.run(

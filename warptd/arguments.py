@@ -194,6 +194,10 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         ),
         (("--workload-max",), {"type": _integer, "metavar": "N", "help": "workloads tracked (default 1000)"}),
         (
+            ("--workload-recording-memory",),
+            {"metavar": "SIZE", "help": "bytes the workloads' recordings may take (default 32MiB; 0: none)"},
+        ),
+        (
             ("--no-xid-events",),
             {"dest": "xid_events", "action": "store_const", "const": False, "help": "ignore XID events"},
         ),
@@ -392,7 +396,21 @@ def build_parser() -> argparse.ArgumentParser:
     workload.add_argument(
         "--url", metavar="URL", help="the daemon (default $WARPTD_URL, else http://127.0.0.1:9465)"
     )
-    workload.add_argument("--json", action="store_true", help="print the daemon's JSON")
+    workload.add_argument(
+        "--json",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="FILE",
+        help="alone: print the daemon's JSON; with FILE (after KIND ID): save the workload's recording "
+        "there (for warptd report later)",
+    )
+    workload.add_argument(
+        "--report",
+        metavar="FILE",
+        help="write the workload's HTML report (report extra), and its recording's JSON beside it "
+        "(FILE.json) unless --json FILE names where",
+    )
     profile = _profile_parser(sub)
     _add_flags(parser, "serve", None)  # `warptd` alone serves
     commands = (

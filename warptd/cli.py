@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "workload":  # asks the daemon: no settings, no backends
         from warptd.workloads.command import run_workload
 
-        return run_workload(args.kind, args.workload_id, args.url, args.json)
+        return run_workload(args.kind, args.workload_id, args.url, args.json, args.report)
     return _with_settings(command, args)
 
 

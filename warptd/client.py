@@ -295,5 +295,16 @@ def get_workload(
     kind: str, workload_id: str, *, url: str | None = None, token: str | None = None, timeout: float = 10.0
 ) -> dict[str, Any]:
     """One workload's energy per device and CPU, its devices, start and end (``--workloads``)."""
-    path = f"/workloads/{urllib.parse.quote(kind, safe='')}/{urllib.parse.quote(workload_id, safe='')}"
+    return _request("GET", _workload_path(kind, workload_id), None, url=url, token=token, timeout=timeout)
+
+
+def get_workload_recording(
+    kind: str, workload_id: str, *, url: str | None = None, token: str | None = None, timeout: float = 30.0
+) -> dict[str, Any]:
+    """One workload's recording: its devices' readings with its share of their energy (``--workloads``)."""
+    path = _workload_path(kind, workload_id) + "/recording"
     return _request("GET", path, None, url=url, token=token, timeout=timeout)
+
+
+def _workload_path(kind: str, workload_id: str) -> str:
+    return f"/workloads/{urllib.parse.quote(kind, safe='')}/{urllib.parse.quote(workload_id, safe='')}"

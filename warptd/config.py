@@ -132,6 +132,14 @@ class Settings(BaseSettings):
     workload_max: int = Field(
         1000, ge=1, le=100_000, description="Workloads tracked at once (live and retained); more are dropped"
     )
+    workload_recording_memory: int = Field(
+        32 * 2**20,
+        ge=0,
+        le=64 * 2**30,
+        description="Bytes the workloads' recordings (GET /workloads/KIND/ID/recording) may take (32MiB, "
+        "512KiB or bytes; 0: none kept); beyond it ended workloads' points go first, then running ones "
+        "keep coarser ones",
+    )
     cgroupfs: Path = Field(
         Path("/sys/fs/cgroup"),
         description="Root of the cgroup tree (v2 mount, or the v1 hierarchies' parent)",
@@ -237,7 +245,7 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("window_memory", mode="before")
+    @field_validator("window_memory", "workload_recording_memory", mode="before")
     @classmethod
     def _parse_bytes(cls, value: object) -> object:
         """``16MiB``, ``512KiB``, ``1GiB`` (binary units; ``M`` and ``MB`` read as ``MiB``) or bytes."""

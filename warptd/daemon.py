@@ -38,6 +38,7 @@ from warptd.processes.collector import DeviceFilesCollector, ProcessesCollector
 from warptd.processes.device_files import DeviceFiles, open_device_files
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.recording.recorder import with_carbon_and_cost
+from warptd.recording.selection import available_targets
 from warptd.recording.windows import WindowLimits, WindowManager
 from warptd.registry import Loaded, load_backends
 from warptd.sampling.sampler import Sampler
@@ -46,6 +47,7 @@ from warptd.stress.setup import make_job_manager
 from warptd.systemd import Notifier
 from warptd.workloads.collector import WorkloadCollector
 from warptd.workloads.energy import ProcessSource, WorkloadEnergy
+from warptd.workloads.history import WorkloadHistory
 
 log = structlog.get_logger("warptd")
 
@@ -102,13 +104,14 @@ class Daemon:
             self.pods.on_change = self.snapshot.touch
             self.sampler.listeners.append(pod_energy.on_sample)
             self.exposition.registry.register(KubernetesCollector(self.pods, pod_energy, self.snapshot))
+        self.workload_history: WorkloadHistory | None = None
         self.workloads = self._workload_energy(settings)
         self.router = Router()
         add_core_routes(self.router, self.snapshot, self.exposition, self.loaded.unavailable)
         self._token = settings.stress_token_value()
         add_stress_routes(self.router, self.stress, lambda: self._token)
         add_window_routes(self.router, self.windows, lambda: self._token)
-        add_workload_routes(self.router, self.workloads, lambda: self._token)
+        add_workload_routes(self.router, self.workloads, lambda: self._token, self.workload_history)
         add_openapi_route(self.router)
         host, port = settings.listen_address
         web = load_web_config(settings.web_config_file) if settings.web_config_file else None
@@ -172,6 +175,12 @@ class Daemon:
                 reason="workloads are found from NVML's and amdsmi's process lists or the device files "
                 "of the TPU, Tenstorrent, Gaudi and DRM (sysfs) backends, and none of them is loaded",
             )
+        if settings.workload_recording_memory > 0:
+            self.workload_history = WorkloadHistory(
+                known_targets=lambda: available_targets(self.snapshot),
+                interval=lambda: self.settings.interval,
+                memory_bytes=settings.workload_recording_memory,
+            )
         energy = WorkloadEnergy(
             sources,
             settings.procfs,
@@ -180,6 +189,7 @@ class Daemon:
             retention=settings.workload_retention,
             max_workloads=settings.workload_max,
             interval=lambda: self.settings.interval,
+            listeners=[self.workload_history] if self.workload_history is not None else [],
         )
         self.sampler.listeners.append(energy.on_sample)
         self.exposition.registry.register(WorkloadCollector(energy))

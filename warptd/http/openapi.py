@@ -88,7 +88,12 @@ def openapi_document() -> dict[str, Any]:
     job_id = [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}]
     window_id = [{"name": "window_id", "in": "path", "required": True, "schema": {"type": "string"}}]
     workload = [
-        {"name": "kind", "in": "path", "required": True, "schema": {"enum": list(WORKLOAD_KINDS)}},
+        {
+            "name": "kind",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "enum": list(WORKLOAD_KINDS)},
+        },
         {
             "name": "workload_id",
             "in": "path",
@@ -230,6 +235,19 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "200": _json("WindowLease", "renewed"),
                         **_errors(401, 403, 404, 409),
+                    },
+                },
+            },
+            "/workloads/{kind}/{workload_id}/recording": {
+                "parameters": workload,
+                "get": {
+                    "summary": "a workload's recording (--workloads): its devices' and CPU packages' "
+                    "readings with its share of their energy, while it runs and for --workload-retention "
+                    "after it ended (loopback only without a token)",
+                    "security": [{}, {"bearer": []}],
+                    "responses": {
+                        "200": _json("Recording", "the workload's recording (kind workload)"),
+                        **_errors(401, 403, 404, 414),
                     },
                 },
             },

@@ -261,6 +261,11 @@ def energy_figure(recording: Recording, styles: Styles) -> go.Figure | None:
     )
 
 
+def attributed_figure(recording: Recording, styles: Styles) -> go.Figure | None:
+    """A workload's share of each device's and CPU package's energy, cumulative over its run."""
+    return _reading_figure(recording, styles, lambda p: p.attributed_energy_joules, "J", rangemode="tozero")
+
+
 Builder = Callable[[Recording, Styles], go.Figure | None]
 #: Every section in the order the report shows them: anchor, heading, builder, text when empty.
 SECTIONS: tuple[tuple[str, str, Builder, str], ...] = (
@@ -283,10 +288,22 @@ SECTIONS: tuple[tuple[str, str, Builder, str], ...] = (
 )
 
 
+#: The sections a workload's recording has first: its share of the energy, beside the readings.
+WORKLOAD_SECTIONS: tuple[tuple[str, str, Builder, str], ...] = (
+    (
+        "attributed-energy",
+        "Energy attributed to the workload, per device and CPU package (cumulative)",
+        attributed_figure,
+        "No sample with the workload's share of a device's energy.",
+    ),
+)
+
+
 def build_sections(recording: Recording) -> list[Section]:
     """Each section with its figure, or None where the recording has nothing to draw; every figure
     draws a device in the colour its order in the recording gives it."""
     styles = assign(t.id for t in recording.targets)
+    sections = (*WORKLOAD_SECTIONS, *SECTIONS) if recording.attribution is not None else SECTIONS
     return [
-        Section(anchor, title, build(recording, styles), empty) for anchor, title, build, empty in SECTIONS
+        Section(anchor, title, build(recording, styles), empty) for anchor, title, build, empty in sections
     ]

@@ -23,6 +23,7 @@ END_REASONS = {
     "command_exited": "the command exited",
     "max_duration": "reached its maximum duration",
     "shutdown": "the daemon shut down",
+    "workload_ended": "the workload ended",
 }
 
 

@@ -33,18 +33,26 @@ class Outputs:
     recording: Path | None
 
 
-def plan(report: str | None, save: str | None) -> Outputs:
-    """The outputs of ``--output`` and ``--save``, each checked writable; a report needs the
-    ``report`` extra and always gets its recording saved too: at ``--save``, else beside it."""
+@dataclass(frozen=True)
+class Flags:
+    """What the command calls its two outputs, for its messages."""
+
+    report: str = "--output"
+    save: str = "--save"
+
+
+def plan(report: str | None, save: str | None, flags: Flags = Flags()) -> Outputs:
+    """The outputs of ``--output`` and ``--save`` (``flags``), each checked writable; a report needs
+    the ``report`` extra and always gets its recording saved too: at ``--save``, else beside it."""
     report_path = Path(report) if report else None
     recording_path = Path(save) if save else None
     if report_path is not None:
-        check_report_extra()
+        check_report_extra(flags.report)
         if recording_path is None:
             recording_path = beside(report_path)
-            check_replaceable(recording_path)
+            check_replaceable(recording_path, flags.save)
         if recording_path.resolve() == report_path.resolve():
-            raise OutputError(f"--save and --output name the same file: {report_path}")
+            raise OutputError(f"{flags.save} and {flags.report} name the same file: {report_path}")
     for path in (report_path, recording_path):
         if path is not None:
             check_writable(path)
@@ -58,7 +66,7 @@ def beside(report: Path) -> Path:
     return report.with_suffix(".json")
 
 
-def check_replaceable(path: Path) -> None:
+def check_replaceable(path: Path, save_flag: str = "--save") -> None:
     """A recording saved beside its report, unasked, replaces only an earlier recording (a run
     profiled again), never some other file that happens to share the report's name."""
     if not path.is_file():
@@ -69,17 +77,17 @@ def check_replaceable(path: Path) -> None:
         found = None
     if not (isinstance(found, dict) and "schema_version" in found and "targets" in found):
         raise OutputError(
-            f"{path} exists and is not a warptd recording; name where to save the recording with --save"
+            f"{path} exists and is not a warptd recording; name where to save the recording with {save_flag}"
         )
 
 
-def check_report_extra() -> None:
+def check_report_extra(flag: str = "--output") -> None:
     """The report renderer and plotly are importable here; else the pip command that adds them."""
     if importlib.util.find_spec(REPORT_MODULE) is None:
-        raise OutputError(f"--output needs the HTML report ({REPORT_MODULE}); this warptd does not have it")
+        raise OutputError(f"{flag} needs the HTML report ({REPORT_MODULE}); this warptd does not have it")
     if importlib.util.find_spec(REPORT_PACKAGE) is None:
         raise OutputError(
-            f"--output needs {REPORT_PACKAGE}, which is not installed; install the report extra: "
+            f"{flag} needs {REPORT_PACKAGE}, which is not installed; install the report extra: "
             f"{install_command('report')}"
         )
 

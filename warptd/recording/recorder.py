@@ -32,6 +32,9 @@ MAX_POINTS = 2048
 #: The most points one recording keeps over all its targets: a window on 8 GPUs keeps 512 per GPU.
 MAX_RECORDING_POINTS = 4096
 JOULES_PER_KWH = 3.6e6
+#: The extra value a workload's rows keep after the readings: its share of the target's energy so far.
+ATTRIBUTED = ("attributed_energy_joules",)
+ATTRIBUTED_ONLY = layout_of((), (), ATTRIBUTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,7 @@ class _TargetState:
     throttle_last: dict[str, float] = field(default_factory=dict)
     throttle_seen: set[str] = field(default_factory=set)
     series: SeriesStore = field(default_factory=SeriesStore)
+    attributed: float | None = None  # a workload's share of the target's energy so far (workloads only)
     first_power: tuple[float, float] | None = None  # (at, W) of the first sample with a power reading
     last_power: tuple[float, float] | None = None
 
@@ -276,19 +280,24 @@ class Recorder:
         labels: dict[str, str] | None = None,
         recording_id: str | None = None,
         max_points: int = MAX_POINTS,
+        max_recording_points: int = MAX_RECORDING_POINTS,
         interval_seconds: float | None = None,
         edges: bool = False,
         on_grow: Callable[[Recorder], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         """``edges``: the energy spans the recording's own start and end (windows, profiles), the
         few ms to the first and last samples extrapolated at their power; else only what the
         samples span (a stress run's timed part). ``on_grow`` is called (no lock held) after a
-        sample added points: the windows' memory bound (memory.py)."""
+        sample added points: the windows' memory bound (memory.py). ``clock`` (monotonic, the
+        samples' ``at``) and ``wall`` (Unix time) date its start and end."""
         self.kind, self.name, self.labels = kind, name, dict(labels or {})
         self.id = recording_id or uuid.uuid4().hex[:12]
         self.interval_seconds = interval_seconds
         self.targets = list(targets)
-        self.max_points = max(64, min(max_points, MAX_RECORDING_POINTS // max(1, len(self.targets))))
+        self._max_points = (max_points, max_recording_points)
+        self.max_points = self._points_per_target()
         self.edges = edges
         self._states = {(t.kind, t.backend, t.key): _TargetState(t) for t in targets}
         self._lock = threading.Lock()
@@ -300,26 +309,42 @@ class Recorder:
         self.end_reason: str | None = None
         self.workload: dict[str, float | str | None] = {}
         self._on_grow = on_grow
+        self._clock, self._wall = clock, wall
+
+    def _points_per_target(self) -> int:
+        """Points each target keeps: its own limit, or its part of the recording's (at least 64)."""
+        per_target, per_recording = self._max_points
+        return max(64, min(per_target, per_recording // max(1, len(self.targets))))
 
     def add_target(self, target: Target) -> None:
-        """Also record ``target`` from now on (a domain first seen after the recording began)."""
+        """Also record ``target`` from now on (a domain first seen after the recording began, a device
+        a workload came to); each target's part of the recording's points shrinks to fit it (a longer
+        series is thinned at its next sample)."""
         with self._lock:
             if (target.kind, target.backend, target.key) not in self._states:
                 self.targets.append(target)
                 self._states[(target.kind, target.backend, target.key)] = _TargetState(target)
+                self.max_points = self._points_per_target()
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         with self._lock:
             self.recording = True
-            self.started_at, self.started_mono = time.time(), time.monotonic()
+            self.started_at, self.started_mono = self._wall(), self._clock()
 
     def stop(self, reason: str = "ended") -> None:
         with self._lock:
             if self.recording:
                 self.recording = False
-                self.ended_at, self.ended_mono = time.time(), time.monotonic()
+                self.ended_at, self.ended_mono = self._wall(), self._clock()
                 self.end_reason = reason
+
+    def resume(self) -> None:
+        """Record again after a stop (a workload seen again within its retention): same start, no end."""
+        with self._lock:
+            if not self.recording and self.started_mono is not None:
+                self.recording = True
+                self.ended_at = self.ended_mono = self.end_reason = None
 
     # -- feeding ------------------------------------------------------------------------------
     def on_sample(
@@ -330,7 +355,7 @@ class Recorder:
         at: float | None = None,
     ) -> None:
         """Sampler listener: record the samples of this recording's targets."""
-        at = time.monotonic() if at is None else at
+        at = self._clock() if at is None else at
         grew = False
         for sample in devices or ():
             state = self._states.get(("device", backend, str(sample.reading.index)))
@@ -350,13 +375,18 @@ class Recorder:
         if grew and self._on_grow is not None:
             self._on_grow(self)
 
-    def add_device(self, target: Target, sample: DeviceSample, at: float) -> bool:
-        """Record one device sample; True when it was counted (its point may have been kept)."""
+    def add_device(
+        self, target: Target, sample: DeviceSample, at: float, attributed: float | None = None
+    ) -> bool:
+        """Record one device sample; True when it was counted (its point may have been kept).
+        ``attributed``: a workload's share of the device's energy so far, kept beside the readings."""
         if not sample.reading.up:
-            return self._lost(target, at)
+            return self._lost(target, at, attributed)
         seen = _digest(sample)
         with self._lock:
             state = self._states[(target.kind, target.backend, target.key)]
+            if self.recording and attributed is not None:
+                state.attributed = attributed
             if not self.recording or not state.accept(at):
                 return False
             state.up = True
@@ -376,15 +406,23 @@ class Recorder:
             state.throttle_seen.update(seen.active)
             row = (self._since_start(at), _nan(seen.power), _nan(_since(state.energy)), _nan(seen.hottest))
             row += (_nan(seen.compute),)
-            state.series.append(row, self.max_points, seen.layout, seen.keyed, seen.active)
+            layout, keyed = seen.layout, seen.keyed
+            if attributed is not None:
+                layout = layout_of(layout.clocks, layout.activity, ATTRIBUTED)
+                keyed = (*keyed, attributed)
+            state.series.append(row, self.max_points, layout, keyed, seen.active)
         return True
 
-    def add_domain(self, target: Target, domain: DomainPower, at: float) -> bool:
-        """Record one power domain sample; True when it was counted."""
+    def add_domain(
+        self, target: Target, domain: DomainPower, at: float, attributed: float | None = None
+    ) -> bool:
+        """Record one power domain sample; True when it was counted. ``attributed`` as for a device."""
         if not domain.readable:
-            return self._lost(target, at)
+            return self._lost(target, at, attributed)
         with self._lock:
             state = self._states[(target.kind, target.backend, target.key)]
+            if self.recording and attributed is not None:
+                state.attributed = attributed
             if not self.recording or not state.accept(at):
                 return False
             state.up = True
@@ -395,13 +433,18 @@ class Recorder:
             state.energy.add(domain.energy_joules)
             state.counter_seen = True  # domains are energy counters (RAPL) or their sampler totals
             row = (self._since_start(at), _nan(domain.power_watts), _nan(_since(state.energy)), NAN, NAN)
-            state.series.append(row, self.max_points)
+            if attributed is None:
+                state.series.append(row, self.max_points)
+            else:
+                state.series.append(row, self.max_points, ATTRIBUTED_ONLY, (attributed,))
         return True
 
-    def _lost(self, target: Target, at: float) -> bool:
+    def _lost(self, target: Target, at: float, attributed: float | None = None) -> bool:
         """A sample saying the target is gone: it is down, and no power is integrated across."""
         with self._lock:
             state = self._states[(target.kind, target.backend, target.key)]
+            if self.recording and attributed is not None:
+                state.attributed = attributed
             if self.recording and state.accept(at):
                 state.up = False
                 state.integrated.add(at, None)
@@ -440,7 +483,7 @@ class Recorder:
                 state.series.clear()
 
     def _since_start(self, at: float) -> float:
-        return round(at - (self.started_mono or at), 6)
+        return round(at - (at if self.started_mono is None else self.started_mono), 6)
 
     # -- the result ---------------------------------------------------------------------------
     def recording_now(
@@ -453,10 +496,10 @@ class Recorder:
         """The recording so far (``status: open`` while it runs), with carbon and cost where set;
         ``points=False``: summaries only (a listing)."""
         with self._lock:
-            now_mono = self.ended_mono or time.monotonic()
+            now_mono = self.ended_mono or self._clock()
             span = (self.started_mono, now_mono) if self.edges and self.started_mono is not None else None
             targets = [_summary(state, span, points) for state in self._states.values()]
-            duration = max(0.0, now_mono - (self.started_mono or now_mono))
+            duration = max(0.0, now_mono - (now_mono if self.started_mono is None else self.started_mono))
             recording = Recording(
                 kind=self.kind,
                 id=self.id,
@@ -464,7 +507,7 @@ class Recorder:
                 labels=self.labels,
                 status="open" if self.recording or self.started_at is None else "ended",
                 end_reason=self.end_reason,
-                started_at=self.started_at or time.time(),
+                started_at=self.started_at or self._wall(),
                 ended_at=self.ended_at,
                 duration_seconds=round(duration, 6),
                 interval_seconds=self.interval_seconds,
@@ -524,6 +567,7 @@ def _summary(state: _TargetState, span: tuple[float, float] | None, points: bool
         utilization_mean_ratio=state.utilization.mean,
         activity_mean=state.activity.means(),
         throttle_seconds=dict(sorted(throttle.items())),
+        attributed_energy_joules=state.attributed,
         points=state.series.points() if points else [],
     )
 

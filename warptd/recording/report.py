@@ -89,6 +89,12 @@ def _overview(recording: Recording) -> str:
         ("carbon", _number(recording.carbon_grams, "g CO2e", 2)),
         ("cost", _number(recording.cost, "", 4)),
     ]
+    if (workload := recording.attribution) is not None:
+        items += [
+            ("workload", f"{workload.kind} {workload.id}"),
+            ("user", workload.user or ABSENT),
+            ("steps", ", ".join(workload.steps) or ABSENT),
+        ]
     items += [(f"label {key}", value) for key, value in sorted(recording.labels.items())]
     items += [(f"workload {key}", _value(v)) for key, v in sorted(recording.workload.items())]
     return '<table id="overview">\n' + _rows([(k, False), (v, False)] for k, v in items) + "\n</table>"
@@ -135,6 +141,44 @@ def summary_table(recording: Recording) -> str:
     return f'<table id="summary">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>'
 
 
+def attribution_table(recording: Recording) -> str:
+    """The workload's share of each device's and of the CPU packages' energy (the figures
+    ``GET /workloads/KIND/ID`` gives), beside what the device or the packages used meanwhile; empty
+    for a recording of no workload."""
+    workload = recording.attribution
+    if workload is None:
+        return ""
+    own = {t.id: _own(t.energy_joules) for t in recording.targets}
+    packages = [t.energy_joules for t in recording.targets if t.kind == "domain"]  # a workload's: packages
+    rows = [
+        _attributed_row(d.device, d.uuid or ABSENT, d.joules, own.get(d.device, ABSENT))
+        for d in workload.devices
+    ]
+    if workload.cpu_joules is not None:
+        measured = [j for j in packages if j is not None]
+        rows.append(
+            _attributed_row("cpu", ABSENT, workload.cpu_joules, _own(sum(measured) if measured else None))
+        )
+    rows.append([("total", False), ("", False), (energy_text(workload.total_joules), True), ("", False)])
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("device or CPU", "uuid", "attributed to the workload", "the device's own, while recorded")
+    )
+    title = html.escape(f"Energy of {workload.kind} {workload.id}")
+    return (
+        f'<h2 id="attributed">{title}</h2>\n<table id="attribution">\n<thead><tr>{head}</tr></thead>\n'
+        f"<tbody>\n{_rows(rows)}\n</tbody>\n</table>"
+    )
+
+
+def _attributed_row(source: str, uuid: str, joules: float, own: str) -> list[tuple[str, bool]]:
+    return [(source, False), (uuid, False), (energy_text(joules), True), (own, True)]
+
+
+def _own(joules: float | None) -> str:
+    return ABSENT if joules is None else energy_text(joules)
+
+
 def swatch(style: Style) -> str:
     """A small square in a device's plot colour (dashed outline past the palette's first round)."""
     rest = "" if style.dash == "solid" else " rest"
@@ -158,6 +202,8 @@ def header_summary(recording: Recording) -> str:
     """What to read first: duration, energy (carbon, cost), and per device its energy, mean and peak
     power and time throttled, each beside the colour it has in every plot."""
     totals = [("duration", _number(recording.duration_seconds, "s"))]
+    if recording.attribution is not None:
+        totals.append(("attributed", energy_text(recording.attribution.total_joules)))
     if recording.energy_joules is not None:
         totals.append(("energy", energy_text(recording.energy_joules)))
     if recording.carbon_grams is not None:
@@ -235,6 +281,7 @@ def render_html(recording: Recording) -> str:
             f'<p class="muted">warptd {html.escape(recording.kind)} recording, '
             f"{_when(recording.started_at)}, {_number(recording.duration_seconds, 's')}</p>",
             header_summary(recording),
+            attribution_table(recording),
             "<nav>" + "".join(links) + "</nav>",
             _overview(recording),
             "<h2>Devices and domains</h2>",

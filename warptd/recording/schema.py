@@ -1,4 +1,5 @@
-"""The versioned recording schema shared by stress results, energy windows and ``warptd profile``.
+"""The versioned recording schema shared by stress results, energy windows, ``warptd profile`` and the
+workloads' recordings (``--workloads``).
 
 Absent figures are ``None`` (never 0): a device without a temperature sensor has no peak temperature.
 Times in a recording's samples are seconds since the recording started; everything else is in base
@@ -11,15 +12,19 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from warptd.config import WorkloadKind
 from warptd.models import DeviceKind, WireModel
 
 #: Bumped whenever a field changes meaning, takes a new value or goes away; adding optional fields
 #: keeps it. 2: ``energy_source`` may be ``power_times_duration`` (a window with fewer than two samples).
-SCHEMA_VERSION = 2
-#: The versions a recording may carry and still be read (a saved version 1 recording is a version 2 one).
-SchemaVersion = Literal[1, 2]
+#: 3: ``kind`` may be ``workload`` (a Slurm job's, unit's, container's or user's recording, with its
+#: ``attribution`` and each target's and point's ``attributed_energy_joules``).
+SCHEMA_VERSION = 3
+#: The versions a recording may carry and still be read: each version only added values and optional
+#: fields, so a saved version 1 or 2 recording is a valid version 3 one.
+SchemaVersion = Literal[1, 2, 3]
 
-RecordingKind = Literal["window", "profile", "stress"]
+RecordingKind = Literal["window", "profile", "stress", "workload"]
 TargetKind = Literal["device", "domain"]
 #: How a target's energy_joules was found: its hardware energy counter, its power integrated over the
 #: samples, or (fewer than two samples) its one power reading times the recording's duration.
@@ -45,6 +50,11 @@ class Point(WireModel):
         description="Activity ratios where the backend exports them (NVIDIA GPM: sm_active, pipe_tensor…).",
     )
     throttle_active: list[str] = Field([], description="Throttle reasons active at this sample.")
+    attributed_energy_joules: float | None = Field(
+        None,
+        description="Workload recordings: the workload's share of this target's energy since it was "
+        "first seen, up to this sample (cumulative, never decreasing); None in other recordings.",
+    )
 
 
 class TargetRecording(WireModel):
@@ -89,9 +99,43 @@ class TargetRecording(WireModel):
     )
     carbon_grams: float | None = Field(None, description="gCO2e, with a carbon intensity set.")
     cost: float | None = Field(None, description="Energy cost, with an energy price set.")
+    attributed_energy_joules: float | None = Field(
+        None,
+        description="Workload recordings: the part of this device's energy (or CPU package's) split to "
+        "the workload while it ran; None in other recordings.",
+    )
     points: list[Point] = Field(
         [], description="The samples; past 2048 every other one is dropped (summaries stay exact)."
     )
+
+
+class DeviceEnergy(WireModel):
+    """A workload's share of one device's energy."""
+
+    device: str = Field(description="BACKEND:INDEX, e.g. nvidia:0")
+    uuid: str = Field(description="The device's UUID, empty where it has none.")
+    joules: float = Field(description="Energy of this device split to the workload while it ran there.")
+
+
+class WorkloadView(WireModel):
+    """One workload as the daemon knows it: live, or ended and kept for --workload-retention."""
+
+    kind: WorkloadKind = Field(description="slurm_job, systemd_unit, container or user.")
+    id: str = Field(description="Slurm job id, unit name, container id or user name.")
+    user: str = Field(description="The login name (else uid) its processes run as.")
+    steps: list[str] = Field(description="Slurm steps seen on a device (batch, extern, 0, ...).")
+    started_at: float = Field(description="Unix time warptd first saw it.")
+    ended_at: float | None = Field(
+        description="Unix time of the first poll that found neither a process of it on a device nor its "
+        "cgroup; null while it runs."
+    )
+    devices: list[DeviceEnergy] = Field(description="Each device it got energy on, by BACKEND:INDEX.")
+    accelerator_joules: float = Field(description="Sum over its devices.")
+    cpu_joules: float | None = Field(
+        description="Its share of the CPU packages' energy (RAPL) by its cgroup's CPU time; null where "
+        "its cgroup's CPU time or RAPL cannot be read."
+    )
+    total_joules: float = Field(description="accelerator_joules plus cpu_joules.")
 
 
 class Recording(WireModel):
@@ -102,9 +146,12 @@ class Recording(WireModel):
     schema_version: SchemaVersion = Field(
         SCHEMA_VERSION,
         description="Bumped when a field changes meaning or takes a new value (2: energy_source "
-        "power_times_duration); version 1 recordings still read.",
+        "power_times_duration; 3: kind workload); version 1 and 2 recordings still read.",
     )
-    kind: RecordingKind = Field(description="window (POST /windows), profile (warptd profile) or stress.")
+    kind: RecordingKind = Field(
+        description="window (POST /windows), profile (warptd profile), stress, or workload "
+        "(GET /workloads/KIND/ID/recording)."
+    )
     id: str = Field(description="Unique id; a window's is its /windows/ID.")
     name: str = Field(description="A window's name, a profile's command, a stress run's test.")
     labels: dict[str, str] = Field({}, description="The caller's labels (a profile: its command line).")
@@ -113,7 +160,7 @@ class Recording(WireModel):
         None,
         description="Windows: requested (a client ended it), lease_expired (its client stopped renewing "
         "its lease), max_duration, shutdown; profiles: command_exited; stress runs: succeeded, failed, "
-        "cancelled.",
+        "cancelled; workloads: workload_ended (neither a process on a device nor its cgroup left).",
     )
     started_at: float = Field(description="Unix time the recording started.")
     ended_at: float | None = Field(None, description="Unix time it ended; None while open.")
@@ -140,4 +187,9 @@ class Recording(WireModel):
     #: What the workload did beside its energy, e.g. a stress run's throughput.
     workload: dict[str, float | str | None] = Field(
         {}, description="What the workload did beside its energy (a stress run: throughput, unit, work)."
+    )
+    attribution: WorkloadView | None = Field(
+        None,
+        description="Workload recordings: the workload (kind, id, user, steps, start and end) and the "
+        "energy split to it per device and CPU, as GET /workloads/KIND/ID answers; None otherwise.",
     )

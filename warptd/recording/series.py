@@ -25,23 +25,26 @@ FIXED_SERIES = ("t", "power_watts", "energy_joules", "temperature_celsius", "uti
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """The keyed values that follow the fixed ones in a row: clock domains, then activity ratios."""
+    """The keyed values that follow the fixed ones in a row: clock domains, activity ratios, then
+    ``extras``: optional float fields of a point that only some recordings keep (a workload's
+    ``attributed_energy_joules``), so the others' rows stay as narrow as before."""
 
     clocks: tuple[str, ...] = ()
     activity: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()
 
     @property
     def width(self) -> int:
-        return len(FIXED_SERIES) + len(self.clocks) + len(self.activity)
+        return len(FIXED_SERIES) + len(self.clocks) + len(self.activity) + len(self.extras)
 
 
 NO_KEYS = Layout()
 _layouts: dict[Layout, Layout] = {NO_KEYS: NO_KEYS}
 
 
-def layout_of(clocks: tuple[str, ...], activity: tuple[str, ...]) -> Layout:
+def layout_of(clocks: tuple[str, ...], activity: tuple[str, ...], extras: tuple[str, ...] = ()) -> Layout:
     """One shared ``Layout`` object per set of keys (a device's keys rarely change)."""
-    made = Layout(clocks, activity)
+    made = Layout(clocks, activity, extras)
     if len(_layouts) > 4096:  # keys are the backend's, not the clients': this only guards against drift
         _layouts.clear()
     return _layouts.setdefault(made, made)
@@ -184,19 +187,20 @@ class SeriesStore:
         points: list[Point] = []
         sets, throttle = self._throttle_sets, self._throttle
         for segment in self._segments:
-            clocks, activity = segment.layout.clocks, segment.layout.activity
+            clocks, activity, extras = segment.layout.clocks, segment.layout.activity, segment.layout.extras
             split = len(FIXED_SERIES) + len(clocks)
-            fixed = len(FIXED_SERIES)
+            fixed, keyed_end = len(FIXED_SERIES), split + len(activity)
             for row in segment.rows():
                 points.append(
                     Point.model_construct(
+                        **{name: _value(v) for name, v in zip(extras, row[keyed_end:], strict=True)},
                         t=row[0],
                         power_watts=_value(row[1]),
                         energy_joules=_value(row[2]),
                         temperature_celsius=_value(row[3]),
                         utilization_ratio=_value(row[4]),
                         clocks_hertz=_present(clocks, row[fixed:split]),
-                        activity=_present(activity, row[split:]),
+                        activity=_present(activity, row[split:keyed_end]),
                         throttle_active=list(sets[throttle[len(points)]]),
                     )
                 )

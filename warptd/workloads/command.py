@@ -10,11 +10,26 @@ from typing import Any
 from warptd.client import WindowClientError, get_workload, get_workloads
 
 
-def run_workload(kind: str | None, workload_id: str | None, url: str | None, as_json: bool) -> int:
-    """Print one workload (KIND and ID given) or all; 1 where the daemon refuses or does not answer."""
+def run_workload(
+    kind: str | None,
+    workload_id: str | None,
+    url: str | None,
+    as_json: bool | str,
+    report: str | None = None,
+) -> int:
+    """Print one workload (KIND and ID given) or all; 1 where the daemon refuses or does not answer.
+    ``as_json`` a path, or ``report``: save that workload's recording or its HTML report instead."""
     if kind and not workload_id:
         print(f"warptd workload: give the {kind}'s ID too (warptd workload {kind} ID)", file=sys.stderr)
         return 2
+    save = as_json if isinstance(as_json, str) else None
+    if save is not None or report is not None:
+        if not (kind and workload_id):
+            print("warptd workload: --report and --json FILE need KIND and ID", file=sys.stderr)
+            return 2
+        from warptd.workloads.outputs import save_workload  # the report's modules, only when asked
+
+        return save_workload(kind, workload_id, url, report, save)
     try:
         answer = get_workload(kind, workload_id, url=url) if kind and workload_id else get_workloads(url=url)
     except WindowClientError as exc:

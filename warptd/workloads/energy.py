@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -40,6 +40,7 @@ from warptd.workloads.views import WorkloadList, WorkloadView
 if TYPE_CHECKING:
     from warptd.power.base import DomainPower
     from warptd.sampling.snapshot import DeviceSample
+    from warptd.workloads.listener import WorkloadListener
 
 #: A poll older than this many intervals tells nothing about the current sample.
 _FRESH_INTERVALS = 3.0
@@ -90,8 +91,10 @@ class WorkloadEnergy:
         interval: Callable[[], float] = lambda: 1.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        listeners: Sequence[WorkloadListener] = (),
     ) -> None:
         self.sources = sources
+        self.listeners = list(listeners)  # told after each poll and each split (their recordings)
         self.procfs, self.cgroupfs = procfs, cgroupfs
         self.kinds = frozenset(kinds)
         self.retention = retention
@@ -134,6 +137,8 @@ class WorkloadEnergy:
         with self._lock:
             self._cpu_shares(usage, cgroups, node_cpu, now)
             self._end_and_expire(usage, now, wall)
+            for listener in self.listeners:
+                listener.after_poll(self._workloads)
 
     def _list(self) -> list[_Listed]:
         """Each source's fresh device lists, every pid placed (one /proc read per new process)."""
@@ -256,6 +261,8 @@ class WorkloadEnergy:
                     self._device_energy(backend, sample)
             if domains is not None:
                 self._cpu_energy(backend, domains)
+            for listener in self.listeners:
+                listener.after_sample(backend, devices, domains, at, self._workloads)
 
     def _delta(self, key: tuple[str, str], energy: float | None) -> float:
         """Joules since the last read of this total; 0 for the first, or one lower (published late)."""

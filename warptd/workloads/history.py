@@ -1,0 +1,255 @@
+"""Each workload's recording (``GET /workloads/KIND/ID/recording``): while it runs, and through its
+retention once it ended, the readings of the devices it held and of the CPU packages, each sample with
+the workload's share of that device's or package's energy so far.
+
+It is a :class:`~warptd.workloads.listener.WorkloadListener` of the energy split, and every workload's
+series is a :class:`~warptd.recording.recorder.Recorder` (the windows' own, compact and thinned the same
+way). Bounded three ways: the workloads recorded are the ones the split tracks (``--workload-max``,
+live and retained); a workload keeps at most :data:`WORKLOAD_POINTS` points over all its targets,
+downsampled (past it every other point goes and the spacing doubles, so a 24 h job keeps an even
+series from its first hour to its last, which a ring would lose); and every workload's series together
+take at most ``memory_bytes`` (:class:`~warptd.recording.memory.SeriesBudget`: ended workloads' series
+go first, oldest first, then the largest running ones are thinned). Summaries are never thinned.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from warptd.recording.memory import SeriesBudget
+from warptd.recording.recorder import Recorder, Target
+from warptd.recording.schema import Recording, WorkloadView
+from warptd.workloads.placement import WorkloadKey
+
+if TYPE_CHECKING:
+    from warptd.power.base import DomainPower
+    from warptd.sampling.snapshot import DeviceSample
+    from warptd.workloads.tracked import Workload
+
+#: Points a workload's recording keeps over all its targets (8 GPUs and a CPU package: 227 each).
+WORKLOAD_POINTS = 2048
+#: Bytes every workload's series may take together (see docs/workloads.md for what a workload costs).
+SERIES_MEMORY_BYTES = 32 * 2**20
+#: A workload's bytes are charged to the budget every this many samples it counted (reading them walks
+#: its series: a third of the listener's time at 1000 workloads when done at each), so the bound may be
+#: passed by this many rows per workload before it is enforced.
+CHARGE_EVERY = 8
+#: How a workload's recording ends, in its ``end_reason``.
+END_REASON = "workload_ended"
+
+
+def is_cpu_package(domain: DomainPower) -> bool:
+    """The domains whose energy the split gives to workloads by CPU time: RAPL packages."""
+    return str(domain.source) == "rapl" and domain.domain.startswith("package")
+
+
+@dataclass
+class _Recorded:
+    """One workload's recorder, and its share of each CPU package's energy so far."""
+
+    recorder: Recorder
+    cpu_seen: float = 0.0  # the workload's CPU joules at the last sample handed over
+    packages: dict[str, float] = field(default_factory=dict)  # domain id -> joules, cumulative
+    targets: dict[str, Target] = field(default_factory=dict)  # the recorder's, by id
+    uncharged: int = 0  # samples counted since its bytes were last charged to the budget
+
+
+class WorkloadHistory:
+    """Records every workload the split tracks; ``recording(view)`` builds one's recording."""
+
+    def __init__(
+        self,
+        *,
+        known_targets: Callable[[], Mapping[str, Target]] = dict,
+        interval: Callable[[], float | None] = lambda: None,
+        memory_bytes: int = SERIES_MEMORY_BYTES,
+        max_points: int = WORKLOAD_POINTS,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        """``known_targets``: the node's devices and domains by id (their model and UUID), from the
+        snapshot; ``clock`` and ``wall`` as the split's (a sample's ``at`` is on ``clock``)."""
+        self._known, self._interval = known_targets, interval
+        self.max_points = max_points
+        self._clock, self._wall = clock, wall
+        self.budget = SeriesBudget(lambda: memory_bytes)
+        self._recorded: dict[WorkloadKey, _Recorded] = {}
+        self._packages: dict[str, float] = {}  # a package's energy counter at the last sample
+        self._lock = threading.Lock()
+
+    # -- what the split tells (under its lock) ----------------------------------------------------
+    def after_poll(self, workloads: Mapping[WorkloadKey, Workload]) -> None:
+        """Start recording new workloads, stop ended ones (resume one seen again), forget gone ones."""
+        with self._lock:
+            for key, workload in workloads.items():
+                recorded = self._recorded.get(key)
+                if recorded is None:
+                    recorded = self._recorded[key] = _Recorded(self._recorder(key))
+                    self.budget.admit(recorded.recorder, 0)
+                    recorded.recorder.start()
+                recorder = recorded.recorder
+                if workload.ended_at is not None and recorder.recording:
+                    recorder.stop(END_REASON)
+                    self.budget.update(recorder)  # charged in full before it joins the ended ones
+                    self.budget.ended(recorder)
+                elif workload.ended_at is None and not recorder.recording:
+                    self.budget.release(recorder)  # back among the running: charged as one again
+                    recorder.resume()
+                    self.budget.admit(recorder, 0)
+            for key in [key for key in self._recorded if key not in workloads]:
+                self.budget.release(self._recorded.pop(key).recorder)
+
+    def after_sample(
+        self,
+        backend: str,
+        devices: list[DeviceSample] | None,
+        domains: list[DomainPower] | None,
+        at: float | None,
+        workloads: Mapping[WorkloadKey, Workload],
+    ) -> None:
+        """Each running workload records the samples of the devices it got energy on, and of the CPU
+        packages once it has a CPU share, each with its cumulative share of their energy."""
+        at = self._clock() if at is None else at
+        packages = [d for d in domains or () if is_cpu_package(d)]
+        deltas = self._package_deltas(packages)
+        by_id = {f"{backend}:{sample.reading.index}": sample for sample in devices or ()}
+        grown = []
+        with self._lock:
+            for key, recorded in self._recorded.items():
+                workload = workloads.get(key)
+                if workload is None or workload.ended_at is not None:
+                    continue
+                grew = bool(by_id) and self._add_devices(recorded, workload, backend, by_id, at)
+                if packages and workload.cpu_joules is not None:
+                    grew |= self._add_packages(recorded, workload.cpu_joules, packages, deltas, at)
+                if grew:
+                    recorded.uncharged += 1
+                    if recorded.uncharged >= CHARGE_EVERY:
+                        recorded.uncharged = 0
+                        grown.append(recorded.recorder)
+        for recorder in grown:
+            self.budget.update(recorder)
+
+    def _add_devices(
+        self,
+        recorded: _Recorded,
+        workload: Workload,
+        backend: str,
+        samples: Mapping[str, DeviceSample],
+        at: float,
+    ) -> bool:
+        """Each sample of a device the workload has a share of, with that share so far."""
+        grew = False
+        for device, (_, joules) in workload.devices.items():
+            sample = samples.get(device)
+            if sample is not None:
+                target = self._target(recorded, device, "device", backend, str(sample.reading.index))
+                grew |= recorded.recorder.add_device(target, sample, at, joules)
+        return grew
+
+    def _package_deltas(self, packages: list[DomainPower]) -> dict[str, float]:
+        """Each package's joules since the last sample (0 for its first, or for a lower reading), as
+        the split counts them."""
+        deltas = {}
+        with self._lock:
+            for domain in packages:
+                key, energy = f"{domain.source}:{domain.domain}", domain.energy_joules
+                previous = self._packages.get(key)
+                if energy is None or (previous is not None and energy < previous):
+                    deltas[key] = 0.0
+                    continue
+                self._packages[key] = energy
+                deltas[key] = 0.0 if previous is None else energy - previous
+        return deltas
+
+    def _add_packages(
+        self,
+        recorded: _Recorded,
+        cpu_joules: float,
+        packages: list[DomainPower],
+        deltas: dict[str, float],
+        at: float,
+    ) -> bool:
+        """The workload's new CPU joules shared among the packages as their energy grew (the split
+        gives it one share of their sum), then each package's sample with its part so far."""
+        added, recorded.cpu_seen = max(0.0, cpu_joules - recorded.cpu_seen), cpu_joules
+        total = sum(deltas.values())
+        grew = False
+        for domain in packages:
+            key = f"{domain.source}:{domain.domain}"
+            part = added * (deltas[key] / total if total > 0 else 1 / len(packages))
+            recorded.packages[key] = recorded.packages.get(key, 0.0) + part
+            target = self._target(recorded, key, "domain", str(domain.source), domain.domain)
+            grew |= recorded.recorder.add_domain(target, domain, at, recorded.packages[key])
+        return grew
+
+    def _target(self, recorded: _Recorded, target_id: str, kind: str, backend: str, key: str) -> Target:
+        """The recorder's target for this device or domain, added (with its model, from the
+        snapshot) the first time the workload has a share of it."""
+        made = recorded.targets.get(target_id)
+        if made is not None:
+            return made
+        known = self._known().get(target_id)
+        if known is None:
+            device = kind == "device"
+            known = Target(
+                "device" if device else "domain",
+                backend,
+                key,
+                source=None if device else backend,
+                device_kind="accelerator" if device else None,
+            )
+        recorded.recorder.add_target(known)
+        recorded.targets[target_id] = known
+        return known
+
+    def _recorder(self, key: WorkloadKey) -> Recorder:
+        return Recorder(
+            [],
+            kind="workload",
+            name=f"{key.kind} {key.id}",
+            recording_id=f"{key.kind}/{key.id}",
+            max_recording_points=self.max_points,
+            interval_seconds=self._interval(),
+            clock=self._clock,
+            wall=self._wall,
+        )
+
+    # -- what the endpoint reads ----------------------------------------------------------------
+    @property
+    def recorded(self) -> int:
+        with self._lock:
+            return len(self._recorded)
+
+    def recording(self, view: WorkloadView) -> Recording:
+        """The workload's recording: its devices' and packages' readings with its share of their
+        energy (each device's share as ``view`` says, which is what GET /workloads/KIND/ID answers),
+        its identity and dates from ``view``."""
+        with self._lock:
+            recorded = self._recorded.get(WorkloadKey(view.kind, view.id))
+        if recorded is None:  # seen by a poll whose end this listener has not been told of yet
+            recorder = self._recorder(WorkloadKey(view.kind, view.id))
+            recorder.start()
+            recording = recorder.recording_now()
+        else:
+            recording = recorded.recorder.recording_now()
+        shares = {device.device: device.joules for device in view.devices}
+        targets = [
+            t.model_copy(update={"attributed_energy_joules": shares[t.id]}) if t.id in shares else t
+            for t in recording.targets
+        ]
+        ended = view.ended_at is not None
+        return recording.model_copy(
+            update={
+                "targets": targets,
+                "started_at": view.started_at,
+                "ended_at": view.ended_at,
+                "status": "ended" if ended else "open",
+                "end_reason": END_REASON if ended else None,
+                "attribution": view,
+            }
+        )
