@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -28,26 +28,22 @@ from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
 from warptd.http.window_routes import add_window_routes
 from warptd.http.workload_routes import add_workload_routes
 from warptd.k8s.attribution import PodAttribution, from_settings
-from warptd.k8s.collector import KubernetesCollector
-from warptd.k8s.containers import ContainerOwners
-from warptd.k8s.energy import PodEnergy, SmUse
-from warptd.k8s.shares import SmShares
 from warptd.logs import configure_logging
-from warptd.processes.amd import AmdProcessMonitor, open_amd_process_monitor
-from warptd.processes.collector import DeviceFilesCollector, ProcessesCollector
-from warptd.processes.device_files import DeviceFiles, open_device_files
-from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.recording.recorder import with_carbon_and_cost
-from warptd.recording.selection import available_targets
 from warptd.recording.windows import WindowLimits, WindowManager
 from warptd.registry import Loaded, load_backends
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.setup import make_job_manager
 from warptd.systemd import Notifier
-from warptd.workloads.collector import WorkloadCollector
-from warptd.workloads.energy import ProcessSource, WorkloadEnergy
-from warptd.workloads.history import WorkloadHistory
+
+if TYPE_CHECKING:  # the opt-in features' modules load when they are on (--processes, --workloads, pods)
+    from warptd.k8s.energy import SmUse
+    from warptd.processes.amd import AmdProcessMonitor
+    from warptd.processes.device_files import DeviceFiles
+    from warptd.processes.nvml import ProcessMonitor
+    from warptd.workloads.energy import WorkloadEnergy
+    from warptd.workloads.history import WorkloadHistory
 
 log = structlog.get_logger("warptd")
 
@@ -100,10 +96,7 @@ class Daemon:
                 DcgmCompatCollector(self.snapshot, settings.node, self.pods, self.xid_monitor)
             )
         if self.pods is not None:
-            pod_energy = PodEnergy(self.pods, self.snapshot, sm_use=self._sm_use(settings))
-            self.pods.on_change = self.snapshot.touch
-            self.sampler.listeners.append(pod_energy.on_sample)
-            self.exposition.registry.register(KubernetesCollector(self.pods, pod_energy, self.snapshot))
+            self._add_pod_energy(self.pods, settings)
         self.workload_history: WorkloadHistory | None = None
         self.workloads = self._workload_energy(settings)
         self.router = Router()
@@ -138,16 +131,32 @@ class Daemon:
             if self.xid_monitor is not None:
                 self.exposition.registry.register(XidCollector(self.xid_monitor))
         if settings.processes or settings.workloads:  # workloads read the monitor's process lists
+            from warptd.processes.collector import ProcessesCollector
+            from warptd.processes.nvml import open_process_monitor
+
             self.process_monitor = open_process_monitor(
                 settings.procfs, "nvidia", settings.interval, on_change=self.snapshot.touch
             )
             if self.process_monitor is not None and settings.processes:
                 self.exposition.registry.register(ProcessesCollector(self.process_monitor))
 
+    def _add_pod_energy(self, pods: PodAttribution, settings: Settings) -> None:
+        """Each pod's share of its devices' energy, and the pods' series (a kubelet was found)."""
+        from warptd.k8s.collector import KubernetesCollector
+        from warptd.k8s.energy import PodEnergy
+
+        pod_energy = PodEnergy(pods, self.snapshot, sm_use=self._sm_use(settings))
+        pods.on_change = self.snapshot.touch
+        self.sampler.listeners.append(pod_energy.on_sample)
+        self.exposition.registry.register(KubernetesCollector(pods, pod_energy, self.snapshot))
+
     def _sm_use(self, settings: Settings) -> SmUse | None:
         """SM use per container for splitting shared GPUs' energy, where --processes polls it."""
         if self.process_monitor is None:
             return None
+        from warptd.k8s.containers import ContainerOwners
+        from warptd.k8s.shares import SmShares
+
         roots = (Path("/"), settings.procfs / "1" / "root")  # the runtime's bundles, as mounted or the host's
         return SmShares(self.process_monitor, ContainerOwners(roots)).by_owner
 
@@ -155,6 +164,14 @@ class Daemon:
         """Energy per Slurm job, unit, container and user (--workloads), from the process lists."""
         if not settings.workloads:
             return None
+        from warptd.processes.amd import open_amd_process_monitor
+        from warptd.processes.collector import DeviceFilesCollector
+        from warptd.processes.device_files import open_device_files
+        from warptd.recording.selection import available_targets
+        from warptd.workloads.collector import WorkloadCollector
+        from warptd.workloads.energy import ProcessSource, WorkloadEnergy
+        from warptd.workloads.history import WorkloadHistory
+
         amd = next((backend for backend in self.loaded.accelerators if backend.name == "amd"), None)
         if amd is not None:  # its processes filed under the identities the backend's samples carry
             self.amd_processes = open_amd_process_monitor(

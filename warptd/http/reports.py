@@ -7,10 +7,12 @@ a second, on a handler thread, never on the event loop that serves scrapes.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from warptd.http.app import HttpError, Response
-from warptd.recording.render import ReportError, render_report
-from warptd.recording.schema import Recording
+
+if TYPE_CHECKING:
+    from warptd.recording.schema import Recording
 
 #: The page runs its own inline scripts and styles (plotly) and loads nothing from anywhere.
 CONTENT_SECURITY_POLICY = (
@@ -21,6 +23,8 @@ CONTENT_SECURITY_POLICY = (
 
 def report_response(recording: Recording) -> Response:
     """200 with the self-contained page, or the renderer's failure as a JSON error."""
+    from warptd.recording.render import ReportError, render_report  # on the first report, not at start
+
     try:
         page = render_report(recording)
     except ReportError as exc:

@@ -8,23 +8,27 @@ the answers name users, Slurm jobs, services and containers of this node.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from warptd.config import WORKLOAD_KINDS, WorkloadKind
 from warptd.http.app import HttpError, Request, Response, Router, json_response
 from warptd.http.protection import authorize
-from warptd.recording.schema import WorkloadView
-from warptd.workloads.energy import WorkloadEnergy
-from warptd.workloads.history import WorkloadHistory
+from warptd.models import WireModel
+
+if TYPE_CHECKING:  # loaded with --workloads only: the daemon builds them, these routes only call them
+    from warptd.recording.schema import WorkloadView
+    from warptd.workloads.energy import WorkloadEnergy
+    from warptd.workloads.history import WorkloadHistory
 
 #: The longest workload id asked for (a container id is 64 hex, a unit name at most 255 bytes).
 MAX_ID_CHARS = 256
 ROUTES = ("/workloads", "/workloads/{kind}/{workload_id}", "/workloads/{kind}/{workload_id}/recording")
 
 
-class WorkloadPath(BaseModel):
+class WorkloadPath(WireModel):
     """The workload a path names: a kind warptd tracks, and an id of at most MAX_ID_CHARS."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
