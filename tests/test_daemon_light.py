@@ -57,10 +57,16 @@ def test_a_default_daemon_loads_no_opt_in_feature(tmp_path):
     [
         (
             {"workloads": True},
-            {"warptd.workloads.energy", "warptd.workloads.history", "warptd.processes.amd"},
+            {"warptd.workloads.energy", "warptd.workloads.history"},
         ),
         ({"compat": "dcgm-exporter"}, {"warptd.exporter.dcgm"}),
     ],
 )
 def test_a_feature_turned_on_loads_its_modules(tmp_path, settings, expected):
     assert expected <= loaded_after_building(tmp_path, **settings)
+
+
+def test_workloads_on_the_cpu_alone_load_no_vendor_s_process_source(tmp_path):
+    """No AMD backend, no device-file backend: neither source's modules (nor amdsmi's) are loaded."""
+    loaded = loaded_after_building(tmp_path, workloads=True)
+    assert not loaded & {"warptd.processes.amd", "warptd.processes.device_files"}

@@ -164,9 +164,7 @@ class Daemon:
         """Energy per Slurm job, unit, container and user (--workloads), from the process lists."""
         if not settings.workloads:
             return None
-        from warptd.processes.amd import open_amd_process_monitor
-        from warptd.processes.collector import DeviceFilesCollector
-        from warptd.processes.device_files import open_device_files
+        from warptd.processes.device_nodes import RULES
         from warptd.recording.selection import available_targets
         from warptd.workloads.collector import WorkloadCollector
         from warptd.workloads.energy import ProcessSource, WorkloadEnergy
@@ -174,17 +172,24 @@ class Daemon:
 
         amd = next((backend for backend in self.loaded.accelerators if backend.name == "amd"), None)
         if amd is not None:  # its processes filed under the identities the backend's samples carry
+            from warptd.processes.amd import open_amd_process_monitor
+
             self.amd_processes = open_amd_process_monitor(
                 settings.procfs, settings.interval, amd.device_identity
             )
-        self.device_files = open_device_files(
-            settings, self.loaded, self.snapshot, lambda: self.settings.interval
-        )
+        if any(backend.name in RULES for backend in self.loaded.accelerators):
+            from warptd.processes.device_files import open_device_files
+
+            self.device_files = open_device_files(
+                settings, self.loaded, self.snapshot, lambda: self.settings.interval
+            )
         sources: list[ProcessSource] = [
             s for s in (self.process_monitor, self.amd_processes) if s is not None
         ]
         if self.device_files is not None:
             sources += self.device_files.sources()
+            from warptd.processes.collector import DeviceFilesCollector
+
             self.exposition.registry.register(DeviceFilesCollector(self.device_files))
         if not sources:
             log.warning(
