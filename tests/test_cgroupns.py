@@ -42,6 +42,7 @@ def test_climb_and_absolute():
     )
     assert absolute("/../../../system.slice/x.service", POD) == "/system.slice/x.service"
     assert absolute("/../../../../x", POD) is None  # above the host's root: the root is not this one
+    assert absolute("/../system.slice/../../x", POD) is None  # ".." past the leading run: no guess
 
 
 def test_the_namespace_root_is_the_cgroup_at_init_s_depth_that_lists_warptd(tmp_path):
@@ -93,5 +94,20 @@ def test_a_job_seen_from_a_pod_gets_its_cpu_share_and_gpu_energy(pod_node, fake_
         view = rig.workload("slurm_job", "77")
         assert view.cpu_joules == pytest.approx(40.0 * 2e6 / 8e6, rel=0.01)
         assert view.accelerator_joules == pytest.approx(100.0)
+    finally:
+        monitor.stop()
+
+
+def test_the_namespace_root_is_searched_at_the_first_poll_not_at_construction(pod_node, fake_nvml):
+    """Building the tracker reads no cgroup tree (the daemon's start is not delayed by the search)."""
+    monitor = ProcessMonitor(pod_node.proc.root)
+    try:
+        (pod_node.proc.root / "1" / "cgroup").unlink()  # a search now would find no depth: root "/"
+        rig = Rig(pod_node, monitor, fake_nvml.gpus)
+        (pod_node.proc.root / "1" / "cgroup").write_text("0::/../../..\n")  # as it is by the poll
+        pod_node.add(3001, JOB_TASK, uid=1000)
+        fake_nvml.gpus[0].processes = [(3001, 1 << 30)]
+        rig.poll()
+        assert rig.tracker._cgroup_root == POD
     finally:
         monitor.stop()

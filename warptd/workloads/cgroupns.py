@@ -12,7 +12,6 @@ directory it is, warptd finds once: the one at that depth whose ``cgroup.procs``
 from __future__ import annotations
 
 import os
-import posixpath
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,13 +43,13 @@ def climb(path: str) -> int:
 
 def absolute(path: str, root: str) -> str | None:
     """A namespaced cgroup path as the host's cgroupfs has it, or None where it climbs above the
-    host's root (so ``root`` is not the namespace's)."""
+    host's root (so ``root`` is not the namespace's) or holds ``..`` past its leading run."""
     up = climb(path)
     base = [element for element in root.split("/") if element]
-    if up > len(base):
-        return None
     rest = [element for element in path.split("/") if element][up:]
-    return posixpath.normpath("/" + "/".join(base[: len(base) - up] + rest))
+    if up > len(base) or ".." in rest:  # the kernel writes ".." only as a leading run
+        return None
+    return "/" + "/".join(base[: len(base) - up] + rest)
 
 
 def namespace_root(procfs: Path, cgroupfs: Path, pid: int | None = None) -> str:

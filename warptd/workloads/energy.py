@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -100,8 +99,8 @@ class WorkloadEnergy:
         self.retention = retention
         self.max_workloads = max_workloads
         self._interval, self._clock, self._wall = interval, clock, wall
-        root = namespace_root(procfs, cgroupfs)  # '/' unless warptd runs in a private cgroup namespace
-        self._placements = PidCache(procfs, partial(read_placement, root=root))
+        self._cgroup_root: str | None = None  # '/' unless warptd runs in a private cgroup namespace
+        self._placements = PidCache(procfs, self._placement)
         self._backends = {source.backend for source in sources}
         self._workloads: dict[WorkloadKey, Workload] = {}
         self._held: dict[tuple[str, str], _Held] = {}  # (backend, uuid) -> latest holders
@@ -153,6 +152,13 @@ class WorkloadEnergy:
                 listed.append(_Listed(source.backend, uuid, processes, placements))
         self._placements.retain(pids)
         return listed
+
+    def _placement(self, procfs: Path, pid: int) -> Placement | None:
+        """A pid's placement; the namespace root is searched at the first one, on the poll thread, so
+        that a walk of the host's cgroup tree never delays the daemon's start."""
+        if self._cgroup_root is None:
+            self._cgroup_root = namespace_root(self.procfs, self.cgroupfs)
+        return read_placement(procfs, pid, self._cgroup_root)
 
     def _slurm_jobs(self) -> list[Placement]:
         """The Slurm jobs with a cgroup here; the uid of a new one on cgroup v2 from one of its pids."""
