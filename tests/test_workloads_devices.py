@@ -474,3 +474,37 @@ def test_a_daemon_with_workloads_attributes_a_drm_gpu_from_the_kernel(node, file
         assert value(metrics, "warptd_workload_unreadable_processes") == 0
     finally:
         daemon.stop()
+
+
+def test_a_holder_that_opens_another_device_later_is_found_in_turn(node, files, sysfs, tenstorrent):
+    """A process already holding a device is read afresh in turn like any other: a job on the n300
+    that later opens the p150 too holds it within ``ceil(processes / budget)`` polls."""
+    for pid in range(2001, 2009):
+        node.add(pid, "0::/system.slice/other.service\n", uid=0)
+    files.open(1001, 5, "/dev/tenstorrent/0")
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent}, budget=3, young=0.0)
+    for _ in range(math.ceil(10 / 3)):
+        rig.poll()  # every pid looked at once
+    files.open(1001, 8, "/dev/tenstorrent/1")  # the same job later opens the p150 too
+    polls = 0
+    while 1001 not in rig.holders("tenstorrent", device_key(tenstorrent[2])) and polls < 10:
+        rig.poll()
+        polls += 1
+    assert 1 <= polls <= math.ceil(10 / 3)
+    assert 1001 in rig.holders("tenstorrent", device_key(tenstorrent[0]))  # still on the n300
+
+
+def test_a_holder_s_new_drm_client_is_read_in_turn(node, files, sysfs, drm):
+    """A holder that opens a second DRM client (a new fd) has its memory counted within the bound."""
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 0, vram_kib=1024))
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 0, vram_kib=1024))
+    rig = Rig(node, sysfs, {"hwmon": drm}, budget=1, young=0.0)
+    for _ in range(3):
+        rig.poll()
+    files.open(1001, 6, "/dev/dri/renderD128", amdgpu(8, 0, vram_kib=3 * 1024))  # its second client
+    amd = device_key(drm[0])
+    polls = 0
+    while rig.files.devices("hwmon")[amd].memory_by_pid[1001] < 4 * 2**20 and polls < 10:
+        rig.poll()
+        polls += 1
+    assert 1 <= polls <= 2  # two processes, one a poll

@@ -3,13 +3,14 @@ device while one of its ``/proc/PID/fd`` links names one of the device's nodes (
 users this way, hl-smi Gaudi users); on a DRM GPU its fdinfo also tells each client's engine time and
 memory (:mod:`warptd.processes.fdinfo`).
 
-One thread scans for every backend at once, each ``interval``, within a bound: the known holders
-every poll, then at most ``budget`` pids: the new ones, those first seen less than ``young`` seconds
-ago (a job opens its device some time after it starts), then the others in turn, so a long-running
-process that opens a device late is found within ``ceil(processes / budget)`` polls. What a pid holds
-is cached by (pid, start time), so a reused pid is read afresh. Without ``CAP_SYS_PTRACE`` another
-user's fds are refused: such pids are skipped and counted (:attr:`DeviceFiles.unreadable`), never
-guessed."""
+One thread scans for every backend at once, each ``interval``, within a bound: at most ``budget``
+pids read afresh, the new ones, those first seen less than ``young`` seconds ago (a job opens its
+device some time after it starts), then the others in turn, holders included, so a process that
+opens a device (or, holding one, another device or DRM client) late is found within
+``ceil(processes / budget)`` polls; between their turns the holders' known fds are checked each
+poll. What a pid holds is cached by (pid, start time), so a reused pid is read afresh. Without
+``CAP_SYS_PTRACE`` another user's fds are refused: such pids are skipped and counted
+(:attr:`DeviceFiles.unreadable`), never guessed."""
 
 from __future__ import annotations
 
@@ -162,26 +163,30 @@ class DeviceFiles:
         return pids
 
     def _scan(self, alive: set[int], now: float) -> dict[int, _Open]:
-        """Read the holders, then within ``budget`` pids: the new ones, the young ones (a job opens its
-        device after it starts), the next of the others in turn; the open files of every live pid as
-        last read."""
+        """Within ``budget`` pids, read afresh the new ones, the young ones (a job opens its device
+        after it starts), then the next of the others in turn, holders included (a job opens another
+        device or DRM client later); check the other holders' known fds; the open files of every
+        live pid as last read."""
         self._seen &= alive
         for pid in self._first_seen.keys() - alive:
             del self._first_seen[pid]
-        holders = [pid for pid in sorted(self._seen) if (o := self._cached(pid)) is not None and o.files]
+        seen = sorted(self._seen)  # holders too: one may open another device or DRM client later
         new = sorted(alive - self._seen)[: self.budget]
-        others = sorted(self._seen - set(holders))
         young = sorted(
-            (pid for pid in others if now - self._first_seen.get(pid, now) < self.young),
+            (pid for pid in seen if now - self._first_seen.get(pid, now) < self.young),
             key=lambda pid: -self._first_seen[pid],
         )[: max(0, self.budget - len(new))]
-        rest = sorted(set(others) - set(young))
+        rest = sorted(self._seen - set(young))
         room = max(0, self.budget - len(new) - len(young))
         turn = rest[self._turn : self._turn + room]
         if len(turn) < room:
             turn += rest[: min(room - len(turn), self._turn)]
         self._turn = (self._turn + len(turn)) % len(rest) if rest else 0
-        for pid in (*young, *turn):
+        reread = {*young, *turn}
+        holders = [
+            pid for pid in seen if pid not in reread and (o := self._cached(pid)) is not None and o.files
+        ]
+        for pid in reread:
             self._open.forget(pid)
         for pid in holders:  # still the same process (start time), still the same files on the nodes
             opened = self._open.get(pid)
