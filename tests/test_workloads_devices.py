@@ -279,8 +279,8 @@ def test_a_drm_gpu_is_split_by_fdinfo_engine_time_each_client_counted_once(node,
 def test_a_drm_gpu_without_engine_time_is_split_by_memory_and_one_without_uuid_by_index(
     node, files, sysfs, drm
 ):
-    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 0, vram_kib=3 * 1024))  # 3 MiB + 2 MiB GTT
-    files.open(1002, 4, "/dev/dri/card0", amdgpu(9, 0, vram_kib=13 * 1024))  # 13 MiB + 2 MiB GTT
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 0, vram_kib=3 * 1024))  # 3 MiB (+ GTT: host)
+    files.open(1002, 4, "/dev/dri/card0", amdgpu(9, 0, vram_kib=13 * 1024))  # 13 MiB (+ GTT: host)
     files.open(1001, 9, "/dev/dri/renderD129", "drm-driver:\ti915\ndrm-client-id:\t3\n")
     files.open(1002, 9, "/dev/dri/renderD129", "drm-driver:\ti915\ndrm-client-id:\t4\n")
     rig = Rig(node, sysfs, {"hwmon": drm})
@@ -288,8 +288,8 @@ def test_a_drm_gpu_without_engine_time_is_split_by_memory_and_one_without_uuid_b
     rig.poll()
     assert drm[1].uuid is None and "1" in rig.files.devices("hwmon")  # i915 has no unique_id
     rig.joules("hwmon", {0: 100.0, 1: 40.0})
-    assert rig.joules_of(JOB_A) == pytest.approx(25.0 + 20.0, rel=0.01)  # 5 of 20 MiB; i915 evenly
-    assert rig.joules_of(JOB_B) == pytest.approx(75.0 + 20.0, rel=0.01)
+    assert rig.joules_of(JOB_A) == pytest.approx(18.75 + 20.0, rel=0.01)  # 3 of 16 MiB; i915 evenly
+    assert rig.joules_of(JOB_B) == pytest.approx(81.25 + 20.0, rel=0.01)
 
 
 # -- the scan: unreadable processes, pid reuse, the bound ----------------------------------------------
@@ -423,7 +423,7 @@ def test_fdinfo_units_aliases_and_the_spec_rules():
         "drm-cycles-ccs:\t0\ndrm-total-cycles-ccs:\t50000\n"
     )
     assert (client.driver, client.pdev, client.client_id) == ("xe", "0000:04:00.0", "41")
-    assert client.memory_bytes == 16 * 2**20 + 512 * 1024 + 4096  # resident (the alias); GiB is no unit
+    assert client.memory_bytes == 16 * 2**20  # resident (the alias), device-local; GiB is no unit
     assert client.capacity == {"ccs": 4} and client.cycles == {"rcs": 1000, "ccs": 0}
     assert parse_fdinfo("pos:\t0\nflags:\t0100002\n") is None  # not a DRM file
     busy = DrmBusy()
@@ -508,3 +508,25 @@ def test_a_holder_s_new_drm_client_is_read_in_turn(node, files, sysfs, drm):
         rig.poll()
         polls += 1
     assert 1 <= polls <= 2  # two processes, one a poll
+
+
+def test_drm_memory_weighs_device_local_regions_only_where_the_file_reports_any(node, files, sysfs, drm):
+    """Host memory (amdgpu GTT and CPU, i915 system) is not device memory, as amdsmi's ``vram_mem``
+    is not: a job with little VRAM and much GTT weighs its VRAM; an integrated GPU (system memory
+    only) weighs every region."""
+    big_gtt = amdgpu(7, 0, vram_kib=1024).replace("drm-resident-gtt:\t2 MiB", "drm-resident-gtt:\t900 MiB")
+    assert parse_fdinfo(big_gtt).memory_bytes == 2**20
+    discrete = "drm-driver:\ti915\ndrm-resident-system0:\t64 MiB\ndrm-resident-local0:\t8 MiB\n"
+    assert parse_fdinfo(discrete).memory_bytes == 8 * 2**20
+    xe = "drm-driver:\txe\ndrm-resident-gtt:\t64 MiB\ndrm-resident-vram0:\t4 MiB\ndrm-memory-vram1:\t2 MiB\n"
+    assert parse_fdinfo(xe).memory_bytes == 6 * 2**20
+    integrated = "drm-driver:\ti915\ndrm-resident-system0:\t64 MiB\ndrm-resident-stolen-system0:\t1 MiB\n"
+    assert parse_fdinfo(integrated).memory_bytes == 65 * 2**20
+    files.open(1001, 5, "/dev/dri/renderD128", big_gtt)  # 1 MiB VRAM, 900 MiB GTT
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 0, vram_kib=3 * 1024))  # 3 MiB VRAM, 2 MiB GTT
+    rig = Rig(node, sysfs, {"hwmon": drm})
+    rig.poll()
+    rig.poll()
+    rig.joules("hwmon", {0: 100.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(25.0, rel=0.01)
+    assert rig.joules_of(JOB_B) == pytest.approx(75.0, rel=0.01)

@@ -8,7 +8,7 @@ Keys are ``drm-``-prefixed, one ``key: value`` a line, numbers with an optional 
   ``drm-engine-capacity-<name>``: the engines behind one name (1 where absent);
 - ``drm-cycles-<name>`` over ``drm-total-cycles-<name>`` (xe): busy cycles over the GPU's timestamp;
 - ``drm-resident-<region>`` (alias ``drm-memory-<region>``, deprecated) and ``drm-total-<region>``:
-  bytes, ``KiB`` or ``MiB``;
+  bytes, ``KiB`` or ``MiB``; only device-local regions count where there are any (docs/workloads.md);
 - ``drm-client-id`` (with ``drm-pdev`` where unique per device only): one ``struct drm_file``, so a
   file shared by dup'd descriptors or processes is counted once.
 """
@@ -19,6 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 _SIZE_UNITS = {"": 1, "KiB": 1024, "MiB": 1024 * 1024}  # the spec's only units for memory
+#: The regions in the device's own memory (amdgpu ``vram``, xe ``vram0``, i915 ``local0``); the others
+#: (amdgpu ``gtt``/``cpu``, i915 ``system0``, xe ``gtt``) are host memory the device maps.
+_DEVICE_LOCAL = ("vram", "local")
 ClientKey = tuple[str, str]  # (drm-pdev, drm-client-id), or ("", "<pid>/<fd>") without an id
 
 
@@ -33,7 +36,8 @@ class DrmClient:
     capacity: dict[str, int] = field(default_factory=dict)
     cycles: dict[str, int] = field(default_factory=dict)
     total_cycles: dict[str, int] = field(default_factory=dict)
-    #: Bytes held in every region (resident where told, else the total created); None: not told.
+    #: Bytes held (resident where told, else the total created) in the device-local regions where the
+    #: file reports any, else in every region (an integrated GPU has system memory only); None: not told.
     memory_bytes: int | None = None
 
 
@@ -66,6 +70,7 @@ def parse_fdinfo(text: str) -> DrmClient | None:
                     into[key.removeprefix(prefix)] = number
                 break
     memory = resident or created
+    local = {region: size for region, size in memory.items() if region.startswith(_DEVICE_LOCAL)}
     return DrmClient(
         driver=driver,
         pdev=values.get("drm-pdev", ""),
@@ -74,7 +79,7 @@ def parse_fdinfo(text: str) -> DrmClient | None:
         capacity={name: count for name, count in capacity.items() if count > 0},  # zero is not allowed
         cycles=cycles,
         total_cycles=total_cycles,
-        memory_bytes=sum(memory.values()) if memory else None,
+        memory_bytes=sum((local or memory).values()) if memory else None,
     )
 
 
