@@ -276,12 +276,21 @@ def test_processes_are_filed_under_the_identity_the_backend_kept(partitioned, no
 
 def test_engine_time_needs_a_baseline_per_process():
     engine = EngineTime()
-    assert engine.update(0, {1: EngineCount(0, 7)}) is None  # first poll
-    assert engine.update(1_000, {1: EngineCount(500, 7)}) == {1: 0.5}
-    assert engine.update(2_000, {1: EngineCount(600, 7), 2: EngineCount(0, 8)}) is None  # 2 is new
-    assert engine.update(3_000, {1: EngineCount(100, 7), 2: EngineCount(0, 8)}) is None  # 1 went back
-    assert engine.update(4_000, {1: EngineCount(900, 9), 2: EngineCount(10, 8)}) is None  # 1 reused
-    assert engine.update(5_000, {1: EngineCount(1_000, 9), 2: EngineCount(10, 8)}) == {1: 0.1, 2: 0.0}
+    assert engine.update(0, {1: EngineCount({"gfx": 0}, 7)}) is None  # first poll
+    assert engine.update(1_000, {1: EngineCount({"gfx": 500}, 7)}) == {1: 0.5}
+    assert (
+        engine.update(2_000, {1: EngineCount({"gfx": 600}, 7), 2: EngineCount({"gfx": 0}, 8)}) is None
+    )  # 2 is new
+    assert (
+        engine.update(3_000, {1: EngineCount({"gfx": 100}, 7), 2: EngineCount({"gfx": 0}, 8)}) is None
+    )  # 1 went back
+    assert (
+        engine.update(4_000, {1: EngineCount({"gfx": 900}, 9), 2: EngineCount({"gfx": 10}, 8)}) is None
+    )  # 1 reused
+    assert engine.update(5_000, {1: EngineCount({"gfx": 1_000}, 9), 2: EngineCount({"gfx": 10}, 8)}) == {
+        1: 0.1,
+        2: 0.0,
+    }
 
 
 def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):

@@ -30,7 +30,8 @@ from warptd.processes import device_files
 from warptd.processes.collector import DeviceFilesCollector
 from warptd.processes.device_files import DeviceFiles
 from warptd.processes.device_nodes import RULES, device_key, device_nodes
-from warptd.processes.fdinfo import DrmBusy, parse_fdinfo
+from warptd.processes.engine_time import EngineTime
+from warptd.processes.fdinfo import parse_fdinfo
 from warptd.sampling.snapshot import DeviceSample
 from warptd.workloads.energy import WorkloadEnergy
 
@@ -426,19 +427,20 @@ def test_fdinfo_units_aliases_and_the_spec_rules():
     assert client.memory_bytes == 16 * 2**20  # resident (the alias), device-local; GiB is no unit
     assert client.capacity == {"ccs": 4} and client.cycles == {"rcs": 1000, "ccs": 0}
     assert parse_fdinfo("pos:\t0\nflags:\t0100002\n") is None  # not a DRM file
-    busy = DrmBusy()
-    assert busy.share(("p", "41"), client, 0) is None  # the first read is the baseline
+    busy: EngineTime[tuple[str, str]] = EngineTime(per_client=True)
+    share = lambda read, ns: (busy.update(ns, {("p", "41"): read.count()}) or {}).get(("p", "41"))  # noqa: E731
+    assert share(client, 0) is None  # the first read is the baseline
     later = parse_fdinfo(
         "drm-driver:\txe\ndrm-cycles-rcs:\t26000\ndrm-total-cycles-rcs:\t100000\n"
         "drm-engine-capacity-ccs:\t4\ndrm-cycles-ccs:\t20000\ndrm-total-cycles-ccs:\t100000\n"
     )
-    assert busy.share(("p", "41"), later, 10**9) == pytest.approx(25_000 / 50_000 + 20_000 / 50_000 / 4)
-    engines = DrmBusy()
+    assert share(later, 10**9) == pytest.approx(25_000 / 50_000 + 20_000 / 50_000 / 4)
+    busy = EngineTime(per_client=True)
     read = lambda ns: parse_fdinfo(f"drm-driver:\tamdgpu\ndrm-engine-gfx:\t{ns} ns\n")  # noqa: E731
-    assert engines.share(("", "1"), read(10**9), 0) is None
-    assert engines.share(("", "1"), read(10**9 + 5 * 10**8), 10**9) == pytest.approx(0.5)
-    assert engines.share(("", "1"), read(10**9), 2 * 10**9) == 0.0  # lower: stay with the larger value
-    assert engines.share(("", "1"), read(10**9 + 7 * 10**8), 3 * 10**9) == pytest.approx(0.2)
+    assert share(read(10**9), 0) is None
+    assert share(read(10**9 + 5 * 10**8), 10**9) == pytest.approx(0.5)
+    assert share(read(10**9), 2 * 10**9) == 0.0  # lower: stay with the larger value
+    assert share(read(10**9 + 7 * 10**8), 3 * 10**9) == pytest.approx(0.2)
 
 
 def test_a_daemon_with_workloads_attributes_a_drm_gpu_from_the_kernel(node, files, tmp_path):
@@ -530,3 +532,27 @@ def test_drm_memory_weighs_device_local_regions_only_where_the_file_reports_any(
     rig.joules("hwmon", {0: 100.0})
     assert rig.joules_of(JOB_A) == pytest.approx(25.0, rel=0.01)
     assert rig.joules_of(JOB_B) == pytest.approx(75.0, rel=0.01)
+
+
+def test_a_drm_newcomer_already_busy_does_not_hand_its_first_interval_to_the_others(node, files, sysfs, drm):
+    """A client first read at this poll has no baseline: the device gets no busy shares that poll
+    (split by memory, the next weight), as an AMD GPU does through amdsmi, rather than giving the
+    newcomer none and its busy interval to the clients already there."""
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 1_000_000_000, vram_kib=1024))
+    rig = Rig(node, sysfs, {"hwmon": drm})
+    rig.poll()
+    files.fdinfo(1001, 5, amdgpu(7, 1_500_000_000, vram_kib=1024))
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 5_000_000_000, vram_kib=3 * 1024))  # busy already
+    rig.poll()
+    amd = device_key(drm[0])
+    assert rig.files.devices("hwmon")[amd].sm_by_pid is None
+    rig.joules("hwmon", {0: 100.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(25.0, rel=0.01)  # by memory: 1 of 4 MiB
+    files.fdinfo(1001, 5, amdgpu(7, 1_900_000_000, vram_kib=1024))  # +0.4 s each: both have baselines
+    files.fdinfo(1002, 4, amdgpu(9, 5_400_000_000, vram_kib=3 * 1024))
+    rig.poll()
+    busy = rig.files.devices("hwmon")[amd].sm_by_pid
+    assert busy[1001] > 0 and busy[1001] == pytest.approx(busy[1002], rel=1e-6)
+    rig.joules("hwmon", {0: 100.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(25.0 + 50.0, rel=0.01)
+    assert rig.joules_of(JOB_B) == pytest.approx(75.0 + 50.0, rel=0.01)

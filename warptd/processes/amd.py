@@ -58,8 +58,8 @@ class _Listed:
         readable = entry.get("name") not in (None, "", _UNREAD)
         gfx = integer(entry.get("engine_usage", {}).get("gfx")) if readable else None
         known = self.gfx.get(pid)
-        if gfx is not None and (known is None or gfx > known.busy_ns):
-            self.gfx[pid] = EngineCount(gfx, started)
+        if gfx is not None and (known is None or gfx > known.busy["gfx"]):
+            self.gfx[pid] = EngineCount({"gfx": gfx}, started)
         occupied = integer(entry.get("cu_occupancy"))
         if occupied is not None:
             self.occupancy[pid] = self.occupancy.get(pid, 0) + occupied
@@ -71,7 +71,7 @@ class _GpuHandle(AmdHandle):
 
     def __init__(self, index: int, handle: Any, sdk: ModuleType, call: Call) -> None:
         super().__init__(index, handle, sdk, call)
-        self.engine = EngineTime()
+        self.engine: EngineTime[int] = EngineTime()
 
     def busy(self, listed: _Listed, at_ns: int) -> dict[int, float] | None:
         """Each pid's busy weight this poll: its share of GFX time, else its CU occupancy; None where
