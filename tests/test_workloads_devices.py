@@ -556,3 +556,17 @@ def test_a_drm_newcomer_already_busy_does_not_hand_its_first_interval_to_the_oth
     rig.joules("hwmon", {0: 100.0})
     assert rig.joules_of(JOB_A) == pytest.approx(25.0 + 50.0, rel=0.01)
     assert rig.joules_of(JOB_B) == pytest.approx(75.0 + 50.0, rel=0.01)
+
+
+def test_a_drm_device_keeps_its_clients_baselines_when_its_nodes_are_read_again(node, files, sysfs, drm):
+    """The nodes are read again from sysfs every minute; the device's engine counters stay with it."""
+    seconds = iter(range(0, 10_000, 61))  # each poll more than a minute after the last: nodes read again
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 1_000_000_000))
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 1_000_000_000))
+    rig = Rig(node, sysfs, {"hwmon": drm}, clock=lambda: float(next(seconds)))
+    rig.poll()
+    files.fdinfo(1001, 5, amdgpu(7, 31_500_000_000))  # 30.5 s of 61
+    files.fdinfo(1002, 4, amdgpu(9, 7_100_000_000))  # 6.1 s of 61
+    rig.poll()
+    busy = rig.files.devices("hwmon")[device_key(drm[0])].sm_by_pid
+    assert busy == pytest.approx({1001: 0.5, 1002: 0.1})
