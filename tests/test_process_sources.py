@@ -61,3 +61,32 @@ def test_amd_a_refused_device_is_asked_once_and_the_others_listed(proc):
         finally:
             monitor.stop()
         assert fake.initialised == 0
+
+
+def test_nvml_a_permission_refusal_is_warned_once_while_it_lasts_and_again_after_an_answer(fake_nvml, proc):
+    """The refusal state is the device's own: GPU 0's refusal is told once while it lasts; once GPU 0
+    answered, its next refusal is warned about again; GPU 1 is listed throughout."""
+    import pynvml
+    import structlog
+
+    gpu0, gpu1 = fake_nvml.gpus
+    gpu0.processes = gpu1.processes = [(1003, GIB)]
+    monitor = ProcessMonitor(proc.root)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            for refused in (True, True, False, True):
+                if refused:
+                    gpu0.raises[NVML_LIST] = pynvml.NVML_ERROR_NO_PERMISSION
+                else:
+                    gpu0.raises.pop(NVML_LIST, None)
+                monitor.poll()
+                assert gpu1.uuid in monitor.devices()
+                assert (gpu0.uuid in monitor.devices()) is not refused
+    finally:
+        monitor.stop()
+    told = [(e["event"], e["log_level"], e["device"]) for e in logs if e["event"].startswith("processes_")]
+    assert told == [
+        ("processes_denied", "warning", 0),
+        ("processes_failed", "debug", 0),
+        ("processes_denied", "warning", 0),
+    ]

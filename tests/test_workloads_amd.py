@@ -175,6 +175,23 @@ def test_a_refused_process_list_leaves_the_energy_unattributed(amd, node, fake, 
     assert amd.joules_of(*JOB_A) > before[0]
 
 
+def test_a_device_that_answered_again_is_warned_about_at_its_next_refusal(amd, node, fake):
+    """A refusal for want of permission is told once while it lasts; once the device answers again
+    (the other user's process gone, say), a later refusal is a new one and warned about again."""
+    processes = two_jobs(node, fake, a=FakeProcess(1001, gfx_busy=0.5), b=FakeProcess(1002, gfx_busy=0.5))
+    amd.period()
+    with structlog.testing.capture_logs() as logs:
+        for readable in (False, False, True, False):
+            processes[1].readable = readable
+            amd.period()
+    told = [(entry["event"], entry["log_level"]) for entry in logs if entry["event"].startswith("processes_")]
+    assert told == [
+        ("processes_denied", "warning"),
+        ("processes_failed", "debug"),
+        ("processes_denied", "warning"),
+    ]
+
+
 def test_an_unreadable_process_listed_without_a_name_does_not_give_its_gfx_share_away(amd, node, fake):
     """ROCm 6.2.0's CHANGELOG: another user's process is listed as "N/A" with 0 ns of GFX time."""
     fake.unreadable_listed = True
@@ -276,12 +293,21 @@ def test_processes_are_filed_under_the_identity_the_backend_kept(partitioned, no
 
 def test_engine_time_needs_a_baseline_per_process():
     engine = EngineTime()
-    assert engine.update(0, {1: EngineCount(0, 7)}) is None  # first poll
-    assert engine.update(1_000, {1: EngineCount(500, 7)}) == {1: 0.5}
-    assert engine.update(2_000, {1: EngineCount(600, 7), 2: EngineCount(0, 8)}) is None  # 2 is new
-    assert engine.update(3_000, {1: EngineCount(100, 7), 2: EngineCount(0, 8)}) is None  # 1 went back
-    assert engine.update(4_000, {1: EngineCount(900, 9), 2: EngineCount(10, 8)}) is None  # 1 reused
-    assert engine.update(5_000, {1: EngineCount(1_000, 9), 2: EngineCount(10, 8)}) == {1: 0.1, 2: 0.0}
+    assert engine.update(0, {1: EngineCount({"gfx": 0}, 7)}) is None  # first poll
+    assert engine.update(1_000, {1: EngineCount({"gfx": 500}, 7)}) == {1: 0.5}
+    assert (
+        engine.update(2_000, {1: EngineCount({"gfx": 600}, 7), 2: EngineCount({"gfx": 0}, 8)}) is None
+    )  # 2 is new
+    assert (
+        engine.update(3_000, {1: EngineCount({"gfx": 100}, 7), 2: EngineCount({"gfx": 0}, 8)}) is None
+    )  # 1 went back
+    assert (
+        engine.update(4_000, {1: EngineCount({"gfx": 900}, 9), 2: EngineCount({"gfx": 10}, 8)}) is None
+    )  # 1 reused
+    assert engine.update(5_000, {1: EngineCount({"gfx": 1_000}, 9), 2: EngineCount({"gfx": 10}, 8)}) == {
+        1: 0.1,
+        2: 0.0,
+    }
 
 
 def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):

@@ -30,7 +30,8 @@ from warptd.processes import device_files
 from warptd.processes.collector import DeviceFilesCollector
 from warptd.processes.device_files import DeviceFiles
 from warptd.processes.device_nodes import RULES, device_key, device_nodes
-from warptd.processes.fdinfo import DrmBusy, parse_fdinfo
+from warptd.processes.engine_time import EngineTime
+from warptd.processes.fdinfo import parse_fdinfo
 from warptd.sampling.snapshot import DeviceSample
 from warptd.workloads.energy import WorkloadEnergy
 
@@ -279,8 +280,8 @@ def test_a_drm_gpu_is_split_by_fdinfo_engine_time_each_client_counted_once(node,
 def test_a_drm_gpu_without_engine_time_is_split_by_memory_and_one_without_uuid_by_index(
     node, files, sysfs, drm
 ):
-    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 0, vram_kib=3 * 1024))  # 3 MiB + 2 MiB GTT
-    files.open(1002, 4, "/dev/dri/card0", amdgpu(9, 0, vram_kib=13 * 1024))  # 13 MiB + 2 MiB GTT
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 0, vram_kib=3 * 1024))  # 3 MiB (+ GTT: host)
+    files.open(1002, 4, "/dev/dri/card0", amdgpu(9, 0, vram_kib=13 * 1024))  # 13 MiB (+ GTT: host)
     files.open(1001, 9, "/dev/dri/renderD129", "drm-driver:\ti915\ndrm-client-id:\t3\n")
     files.open(1002, 9, "/dev/dri/renderD129", "drm-driver:\ti915\ndrm-client-id:\t4\n")
     rig = Rig(node, sysfs, {"hwmon": drm})
@@ -288,8 +289,8 @@ def test_a_drm_gpu_without_engine_time_is_split_by_memory_and_one_without_uuid_b
     rig.poll()
     assert drm[1].uuid is None and "1" in rig.files.devices("hwmon")  # i915 has no unique_id
     rig.joules("hwmon", {0: 100.0, 1: 40.0})
-    assert rig.joules_of(JOB_A) == pytest.approx(25.0 + 20.0, rel=0.01)  # 5 of 20 MiB; i915 evenly
-    assert rig.joules_of(JOB_B) == pytest.approx(75.0 + 20.0, rel=0.01)
+    assert rig.joules_of(JOB_A) == pytest.approx(18.75 + 20.0, rel=0.01)  # 3 of 16 MiB; i915 evenly
+    assert rig.joules_of(JOB_B) == pytest.approx(81.25 + 20.0, rel=0.01)
 
 
 # -- the scan: unreadable processes, pid reuse, the bound ----------------------------------------------
@@ -423,22 +424,23 @@ def test_fdinfo_units_aliases_and_the_spec_rules():
         "drm-cycles-ccs:\t0\ndrm-total-cycles-ccs:\t50000\n"
     )
     assert (client.driver, client.pdev, client.client_id) == ("xe", "0000:04:00.0", "41")
-    assert client.memory_bytes == 16 * 2**20 + 512 * 1024 + 4096  # resident (the alias); GiB is no unit
+    assert client.memory_bytes == 16 * 2**20  # resident (the alias), device-local; GiB is no unit
     assert client.capacity == {"ccs": 4} and client.cycles == {"rcs": 1000, "ccs": 0}
     assert parse_fdinfo("pos:\t0\nflags:\t0100002\n") is None  # not a DRM file
-    busy = DrmBusy()
-    assert busy.share(("p", "41"), client, 0) is None  # the first read is the baseline
+    busy: EngineTime[tuple[str, str]] = EngineTime(per_client=True)
+    share = lambda read, ns: (busy.update(ns, {("p", "41"): read.count()}) or {}).get(("p", "41"))  # noqa: E731
+    assert share(client, 0) is None  # the first read is the baseline
     later = parse_fdinfo(
         "drm-driver:\txe\ndrm-cycles-rcs:\t26000\ndrm-total-cycles-rcs:\t100000\n"
         "drm-engine-capacity-ccs:\t4\ndrm-cycles-ccs:\t20000\ndrm-total-cycles-ccs:\t100000\n"
     )
-    assert busy.share(("p", "41"), later, 10**9) == pytest.approx(25_000 / 50_000 + 20_000 / 50_000 / 4)
-    engines = DrmBusy()
+    assert share(later, 10**9) == pytest.approx(25_000 / 50_000 + 20_000 / 50_000 / 4)
+    busy = EngineTime(per_client=True)
     read = lambda ns: parse_fdinfo(f"drm-driver:\tamdgpu\ndrm-engine-gfx:\t{ns} ns\n")  # noqa: E731
-    assert engines.share(("", "1"), read(10**9), 0) is None
-    assert engines.share(("", "1"), read(10**9 + 5 * 10**8), 10**9) == pytest.approx(0.5)
-    assert engines.share(("", "1"), read(10**9), 2 * 10**9) == 0.0  # lower: stay with the larger value
-    assert engines.share(("", "1"), read(10**9 + 7 * 10**8), 3 * 10**9) == pytest.approx(0.2)
+    assert share(read(10**9), 0) is None
+    assert share(read(10**9 + 5 * 10**8), 10**9) == pytest.approx(0.5)
+    assert share(read(10**9), 2 * 10**9) == 0.0  # lower: stay with the larger value
+    assert share(read(10**9 + 7 * 10**8), 3 * 10**9) == pytest.approx(0.2)
 
 
 def test_a_daemon_with_workloads_attributes_a_drm_gpu_from_the_kernel(node, files, tmp_path):
@@ -474,3 +476,97 @@ def test_a_daemon_with_workloads_attributes_a_drm_gpu_from_the_kernel(node, file
         assert value(metrics, "warptd_workload_unreadable_processes") == 0
     finally:
         daemon.stop()
+
+
+def test_a_holder_that_opens_another_device_later_is_found_in_turn(node, files, sysfs, tenstorrent):
+    """A process already holding a device is read afresh in turn like any other: a job on the n300
+    that later opens the p150 too holds it within ``ceil(processes / budget)`` polls."""
+    for pid in range(2001, 2009):
+        node.add(pid, "0::/system.slice/other.service\n", uid=0)
+    files.open(1001, 5, "/dev/tenstorrent/0")
+    rig = Rig(node, sysfs, {"tenstorrent": tenstorrent}, budget=3, young=0.0)
+    for _ in range(math.ceil(10 / 3)):
+        rig.poll()  # every pid looked at once
+    files.open(1001, 8, "/dev/tenstorrent/1")  # the same job later opens the p150 too
+    polls = 0
+    while 1001 not in rig.holders("tenstorrent", device_key(tenstorrent[2])) and polls < 10:
+        rig.poll()
+        polls += 1
+    assert 1 <= polls <= math.ceil(10 / 3)
+    assert 1001 in rig.holders("tenstorrent", device_key(tenstorrent[0]))  # still on the n300
+
+
+def test_a_holder_s_new_drm_client_is_read_in_turn(node, files, sysfs, drm):
+    """A holder that opens a second DRM client (a new fd) has its memory counted within the bound."""
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 0, vram_kib=1024))
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 0, vram_kib=1024))
+    rig = Rig(node, sysfs, {"hwmon": drm}, budget=1, young=0.0)
+    for _ in range(3):
+        rig.poll()
+    files.open(1001, 6, "/dev/dri/renderD128", amdgpu(8, 0, vram_kib=3 * 1024))  # its second client
+    amd = device_key(drm[0])
+    polls = 0
+    while rig.files.devices("hwmon")[amd].memory_by_pid[1001] < 4 * 2**20 and polls < 10:
+        rig.poll()
+        polls += 1
+    assert 1 <= polls <= 2  # two processes, one a poll
+
+
+def test_drm_memory_weighs_device_local_regions_only_where_the_file_reports_any(node, files, sysfs, drm):
+    """Host memory (amdgpu GTT and CPU, i915 system) is not device memory, as amdsmi's ``vram_mem``
+    is not: a job with little VRAM and much GTT weighs its VRAM; an integrated GPU (system memory
+    only) weighs every region."""
+    big_gtt = amdgpu(7, 0, vram_kib=1024).replace("drm-resident-gtt:\t2 MiB", "drm-resident-gtt:\t900 MiB")
+    assert parse_fdinfo(big_gtt).memory_bytes == 2**20
+    discrete = "drm-driver:\ti915\ndrm-resident-system0:\t64 MiB\ndrm-resident-local0:\t8 MiB\n"
+    assert parse_fdinfo(discrete).memory_bytes == 8 * 2**20
+    xe = "drm-driver:\txe\ndrm-resident-gtt:\t64 MiB\ndrm-resident-vram0:\t4 MiB\ndrm-memory-vram1:\t2 MiB\n"
+    assert parse_fdinfo(xe).memory_bytes == 6 * 2**20
+    integrated = "drm-driver:\ti915\ndrm-resident-system0:\t64 MiB\ndrm-resident-stolen-system0:\t1 MiB\n"
+    assert parse_fdinfo(integrated).memory_bytes == 65 * 2**20
+    files.open(1001, 5, "/dev/dri/renderD128", big_gtt)  # 1 MiB VRAM, 900 MiB GTT
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 0, vram_kib=3 * 1024))  # 3 MiB VRAM, 2 MiB GTT
+    rig = Rig(node, sysfs, {"hwmon": drm})
+    rig.poll()
+    rig.poll()
+    rig.joules("hwmon", {0: 100.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(25.0, rel=0.01)
+    assert rig.joules_of(JOB_B) == pytest.approx(75.0, rel=0.01)
+
+
+def test_a_drm_newcomer_already_busy_does_not_hand_its_first_interval_to_the_others(node, files, sysfs, drm):
+    """A client first read at this poll has no baseline: the device gets no busy shares that poll
+    (split by memory, the next weight), as an AMD GPU does through amdsmi, rather than giving the
+    newcomer none and its busy interval to the clients already there."""
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 1_000_000_000, vram_kib=1024))
+    rig = Rig(node, sysfs, {"hwmon": drm})
+    rig.poll()
+    files.fdinfo(1001, 5, amdgpu(7, 1_500_000_000, vram_kib=1024))
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 5_000_000_000, vram_kib=3 * 1024))  # busy already
+    rig.poll()
+    amd = device_key(drm[0])
+    assert rig.files.devices("hwmon")[amd].sm_by_pid is None
+    rig.joules("hwmon", {0: 100.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(25.0, rel=0.01)  # by memory: 1 of 4 MiB
+    files.fdinfo(1001, 5, amdgpu(7, 1_900_000_000, vram_kib=1024))  # +0.4 s each: both have baselines
+    files.fdinfo(1002, 4, amdgpu(9, 5_400_000_000, vram_kib=3 * 1024))
+    rig.poll()
+    busy = rig.files.devices("hwmon")[amd].sm_by_pid
+    assert busy[1001] > 0 and busy[1001] == pytest.approx(busy[1002], rel=1e-6)
+    rig.joules("hwmon", {0: 100.0})
+    assert rig.joules_of(JOB_A) == pytest.approx(25.0 + 50.0, rel=0.01)
+    assert rig.joules_of(JOB_B) == pytest.approx(75.0 + 50.0, rel=0.01)
+
+
+def test_a_drm_device_keeps_its_clients_baselines_when_its_nodes_are_read_again(node, files, sysfs, drm):
+    """The nodes are read again from sysfs every minute; the device's engine counters stay with it."""
+    seconds = iter(range(0, 10_000, 61))  # each poll more than a minute after the last: nodes read again
+    files.open(1001, 5, "/dev/dri/renderD128", amdgpu(7, 1_000_000_000))
+    files.open(1002, 4, "/dev/dri/renderD128", amdgpu(9, 1_000_000_000))
+    rig = Rig(node, sysfs, {"hwmon": drm}, clock=lambda: float(next(seconds)))
+    rig.poll()
+    files.fdinfo(1001, 5, amdgpu(7, 31_500_000_000))  # 30.5 s of 61
+    files.fdinfo(1002, 4, amdgpu(9, 7_100_000_000))  # 6.1 s of 61
+    rig.poll()
+    busy = rig.files.devices("hwmon")[device_key(drm[0])].sm_by_pid
+    assert busy == pytest.approx({1001: 0.5, 1002: 0.1})

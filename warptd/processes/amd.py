@@ -30,7 +30,7 @@ from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.processes.cgroup import start_time
 from warptd.processes.engine_time import EngineCount, EngineTime
 from warptd.processes.shares import DeviceProcesses
-from warptd.processes.source import ProcessPoller
+from warptd.processes.source import DeviceCalls, ProcessPoller
 
 log = structlog.get_logger("warptd.processes")
 
@@ -58,20 +58,21 @@ class _Listed:
         readable = entry.get("name") not in (None, "", _UNREAD)
         gfx = integer(entry.get("engine_usage", {}).get("gfx")) if readable else None
         known = self.gfx.get(pid)
-        if gfx is not None and (known is None or gfx > known.busy_ns):
-            self.gfx[pid] = EngineCount(gfx, started)
+        if gfx is not None and (known is None or gfx > known.busy["gfx"]):
+            self.gfx[pid] = EngineCount({"gfx": gfx}, started)
         occupied = integer(entry.get("cu_occupancy"))
         if occupied is not None:
             self.occupancy[pid] = self.occupancy.get(pid, 0) + occupied
 
 
 class _GpuHandle(AmdHandle):
-    """One amdsmi handle and, where it reports its GPU's energy (the first partition), the GPU's GFX
-    time counters as last polled."""
+    """One amdsmi handle, what it answered the monitor's calls and, where it reports its GPU's energy
+    (the first partition), the GPU's GFX time counters as last polled."""
 
-    def __init__(self, index: int, handle: Any, sdk: ModuleType, call: Call) -> None:
+    def __init__(self, index: int, handle: Any, sdk: ModuleType, call: Call, backend: str) -> None:
         super().__init__(index, handle, sdk, call)
-        self.engine = EngineTime()
+        self.calls = DeviceCalls(backend, index)
+        self.engine: EngineTime[int] = EngineTime()
 
     def busy(self, listed: _Listed, at_ns: int) -> dict[int, float] | None:
         """Each pid's busy weight this poll: its share of GFX time, else its CU occupancy; None where
@@ -103,7 +104,9 @@ class AmdProcessMonitor(ProcessPoller):
         self._session = session = self._lease.session
         self._sdk = session.sdk
         self._procfs = procfs
-        self._handles = [_GpuHandle(i, h, session.sdk, self._call) for i, h in enumerate(session.handles)]
+        self._handles = [
+            _GpuHandle(i, h, session.sdk, self._call, backend) for i, h in enumerate(session.handles)
+        ]
         self._identity = identity or (lambda index: identify(self._handles, index))
         super().__init__(backend, interval, "warptd-amd-processes", self._lease.release)
 
@@ -147,7 +150,7 @@ class AmdProcessMonitor(ProcessPoller):
         for handle in self._handles:
             identify(self._handles, handle.index)  # its partition id: which handle reports the energy
             identity = self._identity(handle.index)
-            if identity is None or not self.asks(_PROCESSES, handle.index):
+            if identity is None or not handle.calls.asks(_PROCESSES):
                 continue
             identities[handle] = identity
             by_gpu.setdefault(handle.address() or identity, []).append(handle)
@@ -157,7 +160,7 @@ class AmdProcessMonitor(ProcessPoller):
             gpus.append((identities[first], first, handles))
         return gpus
 
-    def _processes(self, handle: AmdHandle) -> list[dict[str, Any]] | None:
+    def _processes(self, handle: _GpuHandle) -> list[dict[str, Any]] | None:
         """One handle's process list; None where it failed this poll or is not supported (asked once)."""
         try:
             entries = getattr(self._sdk, _LIST)(handle.handle)
@@ -165,11 +168,12 @@ class AmdProcessMonitor(ProcessPoller):
             kind = self._session.classify(exc)
             if kind is None:
                 raise
-            self.failed(_PROCESSES, handle.index, kind, exc)
+            handle.calls.failed(_PROCESSES, kind, exc)
             return None
         if any(not isinstance(entry, dict) for entry in entries):  # before ROCm 6.1.2: process handles
-            self.failed(_PROCESSES, handle.index, ErrorKind.NOT_SUPPORTED, TypeError("process handles"))
+            handle.calls.failed(_PROCESSES, ErrorKind.NOT_SUPPORTED, TypeError("process handles"))
             return None
+        handle.calls.answered(_PROCESSES)
         return entries
 
 

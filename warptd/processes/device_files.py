@@ -3,13 +3,14 @@ device while one of its ``/proc/PID/fd`` links names one of the device's nodes (
 users this way, hl-smi Gaudi users); on a DRM GPU its fdinfo also tells each client's engine time and
 memory (:mod:`warptd.processes.fdinfo`).
 
-One thread scans for every backend at once, each ``interval``, within a bound: the known holders
-every poll, then at most ``budget`` pids: the new ones, those first seen less than ``young`` seconds
-ago (a job opens its device some time after it starts), then the others in turn, so a long-running
-process that opens a device late is found within ``ceil(processes / budget)`` polls. What a pid holds
-is cached by (pid, start time), so a reused pid is read afresh. Without ``CAP_SYS_PTRACE`` another
-user's fds are refused: such pids are skipped and counted (:attr:`DeviceFiles.unreadable`), never
-guessed."""
+One thread scans for every backend at once, each ``interval``, within a bound: at most ``budget``
+pids read afresh, the new ones, those first seen less than ``young`` seconds ago (a job opens its
+device some time after it starts), then the others in turn, holders included, so a process that
+opens a device (or, holding one, another device or DRM client) late is found within
+``ceil(processes / budget)`` polls; between their turns the holders' known fds are checked each
+poll. What a pid holds is cached by (pid, start time), so a reused pid is read afresh. Without
+``CAP_SYS_PTRACE`` another user's fds are refused: such pids are skipped and counted
+(:attr:`DeviceFiles.unreadable`), never guessed."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,8 @@ import structlog
 from warptd.models import GPUInfo
 from warptd.processes.cgroup import PidCache
 from warptd.processes.device_nodes import RULES, device_key, device_nodes
-from warptd.processes.fdinfo import ClientKey, DrmBusy, DrmClient, parse_fdinfo
+from warptd.processes.engine_time import EngineTime
+from warptd.processes.fdinfo import ClientKey, DrmClient, parse_fdinfo
 from warptd.processes.shares import DeviceProcesses
 from warptd.sampling.poller import PollingThread
 
@@ -53,10 +55,16 @@ class _Open:
 
 @dataclass(frozen=True)
 class _Device:
+    """One listed device and, on a DRM GPU, its clients' engine counters as last polled (kept while
+    the device is listed alike)."""
+
     backend: str
     key: str
     index: int
     fdinfo: bool
+    engine: EngineTime[ClientKey] = field(
+        default_factory=lambda: EngineTime(per_client=True), compare=False, repr=False
+    )
 
 
 class DeviceFiles:
@@ -88,7 +96,6 @@ class DeviceFiles:
         self._seen: set[int] = set()  # pids looked at since they appeared
         self._first_seen: dict[int, float] = {}  # pid -> when first looked at
         self._turn = 0  # where the next round of the other pids starts
-        self._busy = DrmBusy()
         self._devices: dict[str, dict[str, DeviceProcesses]] = {}
         self._lock = threading.Lock()
         self._poller = PollingThread("warptd-device-files", self.poll, interval)
@@ -136,11 +143,13 @@ class DeviceFiles:
         self._identity, self._watched_at = identity, now
         devices: list[_Device] = []
         watched: dict[str, list[_Device]] = {}
+        known = {device: device for device in self._listed}  # their engine counters carry over
         for backend, listed in infos.items():
             rule = RULES[backend]
             nodes = device_nodes(self.sysfs, rule, listed)
             for info in listed:
                 device = _Device(backend, device_key(info), info.index, rule.fdinfo)
+                device = known.get(device, device)
                 devices.append(device)
                 for node in nodes[device.key]:
                     watched.setdefault(node, []).append(device)
@@ -162,26 +171,30 @@ class DeviceFiles:
         return pids
 
     def _scan(self, alive: set[int], now: float) -> dict[int, _Open]:
-        """Read the holders, then within ``budget`` pids: the new ones, the young ones (a job opens its
-        device after it starts), the next of the others in turn; the open files of every live pid as
-        last read."""
+        """Within ``budget`` pids, read afresh the new ones, the young ones (a job opens its device
+        after it starts), then the next of the others in turn, holders included (a job opens another
+        device or DRM client later); check the other holders' known fds; the open files of every
+        live pid as last read."""
         self._seen &= alive
         for pid in self._first_seen.keys() - alive:
             del self._first_seen[pid]
-        holders = [pid for pid in sorted(self._seen) if (o := self._cached(pid)) is not None and o.files]
+        seen = sorted(self._seen)  # holders too: one may open another device or DRM client later
         new = sorted(alive - self._seen)[: self.budget]
-        others = sorted(self._seen - set(holders))
         young = sorted(
-            (pid for pid in others if now - self._first_seen.get(pid, now) < self.young),
+            (pid for pid in seen if now - self._first_seen.get(pid, now) < self.young),
             key=lambda pid: -self._first_seen[pid],
         )[: max(0, self.budget - len(new))]
-        rest = sorted(set(others) - set(young))
+        rest = sorted(self._seen - set(young))
         room = max(0, self.budget - len(new) - len(young))
         turn = rest[self._turn : self._turn + room]
         if len(turn) < room:
             turn += rest[: min(room - len(turn), self._turn)]
         self._turn = (self._turn + len(turn)) % len(rest) if rest else 0
-        for pid in (*young, *turn):
+        reread = {*young, *turn}
+        holders = [
+            pid for pid in seen if pid not in reread and (o := self._cached(pid)) is not None and o.files
+        ]
+        for pid in reread:
             self._open.forget(pid)
         for pid in holders:  # still the same process (start time), still the same files on the nodes
             opened = self._open.get(pid)
@@ -252,9 +265,9 @@ class DeviceFiles:
         self, holders: dict[_Device, dict[int, list[str]]], now_ns: int
     ) -> dict[_Device, tuple[dict[int, int | None], dict[int, float] | None]]:
         """Per DRM device: memory and busy share per pid from its clients' fdinfo, each client (a
-        ``struct drm_file``, maybe dup'd or shared) counted once, for the lowest pid holding it."""
+        ``struct drm_file``, maybe dup'd or shared) counted once, for the lowest pid holding it; no
+        busy shares where a client has no baseline yet or a holder's fdinfo was not read."""
         found: dict[_Device, tuple[dict[int, int | None], dict[int, float] | None]] = {}
-        keys: list[ClientKey] = []
         for device, by_pid in holders.items():
             if not device.fdinfo:
                 continue
@@ -269,17 +282,19 @@ class DeviceFiles:
                         clients.setdefault(key, (pid, client))
             # A pid whose every client another (lower) pid holds too holds no memory of its own.
             memory: dict[int, int | None] = {pid: 0 if pid in told else None for pid in by_pid}
-            busy: dict[int, float] = dict.fromkeys(by_pid, 0.0)
-            engines = False
-            for key, (pid, client) in clients.items():
-                keys.append(key)
+            for pid, client in clients.values():
                 held, more = memory[pid], client.memory_bytes
                 memory[pid] = None if held is None or more is None else held + more
-                share = self._busy.share(key, client, now_ns)
-                engines = engines or bool(client.engine_ns or client.cycles)
-                busy[pid] += share or 0.0
-            found[device] = (memory, busy if engines else None)
-        self._busy.retain(keys)
+            ratios = device.engine.update(
+                now_ns, {key: client.count() for key, (_, client) in clients.items()}
+            )
+            engines = any(client.engine_ns or client.cycles for _, client in clients.values())
+            busy: dict[int, float] | None = None
+            if engines and ratios is not None and told == by_pid.keys():
+                busy = dict.fromkeys(by_pid, 0.0)
+                for key, (pid, _) in clients.items():
+                    busy[pid] += ratios[key]
+            found[device] = (memory, busy)
         return found
 
     def _fdinfo(self, pid: int, fd: str) -> DrmClient | None:

@@ -8,17 +8,21 @@ Keys are ``drm-``-prefixed, one ``key: value`` a line, numbers with an optional 
   ``drm-engine-capacity-<name>``: the engines behind one name (1 where absent);
 - ``drm-cycles-<name>`` over ``drm-total-cycles-<name>`` (xe): busy cycles over the GPU's timestamp;
 - ``drm-resident-<region>`` (alias ``drm-memory-<region>``, deprecated) and ``drm-total-<region>``:
-  bytes, ``KiB`` or ``MiB``;
+  bytes, ``KiB`` or ``MiB``; only device-local regions count where there are any (docs/workloads.md);
 - ``drm-client-id`` (with ``drm-pdev`` where unique per device only): one ``struct drm_file``, so a
   file shared by dup'd descriptors or processes is counted once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from warptd.processes.engine_time import EngineCount
+
 _SIZE_UNITS = {"": 1, "KiB": 1024, "MiB": 1024 * 1024}  # the spec's only units for memory
+#: The regions in the device's own memory (amdgpu ``vram``, xe ``vram0``, i915 ``local0``); the others
+#: (amdgpu ``gtt``/``cpu``, i915 ``system0``, xe ``gtt``) are host memory the device maps.
+_DEVICE_LOCAL = ("vram", "local")
 ClientKey = tuple[str, str]  # (drm-pdev, drm-client-id), or ("", "<pid>/<fd>") without an id
 
 
@@ -33,8 +37,16 @@ class DrmClient:
     capacity: dict[str, int] = field(default_factory=dict)
     cycles: dict[str, int] = field(default_factory=dict)
     total_cycles: dict[str, int] = field(default_factory=dict)
-    #: Bytes held in every region (resident where told, else the total created); None: not told.
+    #: Bytes held (resident where told, else the total created) in the device-local regions where the
+    #: file reports any, else in every region (an integrated GPU has system memory only); None: not told.
     memory_bytes: int | None = None
+
+    def count(self) -> EngineCount:
+        """Its busy counters for :class:`~warptd.processes.engine_time.EngineTime`: engine time where
+        told, else busy cycles over the GPU's timestamp cycles (xe)."""
+        if self.engine_ns:
+            return EngineCount(self.engine_ns, capacity=self.capacity)
+        return EngineCount(self.cycles, capacity=self.capacity, ticks=self.total_cycles)
 
 
 def parse_fdinfo(text: str) -> DrmClient | None:
@@ -66,6 +78,7 @@ def parse_fdinfo(text: str) -> DrmClient | None:
                     into[key.removeprefix(prefix)] = number
                 break
     memory = resident or created
+    local = {region: size for region, size in memory.items() if region.startswith(_DEVICE_LOCAL)}
     return DrmClient(
         driver=driver,
         pdev=values.get("drm-pdev", ""),
@@ -74,7 +87,7 @@ def parse_fdinfo(text: str) -> DrmClient | None:
         capacity={name: count for name, count in capacity.items() if count > 0},  # zero is not allowed
         cycles=cycles,
         total_cycles=total_cycles,
-        memory_bytes=sum(memory.values()) if memory else None,
+        memory_bytes=sum((local or memory).values()) if memory else None,
     )
 
 
@@ -91,55 +104,3 @@ def _number(value: str, units: str | None) -> int | None:
     if unit and unit != units:
         return None
     return int(number)
-
-
-@dataclass
-class _Seen:
-    at_ns: int
-    engine_ns: dict[str, int]
-    cycles: dict[str, int]
-    total_cycles: dict[str, int]
-
-
-class DrmBusy:
-    """Each DRM client's busy share between two reads: the sum over its engines of engine time over
-    wall time (or busy over total cycles), each engine name divided by its capacity."""
-
-    def __init__(self) -> None:
-        self._seen: dict[ClientKey, _Seen] = {}
-
-    def share(self, key: ClientKey, client: DrmClient, now_ns: int) -> float | None:
-        """The client's busy share since its last read, or None at its first (or with no engine)."""
-        before = self._seen.get(key)
-        # A counter lower than seen before stays at the larger value until it catches up (the spec).
-        engines = _kept(client.engine_ns, before.engine_ns if before else None)
-        cycles = _kept(client.cycles, before.cycles if before else None)
-        totals = _kept(client.total_cycles, before.total_cycles if before else None)
-        self._seen[key] = _Seen(now_ns, engines, cycles, totals)
-        if before is None or not (engines or cycles):
-            return None
-        elapsed = now_ns - before.at_ns
-        busy = 0.0
-        if engines:
-            if elapsed <= 0:
-                return None
-            for name, spent in engines.items():
-                busy += (spent - before.engine_ns.get(name, spent)) / elapsed / client.capacity.get(name, 1)
-            return busy
-        for name, spent in cycles.items():
-            ticks = totals.get(name, 0) - before.total_cycles.get(name, 0)
-            if ticks > 0:
-                busy += (spent - before.cycles.get(name, spent)) / ticks / client.capacity.get(name, 1)
-        return busy
-
-    def retain(self, keys: Iterable[ClientKey]) -> None:
-        """Forget every client but these (the latest poll's)."""
-        keep = set(keys)
-        for key in self._seen.keys() - keep:
-            del self._seen[key]
-
-
-def _kept(now: dict[str, int], before: dict[str, int] | None) -> dict[str, int]:
-    if not before:
-        return dict(now)
-    return {name: max(value, before.get(name, value)) for name, value in now.items()}

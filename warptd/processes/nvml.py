@@ -21,7 +21,7 @@ from warptd.backends.nvidia import session as nvml_session
 from warptd.errors import BackendUnavailableError
 from warptd.processes.cgroup import Attribution, CgroupResolver
 from warptd.processes.shares import DeviceProcesses
-from warptd.processes.source import ProcessPoller
+from warptd.processes.source import DeviceCalls, ProcessPoller
 from warptd.processes.utilization import ENGINES, ProcessSample, UtilizationReader
 
 log = structlog.get_logger("warptd.processes")
@@ -65,6 +65,15 @@ class _Listed:
     samples: list[ProcessSample] | None
 
 
+class _Gpu:
+    """One GPU of the session as this monitor knows it: its UUID once read, what it answered."""
+
+    def __init__(self, backend: str, index: int) -> None:
+        self.index = index
+        self.uuid: str | None = None
+        self.calls = DeviceCalls(backend, index)
+
+
 class ProcessMonitor(ProcessPoller):
     """Polls the compute processes of every GPU on the shared NVML session."""
 
@@ -91,7 +100,7 @@ class ProcessMonitor(ProcessPoller):
         self._resolver = CgroupResolver(procfs)
         self._utilization = UtilizationReader(nvml, self._version_errors)
         self._sm_usage: dict[str, SmUsage] = {}
-        self._uuids: dict[int, str] = {}
+        self._gpus: list[_Gpu] = []  # one per handle of the session, as its handles are numbered
         self._capped: dict[int, int] = {}  # device index -> processes left out at the last poll
         self._latest: list[GpuProcess] = []
         super().__init__(backend, interval, "warptd-processes", self._lease.release)
@@ -140,35 +149,41 @@ class ProcessMonitor(ProcessPoller):
         return self._session.generation
 
     def forget(self) -> None:
-        self._uuids.clear()
+        self._gpus = []
         self._utilization.forget()
 
     def _list_all(self) -> list[_Listed]:
         nvml, listed = self._nvml, []
         with self._session.lock:
             self.reopened()  # NVML reopened: new handles
-            for index, handle in enumerate(self._session.handles):
-                if handle is None or not self.asks(_PROCESSES, index):
+            handles = self._session.handles
+            if len(self._gpus) != len(handles):
+                self._gpus = [_Gpu(self.backend, index) for index in range(len(handles))]
+            for gpu, handle in zip(self._gpus, handles, strict=True):
+                if handle is None or not gpu.calls.asks(_PROCESSES):
                     continue
                 try:
-                    if index not in self._uuids:
-                        self._uuids[index] = nvml_session.text(nvml.nvmlDeviceGetUUID(handle))
+                    if gpu.uuid is None:
+                        gpu.uuid = nvml_session.text(nvml.nvmlDeviceGetUUID(handle))
                     running = self._running(handle)
-                    samples = self._samples(index, handle)
-                    listed.append(_Listed(index, self._uuids[index], running, samples))
+                    gpu.calls.answered(_PROCESSES)
+                    samples = self._samples(gpu, handle)
+                    listed.append(_Listed(gpu.index, gpu.uuid, running, samples))
                 except nvml.NVMLError as exc:  # lost or failing: its processes drop out this poll
-                    self.failed(_PROCESSES, index, self._session.classify(exc), exc)
+                    gpu.calls.failed(_PROCESSES, self._session.classify(exc), exc)
         return listed
 
-    def _samples(self, index: int, handle: Any) -> list[ProcessSample] | None:
+    def _samples(self, gpu: _Gpu, handle: Any) -> list[ProcessSample] | None:
         """The device's utilization samples since the last poll, or None where it cannot tell."""
-        if not self.asks(_UTILIZATION, index):
+        if not gpu.calls.asks(_UTILIZATION):
             return None
         try:
-            return self._utilization.read(index, handle)
+            samples = self._utilization.read(gpu.index, handle)
         except self._nvml.NVMLError as exc:  # this poll only: the processes and their memory stay
-            self.failed(_UTILIZATION, index, self._session.classify(exc), exc)
+            gpu.calls.failed(_UTILIZATION, self._session.classify(exc), exc)
             return None
+        gpu.calls.answered(_UTILIZATION)
+        return samples
 
     def _running(self, handle: Any) -> list[Any]:
         try:

@@ -1,5 +1,6 @@
 """What every vendor's process monitor shares: its polling thread, the latest process lists by device
-UUID, the calls a device refused for good, and starting over when the SDK's session was reopened.
+UUID, what each device answered the calls made on it (:class:`DeviceCalls`, kept by the monitor's
+device objects), and starting over when the SDK's session was reopened.
 
 A subclass lists its SDK's processes in :meth:`ProcessPoller.poll` and hands them to :meth:`publish`;
 the workload split (:mod:`warptd.workloads.energy`) reads :meth:`devices` and judges their freshness
@@ -20,6 +21,39 @@ from warptd.sampling.poller import PollingThread
 log = structlog.get_logger("warptd.processes")
 
 
+class DeviceCalls:
+    """What one device answered the calls a monitor makes on it: a call refused as "not supported" is
+    never made again (a reopened session gives new device objects); one refused for want of
+    permission is warned about once while it keeps being refused, and again after it answered."""
+
+    def __init__(self, backend: str, index: int) -> None:
+        self.backend, self.index = backend, index
+        self._refused: set[str] = set()
+        self._denied: set[str] = set()
+
+    def asks(self, call: str) -> bool:
+        """Whether ``call`` is still made on this device (not refused as unsupported)."""
+        return call not in self._refused
+
+    def answered(self, call: str) -> None:
+        """``call`` succeeded: a later refusal for want of permission is a new one, warned about."""
+        self._denied.discard(call)
+
+    def failed(self, call: str, kind: ErrorKind, exc: BaseException) -> None:
+        """``call`` failed: "not supported" is remembered and never asked again; anything else fails
+        this poll only."""
+        if kind is ErrorKind.NOT_SUPPORTED:
+            self._refused.add(call)
+            log.info(f"{call}_unsupported", backend=self.backend, device=self.index, reason=str(exc))
+        elif kind is ErrorKind.PERMISSION and call not in self._denied:
+            self._denied.add(call)  # told once while it lasts: it answers so at every poll
+            log.warning(f"{call}_denied", backend=self.backend, device=self.index, reason=str(exc))
+        else:
+            log.debug(
+                f"{call}_failed", backend=self.backend, device=self.index, kind=str(kind), error=str(exc)
+            )
+
+
 class ProcessPoller:
     """Polls one SDK's per-device process lists on a thread of its own; scrapes and the workload split
     read the latest lists, never the SDK."""
@@ -32,10 +66,6 @@ class ProcessPoller:
         self._release = release
         self._lock = threading.Lock()
         self._devices: dict[str, DeviceProcesses] = {}
-        self._refused: dict[str, set[int]] = {}  # call -> devices that answered "not supported"
-        self._denied: dict[
-            str, set[int]
-        ] = {}  # call -> devices whose refusal for want of permission was told
         self._generation = self.session_generation()
         self._poller = PollingThread(thread, self.poll, lambda: self.interval)
 
@@ -49,7 +79,8 @@ class ProcessPoller:
         return 0
 
     def forget(self) -> None:
-        """Drop what was kept about the old session's devices (called once it was reopened)."""
+        """Drop what was kept about the old session's devices, their :class:`DeviceCalls` too (called
+        once it was reopened: every device is asked again)."""
 
     # -- the mechanism ----------------------------------------------------------------------------
     def reopened(self) -> bool:
@@ -58,26 +89,8 @@ class ProcessPoller:
         if generation == self._generation:
             return False
         self._generation = generation
-        self._refused.clear()
-        self._denied.clear()
         self.forget()
         return True
-
-    def asks(self, call: str, index: int) -> bool:
-        """Whether ``call`` is still made on device ``index`` (not refused as unsupported)."""
-        return index not in self._refused.get(call, ())
-
-    def failed(self, call: str, index: int, kind: ErrorKind, exc: BaseException) -> None:
-        """A device's ``call`` failed: "not supported" is remembered and never asked again (until a
-        reopen); anything else fails this poll only."""
-        if kind is ErrorKind.NOT_SUPPORTED:
-            self._refused.setdefault(call, set()).add(index)
-            log.info(f"{call}_unsupported", backend=self.backend, device=index, reason=str(exc))
-        elif kind is ErrorKind.PERMISSION and index not in self._denied.setdefault(call, set()):
-            self._denied[call].add(index)  # told once: it answers so at every poll until warptd runs as root
-            log.warning(f"{call}_denied", backend=self.backend, device=index, reason=str(exc))
-        else:
-            log.debug(f"{call}_failed", backend=self.backend, device=index, kind=str(kind), error=str(exc))
 
     def publish(self, devices: dict[str, DeviceProcesses]) -> None:
         with self._lock:
