@@ -18,7 +18,7 @@ from tests.test_processes import GIB
 from tests.test_workloads import SLURM_V1, TICK_US, V1_JOB, Node, Rig, monitor, node, run_epilog
 from warptd.cli import main
 from warptd.http.app import HttpError, Request, Router
-from warptd.http.workload_routes import add_workload_routes
+from warptd.http.workload_routes import WorkloadPath, add_workload_routes
 from warptd.models import DeviceReading, Utilization
 from warptd.power.base import DomainPower, PowerSource
 from warptd.recording.glance import energy_text
@@ -180,6 +180,25 @@ def test_the_recording_routes_refuse_bad_input_with_json_errors(recorded, node):
     add_workload_routes(off, None, lambda: None)
     got, body = answer(off, "/workloads/slurm_job/4242/recording")
     assert got == 404 and "--workloads" in body["error"]
+
+
+def test_an_empty_workload_id_is_no_such_workload_not_a_too_long_one():
+    """The router matches no empty segment, but the path model is the routes' one check: an empty id
+    names no workload (404), it is not over the length bound (414)."""
+    with pytest.raises(HttpError) as refused:
+        WorkloadPath.of(_named("slurm_job", ""))
+    assert refused.value.status == 404, refused.value.message
+    assert "empty" in refused.value.message and "at most" not in refused.value.message
+    with pytest.raises(HttpError) as refused:  # the bound itself is still a 414
+        WorkloadPath.of(_named("slurm_job", "9" * 257))
+    assert refused.value.status == 414
+    assert WorkloadPath.of(_named("slurm_job", "4242")).workload_id == "4242"
+
+
+def _named(kind: str, workload_id: str) -> Request:
+    named = request(f"/workloads/{kind}/{workload_id}")
+    named.params = {"kind": kind, "workload_id": workload_id}
+    return named
 
 
 def test_a_daemons_job_report_opens_in_chromium_with_the_jobs_joules_and_charts(
