@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from warptd.processes.cgroup import PidCache
 from warptd.processes.shares import DeviceProcesses, split
+from warptd.sampling.deltas import TotalDeltas
 from warptd.sampling.poller import PollingThread
 from warptd.workloads.cgroupns import namespace_root
 from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us
@@ -105,7 +106,7 @@ class WorkloadEnergy:
         self._backends = {source.backend for source in sources}
         self._workloads: dict[WorkloadKey, Workload] = {}
         self._held: dict[tuple[str, str], _Held] = {}  # (backend, uuid) -> latest holders
-        self._last_energy: dict[tuple[str, str], float] = {}
+        self._deltas: TotalDeltas[tuple[str, str]] = TotalDeltas()  # (backend, uuid or domain)
         self._unattributed: dict[str, float] = {}
         self._over_cap: set[WorkloadKey] = set()
         self._running: set[WorkloadKey] = set()  # found on a device or in the cgroup tree this poll
@@ -264,14 +265,6 @@ class WorkloadEnergy:
             for listener in self.listeners:
                 listener.after_sample(backend, devices, domains, at, self._workloads)
 
-    def _delta(self, key: tuple[str, str], energy: float | None) -> float:
-        """Joules since the last read of this total; 0 for the first, or one lower (published late)."""
-        previous = self._last_energy.get(key)
-        if energy is None or (previous is not None and energy < previous):
-            return 0.0
-        self._last_energy[key] = energy
-        return 0.0 if previous is None else energy - previous
-
     def _fresh(self, at: float | None) -> bool:
         return at is not None and self._clock() - at <= _FRESH_INTERVALS * self._interval()
 
@@ -281,7 +274,7 @@ class WorkloadEnergy:
     def _device_energy(self, backend: str, sample: DeviceSample) -> None:
         reading = sample.reading
         key = (backend, reading.uuid or str(reading.index))  # a device without a uuid: its index
-        delta = self._delta(key, sample.energy_joules)
+        delta = self._deltas.delta(key, sample.energy_joules)
         if delta <= 0:
             return
         held = self._held.get(key)
@@ -300,7 +293,7 @@ class WorkloadEnergy:
     def _cpu_energy(self, backend: str, domains: list[DomainPower]) -> None:
         """The CPU packages' joules (RAPL ``package-*``) by each workload's latest CPU share."""
         delta = sum(
-            self._delta((backend, d.domain), d.energy_joules)
+            self._deltas.delta((backend, d.domain), d.energy_joules)
             for d in domains
             if d.source == "rapl" and d.domain.startswith("package")
         )

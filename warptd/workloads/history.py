@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from warptd.recording.memory import SeriesBudget
 from warptd.recording.recorder import Recorder, Target
 from warptd.recording.schema import Recording, WorkloadView
+from warptd.sampling.deltas import TotalDeltas
 from warptd.workloads.placement import WorkloadKey
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class WorkloadHistory:
         self._clock, self._wall = clock, wall
         self.budget = SeriesBudget(lambda: memory_bytes)
         self._recorded: dict[WorkloadKey, _Recorded] = {}
-        self._packages: dict[str, float] = {}  # a package's energy counter at the last sample
+        self._packages: TotalDeltas[str] = TotalDeltas()  # each package's energy total at the last sample
         self._lock = threading.Lock()
 
     # -- what the split tells (under its lock) ----------------------------------------------------
@@ -152,18 +153,13 @@ class WorkloadHistory:
         return grew
 
     def _package_deltas(self, packages: list[DomainPower]) -> dict[str, float]:
-        """Each package's joules since the last sample (0 for its first, or for a lower reading), as
-        the split counts them."""
+        """Each package's joules since the last sample, as the split counts them (the same helper:
+        0 for its first, and for a lower total, an older read published late)."""
         deltas = {}
         with self._lock:
             for domain in packages:
-                key, energy = f"{domain.source}:{domain.domain}", domain.energy_joules
-                previous = self._packages.get(key)
-                if energy is None or (previous is not None and energy < previous):
-                    deltas[key] = 0.0
-                    continue
-                self._packages[key] = energy
-                deltas[key] = 0.0 if previous is None else energy - previous
+                key = f"{domain.source}:{domain.domain}"
+                deltas[key] = self._packages.delta(key, domain.energy_joules)
         return deltas
 
     def _add_packages(
