@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -349,6 +351,71 @@ def test_a_counter_reset_is_the_samplers_to_take_and_a_late_total_adds_nothing(n
     rig.poll({0: {1001: 100}})
     rig.tracker.on_sample("nvidia", [read(600.0, rig.clock.now)], None, rig.clock.now)
     assert rig.workload("slurm_job", "4242").accelerator_joules == pytest.approx(1100.0)  # not 1200
+
+
+class SlowListener:
+    """A workload listener that holds the sampler's (or the poller's) thread until released, keeping
+    what it was handed."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.handed: list[Mapping] = []
+
+    def after_poll(self, workloads: Mapping) -> None:
+        self._hold(workloads)
+
+    def after_sample(self, backend, devices, domains, at, workloads: Mapping) -> None:
+        self._hold(workloads)
+
+    def _hold(self, workloads: Mapping) -> None:
+        self.handed.append(workloads)
+        self.entered.set()
+        assert self.release.wait(timeout=10.0)
+
+
+def _promptly(call, timeout: float = 2.0):
+    """``call()`` on a thread, joined for at most ``timeout`` s: its result, or None if it waited."""
+    got = []
+    thread = threading.Thread(target=lambda: got.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return got[0] if got else None
+
+
+@pytest.mark.parametrize("told", ["sample", "poll"])
+def test_a_scrape_never_waits_for_the_listeners(rig, node, fake_nvml, told):
+    """The split tells its listeners (each workload's recording: 46 ms at 1000 workloads) after it
+    let go of its lock, with a frozen copy of the totals: a scrape reads them meanwhile."""
+    node.add(1001, SLURM_V1, uid=0)
+    fake_nvml.gpus[0].processes, fake_nvml.gpus[1].processes = [(1001, GIB)], []
+    rig.poll({0: {1001: 100}})
+    rig.device_joules(100.0, 0.0)
+    slow = SlowListener()
+    rig.tracker.listeners.append(slow)
+    held = threading.Thread(
+        target=(lambda: rig.device_joules(50.0, 0.0)) if told == "sample" else rig.poll, daemon=True
+    )
+    held.start()
+    try:
+        assert slow.entered.wait(timeout=5.0)
+        totals = _promptly(rig.tracker.totals)
+        assert totals is not None, "totals() waited for a listener"
+        scraped = _promptly(rig.scrape)
+        assert scraped is not None, "the collector waited for a listener"
+        assert value(scraped, ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
+        handed = slow.handed[0][WorkloadKey("slurm_job", "4242")]
+        assert handed.ended_at is None and handed.devices["nvidia:0"][1] == pytest.approx(
+            150.0 if told == "sample" else 100.0
+        )
+    finally:
+        slow.release.set()
+        held.join(timeout=5.0)
+    assert not held.is_alive()
+    rig.tracker.listeners.remove(slow)
+    rig.device_joules(30.0, 0.0)  # a copy: what the listener was handed does not change after
+    assert handed.devices["nvidia:0"][1] == pytest.approx(150.0 if told == "sample" else 100.0)
+    with pytest.raises(TypeError):
+        handed.devices["nvidia:0"] = ("", 0.0)  # type: ignore[index]
 
 
 def test_one_delta_rule_for_every_total():

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from warptd.processes.cgroup import PidCache
@@ -35,7 +36,7 @@ from warptd.workloads.placement import (
     user_name,
 )
 from warptd.workloads.slurm_tree import job_uid, slurm_jobs
-from warptd.workloads.tracked import Workload
+from warptd.workloads.tracked import Workload, WorkloadTotals
 from warptd.workloads.views import WorkloadList, WorkloadView
 
 if TYPE_CHECKING:
@@ -114,6 +115,9 @@ class WorkloadEnergy:
         self._node_cpu_us: float | None = None
         self._cpu_at: float | None = None
         self._lock = threading.Lock()
+        #: Held while the listeners are told, taken before ``_lock`` and kept after it is let go: they
+        #: hear the polls and splits in the order made, and a scrape (``_lock`` only) never waits on them.
+        self._telling = threading.Lock()
         self._poller = PollingThread("warptd-workloads", self.poll, interval)
 
     # -- the poll: who holds each device, each workload's CPU share -----------------------------
@@ -135,11 +139,13 @@ class WorkloadEnergy:
             self._over_cap = over_cap
             cgroups = {w.key: w.cpu for w in self._workloads.values() if w.cpu is not None}
         usage = {key: cgroup_usage_us(self.cgroupfs, cgroup) for key, cgroup in cgroups.items()}
-        with self._lock:
-            self._cpu_shares(usage, cgroups, node_cpu, now)
-            self._end_and_expire(usage, now, wall)
+        with self._telling:
+            with self._lock:
+                self._cpu_shares(usage, cgroups, node_cpu, now)
+                self._end_and_expire(usage, now, wall)
+                told = self._totals_told()
             for listener in self.listeners:
-                listener.after_poll(self._workloads)
+                listener.after_poll(told)
 
     def _list(self) -> list[_Listed]:
         """Each source's fresh device lists, every pid placed (one /proc read per new process)."""
@@ -256,14 +262,22 @@ class WorkloadEnergy:
         domains: list[DomainPower] | None,
         at: float | None = None,
     ) -> None:
-        with self._lock:
-            if devices is not None and backend in self._backends:
-                for sample in devices:
-                    self._device_energy(backend, sample)
-            if domains is not None:
-                self._cpu_energy(backend, domains)
+        with self._telling:
+            with self._lock:
+                if devices is not None and backend in self._backends:
+                    for sample in devices:
+                        self._device_energy(backend, sample)
+                if domains is not None:
+                    self._cpu_energy(backend, domains)
+                told = self._totals_told()
             for listener in self.listeners:
-                listener.after_sample(backend, devices, domains, at, self._workloads)
+                listener.after_sample(backend, devices, domains, at, told)
+
+    def _totals_told(self) -> Mapping[WorkloadKey, WorkloadTotals]:
+        """A frozen copy of every workload's totals for the listeners (none without one)."""
+        if not self.listeners:
+            return MappingProxyType({})
+        return MappingProxyType({key: workload.totals() for key, workload in self._workloads.items()})
 
     def _fresh(self, at: float | None) -> bool:
         return at is not None and self._clock() - at <= _FRESH_INTERVALS * self._interval()

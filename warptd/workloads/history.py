@@ -29,7 +29,7 @@ from warptd.workloads.placement import WorkloadKey
 if TYPE_CHECKING:
     from warptd.power.base import DomainPower
     from warptd.sampling.snapshot import DeviceSample
-    from warptd.workloads.tracked import Workload
+    from warptd.workloads.tracked import WorkloadTotals
 
 #: Points a workload's recording keeps over all its targets (8 GPUs and a CPU package: 227 each).
 WORKLOAD_POINTS = 2048
@@ -85,8 +85,8 @@ class WorkloadHistory:
         self._last: dict[str, tuple[Baseline, str | None]] = {}
         self._lock = threading.Lock()
 
-    # -- what the split tells (under its lock) ----------------------------------------------------
-    def after_poll(self, workloads: Mapping[WorkloadKey, Workload]) -> None:
+    # -- what the split tells (a copy, one call at a time) ----------------------------------------
+    def after_poll(self, workloads: Mapping[WorkloadKey, WorkloadTotals]) -> None:
         """Start recording new workloads, stop ended ones (resume one seen again), forget gone ones."""
         with self._lock:
             for key, workload in workloads.items():
@@ -117,7 +117,7 @@ class WorkloadHistory:
         devices: list[DeviceSample] | None,
         domains: list[DomainPower] | None,
         at: float | None,
-        workloads: Mapping[WorkloadKey, Workload],
+        workloads: Mapping[WorkloadKey, WorkloadTotals],
     ) -> None:
         """Each running workload records the samples of the devices it got energy on, and of the CPU
         packages once it has a CPU share, each with its cumulative share of their energy."""
@@ -148,7 +148,7 @@ class WorkloadHistory:
     def _add_devices(
         self,
         recorded: _Recorded,
-        workload: Workload,
+        workload: WorkloadTotals,
         backend: str,
         samples: Mapping[str, DeviceSample],
         at: float,
