@@ -18,7 +18,7 @@ from tests.test_processes import GIB
 from tests.test_workloads import SLURM_V1, TICK_US, V1_JOB, Node, Rig, monitor, node, run_epilog
 from warptd.cli import main
 from warptd.http.app import HttpError, Request, Router
-from warptd.http.workload_routes import add_workload_routes
+from warptd.http.workload_routes import WorkloadPath, add_workload_routes
 from warptd.models import DeviceReading, Utilization
 from warptd.power.base import DomainPower, PowerSource
 from warptd.recording.glance import energy_text
@@ -158,9 +158,59 @@ def test_an_ended_jobs_recording_has_the_energy_get_workloads_answers_and_monoto
         assert None not in shares and shares == sorted(shares), target.id  # cumulative: never down
         assert shares[-1] == pytest.approx(target.attributed_energy_joules, rel=1e-9)
         assert all(p.power_watts is not None for p in target.points)
-    own = targets["nvidia:0"]  # the device's own energy (from its first recorded sample) and readings
-    assert own.energy_joules == pytest.approx(gpu0 - 100, rel=1e-6) and own.energy_source == "counter"
+    # The device's own energy and readings. Its energy counts from the sample before the job's first
+    # share (the fixture's baseline, 0 J), as the split's first delta does: the job's whole 40 s,
+    # not gpu0 - 100 (the first second's 100 J were in the job's share, so they are in the device's).
+    own = targets["nvidia:0"]
+    assert own.energy_joules == pytest.approx(gpu0, rel=1e-6) and own.energy_source == "counter"
     assert [p.power_watts for p in own.points][:3] == [100.0, 120.0, 140.0]
+
+
+def test_a_workloads_share_of_a_target_never_exceeds_the_targets_own_energy(recorded, node):
+    """Each target's own energy in a workload's recording spans the same intervals as the split's
+    deltas that gave the workload its share (from the sample before its first), so the share is at
+    most the whole, at the end and at every point; on GPU 1, the job's alone, they are equal."""
+    rig, history, router = recorded
+    run_job(rig, node, history)
+    recording = Recording.model_validate(answer(router, "/workloads/slurm_job/4242/recording")[1])
+    targets = {t.id: t for t in recording.targets}
+    assert set(targets) == {"nvidia:0", "nvidia:1", "rapl:package-0"}
+    for target in targets.values():
+        assert target.attributed_energy_joules is not None and target.energy_joules is not None
+        assert target.attributed_energy_joules <= target.energy_joules + 1e-9, target.id
+        for point in target.points:
+            assert point.attributed_energy_joules <= point.energy_joules + 1e-9, (target.id, point.t)
+    alone = targets["nvidia:1"]
+    gpu1 = sum(80 + 150 * min(1.0, s / 10) for s in range(40))
+    assert alone.attributed_energy_joules == pytest.approx(gpu1, rel=1e-9)
+    assert alone.energy_joules == pytest.approx(gpu1, rel=1e-9)  # was 8295 J: the first second left out
+    assert targets["rapl:package-0"].energy_joules == pytest.approx(50.0 * 40, rel=1e-9)
+
+
+def test_a_workload_split_before_its_poll_ended_records_that_share_and_its_energy():
+    """The split finds a workload in a poll's first half and may give it a sample's share before the
+    poll's end tells the history (after_poll): its recording starts at that sample, so the share and
+    the device's energy both count from the sample before it."""
+    history = WorkloadHistory(clock=lambda: 0.0)
+    key = WorkloadKey("slurm_job", "9")
+    workload = _workload(key)
+
+    def sample(joules: float) -> list[DeviceSample]:  # 100 W, read from the energy counter
+        reading = DeviceReading(index=0, uuid="GPU-0", power_watts=100.0, energy_counter_joules=joules)
+        return [DeviceSample(reading, energy_joules=joules)]
+
+    history.after_sample("nvidia", sample(1000.0), None, 1.0, {})  # before the job
+    workload.add_device("nvidia:0", "GPU-0", 100.0)  # the split's first delta: 1000 J -> 1100 J
+    history.after_sample("nvidia", sample(1100.0), None, 2.0, {key: workload})
+    history.after_poll({key: workload})
+    workload.add_device("nvidia:0", "GPU-0", 100.0)
+    history.after_sample("nvidia", sample(1200.0), None, 3.0, {key: workload})
+    (target,) = history.recording(workload.view()).targets
+    assert target.attributed_energy_joules == pytest.approx(200.0)
+    assert (target.energy_joules, target.energy_source, target.samples) == (200.0, "counter", 2)
+    assert target.energy_integrated_joules == pytest.approx(200.0)  # from the same baseline
+    assert [p.attributed_energy_joules for p in target.points] == pytest.approx([100.0, 200.0])
+    assert [p.energy_joules for p in target.points] == pytest.approx([100.0, 200.0])
 
 
 def test_the_recording_routes_refuse_bad_input_with_json_errors(recorded, node):
@@ -180,6 +230,25 @@ def test_the_recording_routes_refuse_bad_input_with_json_errors(recorded, node):
     add_workload_routes(off, None, lambda: None)
     got, body = answer(off, "/workloads/slurm_job/4242/recording")
     assert got == 404 and "--workloads" in body["error"]
+
+
+def test_an_empty_workload_id_is_no_such_workload_not_a_too_long_one():
+    """The router matches no empty segment, but the path model is the routes' one check: an empty id
+    names no workload (404), it is not over the length bound (414)."""
+    with pytest.raises(HttpError) as refused:
+        WorkloadPath.of(_named("slurm_job", ""))
+    assert refused.value.status == 404, refused.value.message
+    assert "empty" in refused.value.message and "at most" not in refused.value.message
+    with pytest.raises(HttpError) as refused:  # the bound itself is still a 414
+        WorkloadPath.of(_named("slurm_job", "9" * 257))
+    assert refused.value.status == 414
+    assert WorkloadPath.of(_named("slurm_job", "4242")).workload_id == "4242"
+
+
+def _named(kind: str, workload_id: str) -> Request:
+    named = request(f"/workloads/{kind}/{workload_id}")
+    named.params = {"kind": kind, "workload_id": workload_id}
+    return named
 
 
 def test_a_daemons_job_report_opens_in_chromium_with_the_jobs_joules_and_charts(

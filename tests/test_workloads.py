@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,9 @@ from warptd.exporter.text import render_text
 from warptd.models import DeviceReading
 from warptd.power.base import DomainPower, PowerSource
 from warptd.processes.nvml import ProcessMonitor
+from warptd.sampling.deltas import TotalDeltas
 from warptd.sampling.snapshot import DeviceSample
+from warptd.sampling.tracks import DeviceTrack
 from warptd.workloads.collector import WorkloadCollector
 from warptd.workloads.energy import WorkloadEnergy
 from warptd.workloads.placement import CpuCgroup, Placement, WorkloadKey, place, user_name
@@ -307,6 +311,120 @@ def test_a_pid_reused_by_a_new_job_does_not_carry_energy_over(rig, node, fake_nv
     rig.device_joules(30.0, 0.0)
     assert rig.workload("slurm_job", "4242").accelerator_joules == pytest.approx(100.0, rel=0.01)
     assert rig.workload("slurm_job", "4250").accelerator_joules == pytest.approx(30.0, rel=0.01)
+
+
+def test_a_counter_reset_is_the_samplers_to_take_and_a_late_total_adds_nothing(node, monitor, fake_nvml):
+    """The split gets warptd's totals, not the raw counter: a driver reload that sets GPU 0's counter
+    back near 0 goes on counting (the track takes it), so no joule after it is lost. A lower total can
+    only be an older read handed over late (a fast and a scheduled read crossing): it adds nothing and
+    is no new baseline, else the joules up to the newer read would be counted twice."""
+    rig = Rig(node, monitor, fake_nvml.gpus)
+    node.add(1001, SLURM_V1, uid=0)
+    gpu0, gpu1 = fake_nvml.gpus
+    gpu0.processes, gpu1.processes = [(1001, GIB)], []
+    rig.poll({0: {1001: 100}})
+    track = DeviceTrack("nvidia", 0, gpu0.uuid)
+
+    def read(raw: float, at: float) -> DeviceSample:
+        sample = track.update(DeviceReading(index=0, uuid=gpu0.uuid, energy_counter_joules=raw), at)
+        assert sample is not None
+        return sample
+
+    totals = []
+    for raw in (0.0, 500.0, 20.0, 320.0):  # 20: the counter restarted (a GPU reset), then counted 300
+        rig.clock.now += 1.0
+        rig.poll({0: {1001: 100}})
+        sample = read(raw, rig.clock.now)
+        totals.append(sample.energy_joules)
+        rig.tracker.on_sample("nvidia", [sample], None, rig.clock.now)
+    assert totals == [0.0, 500.0, 520.0, 820.0]  # monotonic across the reset
+    assert rig.workload("slurm_job", "4242").accelerator_joules == pytest.approx(820.0)
+    late = read(400.0, rig.clock.now + 0.5)  # read before the next one, handed over after it
+    rig.clock.now += 1.0
+    rig.poll({0: {1001: 100}})
+    newer = read(500.0, rig.clock.now)
+    rig.tracker.on_sample("nvidia", [newer], None, rig.clock.now)
+    rig.tracker.on_sample("nvidia", [late], None, rig.clock.now)
+    assert (late.energy_joules, newer.energy_joules) == (900.0, 1000.0)
+    assert rig.workload("slurm_job", "4242").accelerator_joules == pytest.approx(1000.0)
+    rig.clock.now += 1.0
+    rig.poll({0: {1001: 100}})
+    rig.tracker.on_sample("nvidia", [read(600.0, rig.clock.now)], None, rig.clock.now)
+    assert rig.workload("slurm_job", "4242").accelerator_joules == pytest.approx(1100.0)  # not 1200
+
+
+class SlowListener:
+    """A workload listener that holds the sampler's (or the poller's) thread until released, keeping
+    what it was handed."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.handed: list[Mapping] = []
+
+    def after_poll(self, workloads: Mapping) -> None:
+        self._hold(workloads)
+
+    def after_sample(self, backend, devices, domains, at, workloads: Mapping) -> None:
+        self._hold(workloads)
+
+    def _hold(self, workloads: Mapping) -> None:
+        self.handed.append(workloads)
+        self.entered.set()
+        assert self.release.wait(timeout=10.0)
+
+
+def _promptly(call, timeout: float = 2.0):
+    """``call()`` on a thread, joined for at most ``timeout`` s: its result, or None if it waited."""
+    got = []
+    thread = threading.Thread(target=lambda: got.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return got[0] if got else None
+
+
+@pytest.mark.parametrize("told", ["sample", "poll"])
+def test_a_scrape_never_waits_for_the_listeners(rig, node, fake_nvml, told):
+    """The split tells its listeners (each workload's recording: 46 ms at 1000 workloads) after it
+    let go of its lock, with a frozen copy of the totals: a scrape reads them meanwhile."""
+    node.add(1001, SLURM_V1, uid=0)
+    fake_nvml.gpus[0].processes, fake_nvml.gpus[1].processes = [(1001, GIB)], []
+    rig.poll({0: {1001: 100}})
+    rig.device_joules(100.0, 0.0)
+    slow = SlowListener()
+    rig.tracker.listeners.append(slow)
+    held = threading.Thread(
+        target=(lambda: rig.device_joules(50.0, 0.0)) if told == "sample" else rig.poll, daemon=True
+    )
+    held.start()
+    try:
+        assert slow.entered.wait(timeout=5.0)
+        totals = _promptly(rig.tracker.totals)
+        assert totals is not None, "totals() waited for a listener"
+        scraped = _promptly(rig.scrape)
+        assert scraped is not None, "the collector waited for a listener"
+        assert value(scraped, ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
+        handed = slow.handed[0][WorkloadKey("slurm_job", "4242")]
+        assert handed.ended_at is None and handed.devices["nvidia:0"][1] == pytest.approx(
+            150.0 if told == "sample" else 100.0
+        )
+    finally:
+        slow.release.set()
+        held.join(timeout=5.0)
+    assert not held.is_alive()
+    rig.tracker.listeners.remove(slow)
+    rig.device_joules(30.0, 0.0)  # a copy: what the listener was handed does not change after
+    assert handed.devices["nvidia:0"][1] == pytest.approx(150.0 if told == "sample" else 100.0)
+    with pytest.raises(TypeError):
+        handed.devices["nvidia:0"] = ("", 0.0)  # type: ignore[index]
+
+
+def test_one_delta_rule_for_every_total():
+    """The split and the workloads' recordings take joules from totals with one helper: the first is
+    the baseline, an unreadable one adds nothing, a lower one (late) adds nothing and is not kept."""
+    deltas: TotalDeltas[str] = TotalDeltas()
+    added = [deltas.delta("gpu", total) for total in (10.0, 15.0, None, 12.0, 18.0)]
+    assert added == [0.0, 5.0, 0.0, 0.0, 3.0]
+    assert deltas.delta("package", 4.0) == 0.0 and deltas.delta("package", 6.0) == 2.0
 
 
 def test_cpu_packages_split_by_cgroup_cpu_time_idle_unattributed(rig, node, fake_nvml):

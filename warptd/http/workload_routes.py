@@ -38,7 +38,8 @@ class WorkloadPath(WireModel):
 
     @classmethod
     def of(cls, request: Request) -> WorkloadPath:
-        """The request's path parameters, validated; 404 for an unknown kind, 414 for a huge id."""
+        """The request's path parameters, validated; 404 for an unknown kind or an empty id (no
+        workload has one), 414 for a huge id."""
         kind, workload_id = request.params["kind"], unquote(request.params["workload_id"])
         try:
             return cls(kind=kind, workload_id=workload_id)  # type: ignore[arg-type]
@@ -47,6 +48,8 @@ class WorkloadPath(WireModel):
                 raise HttpError(
                     404, f"no workload kind {kind[:40]!r}; kinds: {', '.join(WORKLOAD_KINDS)}"
                 ) from None
+            if not workload_id:
+                raise HttpError(404, f"no such workload: the {kind} id is empty") from None
             raise HttpError(414, f"a workload id is at most {MAX_ID_CHARS} characters") from None
 
 

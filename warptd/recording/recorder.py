@@ -54,6 +54,16 @@ class Target:
         return f"{self.source or self.backend}:{self.key}"
 
 
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """A target's sample from before it was added (a workload's device: the sample the split's first
+    delta for it started from): its energy and power count as the start of the target's own."""
+
+    at: float
+    energy_joules: float | None
+    power_watts: float | None
+
+
 @dataclass(slots=True)
 class _Mean:
     """Mean and peak of a stream of values; None values are not counted."""
@@ -239,6 +249,8 @@ class _TargetState:
     throttle_seen: set[str] = field(default_factory=set)
     series: SeriesStore = field(default_factory=SeriesStore)
     attributed: float | None = None  # a workload's share of the target's energy so far (workloads only)
+    #: Its energy span, its integral, start at a Baseline's energy, power (each counts as a reading).
+    based: tuple[bool, bool] = (False, False)
     first_power: tuple[float, float] | None = None  # (at, W) of the first sample with a power reading
     last_power: tuple[float, float] | None = None
 
@@ -256,6 +268,18 @@ class _TargetState:
         if self.last_power is not None and self.up:
             joules += self.last_power[1] * max(0.0, end - self.last_power[0])
         return joules
+
+    def seed(self, baseline: Baseline) -> None:
+        """Start the energy span and the integral at ``baseline`` (no point, no sample counted)."""
+        self.energy.add(baseline.energy_joules)
+        self.integrated.add(baseline.at, baseline.power_watts)
+        self.last_at = baseline.at
+        self.based = (baseline.energy_joules is not None, baseline.power_watts is not None)
+
+    def spans(self, energy: bool) -> bool:
+        """Two readings or more of the energy (else of the power), a baseline's included: a figure to
+        give over time."""
+        return self.samples + self.based[0 if energy else 1] >= 2
 
     def accept(self, at: float) -> bool:
         """Only samples newer than the last one count (a fast and a normal read may cross)."""
@@ -316,14 +340,17 @@ class Recorder:
         per_target, per_recording = self._max_points
         return max(64, min(per_target, per_recording // max(1, len(self.targets))))
 
-    def add_target(self, target: Target) -> None:
+    def add_target(self, target: Target, baseline: Baseline | None = None) -> None:
         """Also record ``target`` from now on (a domain first seen after the recording began, a device
         a workload came to); each target's part of the recording's points shrinks to fit it (a longer
-        series is thinned at its next sample)."""
+        series is thinned at its next sample). ``baseline``: where its energy starts, if not at its
+        first sample."""
         with self._lock:
             if (target.kind, target.backend, target.key) not in self._states:
                 self.targets.append(target)
-                self._states[(target.kind, target.backend, target.key)] = _TargetState(target)
+                state = self._states[(target.kind, target.backend, target.key)] = _TargetState(target)
+                if baseline is not None:
+                    state.seed(baseline)
                 self.max_points = self._points_per_target()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -528,8 +555,8 @@ def _since(span: _Span) -> float | None:
 
 def _summary(state: _TargetState, span: tuple[float, float] | None, points: bool = True) -> TargetRecording:
     target = state.target
-    counted = state.energy.delta if state.samples >= 2 and state.counter_seen else None
-    integrated = state.integrated.joules if state.samples >= 2 else None
+    counted = state.energy.delta if state.spans(energy=True) and state.counter_seen else None
+    integrated = state.integrated.joules if state.spans(energy=False) else None
     estimated = None
     if span is not None:
         edge = state.edge_joules(*span)

@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from warptd.processes.cgroup import PidCache
 from warptd.processes.shares import DeviceProcesses, split
+from warptd.sampling.deltas import TotalDeltas
 from warptd.sampling.poller import PollingThread
 from warptd.workloads.cgroupns import namespace_root
 from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us
@@ -33,7 +35,7 @@ from warptd.workloads.placement import (
     user_name,
 )
 from warptd.workloads.slurm_tree import job_uid, slurm_jobs
-from warptd.workloads.tracked import Workload
+from warptd.workloads.tracked import Workload, WorkloadTotals
 from warptd.workloads.views import WorkloadList, WorkloadView
 
 if TYPE_CHECKING:
@@ -104,7 +106,7 @@ class WorkloadEnergy:
         self._backends = {source.backend for source in sources}
         self._workloads: dict[WorkloadKey, Workload] = {}
         self._held: dict[tuple[str, str], _Held] = {}  # (backend, uuid) -> latest holders
-        self._last_energy: dict[tuple[str, str], float] = {}
+        self._deltas: TotalDeltas[tuple[str, str]] = TotalDeltas()  # (backend, uuid or domain)
         self._unattributed: dict[str, float] = {}
         self._over_cap: set[WorkloadKey] = set()
         self._running: set[WorkloadKey] = set()  # found on a device or in the cgroup tree this poll
@@ -112,6 +114,9 @@ class WorkloadEnergy:
         self._node_cpu_us: float | None = None
         self._cpu_at: float | None = None
         self._lock = threading.Lock()
+        #: Held while the listeners are told, taken before ``_lock`` and kept after it is let go: they
+        #: hear the polls and splits in the order made, and a scrape (``_lock`` only) never waits on them.
+        self._telling = threading.Lock()
         self._poller = PollingThread("warptd-workloads", self.poll, interval)
 
     # -- the poll: who holds each device, each workload's CPU share -----------------------------
@@ -133,11 +138,13 @@ class WorkloadEnergy:
             self._over_cap = over_cap
             cgroups = {w.key: w.cpu for w in self._workloads.values() if w.cpu is not None}
         usage = {key: cgroup_usage_us(self.cgroupfs, cgroup) for key, cgroup in cgroups.items()}
-        with self._lock:
-            self._cpu_shares(usage, cgroups, node_cpu, now)
-            self._end_and_expire(usage, now, wall)
+        with self._telling:
+            with self._lock:
+                self._cpu_shares(usage, cgroups, node_cpu, now)
+                self._end_and_expire(usage, now, wall)
+                told = self._totals_told()
             for listener in self.listeners:
-                listener.after_poll(self._workloads)
+                listener.after_poll(told)
 
     def _list(self) -> list[_Listed]:
         """Each source's fresh device lists, every pid placed (one /proc read per new process)."""
@@ -261,22 +268,22 @@ class WorkloadEnergy:
         domains: list[DomainPower] | None,
         at: float | None = None,
     ) -> None:
-        with self._lock:
-            if devices is not None and backend in self._backends:
-                for sample in devices:
-                    self._device_energy(backend, sample)
-            if domains is not None:
-                self._cpu_energy(backend, domains)
+        with self._telling:
+            with self._lock:
+                if devices is not None and backend in self._backends:
+                    for sample in devices:
+                        self._device_energy(backend, sample)
+                if domains is not None:
+                    self._cpu_energy(backend, domains)
+                told = self._totals_told()
             for listener in self.listeners:
-                listener.after_sample(backend, devices, domains, at, self._workloads)
+                listener.after_sample(backend, devices, domains, at, told)
 
-    def _delta(self, key: tuple[str, str], energy: float | None) -> float:
-        """Joules since the last read of this total; 0 for the first, or one lower (published late)."""
-        previous = self._last_energy.get(key)
-        if energy is None or (previous is not None and energy < previous):
-            return 0.0
-        self._last_energy[key] = energy
-        return 0.0 if previous is None else energy - previous
+    def _totals_told(self) -> Mapping[WorkloadKey, WorkloadTotals]:
+        """A frozen copy of every workload's totals for the listeners (none without one)."""
+        if not self.listeners:
+            return MappingProxyType({})
+        return MappingProxyType({key: workload.totals() for key, workload in self._workloads.items()})
 
     def _fresh(self, at: float | None) -> bool:
         return at is not None and self._clock() - at <= _FRESH_INTERVALS * self._interval()
@@ -287,7 +294,7 @@ class WorkloadEnergy:
     def _device_energy(self, backend: str, sample: DeviceSample) -> None:
         reading = sample.reading
         key = (backend, reading.uuid or str(reading.index))  # a device without a uuid: its index
-        delta = self._delta(key, sample.energy_joules)
+        delta = self._deltas.delta(key, sample.energy_joules)
         if delta <= 0:
             return
         held = self._held.get(key)
@@ -306,7 +313,7 @@ class WorkloadEnergy:
     def _cpu_energy(self, backend: str, domains: list[DomainPower]) -> None:
         """The CPU packages' joules (RAPL ``package-*``) by each workload's latest CPU share."""
         delta = sum(
-            self._delta((backend, d.domain), d.energy_joules)
+            self._deltas.delta((backend, d.domain), d.energy_joules)
             for d in domains
             if d.source == "rapl" and d.domain.startswith("package")
         )

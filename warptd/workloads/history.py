@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from warptd.recording.memory import SeriesBudget
-from warptd.recording.recorder import Recorder, Target
+from warptd.recording.recorder import Baseline, Recorder, Target
 from warptd.recording.schema import Recording, WorkloadView
+from warptd.sampling.deltas import TotalDeltas
 from warptd.workloads.placement import WorkloadKey
 
 if TYPE_CHECKING:
     from warptd.power.base import DomainPower
     from warptd.sampling.snapshot import DeviceSample
-    from warptd.workloads.tracked import Workload
+    from warptd.workloads.tracked import WorkloadTotals
 
 #: Points a workload's recording keeps over all its targets (8 GPUs and a CPU package: 227 each).
 WORKLOAD_POINTS = 2048
@@ -78,20 +79,18 @@ class WorkloadHistory:
         self._clock, self._wall = clock, wall
         self.budget = SeriesBudget(lambda: memory_bytes)
         self._recorded: dict[WorkloadKey, _Recorded] = {}
-        self._packages: dict[str, float] = {}  # a package's energy counter at the last sample
+        self._packages: TotalDeltas[str] = TotalDeltas()  # each package's energy total at the last sample
+        #: Each device's and package's newest sample (and its device's UUID): where a target a workload
+        #: comes to starts its energy, as the split's first delta for it does.
+        self._last: dict[str, tuple[Baseline, str | None]] = {}
         self._lock = threading.Lock()
 
-    # -- what the split tells (under its lock) ----------------------------------------------------
-    def after_poll(self, workloads: Mapping[WorkloadKey, Workload]) -> None:
+    # -- what the split tells (a copy, one call at a time) ----------------------------------------
+    def after_poll(self, workloads: Mapping[WorkloadKey, WorkloadTotals]) -> None:
         """Start recording new workloads, stop ended ones (resume one seen again), forget gone ones."""
         with self._lock:
             for key, workload in workloads.items():
-                recorded = self._recorded.get(key)
-                if recorded is None:
-                    recorded = self._recorded[key] = _Recorded(self._recorder(key))
-                    self.budget.admit(recorded.recorder, 0)
-                    recorded.recorder.start()
-                recorder = recorded.recorder
+                recorder = self._recorded_for(key).recorder
                 if workload.ended_at is not None and recorder.recording:
                     recorder.stop(END_REASON)
                     self.budget.update(recorder)  # charged in full before it joins the ended ones
@@ -103,13 +102,22 @@ class WorkloadHistory:
             for key in [key for key in self._recorded if key not in workloads]:
                 self.budget.release(self._recorded.pop(key).recorder)
 
+    def _recorded_for(self, key: WorkloadKey) -> _Recorded:
+        """The workload's recording, started if it has none yet (under the lock)."""
+        recorded = self._recorded.get(key)
+        if recorded is None:
+            recorded = self._recorded[key] = _Recorded(self._recorder(key))
+            self.budget.admit(recorded.recorder, 0)
+            recorded.recorder.start()
+        return recorded
+
     def after_sample(
         self,
         backend: str,
         devices: list[DeviceSample] | None,
         domains: list[DomainPower] | None,
         at: float | None,
-        workloads: Mapping[WorkloadKey, Workload],
+        workloads: Mapping[WorkloadKey, WorkloadTotals],
     ) -> None:
         """Each running workload records the samples of the devices it got energy on, and of the CPU
         packages once it has a CPU share, each with its cumulative share of their energy."""
@@ -119,10 +127,12 @@ class WorkloadHistory:
         by_id = {f"{backend}:{sample.reading.index}": sample for sample in devices or ()}
         grown = []
         with self._lock:
-            for key, recorded in self._recorded.items():
-                workload = workloads.get(key)
-                if workload is None or workload.ended_at is not None:
+            for key, workload in workloads.items():
+                if workload.ended_at is not None:
                     continue
+                # A workload the split found between a poll and the poll's end (after_poll) already
+                # has shares of this sample: its recording starts now, so that none is left out.
+                recorded = self._recorded_for(key)
                 grew = bool(by_id) and self._add_devices(recorded, workload, backend, by_id, at)
                 if packages and workload.cpu_joules is not None:
                     grew |= self._add_packages(recorded, workload.cpu_joules, packages, deltas, at)
@@ -131,13 +141,14 @@ class WorkloadHistory:
                     if recorded.uncharged >= CHARGE_EVERY:
                         recorded.uncharged = 0
                         grown.append(recorded.recorder)
+            self._remember(by_id, packages, at)
         for recorder in grown:
             self.budget.update(recorder)
 
     def _add_devices(
         self,
         recorded: _Recorded,
-        workload: Workload,
+        workload: WorkloadTotals,
         backend: str,
         samples: Mapping[str, DeviceSample],
         at: float,
@@ -147,23 +158,19 @@ class WorkloadHistory:
         for device, (_, joules) in workload.devices.items():
             sample = samples.get(device)
             if sample is not None:
-                target = self._target(recorded, device, "device", backend, str(sample.reading.index))
+                index, uuid = str(sample.reading.index), sample.reading.uuid
+                target = self._target(recorded, device, "device", backend, index, at=at, uuid=uuid)
                 grew |= recorded.recorder.add_device(target, sample, at, joules)
         return grew
 
     def _package_deltas(self, packages: list[DomainPower]) -> dict[str, float]:
-        """Each package's joules since the last sample (0 for its first, or for a lower reading), as
-        the split counts them."""
+        """Each package's joules since the last sample, as the split counts them (the same helper:
+        0 for its first, and for a lower total, an older read published late)."""
         deltas = {}
         with self._lock:
             for domain in packages:
-                key, energy = f"{domain.source}:{domain.domain}", domain.energy_joules
-                previous = self._packages.get(key)
-                if energy is None or (previous is not None and energy < previous):
-                    deltas[key] = 0.0
-                    continue
-                self._packages[key] = energy
-                deltas[key] = 0.0 if previous is None else energy - previous
+                key = f"{domain.source}:{domain.domain}"
+                deltas[key] = self._packages.delta(key, domain.energy_joules)
         return deltas
 
     def _add_packages(
@@ -183,13 +190,24 @@ class WorkloadHistory:
             key = f"{domain.source}:{domain.domain}"
             part = added * (deltas[key] / total if total > 0 else 1 / len(packages))
             recorded.packages[key] = recorded.packages.get(key, 0.0) + part
-            target = self._target(recorded, key, "domain", str(domain.source), domain.domain)
+            target = self._target(recorded, key, "domain", str(domain.source), domain.domain, at=at)
             grew |= recorded.recorder.add_domain(target, domain, at, recorded.packages[key])
         return grew
 
-    def _target(self, recorded: _Recorded, target_id: str, kind: str, backend: str, key: str) -> Target:
+    def _target(
+        self,
+        recorded: _Recorded,
+        target_id: str,
+        kind: str,
+        backend: str,
+        key: str,
+        *,
+        at: float,
+        uuid: str | None = None,
+    ) -> Target:
         """The recorder's target for this device or domain, added (with its model, from the
-        snapshot) the first time the workload has a share of it."""
+        snapshot) the first time the workload has a share of it, its energy counted from the sample
+        before (the workload's share is the split's delta from that one)."""
         made = recorded.targets.get(target_id)
         if made is not None:
             return made
@@ -203,9 +221,31 @@ class WorkloadHistory:
                 source=None if device else backend,
                 device_kind="accelerator" if device else None,
             )
-        recorded.recorder.add_target(known)
+        recorded.recorder.add_target(known, self._baseline(target_id, at, uuid))
         recorded.targets[target_id] = known
         return known
+
+    def _baseline(self, target_id: str, at: float, uuid: str | None) -> Baseline | None:
+        """The device's or package's sample before ``at`` (the same device: not another one listed
+        at its index since), where a workload's first share of it began."""
+        last = self._last.get(target_id)
+        if last is None or last[0].at >= at or (uuid and last[1] and last[1] != uuid):
+            return None
+        return last[0]
+
+    def _remember(self, devices: Mapping[str, DeviceSample], packages: list[DomainPower], at: float) -> None:
+        """Keep each device's and package's sample as the next one's baseline (a later one only)."""
+        last = self._last
+        for target_id, sample in devices.items():
+            kept = last.get(target_id)
+            if kept is None or kept[0].at < at:
+                reading = sample.reading
+                last[target_id] = (Baseline(at, sample.energy_joules, reading.power_watts), reading.uuid)
+        for domain in packages:
+            target_id = f"{domain.source}:{domain.domain}"
+            kept = last.get(target_id)
+            if kept is None or kept[0].at < at:
+                last[target_id] = (Baseline(at, domain.energy_joules, domain.power_watts), None)
 
     def _recorder(self, key: WorkloadKey) -> Recorder:
         return Recorder(

@@ -1,5 +1,6 @@
 """What :class:`~warptd.workloads.energy.WorkloadEnergy` tells the parts that follow its workloads (their
-recordings), under its lock, so they read each workload's totals as the split left them."""
+recordings): a frozen copy of each workload's totals as the split left them, handed over after the
+split let go of its lock (so a scrape never waits for a listener), in the order the split made them."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ if TYPE_CHECKING:
     from warptd.power.base import DomainPower
     from warptd.sampling.snapshot import DeviceSample
     from warptd.workloads.placement import WorkloadKey
-    from warptd.workloads.tracked import Workload
+    from warptd.workloads.tracked import WorkloadTotals
 
 
 class WorkloadListener(Protocol):
-    """Called with the workloads as they stand (read them; never change or keep the mapping)."""
+    """Called with the workloads as they stood (a read-only copy; one call at a time)."""
 
-    def after_poll(self, workloads: Mapping[WorkloadKey, Workload]) -> None:
+    def after_poll(self, workloads: Mapping[WorkloadKey, WorkloadTotals]) -> None:
         """A poll found workloads, ended some and let others go past their retention."""
 
     def after_sample(
@@ -25,6 +26,6 @@ class WorkloadListener(Protocol):
         devices: list[DeviceSample] | None,
         domains: list[DomainPower] | None,
         at: float | None,
-        workloads: Mapping[WorkloadKey, Workload],
+        workloads: Mapping[WorkloadKey, WorkloadTotals],
     ) -> None:
         """A sample's energy was split: each workload's totals include it."""

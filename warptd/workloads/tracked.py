@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from warptd.workloads.placement import CpuCgroup, WorkloadKey
 from warptd.workloads.views import DeviceEnergy, WorkloadView
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadTotals:
+    """A workload's totals as one split left them: what its listeners read, a copy, so that they run
+    without the split's lock (a scrape never waits for them)."""
+
+    ended_at: float | None
+    devices: Mapping[str, tuple[str, float]]  # BACKEND:INDEX -> (uuid, joules)
+    cpu_joules: float | None
 
 
 @dataclass
@@ -32,6 +44,9 @@ class Workload:
 
     def add_cpu(self, joules: float) -> None:
         self.cpu_joules = (self.cpu_joules or 0.0) + joules
+
+    def totals(self) -> WorkloadTotals:
+        return WorkloadTotals(self.ended_at, MappingProxyType(dict(self.devices)), self.cpu_joules)
 
     @property
     def accelerator_joules(self) -> float:
