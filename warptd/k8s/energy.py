@@ -22,6 +22,7 @@ from warptd.k8s.attribution import PodAttribution
 from warptd.k8s.mig_shares import MIG_BACKEND, mig_shares
 from warptd.k8s.podresources import Owner
 from warptd.processes.shares import split
+from warptd.sampling.deltas import TotalDeltas
 
 if TYPE_CHECKING:
     from warptd.models import GPUInfo
@@ -55,7 +56,7 @@ class PodEnergy:
         self.retention = retention
         #: Where set (--processes), shared devices split by SM use; else always evenly.
         self.sm_use = sm_use
-        self._last: dict[tuple[str, str], float] = {}  # (backend, device uuid or index) -> energy J
+        self._deltas: TotalDeltas[tuple[str, str]] = TotalDeltas()  # by (backend, uuid or index)
         self._totals: dict[EnergyKey, float] = {}
         self._held_at: dict[EnergyKey, float] = {}
         self._split: dict[SplitKey, float] = {}
@@ -78,18 +79,17 @@ class PodEnergy:
             for sample in devices:
                 info = infos.get(sample.reading.index)
                 key = (backend, sample.reading.uuid or str(sample.reading.index))
-                energy, previous = sample.energy_joules, self._last.get(key)
-                if energy is None or info is None or (previous is not None and energy < previous):
-                    continue  # a monotonic total lower than the last: an older read published late
-                self._last[key] = energy
+                energy = sample.energy_joules
+                if energy is None or info is None or self._deltas.is_late(key, energy):
+                    continue  # no total, or an older read published late
+                delta = self._deltas.delta(key, energy)  # 0 for the device's first total
                 owners = self.attribution.owners(info)
                 for owner in owners:
                     held = (owner.namespace, owner.pod, owner.container, backend)
                     self._held_at[held] = now
                     self._totals.setdefault(held, 0.0)
-                if not owners or previous is None or energy <= previous:
+                if not owners or delta == 0.0:
                     continue
-                delta = energy - previous
                 device: DeviceKey = (backend, str(sample.reading.index), sample.reading.uuid or "")
                 fractions, method = self._fractions(info, owners, sample.reading.uuid)
                 for owner, fraction in fractions.items():

@@ -1,5 +1,5 @@
-"""Joules since the last sample, per energy total, for the listeners that split energy (workloads, their
-recordings).
+"""Joules since the last sample, per energy total, for the listeners that split energy (pods,
+workloads, their recordings).
 
 What a listener gets (``DeviceSample.energy_joules``, ``DomainPower.energy_joules``) is no raw counter:
 it is the total of the device's or domain's :class:`~warptd.sampling.tracks.EnergyTrack`, which takes
@@ -26,11 +26,16 @@ class TotalDeltas(Generic[Key]):
     def __init__(self) -> None:
         self._last: dict[Key, float] = {}
 
+    def is_late(self, key: Key, total: float) -> bool:
+        """True for a total lower than the last of ``key``: an older read, which :meth:`delta` ignores."""
+        previous = self._last.get(key)
+        return previous is not None and total < previous
+
     def delta(self, key: Key, total: float | None) -> float:
         """Joules since the last total of ``key``: 0 for its first (the baseline), for an unreadable
         one, and for a lower one (an older read published late, left out of the baseline)."""
-        previous = self._last.get(key)
-        if total is None or (previous is not None and total < previous):
+        if total is None or self.is_late(key, total):
             return 0.0
+        previous = self._last.get(key)
         self._last[key] = total
         return 0.0 if previous is None else total - previous
