@@ -9,6 +9,7 @@ from typing import TypeVar
 
 import structlog
 
+from warptd.backends.costs import ReadCosts
 from warptd.errors import ErrorKind
 
 T = TypeVar("T")
@@ -28,6 +29,8 @@ class GuardedSDK:
         self._errors: Counter[ErrorKind] = Counter()
         self._errors_lock = threading.Lock()
         self._unsupported: set[Hashable] = set()
+        #: The CPU each kind of read takes (:mod:`warptd.backends.costs`), charged by the reads.
+        self.read_costs = ReadCosts()
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         """Map an exception raised by the SDK to an error kind; backends override for their SDK."""

@@ -65,6 +65,9 @@ class SnapshotCollector(Collector):
         for kind in _COUNTED_KINDS:
             families.add(m.SAMPLE_ERRORS, [name, str(kind)], state.errors.get(kind, 0))
         families.add(m.ENERGY_DROPPED, [name], state.energy_dropped_joules)
+        for kind, cost in state.read_costs.items():
+            families.add(m.READ_CPU, [name, kind], cost.cpu_seconds)
+            families.add(m.READS, [name, kind], cost.reads)
 
     def _devices(self, families: Families, state: BackendState) -> None:
         infos = {info.index: info for info in state.devices_info}

@@ -318,6 +318,19 @@ ENERGY_DROPPED = MetricSpec(
     "5000 W without one, times the time since its last reading: left out of the energy totals.",
     ("backend",),
 )
+READ_CPU = MetricSpec(
+    "warptd_backend_read_cpu_seconds_total",
+    "counter",
+    "CPU time the backend's reads of one kind took, in the thread that read (a driver's time in a call "
+    "is CPU spent there): what the SDK charges on this node. Kinds per backend: docs/hardware.md.",
+    ("backend", "read"),
+)
+READS = MetricSpec(
+    "warptd_backend_reads_total",
+    "counter",
+    "Reads of one kind the backend made (see warptd_backend_read_cpu_seconds_total).",
+    ("backend", "read"),
+)
 LAST_SAMPLE = MetricSpec(
     "warptd_last_sample_timestamp_seconds",
     "gauge",
@@ -545,6 +558,8 @@ ALL: tuple[MetricSpec, ...] = (
     SAMPLES,
     SAMPLE_ERRORS,
     ENERGY_DROPPED,
+    READ_CPU,
+    READS,
     LAST_SAMPLE,
     BUILD_INFO,
 )

@@ -94,6 +94,8 @@ class Publisher:
             dropped = tracks.dropped_joules
             if dropped:
                 changes["energy_dropped_joules"] = dropped
+            if raw.costs:
+                changes["read_costs"] = raw.costs
             now = time.time()
             self.snapshot.update(
                 name, **changes, healthy=True, stale_reason=None, last_success=now, last_attempt_done=now

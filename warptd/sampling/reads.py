@@ -9,7 +9,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -20,6 +20,7 @@ from warptd.sampling.validate import sanitize_device, sanitize_domain
 
 if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
+    from warptd.backends.costs import ReadCost
     from warptd.models import DeviceReading, GPUInfo
     from warptd.sampling.snapshot import Snapshot
 
@@ -28,11 +29,13 @@ log = structlog.get_logger("warptd.sampler")
 
 @dataclass(frozen=True, slots=True)
 class Raw:
-    """What one read returns: when it ended (monotonic), the checked readings and the errors counted."""
+    """What one read returns: when it ended (monotonic), the checked readings, the errors counted and
+    the backend's read costs so far (:mod:`warptd.backends.costs`)."""
 
     at: float
     readings: list[Any]
     errors: Counter[ErrorKind]
+    costs: dict[str, ReadCost] = field(default_factory=dict)
 
 
 def read_devices(backend: AcceleratorBackend, indices: list[int], last: dict[int, DeviceReading]) -> Raw:
@@ -62,7 +65,7 @@ def _raw(backend: AcceleratorBackend | PowerBackend, readings: list[Any], reject
     errors = backend.take_errors()
     if rejected:
         errors[ErrorKind.INVALID_VALUE] += rejected
-    return Raw(at=time.monotonic(), readings=readings, errors=errors)
+    return Raw(at=time.monotonic(), readings=readings, errors=errors, costs=backend.read_costs.totals())
 
 
 class Reader:

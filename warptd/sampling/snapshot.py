@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from warptd.backends.costs import ReadCost
 from warptd.errors import ErrorKind
 from warptd.models import BackendKind, DeviceReading, GPUInfo, LabelledValues
 from warptd.power.base import DomainPower, PowerSource
@@ -44,6 +45,8 @@ class BackendState:
     samples: int = 0
     #: Energy that reset or restored counters claimed beyond their ceiling, left out of the totals.
     energy_dropped_joules: float = 0.0
+    #: The CPU each kind of read took so far, by kind (as of the last read).
+    read_costs: dict[str, ReadCost] = field(default_factory=dict)
 
     @property
     def has_devices(self) -> bool:
