@@ -46,7 +46,8 @@ def test_a_window_around_a_block_records_its_energy(daemon):
     recording = w.recording
     assert recording is not None and recording["status"] == "ended" and recording["id"] == w.id
     assert recording["labels"] == {"step": "1"}
-    assert recording["energy_joules"] == pytest.approx(200 * recording["duration_seconds"], rel=0.02)
+    # the driver's counter at each edge is as of its last refresh (every 100 ms)
+    assert recording["energy_joules"] == pytest.approx(200 * recording["duration_seconds"], abs=200 * 0.2)
 
 
 def test_the_window_ends_when_the_block_raises(daemon):

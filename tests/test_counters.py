@@ -49,10 +49,10 @@ def test_energy_tracker_derives_power_from_counter():
     assert t.update(2.0, None, 30.0) == (10.0, 30.0)  # 20 J over 2 s
 
 
-def test_energy_tracker_keeps_total_while_counter_unreadable():
+def test_energy_tracker_keeps_total_while_counter_and_power_unreadable():
     t = EnergyTracker()
-    t.update(0.0, 5.0, 100.0)
-    assert t.update(1.0, 5.0, None) == (5.0, 100.0)
+    t.update(0.0, None, 100.0)
+    assert t.update(1.0, None, None) == (None, 100.0)
     assert t.update(2.0, None, 110.0) == (5.0, 110.0)  # 10 J over the 2 s since the last reading
 
 

@@ -292,6 +292,8 @@ def _promtool_findings(body: bytes) -> set[str]:
 def test_promtool_finds_nothing_but_what_dcgm_exporter_s_own_names_force(settings, fake_nvml):
     """warptd's series stay promtool-clean. The compat series repeat dcgm-exporter's contract, which
     promtool's lint rejects in three ways; exactly those are found, no other."""
+    for gpu in fake_nvml.gpus:  # encoding and decoding: their engines show once active
+        gpu.encoder_util = gpu.decoder_util = 10
     rig = compat_rig(settings, "nvidia")
     try:
         rig.tick()

@@ -23,6 +23,7 @@ def daemon(settings, fake_nvml, sysfs):
     sysfs.hwmon(0, "coretemp", {"Package id 0": 48000})
     fake_nvml.gpus[1].name = EVIL  # a hostile model string must stay text
     fake_nvml.gpus[1].power_mw, fake_nvml.gpus[1].temperature, fake_nvml.gpus[1].util_gpu = 250_500, 77, 90
+    fake_nvml.next_refresh()  # the driver's power reading refreshes every 100 ms
     settings.backends = ["nvidia", "cpu"]
     d = Daemon(settings)
     d.start()

@@ -108,6 +108,7 @@ def test_gpu_lost_mid_run_drops_its_series_others_keep_updating(rig, fake_nvml):
     rig.tick()
     fake_nvml.gpus[0].lost = True
     fake_nvml.gpus[1].power_mw = 250_000
+    fake_nvml.next_refresh()
     samples = rig.tick()
     assert value(samples, "warptd_device_up", **DEV0) == 0
     assert not select(samples, "warptd_device_power_watts", **DEV0)
@@ -381,6 +382,7 @@ def test_double_runs_under_the_real_pynvml(settings):
 def test_garbage_values_are_rejected_and_counted(rig, fake_nvml, field, garbage, *, metric, labels):
     """Every sample that reads the garbage drops it and counts it, kept by the backend or not."""
     setattr(fake_nvml.gpus[0], field, garbage)
+    fake_nvml.next_refresh()
     samples = rig.tick()
     assert not select(samples, metric, **DEV0, **labels)  # never exported
     assert select(samples, metric, **DEV1, **labels)  # the sane GPU still is
@@ -462,6 +464,8 @@ def test_a_reopen_opens_each_gpu_afresh_keeping_only_its_totals_and_identity(rig
     asked again (a reload may bring it), the other GPU is not disturbed by it; the field latency total
     (warptd's own) and the identity last listed carry over."""
     backend, encoder = rig.loaded.accelerators[0], "nvmlDeviceGetEncoderUtilization"
+    for gpu in fake_nvml.gpus:
+        gpu.encoder_util = 20  # encoding: an encoder NVML gives no count of shows once active
     fake_nvml.gpus[1].unsupported.add(encoder)
     samples = rig.tick("nvidia")
     assert not select(samples, "warptd_device_encoder_utilization_ratio", **DEV1)
@@ -596,7 +600,8 @@ def test_power_is_the_instant_reading_and_the_driver_average_its_own_series(rig,
     """nvmlDeviceGetPowerUsage averages the last second (Ampere+): a spike shows there as a fraction."""
     gpu = fake_nvml.gpus[0]
     time.sleep(1.0)  # a second at 120 W
-    gpu.power_mw = 700_000  # a spike, read right away
+    gpu.power_mw = 700_000  # a spike, read at the driver's next refresh
+    fake_nvml.next_refresh()
     samples = rig.tick()
     assert value(samples, "warptd_device_power_watts", **DEV0) == 700
     average = value(samples, "warptd_device_power_average_watts", **DEV0)

@@ -317,6 +317,7 @@ def test_slow_values_are_read_every_health_interval_and_reported_between(setting
     calls = [fake_nvml.calls(name) for name in slow]
     gpu.ecc_volatile[0], gpu.encoder_util, gpu.power_limit_mw = 9, 60, 400_000
     gpu.power_mw = 250_000
+    fake_nvml.next_refresh()
     samples = rig.tick()
     assert [fake_nvml.calls(name) for name in slow] == calls  # not due yet
     assert value(samples, "warptd_device_power_watts", **DEV0) == 250  # read every sample

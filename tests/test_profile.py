@@ -78,7 +78,10 @@ def test_energy_per_device_against_the_double_with_its_own_samplers(gpus):
     assert recording["duration_seconds"] == pytest.approx(2.0, abs=0.6)  # the child's start-up too
     for index, watts in WATTS.items():
         gpu = next(t for t in recording["targets"] if t["id"] == f"nvidia:{index}")
-        assert gpu["energy_joules"] == pytest.approx(watts * recording["duration_seconds"], rel=0.02), gpu
+        # the driver's counter at each edge is as of its last refresh (every 100 ms)
+        assert gpu["energy_joules"] == pytest.approx(
+            watts * recording["duration_seconds"], abs=watts * 0.2
+        ), gpu
         assert gpu["samples"] >= 15
 
 
@@ -140,7 +143,7 @@ def test_through_the_daemon_when_one_answers(gpus, daemon):
     windows = json.loads(http(daemon.port, "GET", "/windows")[2])["windows"]
     assert [w["id"] for w in windows] == [recording["id"]] and windows[0]["name"] == "train"
     gpu = next(t for t in recording["targets"] if t["id"] == "nvidia:0")
-    assert gpu["energy_joules"] == pytest.approx(250 * recording["duration_seconds"], rel=0.02)
+    assert gpu["energy_joules"] == pytest.approx(250 * recording["duration_seconds"], abs=250 * 0.2)
 
 
 def marker_command(marker: Path) -> list[str]:

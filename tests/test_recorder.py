@@ -136,10 +136,11 @@ def test_activity_ratios_from_a_backends_gauges():
     }
 
 
-def test_edges_extrapolate_to_the_recordings_own_start_and_end():
-    """A window's energy spans its start and end: the gaps to its first and last samples count at
-    their power; without ``edges`` (a stress run) only what the samples span counts."""
-    for edges, expected in ((True, 300.0), (False, 100.0)):
+def test_edges_extrapolate_the_power_to_the_recordings_own_start_and_end():
+    """A window's integrated power spans its start and end: the gaps to its first and last samples
+    count at their power; without ``edges`` (a stress run) only what the samples span counts. Its
+    counter is read at its edges (those samples), so the counter's delta is its energy either way."""
+    for edges, integrated in ((True, 300.0), (False, 100.0)):
         recorder = Recorder([GPU], kind="window", name="w", edges=edges)
         recorder.start()
         start = recorder.started_mono
@@ -148,9 +149,8 @@ def test_edges_extrapolate_to_the_recordings_own_start_and_end():
         recorder.stop()
         recorder.ended_mono = start + 3.0  # ended a second after the last sample
         gpu = recorder.recording_now().targets[0]
-        assert gpu.energy_joules == pytest.approx(expected) and gpu.energy_integrated_joules == pytest.approx(
-            expected
-        )
+        assert gpu.energy_joules == pytest.approx(100.0) and gpu.energy_source == "counter"
+        assert gpu.energy_integrated_joules == pytest.approx(integrated)
 
 
 def test_no_extrapolation_past_a_lost_device():

@@ -128,9 +128,11 @@ def test_peak_power_is_the_peak_of_instant_readings_not_of_one_second_averages(m
     gpu = fake_nvml.gpus[0]
     time.sleep(1.0)  # a second at 120 W
     rig.tick("nvidia")
-    gpu.power_mw = 650_000  # a spike the sample lands in
+    gpu.power_mw = 650_000  # a spike the sample lands in (after the driver's next refresh)
+    fake_nvml.next_refresh()
     rig.tick("nvidia")
     gpu.power_mw = 120_000
+    fake_nvml.next_refresh()
     rig.tick("nvidia")
     assert rec.summary().power_peak_watts == 650  # the 1 s average at that instant was under 200 W
 

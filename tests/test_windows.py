@@ -83,26 +83,37 @@ def target(recording: dict, target_id: str) -> dict:
     return next(t for t in recording["targets"] if t["id"] == target_id)
 
 
-def test_a_two_second_window_measures_each_gpu_within_2_percent(make_daemon):
+@pytest.mark.parametrize("seconds", [2.0, 0.45])
+def test_a_window_is_the_drivers_counter_at_its_edges_within_half_a_percent(make_daemon, gpus, seconds):
+    """Read at the window's edges whatever the counter's own cadence (once a second), so a window of
+    a second or less at 10 Hz is the counter's delta; and the power between, integrated, agrees."""
     daemon = make_daemon()
+    asked = time.monotonic()
     opened = open_window(daemon.port, name="epoch-3", devices=["nvidia:0", "nvidia:1"], labels={"run": "a"})
+    start = (asked, time.monotonic())
     assert opened["status"] == "open" and opened["labels"] == {"run": "a"}
-    time.sleep(2.0)
+    time.sleep(seconds)
+    asked = time.monotonic()
     ended = end_window(daemon.port, opened["id"])
+    end = (asked, time.monotonic())
     assert ended["status"] == "ended" and ended["end_reason"] == "requested" and ended["schema_version"] == 3
     assert ended["kind"] == "window" and ended["interval_seconds"] == 0.1
-    assert ended["duration_seconds"] == pytest.approx(2.0, abs=0.3)
+    assert ended["duration_seconds"] == pytest.approx(seconds, abs=0.3)
     for index, watts in WATTS.items():
         gpu = target(ended, f"nvidia:{index}")
-        expected = watts * ended["duration_seconds"]
-        assert gpu["energy_joules"] == pytest.approx(expected, rel=0.02), gpu
+        # the counter's delta between what it answered the daemon's reads at the window's two edges
+        deltas = gpus.gpus[index].counter_deltas(start, end)
+        assert any(gpu["energy_joules"] == pytest.approx(delta, rel=0.005) for delta in deltas), (gpu, deltas)
         assert gpu["energy_source"] == "counter"
-        assert gpu["energy_integrated_joules"] == pytest.approx(expected, rel=0.02)
-        assert gpu["energy_disagreement_ratio"] < 0.02
-        assert gpu["samples"] >= 15  # at --window-interval 0.1, not the 1 s --interval
+        # the counter refreshes every 100 ms: each edge is up to that much of the draw behind
+        assert gpu["energy_joules"] == pytest.approx(watts * ended["duration_seconds"], abs=watts * 0.25)
+        assert gpu["energy_integrated_joules"] == pytest.approx(watts * ended["duration_seconds"], rel=0.05)
+        assert gpu["energy_disagreement_ratio"] <= 0.2 / seconds  # the counter's two edges' refreshes
+        assert gpu["samples"] >= 7 * seconds  # at --window-interval 0.1, not the 1 s --interval
         assert gpu["power_peak_watts"] == watts and gpu["power_mean_watts"] == pytest.approx(watts)
         assert gpu["up"] is True and gpu["points"][0]["t"] < 0.2
-    assert ended["energy_joules"] == pytest.approx(sum(WATTS.values()) * ended["duration_seconds"], rel=0.02)
+    total = sum(WATTS.values()) * ended["duration_seconds"]
+    assert ended["energy_joules"] == pytest.approx(total, abs=sum(WATTS.values()) * 0.25)
 
 
 def test_default_targets_are_the_accelerators_and_cpu_packages(make_daemon, sysfs):
@@ -134,7 +145,8 @@ def test_windows_nest_and_overlap(make_daemon):
     overlapping = end_window(daemon.port, overlapping["id"])
     for recording in (outer, inner, overlapping):
         gpu0 = target(recording, "nvidia:0")
-        assert gpu0["energy_joules"] == pytest.approx(300 * recording["duration_seconds"], rel=0.03)
+        # the driver's counter at each edge is as of its last refresh, up to 100 ms behind
+        assert gpu0["energy_joules"] == pytest.approx(300 * recording["duration_seconds"], abs=300 * 0.2)
     assert target(outer, "nvidia:0")["energy_joules"] > target(inner, "nvidia:0")["energy_joules"]
     status, listing = call(daemon.port, "GET", "/windows")
     assert status == 200 and [w["name"] for w in listing["windows"]] == ["overlap", "outer", "inner"]
@@ -202,7 +214,8 @@ def test_a_device_lost_mid_window_keeps_its_energy_so_far(make_daemon, gpus):
     lost, alive = target(ended, "nvidia:1"), target(ended, "nvidia:0")
     assert lost["up"] is False and alive["up"] is True
     assert lost["energy_joules"] == pytest.approx(150 * 1.0, rel=0.15)  # up to the loss
-    assert alive["energy_joules"] == pytest.approx(300 * ended["duration_seconds"], rel=0.02)
+    # the driver's counter at each edge is as of its last refresh, up to 100 ms behind
+    assert alive["energy_joules"] == pytest.approx(300 * ended["duration_seconds"], abs=300 * 0.2)
 
 
 def test_a_window_with_one_sample_counts_power_times_duration(make_daemon, gpus):

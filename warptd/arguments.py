@@ -217,6 +217,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             },
         ),
         (
+            ("--energy-interval",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "between two reads of a device's energy counter, at least 1 (default 1)",
+            },
+        ),
+        (
             ("--window-interval",),
             {
                 "type": _number,

@@ -212,10 +212,20 @@ class Daemon:
             max_workloads=settings.workload_max,
             interval=lambda: self.settings.interval,
             listeners=[self.workload_history] if self.workload_history is not None else [],
+            edge=self._read_edges,
         )
         self.sampler.listeners.append(energy.on_sample)
         self.exposition.registry.register(WorkloadCollector(energy))
         return energy
+
+    def _read_edges(self, devices: set[tuple[str, str]]) -> None:
+        """Read these devices ((backend, uuid)) now, every counter exact: a workload began or ended."""
+        for backend, uuid in devices:
+            state = self.snapshot.get(backend)
+            samples = state.devices if state is not None else []
+            index = next((s.reading.index for s in samples if s.reading.uuid == uuid), None)
+            if index is not None:
+                self.sampler.sample_watched(backend, {index}, edge=True)
 
     def _monitors(
         self,

@@ -66,9 +66,15 @@ CLOCK_EVENT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_b
 # The array sizes of nvml_double.c.
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
+#: The driver refreshes the energy counter and the instant power every 100 ms (ENERGY_REFRESH_NS).
+REFRESH_NS = 100_000_000
+ENERGY_ANSWERS = 32  # the energy counter's answers the double keeps for tests
 MAX_UTIL_SAMPLES = 128  # nv-processes
 MAX_LINKS, MAX_FANS = 18, 4  # nv-health
 _U32, _U64, _I32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+#: Media engines by kind, in the double's order; an H100 or H200 has 7 NVDEC, 7 NVJPG, 1 OFA, no NVENC.
+MEDIA_ENGINES = ("nvdec", "nvjpg", "ofa", "nvenc")
+H100_MEDIA_ENGINES = {"nvdec": 7, "nvjpg": 7, "ofa": 1, "nvenc": 0}
 # --- nv-gpm: GPM counters (struct gpm_counters) ---
 GPM_ACTIVE, GPM_LINKS, GPM_METRIC_IDS, GPM_ANSWERS = 31, 18, 480, 8
 #: GPM metric id -> its activity counter in struct gpm_counters (gpm_slot() in nvml_double.c).
@@ -142,6 +148,10 @@ class _GpmAnswer(ctypes.Structure):
     """``struct gpm_answer``: a metric the driver answers with this value (and SUCCESS)."""
 
     _fields_ = [("metric_id", _U32), ("pad", _U32), ("value", ctypes.c_double)]
+
+
+class _EnergyAnswer(ctypes.Structure):
+    _fields_ = [("t_ns", _U64), ("mj", _U64)]
 
 
 class GpuState(ctypes.Structure):
@@ -238,6 +248,12 @@ class GpuState(ctypes.Structure):
         ("nv_health_pad", _U32),
         ("nvlink_error_code", _I32 * MAX_LINKS),  # per link: nvmlDeviceGetNvLinkErrorCounter's answer
         # --- end nv-health ---
+        ("power_smoothing", _U32),  # the power-smoothing fields answer; 0: NOT_SUPPORTED (an H200)
+        ("pad_smoothing", _U32),
+        ("media_engines", _U32 * 4),  # NVDEC, NVJPG, OFA, NVENC the GPU has (its whole-GPU profile's)
+        ("energy_answer_head", _U32),  # the energy counter's answers, newest at head - 1
+        ("pad_answers", _U32),
+        ("energy_answers", _EnergyAnswer * ENERGY_ANSWERS),
     ]
 
 
@@ -414,7 +430,7 @@ _SCALARS = (
     "supported_events", "handle_error", "mig_mode", "field_latency_us",
     # nv-health
     "retires_pages", "pcie_replays", "recovery_action", "nvlink_count", "encoder_util", "decoder_util",
-    "pstate",
+    "pstate", "power_smoothing",
 )  # fmt: skip
 #: nv-health: the health and traffic arrays of ``struct gpu``, read and written in place
 #: (``gpu.ecc_volatile[1] = 2``): ECC SBE/DBE, remapped rows (cor, unc, pending, failure), retired pages
@@ -502,6 +518,55 @@ class FakeGpu:
         self.gpm_supported = compute_capability >= (9, 0)  # nv-gpm: GPM from Hopper on
         self.nvlink_count = MAX_LINKS  # nv-health: an H100 SXM, without fans, remapping rows
         self.pstate = 0
+        self.media_engines = H100_MEDIA_ENGINES
+
+    @classmethod
+    def h200(cls, index: int = 0, **properties: Any) -> FakeGpu:
+        """An H200 as the real one answered (``shared/notes/real-h200.md``; with driver 580.159.04): no
+        NVLink (field 91 and every link's state NOT_SUPPORTED, GPM still answering 0 for 18 links), 7
+        NVDEC, 7 NVJPG, 1 OFA and no NVENC (GPM answering 0 for the ones it lacks), no power smoothing."""
+        gpu = cls(
+            index,
+            name="NVIDIA H200",
+            memory_total=143_771 * 2**20,
+            memory_reserved=645 * 2**20,
+            power_limit_mw=700_000,
+            **properties,
+        )
+        gpu.nvlink_count = 0
+        return gpu
+
+    def energy_answers(self) -> list[tuple[float, float]]:
+        """The energy counter's last answers to reads (field 83 or the call), oldest first, as
+        (monotonic seconds, joules): what a daemon read at a window's edges, say."""
+        state = self.state
+        head = state.energy_answer_head
+        kept = [
+            state.energy_answers[slot % ENERGY_ANSWERS] for slot in range(max(0, head - ENERGY_ANSWERS), head)
+        ]
+        return [(answer.t_ns / 1e9, answer.mj / 1000) for answer in kept]
+
+    def counter_answers(self, since: float, until: float) -> set[float]:
+        """What the energy counter answered reads made between two monotonic times (J); with the last
+        answer before ``since`` too (a read begun earlier may be the one that answered then)."""
+        answers = self.energy_answers()
+        before = [joules for at, joules in answers if at < since][-1:]
+        return {*before, *(joules for at, joules in answers if since <= at <= until)}
+
+    def counter_deltas(self, start: tuple[float, float], end: tuple[float, float]) -> list[float]:
+        """The counter's deltas (J) a measurement may have read at its edges: between any answer while
+        it started (monotonic ``start``: asked, answered) and any while it ended (``end``)."""
+        return sorted(e - s for s in self.counter_answers(*start) for e in self.counter_answers(*end))
+
+    @property
+    def media_engines(self) -> dict[str, int]:
+        """The media engines the GPU has, by kind (``nvdec``, ``nvjpg``, ``ofa``, ``nvenc``)."""
+        return dict(zip(MEDIA_ENGINES, self.state.media_engines, strict=True))
+
+    @media_engines.setter
+    def media_engines(self, counts: dict[str, int]) -> None:
+        for position, engine in enumerate(MEDIA_ENGINES):
+            self.state.media_engines[position] = counts.get(engine, 0)
 
     # -- nv-health ----------------------------------------------------------------------------
     @property
@@ -909,7 +974,7 @@ class FakeNvml:
         self._file.truncate(ctypes.sizeof(State))
         self._map = mmap.mmap(self._file.fileno(), ctypes.sizeof(State))
         self.state = State.from_buffer(self._map)
-        self.state.magic, self.state.version = 0x4E564D4C, 3
+        self.state.magic, self.state.version = 0x4E564D4C, 4
         self.driver_version = driver_version
         self._slots: dict[int, int] = {}  # id(FakeGpu) -> slot
         self._gpus = _GpuList(self, [])
@@ -980,6 +1045,13 @@ class FakeNvml:
     def gpm_samples_live(self) -> int:
         """GPM samples this process allocated and has not freed (nv-gpm)."""
         return load(self.driver).double_gpm_live()
+
+    @staticmethod
+    def next_refresh() -> None:
+        """Wait for the driver's next refresh of power and energy (every 100 ms of CLOCK_MONOTONIC, as
+        a real H200's): what was set before shows in the readings after it."""
+        period = REFRESH_NS
+        time.sleep((period - time.monotonic_ns() % period) / 1e9 + 0.002)
 
     def calls(self, name: str) -> int:
         """How often the library's C function ``name`` was called, in every process."""

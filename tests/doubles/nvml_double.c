@@ -26,6 +26,11 @@
  *    latency the driver took to read it (nvmlFieldValue_t.latencyUsec), which the call really spends.
  *  - GPM samples see counters the driver refreshes at most every 100 ms: two samples closer than
  *    that answer NaN utilizations and zero or inflated throughputs, with SUCCESS (nv-gpm).
+ *  - every call charges what a real H200 (driver 580.159.04, GSP firmware) charged for it, as CPU
+ *    burned in the calling thread (a firmware round trip is system time in the caller, not a wait):
+ *    2.9 ms for the energy counter, 0.58 ms per throttle-time group ... (see "prices" below and
+ *    shared/notes/real-h200.md); the energy counter and the instant power refresh every 100 ms,
+ *    nvmlDeviceGetPowerUsage every 50 ms, so a read between two refreshes sees the last one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -54,8 +59,9 @@
 #define MAX_LINKS 18 /* NVLinks of an H100 SXM */
 #define MAX_FANS 4
 /* --- end nv-health --- */
+#define ENERGY_ANSWERS 32 /* the energy counter's answers kept for tests */
 #define STATE_MAGIC 0x4e564d4cu /* "NVML" */
-#define STATE_VERSION 3u
+#define STATE_VERSION 4u
 
 /* Return codes and constants, as nvml.h defines them. */
 enum {
@@ -108,7 +114,8 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
     X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetRemappedRows) NV_FIELDS_FUNCTIONS(X)
 /* --- end nv-health --- */
 /* --- nv-fields: functions --- */
-#define NV_FIELDS_FUNCTIONS(X) X(nvmlDeviceGetNvLinkErrorCounter)
+#define NV_FIELDS_FUNCTIONS(X) X(nvmlDeviceGetNvLinkErrorCounter) X(nvmlDeviceGetNvLinkState) \
+    X(nvmlDeviceGetGpuInstanceProfileInfoV)
 /* --- end nv-fields --- */
 
 #define AS_ID(name) FN_##name,
@@ -213,6 +220,15 @@ struct gpu {
     int32_t nvlink_error_code[MAX_LINKS]; /* per link: what its nvmlDeviceGetNvLinkErrorCounter answers
                                            * instead (NOT_SUPPORTED: an inactive link); 0 = its count */
     /* --- end nv-health --- */
+    uint32_t power_smoothing; /* the power-smoothing fields answer (GB200-class); 0: NOT_SUPPORTED */
+    uint32_t pad_smoothing;
+    /* The media engines the GPU has (NVDEC, NVJPG, OFA, NVENC: an H100/H200 7, 7, 1, 0), which the
+     * whole-GPU instance profile counts while MIG is on; GPM answers 0 for the ones it lacks. */
+    uint32_t media_engines[4];
+    /* The energy counter's last answers (field 83 or the call), for tests: when (CLOCK_MONOTONIC ns)
+     * and what (mJ), newest at energy_answer_head - 1. */
+    uint32_t energy_answer_head, pad_answers;
+    struct energy_answer { uint64_t t_ns, mj; } energy_answers[ENERGY_ANSWERS];
 };
 
 struct state {
@@ -248,6 +264,69 @@ static uint64_t now_ns(int clock) {
 static void sleep_ms(unsigned ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* --- prices: what each read costs, as a real H200 charged it (driver 580.159.04, GSP firmware,
+ * nvidia-ml-py 13.615.71; shared/notes/real-h200.md: process CPU time, median of 100 calls from Python).
+ * The CPU is burned in the calling thread, as the driver's system time is. WARPTD_NVML_DOUBLE_PRICES=0
+ * turns prices off (a bench comparing with trees whose double was free), and
+ * WARPTD_NVML_DOUBLE_SPEND_LATENCY=0 the rest of a field batch's wall time (its latencyUsec beyond
+ * the CPU burned, spent asleep). --- */
+static int setting_on(const char *name) {
+    const char *setting = getenv(name);
+    return !(setting && strcmp(setting, "0") == 0);
+}
+
+static int charges(void) {
+    static int on = -1;
+    if (on < 0) on = setting_on("WARPTD_NVML_DOUBLE_PRICES");
+    return on;
+}
+
+static int spends_latency(void) {
+    static int spends = -1;
+    if (spends < 0) spends = setting_on("WARPTD_NVML_DOUBLE_SPEND_LATENCY");
+    return spends;
+}
+
+/* Spend ``us`` µs of this thread's CPU. */
+static void burn_us(uint64_t us) {
+    if (!us || !charges()) return;
+    uint64_t until = now_ns(CLOCK_THREAD_CPUTIME_ID) + us * 1000ull;
+    while (now_ns(CLOCK_THREAD_CPUTIME_ID) < until) {
+    }
+}
+
+/* CPU µs per call, measured; a device call not listed costs DEFAULT_PRICE_US (memory v2, utilization,
+ * clocks, temperature, event reasons, P-state, enforced limit, ECC totals: 2-9 µs on the H200). */
+#define DEFAULT_PRICE_US 5
+static const uint16_t call_price_us[MAX_FN] = {
+    [FN_nvmlDeviceGetTotalEnergyConsumption] = 2900,
+    [FN_nvmlDeviceGetViolationStatus] = 650,
+    [FN_nvmlDeviceGetPcieReplayCounter] = 150,
+    [FN_nvmlDeviceGetPowerUsage] = 2,
+    [FN_nvmlGpmSampleGet] = 36,
+    [FN_nvmlGpmMigSampleGet] = 36,
+    [FN_nvmlDeviceGetComputeRunningProcesses_v2] = 10,
+    [FN_nvmlDeviceGetComputeRunningProcesses_v3] = 10,
+};
+/* nvmlGpmMetricsGet: about 1.8 ms a sample-and-metrics pair for the ~67 metrics warptd asked then (a
+ * CPU profile, not a per-call measurement): modelled as a base and a price per metric asked. */
+#define GPM_METRICS_BASE_US 20
+#define GPM_METRIC_PRICE_US 26
+
+static uint64_t call_price(int fn) {
+    return call_price_us[fn] ? call_price_us[fn] : DEFAULT_PRICE_US;
+}
+
+/* How often the driver refreshes a reading: a read between two refreshes sees the last one. */
+#define ENERGY_REFRESH_NS 100000000ull     /* the energy counter (field 83, ...TotalEnergyConsumption) */
+#define INSTANT_REFRESH_NS 100000000ull    /* the instant power (field 186) */
+#define AVERAGE_REFRESH_NS 50000000ull     /* nvmlDeviceGetPowerUsage, field 185 */
+
+static uint64_t refreshed_at(uint64_t period) {
+    uint64_t now = now_ns(CLOCK_MONOTONIC);
+    return now - now % period;
 }
 
 /* Map the state file; called by the tests (ctypes) or at the first nvmlInit from the environment. */
@@ -306,7 +385,9 @@ static struct gpu *device(int fn, void *handle, int *ret) {
     for (int waited = 0; g->hang && !g->release && waited < 3000; waited++) sleep_ms(10);
     if (g->lost) *ret = ERROR_GPU_IS_LOST;
     else if (g->fn_error[fn]) *ret = g->fn_error[fn];
-    return *ret ? NULL : g;
+    if (*ret) return NULL;
+    if (fn != FN_nvmlDeviceGetFieldValues) burn_us(call_price(fn)); /* a batch is priced by its fields */
+    return g;
 }
 
 #define DEVICE_CALL(name, handle)               \
@@ -490,10 +571,27 @@ static uint32_t instant_mw(const struct gpu *g) {
     return g->power_count ? g->power[(g->power_head + POWER_HISTORY - 1) % POWER_HISTORY].mw : 0;
 }
 
+/* The instant power as of monotonic time ``t``: the newest change at or before it (the oldest value
+ * kept stands for the time before the history). */
+static uint32_t instant_mw_at(const struct gpu *g, uint64_t t) {
+    uint32_t mw = 0;
+    for (uint32_t k = 0; k < g->power_count; k++) {
+        const struct power_point *p = &g->power[(g->power_head + POWER_HISTORY - 1 - k) % POWER_HISTORY];
+        mw = p->mw;
+        if (p->t_ns <= t) break;
+    }
+    return mw;
+}
+
+/* What field 186 answers: the instant power as of the driver's last refresh. */
+static uint32_t refreshed_instant_mw(const struct gpu *g) {
+    return instant_mw_at(g, refreshed_at(INSTANT_REFRESH_NS));
+}
+
 /* The time-weighted mean of the instant power over the last second: what Ampere+ drivers report. */
 static uint32_t average_mw(const struct gpu *g) {
     if (!g->power_count) return 0;
-    uint64_t now = now_ns(CLOCK_MONOTONIC), window = 1000000000ull, start = now - window;
+    uint64_t now = refreshed_at(AVERAGE_REFRESH_NS), window = 1000000000ull, start = now - window;
     double weighted = 0;
     uint64_t until = now;
     for (uint32_t k = 0; k < g->power_count && until > start; k++) {
@@ -518,15 +616,26 @@ int nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *mw) {
     return SUCCESS;
 }
 
+/* The counter as of the driver's last refresh: what the GPU drew up to then, at its instant power. */
 static uint64_t energy_mj(const struct gpu *g) {
-    uint64_t energy = g->energy_mj;
-    if (g->live) energy += (uint64_t)((double)(now_ns(CLOCK_MONOTONIC) - g->live_since_ns) / 1e9 * instant_mw(g));
+    uint64_t energy = g->energy_mj, at = refreshed_at(ENERGY_REFRESH_NS);
+    if (g->live && at > g->live_since_ns)
+        energy += (uint64_t)((double)(at - g->live_since_ns) / 1e9 * instant_mw(g));
     return energy;
+}
+
+/* The counter's answer to a read now, kept in the GPU's log of answers. */
+static uint64_t answer_energy(struct gpu *g) {
+    uint64_t mj = energy_mj(g);
+    uint32_t slot = __atomic_fetch_add(&g->energy_answer_head, 1, __ATOMIC_RELAXED) % ENERGY_ANSWERS;
+    g->energy_answers[slot].t_ns = now_ns(CLOCK_MONOTONIC);
+    g->energy_answers[slot].mj = mj;
+    return mj;
 }
 
 int nvmlDeviceGetTotalEnergyConsumption(void *h, unsigned long long *mj) {
     DEVICE_CALL(nvmlDeviceGetTotalEnergyConsumption, h);
-    *mj = energy_mj(g);
+    *mj = answer_energy(g);
     return SUCCESS;
 }
 
@@ -570,47 +679,66 @@ struct field_value { /* nvmlFieldValue_t */
 
 /* --- nv-fields: how each driver branch numbers its field ids (nvml.h of that branch) --- */
 struct numbering {
-    int since;                /* the first driver branch (major version) numbering its ids so */
+    int since;                /* the first driver (major * 1000 + minor version) numbering its ids so */
     uint32_t fi_max;          /* that header's NVML_FI_MAX: an id from here on is unknown to the driver */
     uint32_t durations;       /* SW thermal, HW thermal, HW power brake durations (ns) from here; 0: none */
     uint32_t smoothing, smoothing_last; /* NVML_FI_PWR_SMOOTHING_* ids; 0: none */
     int link_in_scope;        /* per-link NVLink error ids read the link from scopeId (CUDA 12.9, R575) */
 };
 static const struct numbering numberings[] = { /* newest last */
-    {0, 185, 0, 0, 0, 0},         /* R525/R530 and before: POWER_AVERAGE/INSTANT (185/186) unknown */
-    {535, 230, 0, 0, 0, 0},       /* R535-R565: power fields; recovery only as 226/227 */
-    {570, 251, 0, 0, 0, 0},       /* R570: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230) */
-    {575, 274, 251, 256, 273, 1}, /* R575/R580: durations 251-253, power smoothing 256-273 */
-    {590, 308, 269, 251, 268, 1}, /* R590+: power smoothing 251-268, durations 269-271 */
+    {0, 185, 0, 0, 0, 0},              /* R525/R530 and before: POWER_AVERAGE/INSTANT (185/186) unknown */
+    {535000, 230, 0, 0, 0, 0},         /* R535-R565: power fields; recovery only as 226/227 */
+    {570000, 251, 0, 0, 0, 0},         /* R570: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230) */
+    {575000, 274, 251, 256, 273, 1},   /* R575, R580 to 580.65 (CUDA 13.0): durations 251-253, smoothing 256-273 */
+    {580082, 274, 269, 251, 268, 1},   /* 580.82 (13.0 Update 1, "TRD2") on: smoothing 251-268, durations 269-271 */
 };
 
 static const struct numbering *numbering(void) {
-    int branch = atoi(st->driver_version), last = 0;
+    const char *minor = strchr(st->driver_version, '.');
+    int version = atoi(st->driver_version) * 1000 + (minor ? atoi(minor + 1) : 0), last = 0;
     for (int k = 0; k < (int)(sizeof numberings / sizeof *numberings); k++)
-        if (branch >= numberings[k].since) last = k;
+        if (version >= numberings[k].since) last = k;
     return &numberings[last];
 }
 
-/* Whether a field batch sleeps its latencies (the default). WARPTD_NVML_DOUBLE_SPEND_LATENCY=0 reports
- * them without sleeping: the fields bench compares with older trees whose doubles had none, and a
- * sleep's wake-up costs CPU that a driver's own wait would cost every daemon alike. */
-static int spends_latency(void) {
-    static int spends = -1;
-    if (spends < 0) {
-        const char *setting = getenv("WARPTD_NVML_DOUBLE_SPEND_LATENCY");
-        spends = !(setting && strcmp(setting, "0") == 0);
-    }
-    return spends;
+/* A field batch's CPU: the H200 charged per firmware query, not per value: fields answered by one
+ * query cost it once per batch (74-76 together 0.58 ms; 197-198 0.27 ms; 185-186 7 µs). */
+enum { Q_ENERGY, Q_PERF_POLICY, Q_HW_THERMAL, Q_POWER_BRAKE, Q_ECC, Q_PCIE_REPLAY, Q_169, Q_PCIE_BYTES,
+       Q_POWER, Q_COUNT };
+static const uint16_t query_price_us[Q_COUNT] = {2900, 580, 580, 580, 130, 150, 150, 270, 7};
+#define FIELD_PRICE_US 2 /* any other field value: a cached reading */
+
+static int field_query(const struct numbering *n, uint32_t id) {
+    if (id == 83 || id == 191) return Q_ENERGY;
+    if (id >= 74 && id <= 76) return Q_PERF_POLICY;
+    if (n->durations && id == n->durations + 1) return Q_HW_THERMAL;
+    if (n->durations && id == n->durations + 2) return Q_POWER_BRAKE;
+    if (id >= 1 && id <= 6) return Q_ECC; /* ECC mode (1-2 measured, 0.13 ms); counts 3-6 assumed alike */
+    if (id == 94) return Q_PCIE_REPLAY;
+    if (id == 169) return Q_169;
+    if (id == 197 || id == 198) return Q_PCIE_BYTES;
+    if (id == 185 || id == 186) return Q_POWER;
+    return -1;
 }
 
-/* The µs the driver takes to read a field: cached sensor values are quick, link counters ask the
- * link's firmware, ECC and row-remapping counts come from the InfoROM. Modelled, not measured. */
-static int64_t field_latency(const struct gpu *g, uint32_t id) {
-    int64_t us = 4;
-    if ((id >= 32 && id <= 59) || (id >= 96 && id <= 119) || id == 138 || id == 139) us = 25;
-    else if (id <= 31 || (id >= 142 && id <= 145)) us = 60;
+/* The latencyUsec the H200's driver reported for a field (83 5.6 ms, 191 3.2 ms, 270 5.4 ms, 94 2.2 ms,
+ * 3 1.7 ms, 271 1.2 ms, 169 0.9 ms, 75 0.6 ms, 1 0.4 ms, most others 0); ids it did not answer
+ * (NVLink links) are modelled: a link counter asks the link's firmware. */
+static int64_t field_latency(const struct gpu *g, const struct numbering *n, uint32_t id) {
+    int64_t us = 0;
+    if (id == 83) us = 5600;
+    else if (id == 191) us = 3200;
+    else if (n->durations && id == n->durations + 1) us = 5400;
+    else if (n->durations && id == n->durations + 2) us = 1200;
+    else if (id == 94) us = 2200;
+    else if (id == 3) us = 1700;
+    else if (id == 169) us = 900;
+    else if (id == 75) us = 600;
+    else if (id == 1) us = 400;
+    else if ((id >= 32 && id <= 59) || (id >= 96 && id <= 119) || id == 138 || id == 139) us = 25;
     return us + g->field_latency_us;
 }
+
 /* --- end nv-fields --- */
 
 /* --- nv-health: the health, traffic and memory-temperature fields (ids and units from nvml.h) --- */
@@ -662,7 +790,10 @@ static int health_field(const struct gpu *g, const struct numbering *n, struct f
         if (!remaps) return ERROR_NOT_SUPPORTED;
         v->value = g->remapped[id - 142];
         return SUCCESS;
-    case 91: v->value = g->nvlink_count; return SUCCESS;
+    case 91: /* a GPU without NVLink (an H200 PCIe) answers NOT_SUPPORTED, not 0 */
+        if (!g->nvlink_count) return ERROR_NOT_SUPPORTED;
+        v->value = g->nvlink_count;
+        return SUCCESS;
     case 94: v->value = g->pcie_replays; return SUCCESS;
     case FI_GPU_RECOVERY_ACTION: v->value = g->recovery_action; return SUCCESS;
     /* What the deprecated status fields can say of an action: a reset, or a drain then a reset. */
@@ -673,20 +804,22 @@ static int health_field(const struct gpu *g, const struct numbering *n, struct f
 }
 /* --- end nv-health --- */
 
-static int field(const struct gpu *g, struct field_value *v) {
+static int field(struct gpu *g, struct field_value *v) {
     const struct numbering *n = numbering();
     uint32_t id = v->field_id;
     if (id >= FIELD_IDS || id >= n->fi_max) return ERROR_INVALID_ARGUMENT; /* past this NVML_FI_MAX */
     if (g->field_unsupported[id]) return ERROR_NOT_SUPPORTED;
     v->value_type = VALUE_UINT;
     if (n->smoothing && id >= n->smoothing && id <= n->smoothing_last) {
+        /* A GPU without power smoothing (an H200) answers NOT_SUPPORTED, with value type 1. */
+        if (!g->power_smoothing) return ERROR_NOT_SUPPORTED;
         /* NVML_FI_PWR_SMOOTHING_ENABLED, _PRIV_LVL, _IMM_RAMP_DOWN_ENABLED, then levels (percent) */
         static const uint32_t settings[3] = {1, 0, 1};
         v->value = id - n->smoothing < 3 ? settings[id - n->smoothing] : 40;
         return SUCCESS;
     }
     switch (id) {
-    case FI_POWER_INSTANT: v->value = instant_mw(g); return SUCCESS;
+    case FI_POWER_INSTANT: v->value = refreshed_instant_mw(g); return SUCCESS;
     case FI_POWER_AVERAGE: v->value = average_mw(g); return SUCCESS;
     case FI_MEMORY_TEMP: v->value = g->memory_temperature; return SUCCESS;
     }
@@ -699,7 +832,7 @@ static int field(const struct gpu *g, struct field_value *v) {
     case FI_TOTAL_ENERGY_CONSUMPTION: /* the same counter: a GPU without it (pre-Volta) lacks both */
         if (g->fn_error[FN_nvmlDeviceGetTotalEnergyConsumption])
             return g->fn_error[FN_nvmlDeviceGetTotalEnergyConsumption];
-        v->value = energy_mj(g);
+        v->value = answer_energy(g);
         return SUCCESS;
     case FI_PERF_POLICY_POWER: v->value = g->violation_ns[0]; break;
     case FI_PERF_POLICY_THERMAL: v->value = g->clock_event_ns[0]; break; /* the SW thermal counter */
@@ -712,16 +845,24 @@ static int field(const struct gpu *g, struct field_value *v) {
 int nvmlDeviceGetFieldValues(void *h, int n, struct field_value *values) {
     DEVICE_CALL(nvmlDeviceGetFieldValues, h);
     if (n < 0 || !values) return ERROR_INVALID_ARGUMENT;
-    int64_t now_us = (int64_t)(now_ns(CLOCK_REALTIME) / 1000), spent_us = 0;
+    const struct numbering *numbered = numbering();
+    int64_t now_us = (int64_t)(now_ns(CLOCK_REALTIME) / 1000), latency_us = 0;
+    uint64_t price_us = 0;
+    unsigned queried = 0; /* the firmware queries this batch made, each charged once */
     for (int i = 0; i < n; i++) { /* the call succeeds; each value carries its own return code */
         values[i].value = 0;
         values[i].timestamp = now_us;
         values[i].nvml_return = field(g, &values[i]);
-        values[i].latency_usec = field_latency(g, values[i].field_id);
-        spent_us += values[i].latency_usec;
+        values[i].latency_usec = field_latency(g, numbered, values[i].field_id);
+        latency_us += values[i].latency_usec;
+        int query = field_query(numbered, values[i].field_id);
+        if (query < 0) price_us += FIELD_PRICE_US;
+        else if (!(queried & 1u << query)) queried |= 1u << query, price_us += query_price_us[query];
     }
-    struct timespec spent = {spent_us / 1000000, (long)(spent_us % 1000000) * 1000L};
-    if (spends_latency()) nanosleep(&spent, NULL); /* the driver's time, as the latencies say */
+    burn_us(price_us);
+    int64_t waited_us = latency_us - (charges() ? (int64_t)price_us : 0); /* the rest of its time */
+    struct timespec wait = {waited_us / 1000000, (long)(waited_us % 1000000) * 1000L};
+    if (waited_us > 0 && spends_latency()) nanosleep(&wait, NULL);
     return SUCCESS;
 }
 
@@ -734,6 +875,42 @@ int nvmlDeviceGetNvLinkErrorCounter(void *h, unsigned int link, int counter, uns
     if (link >= g->nvlink_count || counter < 0 || counter > 3 || !value) return ERROR_INVALID_ARGUMENT;
     if (g->nvlink_error_code[link]) return g->nvlink_error_code[link];
     *value = g->nvlink_errors[link][kinds[counter]];
+    return SUCCESS;
+}
+
+/* NVLink state: NOT_SUPPORTED on a GPU without NVLink (an H200 PCIe answered so for all 18 links). */
+int nvmlDeviceGetNvLinkState(void *h, unsigned int link, unsigned int *active) {
+    DEVICE_CALL(nvmlDeviceGetNvLinkState, h);
+    if (!g->nvlink_count) return ERROR_NOT_SUPPORTED;
+    if (link >= MAX_LINKS || !active) return ERROR_INVALID_ARGUMENT;
+    *active = link < g->nvlink_count && g->nvlink_error_code[link] != ERROR_NOT_SUPPORTED;
+    return SUCCESS;
+}
+
+/* nvmlGpuInstanceProfileInfo_v2_t. nvml.h: NOT_SUPPORTED where MIG mode is off (or the GPU has none);
+ * the 7-slice profile (NVML_GPU_INSTANCE_PROFILE_7_SLICE = 4) is the whole GPU of a Hopper. */
+struct instance_profile {
+    uint32_t version, id, p2p, slices, instances, multiprocessors, copy_engines;
+    uint32_t decoders, encoders, jpegs, ofas;
+    uint64_t memory_mb;
+    char name[96];
+};
+#define PROFILE_INFO_V2 (0x02000000u | (uint32_t)sizeof(struct instance_profile))
+
+int nvmlDeviceGetGpuInstanceProfileInfoV(void *h, unsigned int profile, struct instance_profile *info) {
+    DEVICE_CALL(nvmlDeviceGetGpuInstanceProfileInfoV, h);
+    if (!info) return ERROR_INVALID_ARGUMENT;
+    if (info->version != PROFILE_INFO_V2) return ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (!g->mig_mode) return ERROR_NOT_SUPPORTED;
+    static const uint32_t slices[] = {1, 2, 3, 4, 7, 8, 6}; /* 1_SLICE ... 7_SLICE, 8_SLICE, 6_SLICE */
+    if (profile >= sizeof slices / sizeof *slices || slices[profile] > 7) return ERROR_NOT_SUPPORTED;
+    uint32_t part = slices[profile];
+    memset(info, 0, sizeof *info);
+    info->version = PROFILE_INFO_V2, info->id = profile, info->slices = part, info->instances = 7 / part;
+    info->decoders = g->media_engines[0] * part / 7, info->jpegs = g->media_engines[1] * part / 7;
+    info->ofas = g->media_engines[2] * part / 7, info->encoders = g->media_engines[3] * part / 7;
+    info->memory_mb = g->memory_total / 1048576 * part / 8;
+    snprintf(info->name, sizeof info->name, "%ug", part);
     return SUCCESS;
 }
 /* --- end nv-fields --- */
@@ -1133,6 +1310,7 @@ int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
     struct gpu *g = &st->gpus[a->slot];
     uint64_t apart = b->t_ns > a->t_ns ? b->t_ns - a->t_ns : a->t_ns - b->t_ns;
     if (apart < GPM_REFRESH_NS) __atomic_fetch_add(&g->gpm_close_pairs, 1, __ATOMIC_RELAXED);
+    burn_us(GPM_METRICS_BASE_US + (uint64_t)get->num_metrics * GPM_METRIC_PRICE_US);
     for (uint32_t i = 0; g->gpm_metric_max && i < get->num_metrics; i++)
         if (get->metrics[i].metric_id >= g->gpm_metric_max) return ERROR_INVALID_ARGUMENT;
     for (uint32_t i = 0; i < get->num_metrics; i++) { /* each metric carries its own return code */

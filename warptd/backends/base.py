@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from warptd.backends.guard import GuardedSDK
@@ -133,6 +133,16 @@ class AcceleratorBackend(GuardedSDK, ABC):
 
     def begin_sample(self) -> None:
         """Called once before each sample's :meth:`read_device` calls: read host-wide data here."""
+
+    def anchor(self, indices: Sequence[int]) -> None:
+        """Read these devices' counters exactly at their next read, whatever their own cadence (the
+        energy counter, throttle times): a window, profile, stress job or workload recording begins or
+        ends there. Called on the backend's worker, right before that read. A backend that reads every
+        counter each sample has nothing to do."""
+
+    def watch_devices(self, indices: frozenset[int]) -> None:
+        """The devices open windows, profiles and stress jobs record now (each change of the set): a
+        backend may read them at the windows' pace where it reads others more slowly."""
 
     def begin_read(self, index: int, power_only: bool) -> None:
         """Called at the start of each read of one device: batch the device's values here (one SDK

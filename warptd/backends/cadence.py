@@ -9,6 +9,7 @@ equal to or longer than ``--health-interval`` every sample does.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -18,30 +19,38 @@ if TYPE_CHECKING:
 
 
 class DeviceCadence:
-    """One device's monotonic time of its last read of the slow values; ``settings()`` gives the
-    settings in force (a reload changes the intervals live)."""
+    """One device's monotonic time of its last read of some values, read every ``period`` (a setting's
+    name: ``health_interval`` for the slow values, ``energy_interval`` for the energy counter);
+    ``settings()`` gives the settings in force (a reload changes the intervals live)."""
 
-    __slots__ = ("_last", "_settings")
+    __slots__ = ("_last", "_period", "_settings")
 
-    def __init__(self, settings: Callable[[], Settings]) -> None:
+    def __init__(self, settings: Callable[[], Settings], period: str = "health_interval") -> None:
         self._settings = settings
+        self._period = period
         self._last: float | None = None
 
-    def due(self, now: float | None = None) -> bool:
-        """Whether this read of the device reads its slow values too (and if so, from now on it counts
-        as their last read). Half a sample of slack: at 0.1 s and 1 s, every tenth sample."""
+    def due(self, now: float | None = None, pace: float | None = None) -> bool:
+        """Whether this read of the device reads its values too (and if so, from now on it counts as
+        their last read). Half a sample of slack: at 0.1 s and 1 s, every tenth sample. ``pace``: how
+        often the device is read now where that is not ``--interval`` (a window's 0.1 s)."""
         settings = self._settings()
-        if settings.interval >= settings.health_interval:
+        period = getattr(settings, self._period)
+        if settings.interval >= period:
             return True  # every sample reads them
         now = time.monotonic() if now is None else now
         last = self._last
-        if last is not None and now - last < settings.health_interval - settings.interval / 2:
+        if last is not None and now - last < period - min(settings.interval, pace or math.inf) / 2:
             return False
         self._last = now
         return True
 
+    def read(self, now: float | None = None) -> None:
+        """They were read now, off the cadence (an edge of a window): the next read is a period on."""
+        self._last = time.monotonic() if now is None else now
+
     def forget(self) -> None:
-        """Read the slow values at the next read: the device was down, or the SDK was reopened."""
+        """Read the values at the next read: the device was down, or the SDK was reopened."""
         self._last = None
 
 

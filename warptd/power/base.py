@@ -123,6 +123,10 @@ class PowerBackend(GuardedSDK, ABC):
         """Per-device readings where this source covers accelerators."""
         return []
 
+    def anchor(self) -> None:
+        """Read every counter exactly at the next read (a window's edge): see
+        :meth:`~warptd.backends.base.AcceleratorBackend.anchor`."""
+
     def domains_from(self, readings: Sequence[DeviceReading]) -> list[DomainReading] | None:
         """The domains that the companion backend's device readings already hold, so that one SDK
         read serves both; None when this source reads something else (its own counters)."""

@@ -42,6 +42,9 @@ class DevicePowerBackend(PowerBackend):
     def is_available(self) -> bool:
         return self.devices.is_available()
 
+    def anchor(self) -> None:
+        self.devices.anchor(range(self.devices.get_device_count()))
+
     def read_domains(self) -> list[DomainReading]:
         readings = []
         for index in range(self.devices.get_device_count()):

@@ -311,9 +311,10 @@ class Recorder:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        """``edges``: the energy spans the recording's own start and end (windows, profiles), the
-        few ms to the first and last samples extrapolated at their power; else only what the
-        samples span (a stress run's timed part). ``on_grow`` is called (no lock held) after a
+        """``edges``: the recording's first and last samples are read at its own start and end
+        (windows, profiles: every counter exactly), and the power's integral spans them, the few ms
+        to the first and last samples extrapolated at their power; else only what the samples span
+        (a stress run's timed part). ``on_grow`` is called (no lock held) after a
         sample added points: the windows' memory bound (memory.py). ``clock`` (monotonic, the
         samples' ``at``) and ``wall`` (Unix time) date its start and end."""
         self.kind, self.name, self.labels = kind, name, dict(labels or {})
@@ -559,8 +560,9 @@ def _summary(state: _TargetState, span: tuple[float, float] | None, points: bool
     integrated = state.integrated.joules if state.spans(energy=False) else None
     estimated = None
     if span is not None:
+        # The counter is read at the recording's edges (windows, profiles): its delta is the energy.
+        # The power's integral is extended over the few ms to the first and last samples.
         edge = state.edge_joules(*span)
-        counted = None if counted is None else counted + edge
         integrated = None if integrated is None else integrated + edge
         if state.samples == 1 and state.first_power is not None:
             estimated = edge  # one reading: its power over the whole span (up to a loss)

@@ -49,7 +49,7 @@ class Sampling(Protocol):
 
     def watch(self, owner: str, devices: set[tuple[str, int]], power: set[str]) -> None: ...
     def unwatch(self, owner: str) -> None: ...
-    def sample_watched(self, name: str, indices: set[int] | None = None) -> bool: ...
+    def sample_watched(self, name: str, indices: set[int] | None = None, *, edge: bool = False) -> bool: ...
 
 
 @dataclass
@@ -211,11 +211,12 @@ class WindowManager:
         return recording.model_copy(update=window.lease_fields())
 
     def _read_edges(self, window: Window) -> None:
-        """Read the window's devices and domains now: its first or last sample is at its edge."""
+        """Read the window's devices and domains now, every counter exactly (the energy counter, throttle
+        times, whatever their cadence): its first or last sample is at its edge."""
         for backend, indices in window.devices.items():
-            self.sampling.sample_watched(backend, indices)
+            self.sampling.sample_watched(backend, indices, edge=True)
         for backend in window.power:
-            self.sampling.sample_watched(backend)
+            self.sampling.sample_watched(backend, edge=True)
 
     # -- the sampler's samples ------------------------------------------------------------------
     def on_sample(

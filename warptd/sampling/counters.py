@@ -80,18 +80,34 @@ class MonotonicCounter:
         self.previous, self.total = raw, total
 
 
+#: How far behind its read a driver's energy counter may be: NVML refreshes it every 100 ms. The total
+#: between two reads of the counter counts the integrated power only up to that long before, so that
+#: the next read of the counter finds the total at or below itself (it takes its own value then).
+BRIDGE_LAG_S = 0.1
+
+
 @dataclass(slots=True)
 class EnergyTracker:
     """Energy of one device or domain: from its counter where it has one, else integrated power.
 
     Power is derived from the counter delta when the hardware reports energy only (RAPL, i915).
     A gap in readings (:meth:`gap`) is never integrated across: the next reading starts anew.
+
+    Where the counter is read less often than the power (its own cadence: NVML's costs 2.9 ms of CPU),
+    a reading without it advances the total by the power integrated since the counter's last read
+    (the bridge, less :data:`BRIDGE_LAG_S` of the newest power); the counter's next read re-anchors
+    it. The total is the counter's own at every read of it, and never goes down: where the bridge ran
+    ahead of the counter, the total holds until the counter passes it.
     """
 
     counter: MonotonicCounter | None = None
     integrated: float | None = None
     last_power: float | None = None
-    last_time: float | None = None
+    last_time: float | None = None  # of the last reading (integrated) or of the counter's last read
+    bridge: float = 0.0  #: joules integrated from the power since the counter's last read
+    #: The newest power and its time, where the bridge integrates from (None: from the next one).
+    bridge_from: tuple[float, float] | None = None
+    published: float | None = None  #: the total last handed out: a later one is never lower
     #: A total saved by an earlier run of the daemon, the raw counter then, whether that run was
     #: on this same boot, and the Unix time of that reading; not yet applied.
     resumed: tuple[float, float | None, bool, float | None] | None = None
@@ -150,10 +166,11 @@ class EnergyTracker:
             if power is None and not first and dt:
                 power = delta / dt
             self.last_time = now
-            return power, self.counter.total
+            self.bridge, self.bridge_from = 0.0, (now, power) if power is not None else None
+            return power, self._publish(self.counter.total)
         if self.counter is not None:
-            # The counter exists but is unreadable now: keep its total, resume on the next reading.
-            return power, self.counter.total
+            # Between two reads of the counter (or it is unreadable now): the bridge advances the total.
+            return power, self._publish(self.counter.total + self._bridged(now, power))
         if power is None:
             self.last_power, self.last_time = None, None
             return None, self.integrated
@@ -164,6 +181,29 @@ class EnergyTracker:
             self.integrated += (self.last_power + power) / 2 * dt
         self.last_power, self.last_time = power, now
         return power, self.integrated
+
+    def _bridged(self, now: float, power: float | None) -> float:
+        """The joules the power drew since the counter's last read, as far as the counter can know them:
+        each interval at the lower of its two readings (a reading is the power as of the driver's last
+        refresh, so a step between two of them is not known to be earlier), and :data:`BRIDGE_LAG_S` of
+        the higher one short of now. The next read of the counter then finds itself at or above it."""
+        start = self.bridge_from
+        if power is None:
+            self.bridge_from = None  # nothing to integrate from: the bridge waits for the next power
+            return self.bridge
+        higher = power
+        if start is not None and now > start[0]:
+            self.bridge += min(start[1], power) * (now - start[0])
+            higher = max(start[1], power)
+        self.bridge_from = (now, power)
+        return max(0.0, self.bridge - higher * BRIDGE_LAG_S)
+
+    def _publish(self, total: float | None) -> float | None:
+        """``total``, or the last one handed out where that was higher (the bridge ran ahead)."""
+        published = self.published
+        if total is not None and (published is None or total > published):
+            self.published = published = total
+        return published
 
     def _resumed_total(self, energy: float, wrap_range: float | None, ceiling: float) -> float:
         assert self.resumed is not None and self.counter is not None
@@ -188,10 +228,12 @@ class EnergyTracker:
     def gap(self) -> None:
         """The device or domain was not read this time: integrate nothing across the hole.
 
-        A counter needs no gap handling: its next delta is energy really used meanwhile.
+        A counter's next delta is energy really used meanwhile: only its bridge stops (until the next
+        power reading), keeping what it integrated before the hole.
         """
         if self.counter is None:
             self.last_power, self.last_time = None, None
+        self.bridge_from = None
 
 
 def _uptime() -> float:

@@ -85,14 +85,19 @@ class Reader:
         # asked once: an ABC's isinstance is slow per sample
         self._power = {name for name, backend in backends.items() if isinstance(backend, PowerBackend)}
 
-    def read(self, name: str, indices: list[int] | None = None) -> Raw:
-        """Read every device (or only ``indices``, a fast read) or every domain of backend ``name``."""
+    def read(self, name: str, indices: list[int] | None = None, *, edge: bool = False) -> Raw:
+        """Read every device (or only ``indices``, a fast read) or every domain of backend ``name``;
+        ``edge``: with every counter read exactly (:meth:`AcceleratorBackend.anchor`)."""
         backend = self.backends[name]
         if name in self._power:
+            if edge:
+                backend.anchor()  # type: ignore[union-attr]
             return read_domains(backend)  # type: ignore[arg-type]
         if indices is None:
             self._rediscover(name, backend)  # type: ignore[arg-type]
             indices = list(range(backend.get_device_count()))  # type: ignore[union-attr]
+        if edge:
+            backend.anchor(indices)  # type: ignore[union-attr]
         state = self.snapshot.get(name)
         last = {sample.reading.index: sample.reading for sample in state.devices} if state else {}
         return read_devices(backend, indices, last)  # type: ignore[arg-type]

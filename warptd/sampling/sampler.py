@@ -26,7 +26,7 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import structlog
@@ -160,6 +160,18 @@ class Sampler:
             changed = self.watches.add(owner, devices, power)
             for name in changed:
                 self._schedule_fast(name)
+        self._anchor_new(devices)
+
+    def _anchor_new(self, devices: set[tuple[str, int]]) -> None:
+        """The next read of newly watched devices takes every counter exactly, whichever job makes it
+        (the fast job's first read may come before the watcher's own edge read)."""
+        by_backend: dict[str, list[int]] = {}
+        for name, index in devices:
+            by_backend.setdefault(name, []).append(index)
+        for name, indices in by_backend.items():
+            backend = self.backends.get(name)
+            if backend is not None and not isinstance(backend, PowerBackend):
+                backend.anchor(indices)
 
     def unwatch(self, owner: str) -> None:
         """Drop ``owner``'s watch; a device nobody watches any more returns to ``--interval``."""
@@ -168,19 +180,25 @@ class Sampler:
                 self._schedule_fast(name)
 
     def _schedule_fast(self, name: str) -> None:
-        """Add or remove backend ``name``'s fast job to match whether anything of it is watched."""
+        """Add or remove backend ``name``'s fast job to match whether anything of it is watched, and
+        tell the backend which of its devices are watched."""
+        backend = self.backends[name]
+        if not isinstance(backend, PowerBackend):
+            backend.watch_devices(frozenset(self.watches.devices(name)))
         if not self.scheduler.running:
             return
         job_id = f"fast-{name}"
         job = self.scheduler.get_job(job_id)
         wanted = self.watches.watched(name)
         if wanted and job is None:
+            interval = self.settings.window_interval
             self.scheduler.add_job(
                 self.sample_watched,
                 "interval",
                 args=[name],
-                seconds=self.settings.window_interval,
-                next_run_time=datetime.now(UTC),
+                seconds=interval,
+                next_run_time=datetime.now(UTC)
+                + timedelta(seconds=interval),  # after the watcher's edge read
                 id=job_id,
             )
             log.debug("fast_sampling_on", backend=name, interval_s=self.settings.window_interval)
@@ -192,9 +210,11 @@ class Sampler:
         """Whether backend ``name`` has a fast job now."""
         return self.scheduler.running and self.scheduler.get_job(f"fast-{name}") is not None
 
-    def sample_watched(self, name: str, indices: set[int] | None = None) -> bool:
+    def sample_watched(self, name: str, indices: set[int] | None = None, *, edge: bool = False) -> bool:
         """Read backend ``name``'s watched devices (or ``indices``; a power backend: every domain)
         now, on its worker, and publish them; False when the read could not be done in time.
+        ``edge``: a window, profile, stress job or recording begins or ends here, so the read takes
+        every counter exactly (:meth:`AcceleratorBackend.anchor`: the energy counter, throttle times).
 
         A fast read already in flight is waited for first, so a hung SDK holds at most one fast read
         (hangs and timeouts are counted by the normal job only); then these devices are read anyway:
@@ -214,7 +234,7 @@ class Sampler:
             if not wanted:
                 return True
         started = time.monotonic()
-        future = self._workers[name].submit(lambda: self._reader.read(name, wanted))
+        future = self._workers[name].submit(lambda: self._reader.read(name, wanted, edge=edge))
         self._fast_inflight[name] = future
         try:
             raw = future.result(timeout=self.settings.sample_timeout)

@@ -48,10 +48,12 @@ class JobManager:
         refresh: Callable[[], list[DeviceRef]] | None = None,
         watch: Callable[[str, set[tuple[str, int]], set[str]], None] | None = None,
         unwatch: Callable[[str], None] | None = None,
+        edge: Callable[[set[tuple[str, int]], set[str]], None] | None = None,
         carbon: Callable[[Recording], Recording] | None = None,
     ) -> None:
         """``watch``/``unwatch``: the sampler's, so a running job's device is sampled faster;
-        ``carbon`` adds carbon and cost to a finished run's recording."""
+        ``edge``: reads a job's device and power domains with every counter exact, as its run begins
+        and ends; ``carbon`` adds carbon and cost to a finished run's recording."""
         self.devices = {d.key: d for d in devices}
         #: Re-reads the device list (after a backend re-discovered its devices) before each start.
         self._refresh = refresh
@@ -68,6 +70,7 @@ class JobManager:
         self._closing = False
         self._watch = watch or (lambda *_: None)
         self._unwatch = unwatch or (lambda _: None)
+        self._edge = edge or (lambda *_: None)
         self._carbon = carbon or (lambda recording: recording)
         self.runs: Counter[tuple[str, str]] = Counter()
         self.last: dict[tuple[str, str, str], Job] = {}  # (backend, device, test) -> last finished job
@@ -211,8 +214,9 @@ class JobManager:
                 job.status = JobStatus.RUNNING
             if job.recorder is not None:
                 job.recorder.recording = True
-            power = set(self.companions.get(job.device.backend, ()))
-            self._watch(f"stress-{job.id}", {(job.device.backend, job.device.index)}, power)
+            devices, power = self._measured(job)
+            self._watch(f"stress-{job.id}", devices, power)
+            self._edge(devices, power)  # the recording's first sample, at the run's start
         elif kind == "progress":
             job.progress = {k: float(v) for k, v in payload.items()}
         elif kind == "result":
@@ -221,9 +225,15 @@ class JobManager:
             error = f"{payload['type']}: {payload['message']}"
         return result, error
 
+    def _measured(self, job: Job) -> tuple[set[tuple[str, int]], set[str]]:
+        """A job's device ((backend, index)) and the power backends that measure it."""
+        return {(job.device.backend, job.device.index)}, set(self.companions.get(job.device.backend, ()))
+
     def _finish(self, job: Job, result: dict[str, Any] | None, error: str | None) -> None:
-        self._unwatch(f"stress-{job.id}")
         recorder = job.recorder
+        if recorder is not None and recorder.recording:
+            self._edge(*self._measured(job))  # the recording's last sample, at the run's end
+        self._unwatch(f"stress-{job.id}")
         if recorder is not None:
             recorder.recording = False
         job.ended_at = datetime.now(UTC)

@@ -93,8 +93,12 @@ class WorkloadEnergy:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         listeners: Sequence[WorkloadListener] = (),
+        edge: Callable[[set[tuple[str, str]]], None] = lambda devices: None,
     ) -> None:
+        """``edge``: reads devices ((backend, uuid)) now with every counter exact, when a workload
+        begins or ends on them (its recording's energy is then the counter's at those edges)."""
         self.sources = sources
+        self._edge = edge
         self.listeners = list(listeners)  # told after each poll and each split (their recordings)
         self.procfs, self.cgroupfs = procfs, cgroupfs
         self.kinds = frozenset(kinds)
@@ -131,6 +135,7 @@ class WorkloadEnergy:
             self._running = set()
             for item in listed:
                 held[(item.backend, item.uuid)] = self._holders(item, now, wall, over_cap)
+            edges = _changed_holders(self._held, held)
             self._held = held
             for job in jobs:  # running, on a device or not: their CPU share is theirs
                 self._track(job, now, wall, over_cap)
@@ -145,6 +150,8 @@ class WorkloadEnergy:
                 told = self._totals_told()
             for listener in self.listeners:
                 listener.after_poll(told)
+        if edges:
+            self._edge(edges)
 
     def _list(self) -> list[_Listed]:
         """Each source's fresh device lists, every pid placed (one /proc read per new process)."""
@@ -362,6 +369,18 @@ class WorkloadEnergy:
 
     def stop(self) -> None:
         self._poller.stop()
+
+
+def _changed_holders(
+    before: Mapping[tuple[str, str], _Held], now: Mapping[tuple[str, str], _Held]
+) -> set[tuple[str, str]]:
+    """The devices whose workloads changed since the last poll: one began or ended on them."""
+    return {
+        device
+        for device in before.keys() | now.keys()
+        if (before[device].holders if device in before else ())
+        != (now[device].holders if device in now else ())
+    }
 
 
 def _by_holder(keys: Mapping[int, WorkloadKey | None], weights: Mapping[int, float]) -> Holders:

@@ -36,6 +36,7 @@ class NvidiaBackend(NvmlBackend):
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._handles = self._session.handles
         self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
+        self._watched: frozenset[int] = frozenset()  # the GPUs a window records (:meth:`watch_devices`)
         #: One device object per GPU that NVML counts, as of NVML initialisation ``_generation``.
         self.gpus: tuple[Gpu, ...] = self._open_gpus(())
 
@@ -49,6 +50,7 @@ class NvidiaBackend(NvmlBackend):
             gpm=self._gpm,
             settings=lambda: self.settings,
             report=self.device_failed,
+            read_costs=self.read_costs,
         )
         return tuple(
             Gpu(index, handle, context, before[index] if index < len(before) else None)
@@ -100,7 +102,18 @@ class NvidiaBackend(NvmlBackend):
                 if index < len(self.gpus):
                     self.gpus[index].cadence.forget()  # back up, it reads everything at once
                 return DeviceReading(index=index, up=False)
-            return self.gpus[index].read()
+            return self.gpus[index].read(index in self._watched)
+
+    def anchor(self, indices: Sequence[int]) -> None:
+        """Read these GPUs' energy counters and throttle times at their next read: an edge."""
+        gpus = self.gpus
+        for index in indices:
+            if index < len(gpus):
+                gpus[index].anchor()
+
+    def watch_devices(self, indices: frozenset[int]) -> None:
+        """The GPUs windows record now: their GPM follows the windows' reads."""
+        self._watched = indices
 
     def read_power(self, index: int) -> tuple[float | None, float | None] | None:
         with self._session.lock:

@@ -36,7 +36,7 @@ class NvmlBackend(AcceleratorBackend):
             self._gpm = GpmContext(
                 self._nvml,
                 self._is_unsupported,
-                gap=lambda: sample_gap(self.settings),
+                gap=lambda watched: sample_gap(self.settings, watched),
                 reject=lambda n: self.count_error(ErrorKind.INVALID_VALUE, n),
             )
         except AttributeError as exc:  # an nvidia-ml-py without the GPM structs

@@ -46,14 +46,15 @@ class FieldBatch:
         self.values: dict[FieldKey, float] = {}  # this read's values
         self.unsupported: set[FieldKey] = set()  # fields this GPU lacks: not asked again
         self.plan: FieldPlan | None = None  # the full batch (its NVLinks known)
-        self._requests: dict[str, FieldRequest] = {}  # the last batch by kind (full, power, sample)
+        self._requests: dict[str, FieldRequest] = {}  # the last batch by kind (full, power, energy …)
         #: This read's request and values by position, where every field answered as last time.
         self.steady: tuple[FieldRequest, list[float]] | None = None
         #: The gauges and raw counters of the last full batch (and the calls standing in).
         self.decoded: Decoded | None = None
 
     def full_plan(self) -> FieldPlan | None:
-        """The full field batch, built once the GPU's NVLink count is known (one field read)."""
+        """The full field batch, built once the GPU's NVLink count is known (field 91; where it is not
+        supported, the links whose ``nvmlDeviceGetNvLinkState`` answers: none on a GPU without NVLink)."""
         if self.plan is None:
             guard = self._guard
             answers = self._api.get(
@@ -61,21 +62,34 @@ class FieldBatch:
             )
             if answers is None and "nvlink_count" not in guard.unsupported:
                 return None  # failing now: this read asks the fields without the links
-            links = 0
+            links = None
             for _, code, value_type, value in self._api.unpack(answers or ()):
                 if code == self._api.nvml.NVML_SUCCESS and value_type in fields.INTEGERS:
                     links = int(value)  # type: ignore[arg-type]
+            if links is None:
+                links = self._answering_links()
             field_set = self.field_set
             self.plan = FieldPlan.build((*field_set.device, *field_set.other), links)
         return self.plan
 
-    def read(self, field_ids: tuple[FieldKey, ...], plan: FieldPlan | None) -> bool:
-        """One field batch (``plan``: the full one, which decodes into gauges and counters). Each
-        value carries its own return code: a field answered "not supported" once is not asked again
-        for this GPU. False when the batch, or some field in it, failed now."""
+    def _answering_links(self) -> int:
+        """The links before the first whose state NVML does not answer (NOT_SUPPORTED at link 0: no
+        NVLink), at most :data:`~warptd.backends.nvidia.fields.MAX_LINKS`."""
+        for link in range(fields.MAX_LINKS):
+            what = f"nvlink_state_{link}"
+            if self._api.get(self._guard, self._handle, what, "nvmlDeviceGetNvLinkState", link) is None:
+                return link
+        return fields.MAX_LINKS
+
+    def read(self, kind: str, plan: FieldPlan | None = None) -> bool:
+        """One field batch of ``kind`` (:attr:`FieldSet.kinds`, or ``full``: ``plan``'s, which decodes
+        into gauges and counters). Each value carries its own return code: a field answered "not
+        supported" once is not asked again for this GPU. False when the batch, or some field in it,
+        failed now."""
         self.values = values = {}
         self.steady = None
-        request = self._request(plan, field_ids)
+        field_ids = plan.keys if plan is not None else self.field_set.kinds[kind]
+        request = self._request(kind, plan, field_ids)
         if request is None:
             return True
         guard, nvml = self._guard, self._api.nvml
@@ -117,11 +131,12 @@ class FieldBatch:
             request.mark_clean(tuple(answered))
         return not failed
 
-    def _request(self, plan: FieldPlan | None, field_ids: tuple[FieldKey, ...]) -> FieldRequest | None:
+    def _request(
+        self, kind: str, plan: FieldPlan | None, field_ids: tuple[FieldKey, ...]
+    ) -> FieldRequest | None:
         """The batch to send: the last one of its kind while neither the plan nor what this GPU lacks
         changed (that set only grows); None when nothing is left to ask."""
         unsupported = self.unsupported
-        kind = "full" if plan is not None else "power" if field_ids is self.field_set.power else "sample"
         request = self._requests.get(kind)
         if request is not None and request.made_from == (field_ids, len(unsupported)):
             return request

@@ -57,6 +57,9 @@ NVLINK_ERROR_IDS: dict[str, tuple[int, int]] = {
     "replay": (46, 108),
     "recovery": (53, 114),
 }
+#: The most NVLinks a GPU of the R580 drivers has (Hopper, Blackwell: 18); nvml.h's
+#: NVML_NVLINK_MAX_LINKS grew to 36 in CUDA 13.5, which an R580 driver does not know.
+MAX_LINKS = 18
 #: Links the per-link error ids number (L0-L11). The link also goes in scopeId, where drivers from
 #: R575 (CUDA 12.9) take it; links beyond are read by nvmlDeviceGetNvLinkErrorCounter, as DCGM does.
 NVLINK_ERROR_LINKS = 12
@@ -68,49 +71,59 @@ NVLINK_ERROR_COUNTERS: dict[str, int] = {"crc_flit": 2, "crc_data": 3, "replay":
 class Numbering:
     """The ids one driver branch's nvml.h gives the values that moved between branches."""
 
-    since: int  # the first branch (driver major version) numbering them so
-    #: Clock-event reason -> its duration field (ns). SW power cap (74) and sync boost (76) keep their
-    #: ids; SW thermal is 251 (R575/R580) or 269 (R590+), and 75 (NVML_FI_DEV_PERF_POLICY_THERMAL, the
-    #: older id of the same counter) before; HW thermal and HW power brake have no field before R575.
-    throttle: Mapping[str, int]
+    since: tuple[int, int]  # the first driver (major, minor version) numbering them so
+    #: Clock-event reason -> its duration field (ns), or the ids it may have where the version does not
+    #: tell (asked together once: the one answering a 64-bit value is the duration, the other is a
+    #: power-smoothing setting or not supported, and is not asked again). SW power cap (74) and sync
+    #: boost (76) keep their ids; SW thermal is 251 or 269, and 75 (NVML_FI_DEV_PERF_POLICY_THERMAL, the
+    #: older id of the same counter) before R575; HW thermal and HW power brake have no field before.
+    throttle: Mapping[str, tuple[int, ...]]
     recovery: tuple[int, ...]  # 230, or the status fields 226/227 that it replaced
     power: bool  # 185/186 are known (R535+); before, NVML_FI_MAX of the header stops short of them
 
 
 #: SW power cap and sync boost: NVML_FI_DEV_PERF_POLICY_POWER / _SYNC_BOOST on every branch.
-_PERF_POLICY = {"sw_power_cap": 74, "sync_boost": 76}
-_BEFORE_R575 = {**_PERF_POLICY, "sw_thermal_slowdown": 75}  # NVML_FI_DEV_PERF_POLICY_THERMAL
-_R575 = {
-    **_PERF_POLICY,
-    "sw_thermal_slowdown": 251,
-    "hw_thermal_slowdown": 252,
-    "hw_power_brake_slowdown": 253,
-}
-_R590 = {
-    **_PERF_POLICY,
-    "sw_thermal_slowdown": 269,
-    "hw_thermal_slowdown": 270,
-    "hw_power_brake_slowdown": 271,
-}
+_PERF_POLICY = {"sw_power_cap": (74,), "sync_boost": (76,)}
+_BEFORE_R575 = {**_PERF_POLICY, "sw_thermal_slowdown": (75,)}  # NVML_FI_DEV_PERF_POLICY_THERMAL
+#: The durations of CUDA 12.9 to 13.0 GA (R575, R580 up to 580.65), power smoothing at 256-273 ...
+_DURATIONS_251 = (251, 252, 253)
+#: ... and of CUDA 13.0 Update 1 (580.82, "v580 TRD2") on, power smoothing at 251-268 (NVIDIA's NVML
+#: known issues); a real H200 on 580.159.04 answered 269-271 and NOT_SUPPORTED at 251-253.
+_DURATIONS_269 = (269, 270, 271)
+_CLOCK_EVENTS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+
+def _durations(*ranges: tuple[int, int, int]) -> dict[str, tuple[int, ...]]:
+    """SW power cap and sync boost, and each clock event's duration at its id in each of ``ranges``."""
+    events = {reason: tuple(ids) for reason, *ids in zip(_CLOCK_EVENTS, *ranges, strict=True)}
+    return {**_PERF_POLICY, **events}
+
+
 _RECOVERY = (FI_GPU_RECOVERY_ACTION,)
 #: Oldest first; checked against each branch's nvml.h (docs/telemetry.md says which and how).
 NUMBERINGS: tuple[Numbering, ...] = (
-    Numbering(0, _BEFORE_R575, (), power=False),  # R525/R530 and before
-    Numbering(535, _BEFORE_R575, (FI_RESET_STATUS, FI_DRAIN_AND_RESET_STATUS), power=True),
-    Numbering(570, _BEFORE_R575, _RECOVERY, power=True),
-    Numbering(575, _R575, _RECOVERY, power=True),  # power smoothing at 256-273
-    Numbering(590, _R590, _RECOVERY, power=True),  # power smoothing at 251-268
+    Numbering((0, 0), _BEFORE_R575, (), power=False),  # R525/R530 and before
+    Numbering((535, 0), _BEFORE_R575, (FI_RESET_STATUS, FI_DRAIN_AND_RESET_STATUS), power=True),
+    Numbering((570, 0), _BEFORE_R575, _RECOVERY, power=True),
+    Numbering((575, 0), _durations(_DURATIONS_251), _RECOVERY, power=True),
+    # R580 between 13.0 GA and Update 1: which header a build took is not known here, so both.
+    Numbering((580, 66), _durations(_DURATIONS_251, _DURATIONS_269), _RECOVERY, power=True),
+    Numbering((580, 82), _durations(_DURATIONS_269), _RECOVERY, power=True),
 )
 
 
 def numbering(driver_version: str | None) -> Numbering:
-    """The numbering of the branch ``driver_version`` ("580.65.06") belongs to; the newest where the
-    version is unknown (a duration's 64-bit type still tells it from a power-smoothing setting)."""
+    """The numbering of the driver ``driver_version`` ("580.65.06") belongs to; where the version is
+    unknown, the newest one's ids and the older ones' both (the 64-bit type tells them apart)."""
+    parts = (driver_version or "").split(".")
     try:
-        branch = int((driver_version or "").split(".")[0])
+        version = (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0)
     except ValueError:
-        return NUMBERINGS[-1]
-    return [each for each in NUMBERINGS if branch >= each.since][-1]
+        return _UNKNOWN_DRIVER
+    return [each for each in NUMBERINGS if version >= each.since][-1]
+
+
+_UNKNOWN_DRIVER = Numbering((0, 0), _durations(_DURATIONS_269, _DURATIONS_251), _RECOVERY, power=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +176,9 @@ _64_BIT_INTEGERS = frozenset({2, 3, 4})
 
 
 class FieldSet:
-    """The field batches of one numbering: power only, a sample's, and what the full batch adds beside
-    the health and link fields (memory temperature, recovery action), with the value type each must
+    """The field batches of one numbering: what each kind of read asks (a cheap sample, one with the
+    energy counter, an edge's with the throttle times too, power only), what the full batch adds beside
+    the health and link fields (memory temperature, recovery action), and the value type each must
     answer. A duration counter is 64-bit: a field answering another type is another field under that
     id (a power-smoothing setting), and is treated as not supported."""
 
@@ -172,26 +186,32 @@ class FieldSet:
         self.numbering = numbering
         power = ((FI_POWER_INSTANT, 0),) if numbering.power else ()
         average = ((FI_POWER_AVERAGE, 0),) if numbering.power else ()
-        #: Reason -> the key of its duration field.
+        energy = ((FI_TOTAL_ENERGY, 0),)
+        memory_temperature = ((FI_MEMORY_TEMP, 0),)
+        #: (reason, the key of a duration field it may have), each of its ids where it has several.
         self.throttle: tuple[tuple[str, FieldKey], ...] = tuple(
-            (r, (f, 0)) for r, f in numbering.throttle.items()
+            (reason, (field_id, 0)) for reason, ids in numbering.throttle.items() for field_id in ids
         )
-        self.device: tuple[FieldKey, ...] = (
-            *power,
-            (FI_TOTAL_ENERGY, 0),
-            *average,
-            *(k for _, k in self.throttle),
-        )
-        self.power: tuple[FieldKey, ...] = (*power, (FI_TOTAL_ENERGY, 0))
-        #: What a sample between two reads of the slow values asks: power, throttle times, memory temperature.
-        self.sample: tuple[FieldKey, ...] = (*self.device, (FI_MEMORY_TEMP, 0))
+        throttle = tuple(key for _, key in self.throttle)
+        #: What the full batch asks beside the health and link fields.
+        self.device: tuple[FieldKey, ...] = (*power, *energy, *average, *throttle)
+        #: By kind of read (see :class:`~warptd.backends.nvidia.gpu.Gpu`): the cheap sample (power and
+        #: memory temperature, 7 µs on an H200), with the energy counter (2.9 ms), at an edge also the
+        #: throttle times (0.58 ms a group); power alone (a power backend's read), and with the counter.
+        self.kinds: dict[str, tuple[FieldKey, ...]] = {
+            "power": (*power, *average, *memory_temperature),
+            "energy": (*power, *energy, *average, *memory_temperature),
+            "edge": (*self.device, *memory_temperature),
+            "power_only": power,
+            "power_only_energy": (*power, *energy),
+        }
         #: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).
-        self.other: tuple[FieldKey, ...] = ((FI_MEMORY_TEMP, 0), *((f, 0) for f in numbering.recovery))
+        self.other: tuple[FieldKey, ...] = (*memory_temperature, *((f, 0) for f in numbering.recovery))
         #: The fields read one by one (power, throttle times …), the rest decode by the plan.
         self.looked_up = frozenset((*self.device, *self.other))
         self.types: dict[int, frozenset[int]] = {
             FI_TOTAL_ENERGY: _64_BIT_INTEGERS,
-            **dict.fromkeys(numbering.throttle.values(), _64_BIT_INTEGERS),
+            **dict.fromkeys((field_id for field_id, _ in throttle), _64_BIT_INTEGERS),
         }
 
 
@@ -236,6 +256,7 @@ class FieldPlan:
     specs: Mapping[FieldKey, FieldSpec]
     #: (link, kind, nvmlNvLinkErrorCounter_t) of the links the per-link error ids do not number.
     error_calls: tuple[tuple[int, str, int], ...] = ()
+    links: int = 0  # the NVLinks the GPU has
 
     @classmethod
     def build(cls, base: tuple[FieldKey, ...], links: int) -> FieldPlan:
@@ -253,7 +274,7 @@ class FieldPlan:
             for link in range(NVLINK_ERROR_LINKS, links)
             for kind, counter in NVLINK_ERROR_COUNTERS.items()
         )
-        return cls(groups, (*base, *specs), specs, calls)  # a metric's fields side by side: see runs
+        return cls(groups, (*base, *specs), specs, calls, links)  # a metric's fields side by side: see runs
 
     def decode(self, values: Mapping[FieldKey, float]) -> Decoded:
         """The gauges and the raw counters that this read's field values give."""

@@ -8,7 +8,8 @@ one ``nvmlGpmSampleGet``, then ``nvmlGpmMetricsGet`` against the previous sample
 the counters at most every 100 ms (nvml.h: two samples "should be greater than 100ms" apart), so a
 source is sampled only when :func:`sample_gap` has passed since its last sample, however often its
 GPU is read (the regular job and a window's 0.1 s job share the source): the reads in between keep
-the last period's values.
+the last period's values. Outside windows a source is sampled at most once a second (a sample and its
+metrics cost about 1.8 ms of CPU a pair on an H200); a window's reads sample it at ``--interval``.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from warptd.backends.costs import ReadCosts, thread_time
 from warptd.backends.nvidia import calls
 from warptd.metrics import catalog
 from warptd.models import LabelledValues
 
 if TYPE_CHECKING:
+    from warptd.backends.nvidia.engines import Presence
     from warptd.backends.nvidia.guard import Guard
     from warptd.config import Settings
 
@@ -38,12 +41,17 @@ FIRST_HEADER_METRIC_MAX = 98
 MIN_SAMPLE_GAP_S = 0.11
 
 
-def sample_gap(settings: Settings) -> float:
-    """Seconds a source waits between two samples: the driver's :data:`MIN_SAMPLE_GAP_S`, and
-    ``--interval`` less half a window sample (reads come that often while a window is open; a regular
-    tick a little early still samples), so GPM values stay over one ``--interval`` when a window reads
-    the GPU ten times a second."""
-    return max(MIN_SAMPLE_GAP_S, settings.interval - min(settings.interval, settings.window_interval) / 2)
+#: The shortest period of a source outside windows: GPM activity is a dashboard's, read once a second.
+UNWATCHED_PERIOD_S = 1.0
+
+
+def sample_gap(settings: Settings, watched: bool = False) -> float:
+    """Seconds a source waits between two samples: the driver's :data:`MIN_SAMPLE_GAP_S`, and the
+    period (``--interval``; at least :data:`UNWATCHED_PERIOD_S` outside windows) less half a sample
+    (reads come that often; a tick a little early still samples), so GPM values stay over one
+    ``--interval`` when a window reads the GPU ten times a second."""
+    period = settings.interval if watched else max(settings.interval, UNWATCHED_PERIOD_S)
+    return max(MIN_SAMPLE_GAP_S, period - min(settings.interval, settings.window_interval) / 2)
 
 
 #: NVML_GPM_METRIC_* constant name -> (catalog metric, its labels beyond backend/device/uuid).
@@ -131,7 +139,7 @@ def _throughputs(values: tuple[float, ...]) -> bool:
 
 class GpmContext:
     """What the GPM sources of one backend share: this nvidia-ml-py's metric table and struct layout;
-    ``unsupported(error)``, whether an NVML error means "not supported"; ``gap()``, the seconds
+    ``unsupported(error)``, whether an NVML error means "not supported"; ``gap(watched)``, the seconds
     between two samples of a source (:func:`sample_gap`); ``reject(n)``, which counts values the
     driver answered that no period can have (NaN, infinite, negative); and the samples NVML refused
     to free while it was shut down (freed at the next :meth:`reset`)."""
@@ -140,7 +148,7 @@ class GpmContext:
         self,
         nvml: ModuleType,
         unsupported: Callable[[BaseException], bool],
-        gap: Callable[[], float],
+        gap: Callable[[bool], float],
         reject: Callable[[int], None],
     ) -> None:
         self.nvml = nvml
@@ -157,9 +165,12 @@ class GpmContext:
         answer = guard.call("gpm_support", self.nvml.nvmlGpmQueryDeviceSupport, handle)
         return None if answer is None else bool(answer.isSupportedDevice)
 
-    def open(self, guard: Guard, take: str, args: tuple[object, ...]) -> GpmSource | None:
+    def open(
+        self, guard: Guard, take: str, args: tuple[object, ...], presence: Presence | None = None
+    ) -> GpmSource | None:
         """A source with its two samples allocated, taken by the C function ``take`` called with
-        ``args`` and the sample; None (asked again next tick) when an allocation fails."""
+        ``args`` and the sample; None (asked again next tick) when an allocation fails. ``presence``:
+        the engines and links the GPU has (the metrics of those it lacks are not asked)."""
         samples: list[Any] = []
         for _ in range(2):
             sample = guard.call("gpm_alloc", self.nvml.nvmlGpmSampleAlloc)
@@ -167,7 +178,7 @@ class GpmContext:
                 self.free(samples)
                 return None
             samples.append(sample)
-        return GpmSource(self, samples, take, args)
+        return GpmSource(self, samples, take, args, presence)
 
     def free(self, samples: list[Any]) -> None:
         """Free samples; those NVML refuses while it is shut down are freed at the next reset."""
@@ -190,9 +201,17 @@ class GpmSource:
     each tick one ``nvmlGpmSampleGet`` (or ``…MigSampleGet``), then ``nvmlGpmMetricsGet`` against
     the previous sample."""
 
-    def __init__(self, context: GpmContext, samples: list[Any], take: str, args: tuple[object, ...]) -> None:
+    def __init__(
+        self,
+        context: GpmContext,
+        samples: list[Any],
+        take: str,
+        args: tuple[object, ...],
+        presence: Presence | None = None,
+    ) -> None:
         nvml = context.nvml
         self._context = context
+        self.presence = presence
         self.samples = samples
         #: Per sample taken last, the nvmlGpmMetricsGet_t pairing it with the other: both set up once, so
         #: a tick sets no field through nvidia-ml-py's attribute hooks.
@@ -206,7 +225,12 @@ class GpmSource:
         #: Per sample: the call taking it, and the call reading the metrics of its request.
         self.takes = tuple(calls.done(nvml, take, (*args, sample)) for sample in samples)
         self.gets = tuple(_metrics_get(nvml, request) for request in requests)
-        self.metrics: list[GpmMetric] = list(context.table)
+        #: The metrics asked: those of engines and links the GPU lacks are not.
+        self.metrics: list[GpmMetric] = [m for m in context.table if _present(m, presence) is not False]
+        #: Engine labels of unknown presence: their ratios are shown once they report activity.
+        self.unproven = frozenset(
+            m.labels for m in self.metrics if m.metric == _ENGINE and _present(m, presence) is None
+        )
         self.asked: list[GpmMetric] = []  # the metric ids written into the request
         #: ``asked`` as runs of one metric (metric, rate?, start, end, labels), and one unpacker of all
         #: their (nvmlReturn, value) pairs: a read where every metric succeeded decodes run by run.
@@ -224,13 +248,20 @@ class GpmSource:
         self.totals: dict[str, LabelledValues] = {}  # integrated bytes, as raw counters
         self.covered = False  # the throughputs of series the driver counts itself are no longer asked
 
-    def sample(self, guard: Guard, what: str) -> None:
+    def sample(self, guard: Guard, what: str, watched: bool = False, costs: ReadCosts | None = None) -> bool:
         """Take one sample (guarded as ``what``) and derive the metrics over the period since the
-        previous one. Nothing before the gap has passed (the last values stand); absent values when
-        a step fails."""
+        previous one (charged to ``costs`` as a ``gpm`` read). Nothing before the gap has passed (the
+        last values stand: False); absent values when a step fails."""
         now = time.monotonic()  # the driver times the sample at the call: so does the period
-        if now - self.taken_at < self._context.gap():
-            return
+        if now - self.taken_at < self._context.gap(watched):
+            return False
+        started = thread_time()
+        self._sample(guard, what, now)
+        if costs is not None:
+            costs.charge("gpm", started)
+        return True
+
+    def _sample(self, guard: Guard, what: str, now: float) -> None:
         last_gauges, self.gauges = self.gauges, {}
         self.current = current = 0 if self.previous != 0 else 1
         if guard.call(what, self.takes[current]) is None:
@@ -298,7 +329,7 @@ class GpmSource:
                     continue
                 counted = totals.get(metric.metric) or totals.setdefault(metric.metric, {})
                 counted[metric.labels] = counted.get(metric.labels, 0.0) + value * bytes_per_rate
-            else:
+            elif self._shown(metric.labels, value):
                 ratios = gauges.get(metric.metric) or gauges.setdefault(metric.metric, {})
                 ratios[metric.labels] = value / 100
         for metric in dropped:
@@ -337,10 +368,21 @@ class GpmSource:
                 series = kept[1]
             else:
                 series = dict(zip(labels, [value / 100 for value in read], strict=True))
+                if self.unproven and metric == _ENGINE:
+                    series = {label: v for label, v in series.items() if self._shown(label, v)}
                 last[position] = (read, series)
+            if not series:
+                continue
             earlier = gauges.get(metric)
             gauges[metric] = {**earlier, **series} if earlier else series
         return True
+
+    def _shown(self, labels: tuple[str, ...], value: float) -> bool:
+        """Whether a ratio is exported: always, but an engine's of unknown presence before it has
+        reported activity (:class:`~warptd.backends.nvidia.engines.Presence`)."""
+        if labels not in self.unproven or self.presence is None:
+            return True
+        return self.presence.shown(labels, None, value)
 
     def counters(self) -> dict[str, LabelledValues]:
         """Bytes integrated from the throughputs so far, as raw counters (they restart at a reset);
@@ -360,6 +402,22 @@ class GpmSource:
     def close(self) -> None:
         """Free the two samples (a GPU reopened, a MIG instance destroyed)."""
         self._context.free(self.samples)
+
+
+_ENGINE = catalog.ENGINE_ACTIVE.name
+_LINK_BYTES = catalog.NVLINK_BYTES.name
+
+
+def _present(metric: GpmMetric, presence: Presence | None) -> bool | None:
+    """Whether the GPU has the engine or NVLink a metric is of (True for the others; None: unknown)."""
+    if presence is None:
+        return True
+    if metric.metric == _ENGINE:
+        engine, index = metric.labels
+        return presence.engine(engine, int(index))
+    if metric.metric == _LINK_BYTES:
+        return presence.link(int(metric.labels[0]))
+    return True
 
 
 def _metrics_get(nvml: ModuleType, request: Any) -> calls.PreparedCall:
@@ -387,15 +445,25 @@ class GpmSources:
             self._supported[gpu] = answer
         return self._supported[gpu]
 
-    def sample(self, key: Hashable, guard: Guard, what: str, take: str, *args: object) -> None:
-        """One sample of source ``key`` (opened first: see :meth:`GpmContext.open`)."""
+    def sample(
+        self,
+        key: Hashable,
+        guard: Guard,
+        what: str,
+        take: str,
+        *args: object,
+        costs: ReadCosts | None = None,
+        watched: bool = False,
+    ) -> None:
+        """One sample of source ``key`` (opened first: see :meth:`GpmContext.open`), when its period is
+        due (``watched``: a window's)."""
         source = self._sources.get(key)
         if source is None:
             source = self._context.open(guard, take, args)
             if source is None:
                 return
             self._sources[key] = source
-        source.sample(guard, what)
+        source.sample(guard, what, watched, costs)
 
     def gauges(self, key: Hashable) -> dict[str, LabelledValues]:
         source = self._sources.get(key)

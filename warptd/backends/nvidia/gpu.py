@@ -1,6 +1,13 @@
 """One NVIDIA GPU as a device object: its NVML handle, its read plan (field batches, the prepared calls
 of a sample) and its state (what it lacks, its field totals, GPM source, slow values, identity).
 
+The read plan reads each value as often as it changes and no more, at the price a real driver charges
+(``docs/hardware.md``): power, memory, utilization, clocks, temperatures and the clock-event bitmask
+every sample (µs each); the energy counter (2.9 ms of CPU on an H200, refreshed every 100 ms) every
+``--energy-interval``; throttle times and health every ``--health-interval``; GPM at most once a second
+outside windows. A window, profile, stress job or workload recording reads the energy counter and the
+throttle times at its edges (:meth:`Gpu.anchor`), so what it measures is the driver's own counters.
+
 Readings follow nvml.h rather than the names of the calls: ``nvmlDeviceGetPowerUsage`` is a 1 s average
 on Ampere and newer, so power is the instantaneous field where the GPU has it; v1 memory "used"
 includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where the driver has it.
@@ -14,10 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warptd.backends.cadence import DeviceCadence
+from warptd.backends.costs import ReadCosts, thread_time
 from warptd.backends.kept import Kept
 from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.api import NvmlApi, States
 from warptd.backends.nvidia.batch import FieldBatch
+from warptd.backends.nvidia.engines import Presence, engine_counts
 from warptd.backends.nvidia.fields import FieldSet
 from warptd.backends.nvidia.gpm import GpmContext, GpmSource
 from warptd.backends.nvidia.guard import DeviceGuard
@@ -57,6 +66,7 @@ class GpuContext:
     gpm: GpmContext
     settings: Callable[[], Settings]
     report: Callable[[DeviceGuard, str, BaseException], None]
+    read_costs: ReadCosts  # the backend's: each kind of read charged its CPU
 
 
 def _temperatures(sensors: tuple[int | None, float | None]) -> dict[str, float]:
@@ -91,6 +101,12 @@ class Gpu:
         self.calls = SampleCalls(api, guard, handle)
         self.slow = SlowValues(api, guard, handle)
         self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
+        self.energy_cadence = DeviceCadence(context.settings, "energy_interval")
+        self._edge = False  # the next read reads the counters exactly (an edge: :meth:`anchor`)
+        #: What this read asked beside the cheap sample: the energy counter, the throttle times.
+        self._energy_read = self._throttle_read = False
+        self._energy_mj: float | None = None  # the counter read by call, where the GPU lacks the field
+        self._presence: Presence | None = None  # its engines and links, once known
         self.gpm: GpmSource | None = None
         self._gpm_supported: bool | None = None  # nvmlGpmQueryDeviceSupport's answer, once it answered
         self.known: GPUInfo | None = before.known if before else None  # the last identity listed
@@ -103,44 +119,67 @@ class Gpu:
         return self._api.get(self.guard, self.handle, what, name, *args)
 
     # -- reads ---------------------------------------------------------------------------------------
-    def read(self) -> DeviceReading:
+    def read(self, watched: bool = False) -> DeviceReading:
         """Every value of the GPU, batched reads first; ``up=False`` where it turned out lost (its slow
-        values are then read at once when it is back)."""
+        values are then read at once when it is back). ``watched``: a window records it (GPM then
+        follows the window's pace)."""
         guard = self.guard
         guard.lost = False
-        self.begin(power_only=False)
+        self.begin(power_only=False, watched=watched)
         reading = None if guard.lost else self.reading()
         if reading is None or guard.lost:  # lost at the batches, or at a call after them
             self.cadence.forget()
+            self.energy_cadence.forget()
             return DeviceReading(index=self.index, up=False)
         return reading
 
     def read_power(self) -> tuple[float | None, float | None] | None:
-        """Power (W) and energy counter (J); None when the GPU turned out lost."""
+        """Power (W) and energy counter (J, None between two reads of it); None when the GPU turned
+        out lost."""
         self.guard.lost = False
         self.begin(power_only=True)
         power, energy = self.power(), self.energy()
         return None if self.guard.lost else (power, energy)
 
-    def begin(self, power_only: bool) -> None:
-        """The batched reads: the field values, then (full reads only) the GPM sample. Every
-        ``--health-interval`` the batch holds every field (health, links), decoded once for the gauges
-        and counters, and the other slow values are read; the samples between report those."""
-        batch, field_set = self.batch, self.batch.field_set
+    def anchor(self) -> None:
+        """Read the energy counter and the throttle times at the next read, whatever their cadence: a
+        window, profile, stress job or workload recording begins or ends there."""
+        self._edge = True
+
+    def begin(self, power_only: bool, watched: bool = False) -> None:
+        """The batched reads of this read's plan: the cheap sample's fields, with the energy counter when
+        its cadence or an edge asks, the throttle times at an edge; every ``--health-interval`` the full
+        batch (every field: health, links, counters), decoded once for the gauges and counters, and the
+        other slow values; then (full reads only) the GPM sample. Each kind is charged its CPU."""
+        batch, costs = self.batch, self._context.read_costs
+        edge, self._edge = self._edge, False
+        started = thread_time()
+        settings = self._context.settings()
+        pace = settings.window_interval if watched else None  # a window reads it that often
+        energy = self.energy_cadence.due(pace=pace) or edge
         if power_only:
-            batch.read(field_set.power, None)
-            return
-        if not self.cadence.due():
-            batch.read(field_set.sample, None)
-        else:
+            batch.read("power_only_energy" if energy else "power_only")
+            kind, throttle = "energy" if energy else "power", False
+        elif self.cadence.due(pace=pace):
+            kind, energy, throttle = "health", True, True
+            self.energy_cadence.read()
             plan = batch.full_plan()
-            complete = batch.read(plan.keys if plan else field_set.sample, plan)
+            complete = batch.read("full", plan) if plan is not None else batch.read("edge")
             batch.decoded = self.slow.health(batch)
-            if not (self.slow.read() and complete and plan is not None):
+            if not (self.slow.read(self.presence()) and complete and plan is not None):
                 # What failed is absent from this sample, as any failed value is, and not for a whole
                 # health interval: the slow values are read again at the next sample.
                 self.cadence.forget()
-        self._read_gpm()
+        else:
+            kind = "edge" if edge else "energy" if energy else "power"
+            throttle = edge
+            batch.read(kind)
+        self._energy_read, self._throttle_read, self._energy_mj = energy, throttle, None
+        if energy and batch.lacks(fields.FI_TOTAL_ENERGY):  # a driver without the field: its call
+            self._energy_mj = self._get("energy", "nvmlDeviceGetTotalEnergyConsumption")
+        costs.charge(kind, started)
+        if not power_only:
+            self._read_gpm(watched)
 
     def reading(self) -> DeviceReading:
         """The values after :meth:`begin`, the sample's calls in one pass where they can be."""
@@ -163,22 +202,38 @@ class Gpu:
             counters=self.counters(),
         )
 
-    def _read_gpm(self) -> None:
-        """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM. The
-        throughputs of the series the driver counts in fields are not asked (its counters win)."""
+    def _read_gpm(self, watched: bool) -> None:
+        """One GPM sample of the whole GPU (MIG off or on: the GPU's total), on GPUs with GPM, when its
+        period is due (``watched``: a window's). The throughputs of the series the driver counts in
+        fields are not asked (its counters win)."""
         gpm = self._context.gpm
         if self._gpm_supported is None:
             self._gpm_supported = gpm.supported(self.guard, self.handle)
         if not self._gpm_supported:
             return
         if self.gpm is None:
-            self.gpm = gpm.open(self.guard, "nvmlGpmSampleGet", (self.handle,))
+            presence = self.presence()
+            if presence is None:
+                return  # its NVLinks not known yet: opened once they are
+            self.gpm = gpm.open(self.guard, "nvmlGpmSampleGet", (self.handle,), presence)
             if self.gpm is None:
                 return
-        self.gpm.sample(self.guard, "gpm_sample")
+        if not self.gpm.sample(self.guard, "gpm_sample", watched, self._context.read_costs):
+            return
         if not self.gpm.covered:
             counted = self.batch.counters()
             self.gpm.cover({(name, labels) for name in _TRAFFIC for labels in counted.get(name, ())})
+
+    def presence(self) -> Presence | None:
+        """The media engines (asked once) and NVLinks (from the full batch's plan) the GPU has; None
+        until the plan is known."""
+        plan = self.batch.plan
+        if plan is None:
+            return None
+        if self._presence is None or self._presence.links != plan.links:
+            counts = engine_counts(self._api.nvml, self.guard, self.handle)
+            self._presence = Presence(counts, plan.links)
+        return self._presence
 
     def close(self) -> None:
         """Free the GPM samples (before an NVML reopen, at shutdown)."""
@@ -226,11 +281,15 @@ class Gpu:
         return (major, minor) >= _AVERAGING_SINCE
 
     def energy(self) -> float | None:
-        """The energy field; ``nvmlDeviceGetTotalEnergyConsumption`` only where the driver lacks the
-        field (a field failing this read is counted once, as the call's failure would be)."""
+        """The energy counter where this read asked it: the field, or
+        ``nvmlDeviceGetTotalEnergyConsumption`` where the driver lacks the field (a field failing this
+        read is counted once, as the call's failure would be). None between two reads of it: the
+        sampler then advances the total by the integrated instant power."""
+        if not self._energy_read:
+            return None
         millijoules = self.batch.field(fields.FI_TOTAL_ENERGY)
-        if millijoules is None and self.batch.lacks(fields.FI_TOTAL_ENERGY):
-            millijoules = self._get("energy", "nvmlDeviceGetTotalEnergyConsumption")
+        if millijoules is None:
+            millijoules = self._energy_mj
         return millijoules / 1000 if millijoules is not None else None
 
     def clocks(self, answers: list[int | None]) -> dict[str, float]:
@@ -257,17 +316,32 @@ class Gpu:
         return self._api.states(self.supported_mask(), mask)
 
     def throttle_counters(self) -> dict[str, float]:
-        """Seconds in each reason from the clock-event duration fields (ns); the violation counters
-        stand in only where the driver lacks a field, and only for the reasons they really count."""
-        counters, values, policies = {}, self.batch.values, self._api.policies
-        for reason, key in self.batch.field_set.throttle:
+        """Seconds in each reason from the clock-event duration fields (ns), where this read asked them
+        (health, edges); the violation counters stand in only where the driver lacks a field, and only
+        for the reasons they really count. A reason the numbering gives two ids takes the one answering."""
+        counters: dict[str, float] = {}
+        if not self._throttle_read:
+            return counters
+        values, policies, batch = self.batch.values, self._api.policies, self.batch
+        for reason, key in batch.field_set.throttle:
+            if reason in counters:
+                continue
             nanoseconds = values.get(key)
-            if nanoseconds is None and reason in policies and self.batch.lacks(key[0]):
+            if nanoseconds is None and self._has_other_id(reason, key):
+                continue
+            if nanoseconds is None and reason in policies and batch.lacks(key[0]):
                 status = self._get(f"violation_{reason}", "nvmlDeviceGetViolationStatus", policies[reason])
                 nanoseconds = status.violationTime if status is not None else None
             if nanoseconds is not None:
                 counters[reason] = nanoseconds / 1e9
         return counters
+
+    def _has_other_id(self, reason: str, key: fields.FieldKey) -> bool:
+        """Whether ``reason`` has another duration id this GPU does not lack (asked beside ``key``)."""
+        return any(
+            other != key and r == reason and other not in self.batch.unsupported
+            for r, other in self.batch.field_set.throttle
+        )
 
     def gauges(self, pstate: int | None) -> dict[str, LabelledValues]:
         """Health from the field batch, GPM activity over the last sample period, nvidia-smi's rest:

@@ -9,6 +9,7 @@ from typing import Any
 from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.api import NvmlApi
 from warptd.backends.nvidia.batch import FieldBatch
+from warptd.backends.nvidia.engines import Presence
 from warptd.backends.nvidia.fields import Decoded, FieldPlan
 from warptd.backends.nvidia.guard import DeviceGuard
 from warptd.metrics import catalog
@@ -30,9 +31,10 @@ class SlowValues:
     def _get(self, what: str, name: str, *args: object) -> Any:
         return self._api.get(self._guard, self._handle, what, name, *args)
 
-    def read(self) -> bool:
-        """Read the power limit, fans, encoder and decoder. False when one failed now (rather than
-        being unsupported)."""
+    def read(self, presence: Presence | None = None) -> bool:
+        """Read the power limit, fans, encoder and decoder (those the GPU has, by ``presence``: NVML
+        answers 0 on a GPU without an encoder). False when one failed now (rather than being
+        unsupported)."""
         unsupported = self._guard.unsupported
         milliwatts = self._get("power_limit", "nvmlDeviceGetEnforcedPowerLimit")
         self.power_limit = milliwatts / 1000 if milliwatts is not None else None
@@ -41,13 +43,18 @@ class SlowValues:
         fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds().items()}
         if fans:
             gauges[catalog.FAN_SPEED.name] = fans
-        for metric, fn_name in (
-            (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization"),
-            (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization"),
+        for metric, fn_name, engine in (
+            (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization", "nvenc"),
+            (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization", "nvdec"),
         ):
+            present = presence.engine(engine, 0) if presence is not None else None
+            if present is False:
+                continue
             answer = self._get(metric.name, fn_name)  # [percent, sampling period in µs]
             if answer is not None:
-                gauges[metric.name] = {(): answer[0] / 100}
+                ratio = answer[0] / 100
+                if presence is None or presence.shown((engine,), present, ratio):
+                    gauges[metric.name] = {(): ratio}
             elif metric.name not in unsupported:
                 answered = False
         self.gauges = gauges

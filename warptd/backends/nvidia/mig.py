@@ -74,6 +74,7 @@ class NvidiaMigBackend(NvmlBackend):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._sampled: set[Hashable] = set()  # GPU instances sampled this tick
+        self._watched: frozenset[int] = frozenset()  # the MIG devices windows record (watch_devices)
         self._sources = GpmSources(self._gpm)  # by GPU instance
         with self._session.lock:
             self._generation = self._session.generation
@@ -209,6 +210,10 @@ class NvidiaMigBackend(NvmlBackend):
         with self._session.lock:
             return super().read_device(index)
 
+    def watch_devices(self, indices: frozenset[int]) -> None:
+        """The MIG devices windows record now: their GPU instances' GPM follows the windows' reads."""
+        self._watched = indices
+
     def begin_read(self, index: int, power_only: bool) -> None:
         """One GPM sample per GPU instance per tick (its compute instances share it)."""
         device = self._devices[index]
@@ -219,7 +224,14 @@ class NvidiaMigBackend(NvmlBackend):
         parent, guard = device.parent_handle, IndexGuard(self, index)
         if self._sources.supported(("gpu", device.parent), guard, parent):
             self._sources.sample(
-                source, guard, "gpm_mig_sample", "nvmlGpmMigSampleGet", parent, device.gpu_instance
+                source,
+                guard,
+                "gpm_mig_sample",
+                "nvmlGpmMigSampleGet",
+                parent,
+                device.gpu_instance,
+                costs=self.read_costs,
+                watched=index in self._watched,
             )
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:

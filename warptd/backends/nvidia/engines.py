@@ -1,0 +1,67 @@
+"""Which media engines and NVLinks a GPU has, so that hardware it lacks gets no series.
+
+GPM answers 0 with SUCCESS for every engine and link id it numbers, present or not (a real H200: all
+18 links' rates while its NVLinks answer NOT_SUPPORTED, 4 NVENC, an 8th NVDEC and NVJPG, a second OFA),
+and ``nvmlDeviceGetEncoderUtilization`` answers 0 on a GPU without an encoder. NVML gives engine counts
+in one place only: a GPU instance profile (``nvmlDeviceGetGpuInstanceProfileInfo``: decoderCount,
+jpegCount, ofaCount, encoderCount); the largest profile is the whole GPU. nvml.h says the call answers
+NOT_SUPPORTED where MIG mode is off. Without that source nothing is guessed: an engine is shown once it
+has reported activity, which no absent engine does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from warptd.backends.nvidia.guard import DeviceGuard
+
+#: An engine as the series label it (GPM's ``engine`` label) -> the profile's count of it.
+PROFILE_COUNTS = {"nvdec": "decoderCount", "nvjpg": "jpegCount", "ofa": "ofaCount", "nvenc": "encoderCount"}
+#: NVML_GPU_INSTANCE_PROFILE_1_SLICE (0) up to NVML_GPU_INSTANCE_PROFILE_COUNT of nvml.h.
+_PROFILES = range(16)
+
+
+def engine_counts(nvml: Any, guard: DeviceGuard, handle: Any) -> dict[str, int] | None:
+    """The GPU's engines by kind, from the largest GPU instance profile NVML answers (the whole GPU);
+    None where none answers (MIG off, a GPU without MIG, an older driver): unknown."""
+    best: Any = None
+    for profile in _PROFILES:
+        what = f"instance_profile_{profile}"
+        info = guard.call(what, nvml.nvmlDeviceGetGpuInstanceProfileInfo, handle, profile)
+        if info is not None and (best is None or info.sliceCount > best.sliceCount):
+            best = info
+    if best is None:
+        return None
+    return {engine: int(getattr(best, count)) for engine, count in PROFILE_COUNTS.items()}
+
+
+class Presence:
+    """One GPU's engines and links: present (True), absent (False) or unknown (None: shown once seen
+    active). ``links``: the NVLinks it has (field 91, else the links whose state answers)."""
+
+    __slots__ = ("counts", "links", "seen")
+
+    def __init__(self, counts: Mapping[str, int] | None, links: int) -> None:
+        self.counts = counts
+        self.links = links
+        self.seen: set[tuple[str, ...]] = set()  # engines of unknown presence that reported activity
+
+    def engine(self, engine: str, index: int) -> bool | None:
+        """Whether the GPU has engine ``index`` of this kind (``nvdec``, …); None: unknown."""
+        if self.counts is None or engine not in self.counts:
+            return None
+        return index < self.counts[engine]
+
+    def link(self, link: int) -> bool:
+        return link < self.links
+
+    def shown(self, key: tuple[str, ...], present: bool | None, value: float) -> bool:
+        """Whether a value of an engine whose presence is ``present`` is exported: a present one
+        always; one of unknown presence once it has reported activity (and from then on)."""
+        if present is not None:
+            return present
+        if value > 0:
+            self.seen.add(key)
+            return True
+        return key in self.seen
