@@ -115,3 +115,29 @@ def test_http_limits_are_flags_of_serve_only():
     assert settings.http_max_connections == 100 and settings.http_idle_timeout == 5
     with pytest.raises(SystemExit):
         build_parser().parse_args(["list", "--http-backlog", "256"])
+
+
+def test_sample_json_names_each_labelled_value_by_its_labels(capsys, tmp_path, fake_nvml):
+    """NVIDIA readings carry labelled gauges and counters (GPM pipes, field values): each is a list of
+    series with the label names /metrics uses, so the JSON is valid and says which value is which."""
+    import json
+
+    from warptd.metrics import catalog
+
+    fake_nvml.gpus[0].temperature = 44
+    args = ["sample", "--json", "--backend", "nvidia", "--interval", "0.1", "--sysfs", str(tmp_path)]
+    assert main(args) == 0
+    snapshot = json.loads(capsys.readouterr().out)
+    devices = snapshot["nvidia"]["devices"]
+    assert [d["index"] for d in devices] == [0, 1] and devices[0]["temperatures_celsius"]["gpu"] == 44
+    labelled = [
+        (name, series)
+        for device in devices
+        for kind in ("gauges", "counters", "counter_totals")
+        for name, series in device[kind].items()
+    ]
+    assert any(catalog.BY_NAME[name].labels[3:] for name, _ in labelled)  # some have labels of their own
+    for name, series in labelled:
+        for one in series:
+            assert set(one) == {*catalog.BY_NAME[name].labels[3:], "value"}
+            assert isinstance(one["value"], int | float)
