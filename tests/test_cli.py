@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 import pytest
@@ -141,3 +142,39 @@ def test_sample_json_names_each_labelled_value_by_its_labels(capsys, tmp_path, f
         for one in series:
             assert set(one) == {*catalog.BY_NAME[name].labels[3:], "value"}
             assert isinstance(one["value"], int | float)
+
+
+def _setting_flags() -> list[tuple[str, argparse.Action]]:
+    """Every flag of every command that sets a setting, by the command it belongs to."""
+    from warptd.arguments import build_parser
+    from warptd.config import Settings
+
+    parser = build_parser()
+    commands = {"warptd": parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            commands.update({f"warptd {name}": sub for name, sub in action.choices.items()})
+    return [
+        (command, action)
+        for command, each in commands.items()
+        for action in each._actions
+        if action.dest in Settings.model_fields and action.option_strings
+    ]
+
+
+def test_every_flags_help_default_is_its_settings_default():
+    """--help once said --health-interval defaults to 1 while the setting said 10: each default the
+    help shows, read back as the setting, is the setting's own, and every value flag shows one."""
+    from warptd.config import Settings, load_settings
+
+    flags = _setting_flags()
+    assert len(flags) > 60
+    for command, action in flags:
+        where = f"{command} {action.option_strings[0]}"
+        default = Settings.model_fields[action.dest].default
+        shown = re.findall(r"\(default ([^)]*)\)", action.help or "")
+        if action.nargs == 0 or default is None:  # a switch, or a setting unset by default
+            assert not shown, where
+            continue
+        assert len(shown) == 1, f"{where} shows no default: {action.help!r}"
+        assert load_settings(**{action.dest: shown[0]}).model_dump()[action.dest] == default, where
