@@ -224,8 +224,6 @@ class JobManager:
     def _finish(self, job: Job, result: dict[str, Any] | None, error: str | None) -> None:
         self._unwatch(f"stress-{job.id}")
         recorder = job.recorder
-        if recorder is not None:
-            recorder.recording = False
         job.ended_at = datetime.now(UTC)
         if job.cancel_requested:
             job.status = JobStatus.CANCELLED
@@ -240,7 +238,6 @@ class JobManager:
                 job.process.exitcode if job.process is not None else None
             )
         if recorder is not None:
-            recorder.recorder.end_reason = str(job.status)
             if job.workload is not None:
                 recorder.recorder.workload = {
                     "throughput": job.workload.throughput,
@@ -248,7 +245,7 @@ class JobManager:
                     "work": job.workload.work,
                     "work_unit": job.workload.work_unit,
                 }
-            job.recording = self._carbon(recorder.recording_view())
+            job.recording = self._carbon(recorder.finish(str(job.status), job.error))
             job.telemetry = summarize(job.recording)
             job.recorder = None  # keep the result, not the recorder, in the bounded history
         process, job.process = job.process, None
