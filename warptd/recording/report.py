@@ -129,7 +129,7 @@ _TARGET_HEADINGS = (
     "energy from",
     "mean power",
     "peak power",
-    "peak temperature",
+    "peak temperature (hottest sensor)",
     "mean utilization",
     "throttled",
 )
