@@ -186,10 +186,12 @@ def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
 
 
 def test_no_torch_is_503_with_install_hint(daemon, monkeypatch, capsys):
-    """Updated by issue 23: the pip command names this server's paths, so it goes to the log only."""
+    """Issue 23: the pip command names this server's paths, so it goes to the log only; issue 33:
+    the client is told which extra to install, as this warptd was installed (here a checkout)."""
     monkeypatch.setattr(jobs, "torch_installed", lambda: False)
     status, _, body = post(daemon.port, {"test": "matmul"})
     assert status == 503 and "stress extra" in body["error"]
+    assert "(pip install '<checkout>[stress]')" in body["error"]
     assert install_command("stress") not in body["error"] and str(ROOT) not in body["error"]
     assert install_command("stress") in capsys.readouterr().out  # the daemon's log has it
 

@@ -18,12 +18,20 @@ def install_command(extra: str) -> str:
     return f"{_pip()} install '{requirement(extra)}'"
 
 
-def requirement(extra: str) -> str:
-    """What pip must be given: the checkout or wheel this copy came from, else the package name."""
+def client_install_command(extra: str) -> str:
+    """The command adding ``extra``, for someone elsewhere (an API client): plain ``pip`` and the
+    requirement with no path or URL of this host in it, e.g. ``pip install 'warptd[stress]'``."""
+    return f"pip install '{requirement(extra, private=False)}'"
+
+
+def requirement(extra: str, *, private: bool = True) -> str:
+    """What pip must be given: the checkout or wheel this copy came from, else the package name.
+    ``private=False`` names where it came from (``<checkout>``, ``<wheel or directory>``, ``<url>``)
+    instead of this host's paths and URLs, which may hold credentials."""
     tree = _checkout()
     if tree is not None:
-        return f"{tree}[{extra}]"
-    origin = _direct_url()
+        return f"{tree if private else '<checkout>'}[{extra}]"
+    origin = _direct_url(private)
     if origin is not None:
         return origin.replace("{extra}", extra)
     return f"{_NAME}[{extra}]"
@@ -46,8 +54,9 @@ def _checkout() -> Path | None:
     return root if declared else None
 
 
-def _direct_url() -> str | None:
-    """PEP 610: where pip installed this distribution from, when not from an index ({extra} left open)."""
+def _direct_url(private: bool = True) -> str | None:
+    """PEP 610: where pip installed this distribution from, when not from an index ({extra} left
+    open); ``private=False``: which kind of place, not the place."""
     try:
         text = metadata.distribution(_NAME).read_text("direct_url.json")
     except metadata.PackageNotFoundError:
@@ -60,8 +69,8 @@ def _direct_url() -> str | None:
     except (ValueError, KeyError, TypeError):
         return None
     parsed = urlparse(url)
-    if parsed.scheme == "file":
-        return f"{unquote(parsed.path)}[{{extra}}]"  # a local directory or wheel file
+    if parsed.scheme == "file":  # a local directory or wheel file
+        return f"{unquote(parsed.path) if private else '<wheel or directory>'}[{{extra}}]"
     if isinstance(origin.get("vcs_info"), dict):
         url = f"{origin['vcs_info'].get('vcs', 'git')}+{url}"
-    return f"{_NAME}[{{extra}}] @ {url}"
+    return f"{_NAME}[{{extra}}] @ {url if private else '<url>'}"

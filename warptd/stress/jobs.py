@@ -174,17 +174,17 @@ class JobManager:
 
     @staticmethod
     def _check_torch() -> None:
-        """503 without torch. The pip command names this server's paths: it goes to the log, not
-        to the client."""
+        """503 without torch, naming the extra that adds it; the pip command with this server's
+        paths goes to the log only."""
         if torch_installed():
             return
-        from warptd.install import install_command
+        from warptd.install import client_install_command, install_command
 
         log.warning("stress_needs_torch", install=install_command("stress"))
         raise StressError(
             503,
-            "torch is not installed on this node; the daemon's log has the command that adds the "
-            "stress extra",
+            "torch is not installed on this node: install warptd's stress extra there "
+            f"({client_install_command('stress')}); the daemon's log has the exact command",
         )
 
     def _check_memory(self, device: DeviceRef, needed: int | None) -> None:
