@@ -95,6 +95,31 @@ def test_list_prints_the_table_alone_and_why_others_did_not_load_with_verbose(ca
     assert "# rapl: no RAPL zones under" in captured.err and "{" not in captured.err
 
 
+def test_list_verbose_through_a_pipe_prints_the_table_then_the_notes(tmp_path):
+    """``warptd list --verbose 2>&1 | cat``: stdout is a pipe (block-buffered), stderr is not; the
+    table is flushed first, so it comes whole, then one note a line."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "warptd", "list", "--verbose", "--sysfs", str(tmp_path)]
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    shown = subprocess.run(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+        check=True,
+        env=buffered,
+    ).stdout
+    lines = shown.splitlines()
+    notes = [i for i, line in enumerate(lines) if line.startswith("# ")]
+    assert lines[0].startswith("DEVICE ") and any(line.startswith("cpu:0 ") for line in lines)
+    assert notes and notes == list(range(notes[0], len(lines))), shown  # the notes last, each a line
+    assert all("# " not in line for line in lines[: notes[0]]) and shown.endswith("\n")
+
+
 def test_sample_prints_only_the_snapshot(capsys, tmp_path):
     assert main(["sample", "--backend", "cpu", "--interval", "0.1", "--sysfs", str(tmp_path)]) == 0
     captured = capsys.readouterr()
