@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -16,6 +17,42 @@ _NAME = "warptd"
 def install_command(extra: str) -> str:
     """The command adding ``extra`` here, e.g. ``.venv/bin/pip install '/src/warptd[amd]'``."""
     return f"{_pip()} install '{requirement(extra)}'"
+
+
+def import_failure(package: str, module: str, extra: str, error: ImportError) -> str:
+    """Why an SDK did not import, and the fix: ``package`` (importing as ``module``) not installed
+    (install ``extra``), or installed without one of its own dependencies (install that one)."""
+    failed = (error.name or "").partition(".")[0]
+    if failed == module or not _installed(package):
+        return f"{package} is not installed: {install_command(extra)}"
+    missing = [r for r in _requirements(package) if not _installed(_distribution(r))]
+    if not missing:
+        return f"{package} is installed, but importing {failed} failed ({error}): {install_command(extra)}"
+    names = ", ".join(_distribution(r) for r in missing)
+    fix = f"{_pip()} install " + " ".join(f"'{r}'" for r in missing)
+    return f"{package} is installed, but not its dependency {names} (no module {failed}): {fix}"
+
+
+#: The distribution name a requirement starts with (PEP 508).
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _distribution(requirement: str) -> str:
+    match = _REQUIREMENT_NAME.match(requirement)
+    return match.group(0) if match else requirement
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _requirements(package: str) -> list[str]:
+    """The requirements ``package`` declares without a condition (not an extra's, not a platform's)."""
+    return [r.strip() for r in metadata.requires(package) or () if ";" not in r]
 
 
 def client_install_command(extra: str) -> str:
