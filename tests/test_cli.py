@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 import pytest
@@ -94,6 +95,31 @@ def test_list_prints_the_table_alone_and_why_others_did_not_load_with_verbose(ca
     assert "# rapl: no RAPL zones under" in captured.err and "{" not in captured.err
 
 
+def test_list_verbose_through_a_pipe_prints_the_table_then_the_notes(tmp_path):
+    """``warptd list --verbose 2>&1 | cat``: stdout is a pipe (block-buffered), stderr is not; the
+    table is flushed first, so it comes whole, then one note a line."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "warptd", "list", "--verbose", "--sysfs", str(tmp_path)]
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    shown = subprocess.run(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+        check=True,
+        env=buffered,
+    ).stdout
+    lines = shown.splitlines()
+    notes = [i for i, line in enumerate(lines) if line.startswith("# ")]
+    assert lines[0].startswith("DEVICE ") and any(line.startswith("cpu:0 ") for line in lines)
+    assert notes and notes == list(range(notes[0], len(lines))), shown  # the notes last, each a line
+    assert all("# " not in line for line in lines[: notes[0]]) and shown.endswith("\n")
+
+
 def test_sample_prints_only_the_snapshot(capsys, tmp_path):
     assert main(["sample", "--backend", "cpu", "--interval", "0.1", "--sysfs", str(tmp_path)]) == 0
     captured = capsys.readouterr()
@@ -115,3 +141,65 @@ def test_http_limits_are_flags_of_serve_only():
     assert settings.http_max_connections == 100 and settings.http_idle_timeout == 5
     with pytest.raises(SystemExit):
         build_parser().parse_args(["list", "--http-backlog", "256"])
+
+
+def test_sample_json_names_each_labelled_value_by_its_labels(capsys, tmp_path, fake_nvml):
+    """NVIDIA readings carry labelled gauges and counters (GPM pipes, field values): each is a list of
+    series with the label names /metrics uses, so the JSON is valid and says which value is which."""
+    import json
+
+    from warptd.metrics import catalog
+
+    fake_nvml.gpus[0].temperature = 44
+    args = ["sample", "--json", "--backend", "nvidia", "--interval", "0.1", "--sysfs", str(tmp_path)]
+    assert main(args) == 0
+    snapshot = json.loads(capsys.readouterr().out)
+    devices = snapshot["nvidia"]["devices"]
+    assert [d["index"] for d in devices] == [0, 1] and devices[0]["temperatures_celsius"]["gpu"] == 44
+    labelled = [
+        (name, series)
+        for device in devices
+        for kind in ("gauges", "counters", "counter_totals")
+        for name, series in device[kind].items()
+    ]
+    assert any(catalog.BY_NAME[name].labels[3:] for name, _ in labelled)  # some have labels of their own
+    for name, series in labelled:
+        for one in series:
+            assert set(one) == {*catalog.BY_NAME[name].labels[3:], "value"}
+            assert isinstance(one["value"], int | float)
+
+
+def _setting_flags() -> list[tuple[str, argparse.Action]]:
+    """Every flag of every command that sets a setting, by the command it belongs to."""
+    from warptd.arguments import build_parser
+    from warptd.config import Settings
+
+    parser = build_parser()
+    commands = {"warptd": parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            commands.update({f"warptd {name}": sub for name, sub in action.choices.items()})
+    return [
+        (command, action)
+        for command, each in commands.items()
+        for action in each._actions
+        if action.dest in Settings.model_fields and action.option_strings
+    ]
+
+
+def test_every_flags_help_default_is_its_settings_default():
+    """--help once said --health-interval defaults to 1 while the setting said 10: each default the
+    help shows, read back as the setting, is the setting's own, and every value flag shows one."""
+    from warptd.config import Settings, load_settings
+
+    flags = _setting_flags()
+    assert len(flags) > 60
+    for command, action in flags:
+        where = f"{command} {action.option_strings[0]}"
+        default = Settings.model_fields[action.dest].default
+        shown = re.findall(r"\(default ([^)]*)\)", action.help or "")
+        if action.nargs == 0 or default is None:  # a switch, or a setting unset by default
+            assert not shown, where
+            continue
+        assert len(shown) == 1, f"{where} shows no default: {action.help!r}"
+        assert load_settings(**{action.dest: shown[0]}).model_dump()[action.dest] == default, where

@@ -14,7 +14,7 @@ import pytest
 
 from tests.doubles.nvml import FakeNvml
 from warptd import install
-from warptd.install import install_command, requirement
+from warptd.install import client_install_command, install_command, requirement
 
 ROOT = Path(__file__).parents[1]
 #: Not part of a source distribution; a stale build/ would leak removed modules into the wheel.
@@ -68,6 +68,27 @@ def test_running_from_a_checkout_names_the_checkout():
 def test_requirement_follows_pep_610(installed_as, direct_url, expected):
     installed_as(direct_url)
     assert requirement("amd") == expected
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "expected"),
+    [
+        (None, "pip install 'warptd[stress]'"),
+        ({"url": "file:///home/me/warptd", "dir_info": {}}, "pip install '<wheel or directory>[stress]'"),
+        (
+            {"url": "https://user:t0ken@example.com/warptd-0.1.0.tar.gz", "archive_info": {}},
+            "pip install 'warptd[stress] @ <url>'",
+        ),
+        (
+            {"url": "https://github.com/acme/warptd", "vcs_info": {"vcs": "git", "commit_id": "ab12"}},
+            "pip install 'warptd[stress] @ <url>'",
+        ),
+    ],
+)
+def test_a_clients_command_names_the_extra_and_nothing_of_this_host(installed_as, direct_url, expected):
+    """What an API client is told (POST /stress without torch): plain pip, no path or URL of ours."""
+    installed_as(direct_url)
+    assert client_install_command("stress") == expected
 
 
 def test_not_installed_at_all_names_the_package(monkeypatch):

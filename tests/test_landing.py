@@ -23,6 +23,7 @@ def daemon(settings, fake_nvml, sysfs):
     sysfs.hwmon(0, "coretemp", {"Package id 0": 48000})
     fake_nvml.gpus[1].name = EVIL  # a hostile model string must stay text
     fake_nvml.gpus[1].power_mw, fake_nvml.gpus[1].temperature, fake_nvml.gpus[1].util_gpu = 250_500, 77, 90
+    fake_nvml.gpus[0].temperature, fake_nvml.gpus[0].memory_temperature = 40, 50  # as an idle H200
     fake_nvml.next_refresh()  # the driver's power reading refreshes every 100 ms
     settings.backends = ["nvidia", "cpu"]
     d = Daemon(settings)
@@ -57,7 +58,7 @@ def test_landing_page_in_chromium_lists_endpoints_and_fills_the_device_table(dae
         first.name,
         "up",
         f"{first.power_mw / 1000:.1f} W",
-        f"{first.temperature} °C",
+        "40 °C (gpu)",  # the core, as nvidia-smi shows it, not the hotter memory
         f"{first.util_gpu} %",
         f"{first.memory_used / 2**30:.1f} / {first.memory_total / 2**30:.1f} GiB",
     ]
@@ -65,7 +66,7 @@ def test_landing_page_in_chromium_lists_endpoints_and_fills_the_device_table(dae
         '&lt;img id="evil" src=x onerror="document.title=1"&gt;',
         "up",
         "250.5 W",
-        "77 °C",
+        "77 °C (gpu)",
         "90 %",
     ]
     assert 'id="evil"' not in dom.replace('&lt;img id="evil"', "")  # text, never an element
@@ -83,6 +84,9 @@ def test_devices_carries_the_latest_reading_without_calling_the_sdk(daemon, fake
     assert latest["utilization_ratio"] == pytest.approx(0.9)
     assert latest["memory_total_bytes"] == fake_nvml.gpus[1].memory_total
     assert backends["cpu"]["devices"][0]["latest"]["temperature_celsius"] == 48
+    idle = backends["nvidia"]["devices"][0]["latest"]
+    assert (idle["temperature_celsius"], idle["temperature_sensor"]) == (40, "gpu")  # not the hottest
+    assert idle["temperatures_celsius"] == {"gpu": 40, "memory": 50}
 
 
 def test_landing_page_names_every_endpoint_and_only_runs_its_own_script(daemon):

@@ -165,6 +165,49 @@ def test_warptd_report_writes_the_page_and_refuses_a_non_recording(tmp_path, cap
     assert "cannot read" in capsys.readouterr().err
 
 
+def _on_a_terminal(command: list[str], timeout: float = 60) -> tuple[int, bytes, str]:
+    """Run ``command`` with a real pty as its stdout, as a person's shell would: its exit code, what
+    it showed on the terminal and its stderr."""
+    import os
+    import pty
+    import select
+
+    primary, secondary = pty.openpty()
+    child = subprocess.Popen(command, stdout=secondary, stderr=subprocess.PIPE, text=True)
+    os.close(secondary)
+    shown, deadline = bytearray(), time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([primary], [], [], 1)[0]:
+                continue
+            try:
+                chunk = os.read(primary, 1 << 16)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return child.wait(timeout=max(1.0, deadline - time.monotonic())), bytes(shown), child.stderr.read()
+    finally:
+        os.close(primary)
+        child.kill()
+        child.stderr.close()
+
+
+def test_warptd_report_refuses_a_terminal_and_writes_to_a_pipe(tmp_path):
+    """Without -o, megabytes of HTML are not for a terminal: one line saying how (exit 2, nothing on
+    it); when stdout is a pipe or a file, the page goes there as before."""
+    recording = sample_recording(count=5)
+    source = tmp_path / "run.json"
+    source.write_text(recording.model_dump_json())
+    command = [sys.executable, "-m", "warptd", "report", str(source)]
+    code, shown, error = _on_a_terminal(command)
+    assert (code, shown[:200]) == (2, b"")
+    assert error.count("\n") == 1 and "-o FILE" in error and "redirect" in error
+    piped = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 0 and piped.stdout == render_html(recording) and piped.stderr == ""
+
+
 def test_report_help_names_its_arguments(capsys):
     with pytest.raises(SystemExit):
         main(["report", "--help"])

@@ -186,10 +186,12 @@ def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
 
 
 def test_no_torch_is_503_with_install_hint(daemon, monkeypatch, capsys):
-    """Updated by issue 23: the pip command names this server's paths, so it goes to the log only."""
+    """Issue 23: the pip command names this server's paths, so it goes to the log only; issue 33:
+    the client is told which extra to install, as this warptd was installed (here a checkout)."""
     monkeypatch.setattr(jobs, "torch_installed", lambda: False)
     status, _, body = post(daemon.port, {"test": "matmul"})
     assert status == 503 and "stress extra" in body["error"]
+    assert "(pip install '<checkout>[stress]')" in body["error"]
     assert install_command("stress") not in body["error"] and str(ROOT) not in body["error"]
     assert install_command("stress") in capsys.readouterr().out  # the daemon's log has it
 
@@ -343,3 +345,22 @@ def test_a_run_is_also_a_recording_with_its_throughput(daemon):
     # at 0.1 s while it runs; about 5 at the fixture's --interval 0.2
     assert cpu["id"] == "cpu:0" and cpu["samples"] == result["telemetry"]["samples"] >= 7
     assert daemon.sampler.watches.devices("cpu") == set() and not daemon.sampler.fast_sampling("cpu")
+
+
+def test_a_failed_runs_recording_ends_and_carries_its_error_into_the_report(daemon, monkeypatch):
+    """A worker that fails while it starts (before its timed part) and one that fails while it runs:
+    each recording is ended (not open), says failed and why, and its report shows both."""
+    from tests.browser import browse
+
+    monkeypatch.setattr(supervise, "STARTUP_GRACE_S", 3.0)
+    for test, why in (("raise", "illegal memory access"), ("hang", "did not finish")):
+        status, _, body = post(daemon.port, {"test": test, "duration_s": 1})
+        assert status == 202
+        result = wait_done(daemon.port, body["id"], timeout=60)
+        recording = result["recording"]
+        assert result["status"] == "failed" and why in result["error"]
+        assert (recording["status"], recording["end_reason"]) == ("ended", "failed")
+        assert recording["error"] == result["error"] and recording["ended_at"] >= recording["started_at"]
+        dom, console = browse(f"http://127.0.0.1:{daemon.port}/stress/{body['id']}/report", budget_ms=3000)
+        assert console == [], console
+        assert "ended: failed" in dom and "status open" not in dom and why in dom

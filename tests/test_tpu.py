@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 
@@ -314,6 +315,35 @@ def test_no_tpu_under_sysfs_is_unavailable_and_skipped_with_a_log_line(settings,
     assert not loaded.accelerators
     assert "no TPU chip" in loaded.unavailable["tpu"]
     assert any(e["event"] == "backend_unavailable" and e["backend"] == "tpu" for e in logs)
+
+
+@pytest.mark.parametrize("missing", ["grpcio", "tpu-info"])
+def test_a_missing_sdk_or_a_missing_dependency_of_it_is_named_as_it_is(settings, monkeypatch, missing):
+    """tpu-info installed without grpcio is not "tpu-info is not installed": the note names the
+    dependency that is missing and the command that adds it."""
+    from importlib import metadata
+
+    from warptd.install import install_command
+
+    monkeypatch.setitem(sys.modules, "grpc" if missing == "grpcio" else "tpu_info", None)
+    installed = metadata.distribution
+
+    def distribution(name: str) -> metadata.Distribution:
+        if name == missing:
+            raise metadata.PackageNotFoundError(name)
+        return installed(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    with pytest.raises(BackendUnavailableError) as unavailable:
+        TpuBackend(settings)
+    if missing == "tpu-info":
+        assert str(unavailable.value) == f"tpu-info is not installed: {install_command('tpu')}"
+        return
+    grpcio = next(r for r in metadata.requires("tpu-info") if r.startswith("grpcio"))
+    pip = install_command("tpu").partition(" install ")[0]
+    assert str(unavailable.value) == (
+        f"tpu-info is installed, but not its dependency grpcio (no module grpc): {pip} install '{grpcio}'"
+    )
 
 
 def test_this_machine_has_no_tpu():

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from warptd import __version__
+from warptd.config import Settings
 from warptd.stress.torch_device import DTYPES
 
 
@@ -56,7 +57,7 @@ SAMPLING = "sampling"
 SERVING = "serving"
 _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     SERVING: [
-        (("--listen",), {"metavar": "HOST:PORT", "help": "address to serve on (default :9465)"}),
+        (("--listen",), {"metavar": "HOST:PORT", "help": "address to serve on"}),
         (
             ("--web-config-file",),
             {"type": Path, "metavar": "FILE", "help": "TLS/basic auth config (exporter-toolkit format)"},
@@ -68,15 +69,15 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                     "http_header_timeout",
                     _number,
                     "SECONDS",
-                    "request head or TLS handshake (default 10)",
+                    "request head or TLS handshake",
                 ),
-                ("http_body_timeout", _number, "SECONDS", "for a request body (default 10)"),
-                ("http_idle_timeout", _number, "SECONDS", "a keep-alive connection may idle (default 120)"),
-                ("http_max_connections", _integer, "N", "open connections (default 4096)"),
-                ("http_max_client_connections", _integer, "N", "open connections per client (default 256)"),
-                ("http_max_requests", _integer, "N", "requests handled in the pool at once (default 40)"),
-                ("http_backlog", _integer, "N", "listen backlog (default 1024)"),
-                ("http_max_header_bytes", _integer, "BYTES", "request line and headers (default 16384)"),
+                ("http_body_timeout", _number, "SECONDS", "for a request body"),
+                ("http_idle_timeout", _number, "SECONDS", "a keep-alive connection may idle"),
+                ("http_max_connections", _integer, "N", "open connections"),
+                ("http_max_client_connections", _integer, "N", "open connections per client"),
+                ("http_max_requests", _integer, "N", "requests handled in the pool at once"),
+                ("http_backlog", _integer, "N", "listen backlog"),
+                ("http_max_header_bytes", _integer, "BYTES", "request line and headers"),
             )
         ),
         (
@@ -104,14 +105,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         ),
         (
             ("--window-max-duration",),
-            {"type": _number, "metavar": "SECONDS", "help": "an open window ends by itself (default 86400)"},
+            {"type": _number, "metavar": "SECONDS", "help": "an open window ends by itself"},
         ),
         (
             ("--window-lease-min",),
             {
                 "type": _number,
                 "metavar": "SECONDS",
-                "help": "shortest lease a window may ask for (default 5)",
+                "help": "shortest lease a window may ask for",
             },
         ),
         (
@@ -119,20 +120,20 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {
                 "type": _number,
                 "metavar": "SECONDS",
-                "help": "longest lease a window may ask for (default 600)",
+                "help": "longest lease a window may ask for",
             },
         ),
         (
             ("--window-max-open",),
-            {"type": _integer, "metavar": "N", "help": "windows open at once (default 64)"},
+            {"type": _integer, "metavar": "N", "help": "windows open at once"},
         ),
         (
             ("--window-history",),
-            {"type": _integer, "metavar": "N", "help": "ended windows kept (default 100)"},
+            {"type": _integer, "metavar": "N", "help": "ended windows kept"},
         ),
         (
             ("--window-memory",),
-            {"metavar": "SIZE", "help": "bytes the windows' time series may take (default 8MiB)"},
+            {"metavar": "SIZE", "help": "bytes the windows' time series may take"},
         ),
         (
             ("--window-energy-name",),
@@ -183,19 +184,19 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         ),
         (
             ("--workload-retention",),
-            {"type": _number, "metavar": "SECONDS", "help": "an ended workload's series stays (default 600)"},
+            {"type": _number, "metavar": "SECONDS", "help": "an ended workload's series stays"},
         ),
         (
             ("--workload-kinds",),
             {
                 "metavar": "KINDS",
-                "help": "comma-separated: slurm_job,systemd_unit,container,user (default all)",
+                "help": "workload kinds tracked, comma-separated",
             },
         ),
-        (("--workload-max",), {"type": _integer, "metavar": "N", "help": "workloads tracked (default 1000)"}),
+        (("--workload-max",), {"type": _integer, "metavar": "N", "help": "workloads tracked"}),
         (
             ("--workload-recording-memory",),
-            {"metavar": "SIZE", "help": "bytes the workloads' recordings may take (default 32MiB; 0: none)"},
+            {"metavar": "SIZE", "help": "bytes the workloads' recordings may take (0: none)"},
         ),
         (
             ("--no-xid-events",),
@@ -203,17 +204,17 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         ),
     ],
     SAMPLING: [
-        (("--interval",), {"type": _number, "metavar": "SECONDS", "help": "between two samples (default 1)"}),
+        (("--interval",), {"type": _number, "metavar": "SECONDS", "help": "between two samples"}),
         (
             ("--sample-timeout",),
-            {"type": _number, "metavar": "SECONDS", "help": "a sample may take (default 2)"},
+            {"type": _number, "metavar": "SECONDS", "help": "a sample may take"},
         ),
         (
             ("--health-interval",),
             {
                 "type": _number,
                 "metavar": "SECONDS",
-                "help": "between two reads of health counters and other slow values (default 1)",
+                "help": "between two reads of health counters and other slow values",
             },
         ),
         (
@@ -221,7 +222,7 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {
                 "type": _number,
                 "metavar": "SECONDS",
-                "help": "between two reads of a device's energy counter, at least 1 (default 1)",
+                "help": "between two reads of a device's energy counter, at least 1",
             },
         ),
         (
@@ -229,7 +230,7 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {
                 "type": _number,
                 "metavar": "SECONDS",
-                "help": "between two samples of a measured device (default 0.1)",
+                "help": "between two samples of a measured device",
             },
         ),
         (
@@ -252,15 +253,18 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 "help": "load only this backend (repeatable; env WARPTD_BACKENDS=nvidia,cpu); default all",
             },
         ),
-        (("--sysfs",), {"type": Path, "metavar": "DIR", "help": "sysfs root (default /sys)"}),
-        (("--procfs",), {"type": Path, "metavar": "DIR", "help": "procfs root (default /proc)"}),
-        (("--cgroupfs",), {"type": Path, "metavar": "DIR", "help": "cgroup root (default /sys/fs/cgroup)"}),
+        (("--sysfs",), {"type": Path, "metavar": "DIR", "help": "sysfs root"}),
+        (("--procfs",), {"type": Path, "metavar": "DIR", "help": "procfs root"}),
+        (("--cgroupfs",), {"type": Path, "metavar": "DIR", "help": "cgroup root"}),
         (
             ("--tpu-runtime-address",),
-            {"metavar": "HOST:PORT", "help": "libtpu metrics (default localhost:8431)"},
+            {"metavar": "HOST:PORT", "help": "libtpu metrics (unset: tpu-info's own, localhost:8431)"},
         ),
-        (("--log-level",), {"choices": ["debug", "info", "warning", "error"]}),
-        (("--log-format",), {"choices": ["auto", "json", "console"]}),
+        (("--log-level",), {"choices": ["debug", "info", "warning", "error"], "help": "what to log"}),
+        (
+            ("--log-format",),
+            {"choices": ["auto", "json", "console"], "help": "auto: console on a TTY, else JSON"},
+        ),
     ],
 }
 _COMMAND_GROUPS = {
@@ -279,7 +283,38 @@ def _add_flags(parser: argparse.ArgumentParser, command: str, default: object) -
     for title in _COMMAND_GROUPS[command]:
         group = parser.add_argument_group(f"{title} options")
         for names, options in _FLAGS[title]:
-            group.add_argument(*names, default=default, **options)
+            group.add_argument(*names, default=default, **_with_default(names[0], options))
+
+
+def flag_setting(flag: str, options: dict[str, Any]) -> str:
+    """The setting a shared flag sets: its ``dest``, else its name (``--sample-timeout`` sets
+    ``sample_timeout``)."""
+    return options.get("dest") or flag.removeprefix("--").replace("-", "_")
+
+
+def _with_default(flag: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A value flag's help ends with its setting's own default, read from ``Settings``: the help
+    cannot say one default while the daemon uses another."""
+    default = Settings.model_fields[flag_setting(flag, options)].default
+    if "action" in options or default is None:  # a switch, or a setting whose absence means something
+        return options
+    return {
+        **options,
+        "help": f"{options.get('help', '')} (default {shown_default(default, options)})".lstrip(),
+    }
+
+
+def shown_default(value: object, options: dict[str, Any]) -> str:
+    """A default as one would type it on the command line: ``1`` for 1.0, ``8MiB``, ``a,b``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, int) and options.get("metavar") == "SIZE":
+        for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if value and value % size == 0:
+                return f"{value // size}{unit}"
+    if isinstance(value, list):
+        return ",".join(str(one) for one in value)
+    return str(value)
 
 
 def _profile_parser(sub: Any) -> argparse.ArgumentParser:

@@ -112,6 +112,7 @@ def _list(loaded: Loaded, as_json: bool, verbose: bool) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    sys.stdout.flush()  # the table, whole, before the notes: a pipe's buffer would put them first
     for name, reason in sorted(loaded.unavailable.items()) if verbose else ():
         print(f"# {name}: {reason}", file=sys.stderr)
     return 0

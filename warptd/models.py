@@ -133,6 +133,12 @@ class DeviceReading:
     # ``gauges``; the sampler makes them monotonic totals.
     counters: dict[str, LabelledValues] = field(default_factory=dict)
 
+    @property
+    def primary_temperature(self) -> tuple[str, float] | None:
+        """The backend's primary sensor and its reading: the first it lists (NVIDIA's ``gpu``, the
+        core nvidia-smi shows; AMD's ``edge``), the one to show where a single temperature is."""
+        return next(iter(self.temperatures_celsius.items()), None)
+
     def __post_init__(self) -> None:
         """Move the clock-event reasons that are not throttling out of the throttle fields, once,
         here, whatever built the reading: no backend, exporter or summary has to leave them out. The

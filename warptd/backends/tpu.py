@@ -19,7 +19,7 @@ import structlog
 
 from warptd.backends.base import AcceleratorBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.install import install_command
+from warptd.install import import_failure
 from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization, pci_address
 from warptd.sysfs import read_text
 
@@ -81,9 +81,7 @@ class TpuBackend(AcceleratorBackend):
             from tpu_info import device, metrics
             from tpu_info.proto import tpu_metric_service_pb2, tpu_metric_service_pb2_grpc
         except ImportError as exc:
-            raise BackendUnavailableError(
-                f"tpu-info is not installed: {install_command('tpu')} ({exc})"
-            ) from exc
+            raise BackendUnavailableError(import_failure("tpu-info", "tpu_info", "tpu", exc)) from exc
         self._grpc, self._pb = grpc, tpu_metric_service_pb2
         self.chips = _discover(settings.sysfs, device)
         if not self.chips:

@@ -10,8 +10,10 @@ class LatestReading(WireModel):
     """The last sample of one device as the samplers recorded it (no SDK call); null = unsupported."""
 
     power_watts: float | None = None
-    temperature_celsius: float | None = None  # the hottest sensor
-    temperatures_celsius: dict[str, float] = {}
+    #: The primary sensor's (NVIDIA: ``gpu``, the core, as nvidia-smi shows), named by ``temperature_sensor``.
+    temperature_celsius: float | None = None
+    temperature_sensor: str | None = None
+    temperatures_celsius: dict[str, float] = {}  # every sensor
     utilization_ratio: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
@@ -37,12 +39,13 @@ class DevicesView(WireModel):
 
 
 def latest(reading: DeviceReading) -> LatestReading:
-    temperatures = dict(reading.temperatures_celsius)
+    sensor, celsius = reading.primary_temperature or (None, None)
     memory, utilization = reading.memory, reading.utilization
     return LatestReading(
         power_watts=reading.power_watts,
-        temperature_celsius=max(temperatures.values(), default=None),
-        temperatures_celsius=temperatures,
+        temperature_celsius=celsius,
+        temperature_sensor=sensor,
+        temperatures_celsius=dict(reading.temperatures_celsius),
         utilization_ratio=utilization.compute if utilization is not None else None,
         memory_used_bytes=memory.used if memory is not None else None,
         memory_total_bytes=memory.total if memory is not None else None,

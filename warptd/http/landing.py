@@ -46,7 +46,8 @@ function row(backend, device) {
     cell(device.model),
     cell(device.up === false ? "lost" : (device.latest ? "up" : "stale")),
     cell(fixed(latest.power_watts, 1, "W"), true),
-    cell(fixed(latest.temperature_celsius, 0, "\\u00b0C"), true),
+    cell(fixed(latest.temperature_celsius, 0, "\\u00b0C")
+      + (latest.temperature_sensor ? " (" + latest.temperature_sensor + ")" : ""), true),
     cell(fixed(util, 0, "%"), true),
     cell(memory, true),
   );

@@ -49,11 +49,16 @@ def _render(recordings: list[Recording]) -> str:
 
 
 def _refusal(
-    sources: Sequence[str], carbon_intensity: float | None, energy_price: float | None
+    sources: Sequence[str], output: str | None, carbon_intensity: float | None, energy_price: float | None
 ) -> str | None:
     """Why these arguments cannot make a report, or None."""
     if not 1 <= len(sources) <= 2:
         return f"one recording, or two to compare; got {len(sources)}"
+    if output is None and sys.stdout.isatty():
+        return (
+            "the HTML report (megabytes) is not for a terminal: write it with -o FILE, or redirect "
+            "stdout (warptd report ... > report.html)"
+        )
     if list(sources).count("-") > 1:
         return "only one recording can come from stdin"
     for name, value in (("--carbon-intensity", carbon_intensity), ("--energy-price", energy_price)):
@@ -68,10 +73,10 @@ def run_report(
     carbon_intensity: float | None = None,
     energy_price: float | None = None,
 ) -> int:
-    """Render one source's report, or the comparison of two (A B), to ``output`` (a path) or stdout.
-    Exit 2 for a missing or invalid recording or a wrong count, 1 without plotly or when the output
-    cannot be written."""
-    if (refused := _refusal(sources, carbon_intensity, energy_price)) is not None:
+    """Render one source's report, or the comparison of two (A B), to ``output`` (a path) or stdout
+    (never a terminal: megabytes of HTML). Exit 2 for a missing or invalid recording, a wrong count
+    or stdout on a terminal, 1 without plotly or when the output cannot be written."""
+    if (refused := _refusal(sources, output, carbon_intensity, energy_price)) is not None:
         return _fail(refused, 2)
     try:
         page = _render([_load(source, carbon_intensity, energy_price) for source in sources])

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warptd.recording.glance import DeviceGlance, glance
-from warptd.recording.schema import Recording, TargetRecording
+from warptd.recording.glance import DeviceGlance, glance, recorded_seconds
+from warptd.recording.schema import Recording
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +66,6 @@ DEVICE_MEASURES = (
     ("peak power", "W"),
     ("throttled", "s"),
 )
-
-
-def recorded_seconds(recording: Recording, target: TargetRecording) -> float:
-    """How long the target was recorded: the whole recording, or until its last sample if it was lost."""
-    if target.up or not target.points:
-        return recording.duration_seconds
-    return max(p.t for p in target.points)
 
 
 def _figures(recording: Recording) -> dict[str, dict[str, float | None]]:

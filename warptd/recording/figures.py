@@ -192,7 +192,7 @@ def throttle_figure(recording: Recording, styles: Styles) -> go.Figure | None:
     bars = []
     for target in recording.targets:
         points = sorted(target.points, key=lambda p: p.t)
-        tail = sample_tail(recording, points)
+        tail = sample_tail(recording, target, points)
         style = styles[target.id]
         for reason in sorted({r for p in points for r in p.throttle_active}):
             spans = throttle_intervals(points, reason, tail)

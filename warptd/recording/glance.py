@@ -60,12 +60,22 @@ def throttle_intervals(points: list[Point], reason: str | None, tail: float) -> 
     return spans
 
 
-def sample_tail(recording: Recording, points: list[Point]) -> float:
-    """How long the last sample's state lasts: the interval, else the median spacing."""
+def recorded_seconds(recording: Recording, target: TargetRecording) -> float:
+    """How long the target was recorded: the whole recording, or until its last sample if it was lost."""
+    if target.up or not target.points:
+        return recording.duration_seconds
+    return max(p.t for p in target.points)
+
+
+def sample_tail(recording: Recording, target: TargetRecording, points: list[Point]) -> float:
+    """How long the last sample's state lasts: the interval, else the median spacing, but only up
+    to the end of the target's recording, never beyond it."""
     if recording.interval_seconds:
-        return recording.interval_seconds
-    gaps = sorted(b.t - a.t for a, b in itertools.pairwise(points))
-    return gaps[len(gaps) // 2] if gaps else 0.0
+        tail = recording.interval_seconds
+    else:
+        gaps = sorted(b.t - a.t for a, b in itertools.pairwise(points))
+        tail = gaps[len(gaps) // 2] if gaps else 0.0
+    return max(0.0, min(tail, recorded_seconds(recording, target) - points[-1].t)) if points else tail
 
 
 def throttled_seconds(recording: Recording, target: TargetRecording) -> float:
@@ -74,7 +84,8 @@ def throttled_seconds(recording: Recording, target: TargetRecording) -> float:
     points = sorted(target.points, key=lambda p: p.t)
     if not points:
         return max(target.throttle_seconds.values(), default=0.0)
-    return sum(end - start for start, end in throttle_intervals(points, None, sample_tail(recording, points)))
+    tail = sample_tail(recording, target, points)
+    return sum(end - start for start, end in throttle_intervals(points, None, tail))
 
 
 @dataclass(frozen=True, slots=True)

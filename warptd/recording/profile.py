@@ -331,7 +331,7 @@ def _number(value: float | None, unit: str, digits: int = 1) -> str:
 
 def print_table(recording: Recording, out: TextIO) -> None:
     """One line per device and domain, then the totals."""
-    rows = [("TARGET", "SAMPLES", "ENERGY", "SOURCE", "MEAN POWER", "PEAK POWER", "PEAK TEMP", "UTIL")]
+    rows = [("TARGET", "SAMPLES", "ENERGY", "SOURCE", "MEAN POWER", "PEAK POWER", "HOTTEST TEMP", "UTIL")]
     for t in recording.targets:
         util = f"{t.utilization_mean_ratio:.0%}" if t.utilization_mean_ratio is not None else "-"
         rows.append(

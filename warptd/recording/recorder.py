@@ -361,7 +361,11 @@ class Recorder:
             self.started_at, self.started_mono = self._wall(), self._clock()
 
     def stop(self, reason: str = "ended") -> None:
+        """End the recording. One never started (a stress run that failed while it started) ends
+        where it stands, with no samples: ended, never left open."""
         with self._lock:
+            if self.started_mono is None:
+                self.recording, self.started_at, self.started_mono = True, self._wall(), self._clock()
             if self.recording:
                 self.recording = False
                 self.ended_at, self.ended_mono = self._wall(), self._clock()

@@ -81,6 +81,7 @@ def _overview(recording: Recording) -> str:
         ("kind", recording.kind),
         ("id", recording.id),
         ("status", status_text(recording)),
+        *([("error", recording.error)] if recording.error else []),
         ("started", _when(recording.started_at)),
         ("ended", _when(recording.ended_at)),
         ("duration", _number(recording.duration_seconds, "s")),
@@ -128,7 +129,7 @@ _TARGET_HEADINGS = (
     "energy from",
     "mean power",
     "peak power",
-    "peak temperature",
+    "peak temperature (hottest sensor)",
     "mean utilization",
     "throttled",
 )
@@ -211,6 +212,8 @@ def header_summary(recording: Recording) -> str:
     if recording.cost is not None:
         totals.append(("cost", f"{recording.cost:,.4g}"))
     totals.append(("status", status_text(recording)))
+    if recording.error:
+        totals.append(("error", recording.error))
     line = "".join(f"<span><b>{k}</b>{html.escape(v)}</span>" for k, v in totals)
     styles = assign(t.id for t in recording.targets)
     rows = "\n".join(_glance_row(d, styles[d.id]) for d in glance(recording))

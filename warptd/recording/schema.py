@@ -162,6 +162,11 @@ class Recording(WireModel):
         "its lease), max_duration, shutdown; profiles: command_exited; stress runs: succeeded, failed, "
         "cancelled; workloads: workload_ended (neither a process on a device nor its cgroup left).",
     )
+    error: str | None = Field(
+        None,
+        description="Stress runs that failed: why (the workload's error, or how its worker exited); "
+        "None otherwise.",
+    )
     started_at: float = Field(description="Unix time the recording started.")
     ended_at: float | None = Field(None, description="Unix time it ended; None while open.")
     duration_seconds: float = Field(description="From start to end (to now while open), monotonic clock.")

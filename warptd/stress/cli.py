@@ -55,7 +55,7 @@ def print_table(view: JobView, out: TextIO) -> None:
         ),
         ("energy", f"{_si(t.energy_joules, 'J')} ({t.energy_source})" if t and t.energy_source else "-"),
         (
-            "peak temperature",
+            "peak temperature (hottest sensor)",
             f"{t.temperature_peak_celsius:.1f} °C" if t and t.temperature_peak_celsius else "-",
         ),
         (

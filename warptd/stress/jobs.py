@@ -177,17 +177,17 @@ class JobManager:
 
     @staticmethod
     def _check_torch() -> None:
-        """503 without torch. The pip command names this server's paths: it goes to the log, not
-        to the client."""
+        """503 without torch, naming the extra that adds it; the pip command with this server's
+        paths goes to the log only."""
         if torch_installed():
             return
-        from warptd.install import install_command
+        from warptd.install import client_install_command, install_command
 
         log.warning("stress_needs_torch", install=install_command("stress"))
         raise StressError(
             503,
-            "torch is not installed on this node; the daemon's log has the command that adds the "
-            "stress extra",
+            "torch is not installed on this node: install warptd's stress extra there "
+            f"({client_install_command('stress')}); the daemon's log has the exact command",
         )
 
     def _check_memory(self, device: DeviceRef, needed: int | None) -> None:
@@ -234,8 +234,6 @@ class JobManager:
         if recorder is not None and recorder.recording:
             self._edge(*self._measured(job))  # the recording's last sample, at the run's end
         self._unwatch(f"stress-{job.id}")
-        if recorder is not None:
-            recorder.recording = False
         job.ended_at = datetime.now(UTC)
         if job.cancel_requested:
             job.status = JobStatus.CANCELLED
@@ -250,7 +248,6 @@ class JobManager:
                 job.process.exitcode if job.process is not None else None
             )
         if recorder is not None:
-            recorder.recorder.end_reason = str(job.status)
             if job.workload is not None:
                 recorder.recorder.workload = {
                     "throughput": job.workload.throughput,
@@ -258,7 +255,7 @@ class JobManager:
                     "work": job.workload.work,
                     "work_unit": job.workload.work_unit,
                 }
-            job.recording = self._carbon(recorder.recording_view())
+            job.recording = self._carbon(recorder.finish(str(job.status), job.error))
             job.telemetry = summarize(job.recording)
             job.recorder = None  # keep the result, not the recorder, in the bounded history
         process, job.process = job.process, None

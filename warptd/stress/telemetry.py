@@ -47,6 +47,12 @@ class TelemetryRecorder:
         else:
             self.recorder.stop("finished")
 
+    def finish(self, reason: str, error: str | None = None) -> Recording:
+        """End the recording (started or not: a run that failed while it started is ended too) and
+        hand it over with why it ended and, for a failure, its error."""
+        self.recorder.stop(reason)
+        return self.recording_view().model_copy(update={"error": error})
+
     def add_device(self, sample: DeviceSample, at: float | None = None) -> None:
         self.recorder.add_device(self.device, sample, time.monotonic() if at is None else at)
 
