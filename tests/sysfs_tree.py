@@ -10,10 +10,16 @@ from unittest import mock
 AMD_RANGE_UJ = 65_532_610_987
 
 
-def cpuinfo(procfs: Path, vendor: str, cpus: int = 2) -> None:
-    """``<procfs>/cpuinfo`` of an x86 machine whose CPUs are from ``vendor`` (``AuthenticAMD`` …)."""
+def cpuinfo(procfs: Path, vendor: str, cpus: int = 2, megahertz: list[float] | None = None) -> None:
+    """``<procfs>/cpuinfo`` of an x86 machine whose CPUs are from ``vendor`` (``AuthenticAMD`` …), each
+    at its ``megahertz`` (``cpu MHz``) where given."""
     procfs.mkdir(parents=True, exist_ok=True)
-    blocks = (f"processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: 25\n" for n in range(cpus))
+    clocks = megahertz or [None] * cpus
+    blocks = (
+        f"processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: 25\n"
+        + (f"cpu MHz\t\t: {mhz:.3f}\n" if mhz is not None else "")
+        for n, mhz in enumerate(clocks)
+    )
     (procfs / "cpuinfo").write_text("\n".join(blocks))
 
 
@@ -60,6 +66,13 @@ class SysfsTree:
 
     def set_energy(self, zone: str, energy_uj: int) -> None:
         self.write(f"class/powercap/{zone}/energy_uj", energy_uj)
+
+    def cpufreq_policy(self, number: int, khz: int, cpus: list[int]) -> Path:
+        """``devices/system/cpu/cpufreq/policyN`` serving ``cpus``, now at ``khz``; returns the
+        ``scaling_cur_freq`` file."""
+        base = f"devices/system/cpu/cpufreq/policy{number}"
+        self.write(f"{base}/affected_cpus", " ".join(map(str, cpus)))
+        return self.write(f"{base}/scaling_cur_freq", khz)
 
     def hwmon(self, index: int, name: str, temps: dict[str, int | None]) -> Path:
         """A hwmon chip; ``temps`` maps labels (or None for unlabeled) to millidegrees."""
