@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from unittest import mock
 
+from warptd import sysfs
+
 #: AMD EPYC's max_energy_range_uj: a 32-bit counter of 2^-16 J units.
 AMD_RANGE_UJ = 65_532_610_987
 
@@ -91,14 +93,14 @@ def unreadable(path: Path) -> mock._patch | None:
     path.chmod(0)
     if os.geteuid() != 0:
         return None
-    real_read_text = Path.read_text
+    real_read_text = sysfs.read_text
 
-    def read_text(self: Path, *args: object, **kwargs: object) -> str:
-        if self == path:
+    def read_text(read: Path) -> str:
+        if read == path:
             raise PermissionError(13, "Permission denied", str(path))
-        return real_read_text(self, *args, **kwargs)
+        return real_read_text(read)
 
-    return mock.patch.object(Path, "read_text", read_text)
+    return mock.patch.object(sysfs, "read_text", read_text)
 
 
 def drm_card(  # noqa: PLR0917 - a fixture builder
