@@ -108,13 +108,14 @@ def cpuinfo_hertz(cpuinfo: Path) -> float | None:
     """The mean of ``cpu MHz`` over the CPUs ``cpuinfo`` lists, in Hz; None where it has none (ARM, or
     a kernel answering "Unknown")."""
     megahertz = []
-    for line in cpuinfo.read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "cpu MHz":
-            try:
-                megahertz.append(float(value))
-            except ValueError:
-                continue
+    for line in cpuinfo.read_bytes().splitlines():
+        if line.startswith(b"cpu MHz"):
+            key, _, value = line.partition(b":")
+            if key.strip() == b"cpu MHz":
+                try:
+                    megahertz.append(float(value))
+                except ValueError:
+                    continue
     return sum(megahertz) / len(megahertz) * 1e6 if megahertz else None
 
 
