@@ -136,6 +136,13 @@ def test_a_cpufreq_read_at_its_usual_price_stays_every_sample(settings, sysfs, p
     assert all(clock.read() == 2e9 for _ in range(5)) and clock.per_sample
 
 
+def test_the_measured_average_is_preferred_where_the_kernel_has_it(settings, sysfs, procfs):
+    """Kernels from 2025 may make scaling_cur_freq the requested clock and measure it in cpuinfo_avg_freq."""
+    sysfs.cpufreq_policy(0, 2_000_000, [0])
+    sysfs.write("devices/system/cpu/cpufreq/policy0/cpuinfo_avg_freq", 2_750_000)
+    assert CpuClock(sysfs.root, procfs, lambda: settings).read() == 2.75e9
+
+
 def test_an_offline_policy_is_left_out(settings, sysfs, procfs):
     sysfs.cpufreq_policy(0, 2_000_000, [0])
     offline = sysfs.cpufreq_policy(1, 1_000_000, [1])

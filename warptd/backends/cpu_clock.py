@@ -1,6 +1,6 @@
-"""The host CPU's clock: cpufreq's ``scaling_cur_freq`` every sample where the kernel has it and it reads
-cheaply, else ``/proc/cpuinfo``'s ``cpu MHz`` at the health cadence, never a ``/proc/cpuinfo`` parse a
-sample.
+"""The host CPU's clock: cpufreq's (``cpuinfo_avg_freq`` or ``scaling_cur_freq``) every sample where the
+kernel has it and it reads cheaply, else ``/proc/cpuinfo``'s ``cpu MHz`` at the health cadence, never a
+``/proc/cpuinfo`` parse a sample.
 
 psutil's ``cpu_freq()`` parses the whole ``/proc/cpuinfo`` at every call, even where cpufreq exists
 (psutil #1851): 1.9 ms a sample on a 16-core VM without cpufreq (``shared/notes/real-h200.md``). And
@@ -33,6 +33,9 @@ log = structlog.get_logger("warptd.cpu")
 SLOW_READ_S = 0.008
 #: Slow reads in a row that move the clock to the health cadence (one may be a preempted thread).
 SLOW_READS = 2
+#: A policy's current clock (kHz), best first: kernels from 2025 measure it (APERF/MPERF, AMU) in
+#: ``cpuinfo_avg_freq`` and may make ``scaling_cur_freq`` the frequency requested instead.
+_CURRENT = ("cpuinfo_avg_freq", "scaling_cur_freq")
 
 
 class CpuClock:
@@ -120,15 +123,17 @@ def cpuinfo_hertz(cpuinfo: Path) -> float | None:
 
 
 def _policies(cpu: Path) -> list[tuple[Path, int]]:
-    """Each cpufreq policy's ``scaling_cur_freq`` with its number of CPUs (``affected_cpus``); the
-    per-CPU ``cpuN/cpufreq`` directories on kernels without policy directories."""
+    """Each cpufreq policy's current clock file (:data:`_CURRENT`) with its number of CPUs
+    (``affected_cpus``); the per-CPU ``cpuN/cpufreq`` directories on kernels without policy
+    directories."""
     directories = sorted((cpu / "cpufreq").glob("policy[0-9]*"), key=_number) or sorted(
         (d for d in cpu.glob("cpu[0-9]*/cpufreq") if d.is_dir()), key=lambda d: _number(d.parent)
     )
     policies = []
     for directory in directories:
-        current = directory / "scaling_cur_freq"
-        if current.exists():
+        # the measured average where the kernel has it (2025 on), else scaling_cur_freq
+        current = next((f for f in (directory / name for name in _CURRENT) if f.exists()), None)
+        if current is not None:
             policies.append((current, _cpus(directory)))
     return policies
 
