@@ -139,8 +139,12 @@ def test_a_cpufreq_read_at_its_usual_price_stays_every_sample(settings, sysfs, p
 def test_the_measured_average_is_preferred_where_the_kernel_has_it(settings, sysfs, procfs):
     """Kernels from 2025 may make scaling_cur_freq the requested clock and measure it in cpuinfo_avg_freq."""
     sysfs.cpufreq_policy(0, 2_000_000, [0])
-    sysfs.write("devices/system/cpu/cpufreq/policy0/cpuinfo_avg_freq", 2_750_000)
-    assert CpuClock(sysfs.root, procfs, lambda: settings).read() == 2.75e9
+    average = sysfs.write("devices/system/cpu/cpufreq/policy0/cpuinfo_avg_freq", 2_750_000)
+    clock = CpuClock(sysfs.root, procfs, lambda: settings)
+    assert clock.read() == 2.75e9
+    average.unlink()
+    average.mkdir()  # unreadable (the kernel cannot tell): that policy's scaling_cur_freq
+    assert clock.read() == 2e9
 
 
 def test_an_offline_policy_is_left_out(settings, sysfs, procfs):

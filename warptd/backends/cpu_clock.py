@@ -8,7 +8,8 @@ reading ``scaling_cur_freq`` is cheap only on kernels from 5.18, which answer fr
 APERF/MPERF snapshot; from 4.14 to 5.17 x86 sends an IPI to the CPU and sleeps 10 ms when its last
 snapshot is over a second old (``aperfmperf.c``): 10 ms a CPU at a 1 s interval. A read of the policies
 that takes that long, twice in a row, moves the clock to ``/proc/cpuinfo`` at the health cadence, where
-those kernels sleep 10 ms once for every CPU (docs/hardware.md, "What each read costs").
+those kernels sleep 10 ms once for every CPU (docs/hardware.md, "What a sample reads, and what each
+read costs").
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class CpuClock:
         settings: Callable[[], Settings],
         timer: Callable[[], float] = time.monotonic,
     ) -> None:
-        #: Each cpufreq policy's ``scaling_cur_freq`` and how many CPUs it counts for.
+        #: Each cpufreq policy's current clock files, best first, and how many CPUs it counts for.
         self.policies = _policies(sysfs / "devices" / "system" / "cpu")
         self.cpuinfo = procfs / "cpuinfo"
         #: Whether each sample reads the policies; else the clock is read at the health cadence.
@@ -80,17 +81,21 @@ class CpuClock:
         return hertz if hertz is not None or not self.policies else self.read_policies()
 
     def read_policies(self) -> float:
-        """The mean of the policies' ``scaling_cur_freq`` (kHz), weighted by their CPUs; a policy whose
-        CPUs are offline answers EBUSY and is left out. Raises the last error where none answered."""
+        """The mean of the policies' current clocks (kHz), weighted by their CPUs. A policy reads its
+        first file that answers (``cpuinfo_avg_freq`` may fail where the kernel cannot tell, as for an
+        idle CPU); one whose CPUs are offline answers EBUSY and is left out. Raises the last error
+        where none answered."""
         total = weight = 0
         error: Exception = FileNotFoundError("no cpufreq policy")
-        for path, cpus in self.policies:
-            try:
-                total += read_int(path) * cpus
-            except (OSError, ValueError) as exc:
-                error = exc
-                continue
-            weight += cpus
+        for files, cpus in self.policies:
+            for path in files:
+                try:
+                    total += read_int(path) * cpus
+                except (OSError, ValueError) as exc:
+                    error = exc
+                    continue
+                weight += cpus
+                break
         if not weight:
             raise error
         return total / weight * 1e3
@@ -122,19 +127,18 @@ def cpuinfo_hertz(cpuinfo: Path) -> float | None:
     return sum(megahertz) / len(megahertz) * 1e6 if megahertz else None
 
 
-def _policies(cpu: Path) -> list[tuple[Path, int]]:
-    """Each cpufreq policy's current clock file (:data:`_CURRENT`) with its number of CPUs
-    (``affected_cpus``); the per-CPU ``cpuN/cpufreq`` directories on kernels without policy
+def _policies(cpu: Path) -> list[tuple[tuple[Path, ...], int]]:
+    """Each cpufreq policy's current clock files (:data:`_CURRENT`, those it has) with its number of
+    CPUs (``affected_cpus``); the per-CPU ``cpuN/cpufreq`` directories on kernels without policy
     directories."""
     directories = sorted((cpu / "cpufreq").glob("policy[0-9]*"), key=_number) or sorted(
         (d for d in cpu.glob("cpu[0-9]*/cpufreq") if d.is_dir()), key=lambda d: _number(d.parent)
     )
     policies = []
     for directory in directories:
-        # the measured average where the kernel has it (2025 on), else scaling_cur_freq
-        current = next((f for f in (directory / name for name in _CURRENT) if f.exists()), None)
-        if current is not None:
-            policies.append((current, _cpus(directory)))
+        files = tuple(f for f in (directory / name for name in _CURRENT) if f.exists())
+        if files:
+            policies.append((files, _cpus(directory)))
     return policies
 
 
