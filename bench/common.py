@@ -115,8 +115,11 @@ def rss_bytes(pid: int) -> int:
 
 #: What the daemon imports that is not warptd's: its runtime dependencies (pyproject.toml) and the
 #: standard library's asyncio, which its HTTP server runs on. pydantic.main and the settings base
-#: class are what load pydantic's machinery (``import pydantic`` alone is lazy).
+#: class are what load pydantic's machinery (``import pydantic`` alone is lazy). structlog comes
+#: through ``warptd.logs`` first, as in the daemon: without ``rich`` (and pygments), which structlog
+#: imports wherever they are installed; that small module is all of warptd in the floor.
 DEPENDENCY_IMPORTS = (
+    "warptd.logs",
     "asyncio",
     "structlog",
     "pydantic.main",
@@ -129,11 +132,13 @@ DEPENDENCY_IMPORTS = (
 )
 
 
-def dependencies_rss_bytes() -> int:
-    """RSS of this interpreter once it imported the daemon's dependencies and nothing of warptd: the
-    floor under the daemon's RSS in this environment (rich, where installed, comes with structlog)."""
+def dependencies_rss_bytes(root: Path = ROOT) -> int:
+    """RSS of this interpreter once it imported the daemon's dependencies as the daemon imports them and
+    nothing else of warptd: the floor under the daemon's RSS in this environment."""
     code = f"import {', '.join(DEPENDENCY_IMPORTS)}, sys; sys.stdout.write(open('/proc/self/status').read())"
-    status = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    status = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    ).stdout
     return next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
 
 

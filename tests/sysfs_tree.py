@@ -6,14 +6,22 @@ import os
 from pathlib import Path
 from unittest import mock
 
+from warptd import sysfs
+
 #: AMD EPYC's max_energy_range_uj: a 32-bit counter of 2^-16 J units.
 AMD_RANGE_UJ = 65_532_610_987
 
 
-def cpuinfo(procfs: Path, vendor: str, cpus: int = 2) -> None:
-    """``<procfs>/cpuinfo`` of an x86 machine whose CPUs are from ``vendor`` (``AuthenticAMD`` …)."""
+def cpuinfo(procfs: Path, vendor: str, cpus: int = 2, megahertz: list[float] | None = None) -> None:
+    """``<procfs>/cpuinfo`` of an x86 machine whose CPUs are from ``vendor`` (``AuthenticAMD`` …), each
+    at its ``megahertz`` (``cpu MHz``) where given."""
     procfs.mkdir(parents=True, exist_ok=True)
-    blocks = (f"processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: 25\n" for n in range(cpus))
+    clocks = megahertz or [None] * cpus
+    blocks = (
+        f"processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: 25\n"
+        + (f"cpu MHz\t\t: {mhz:.3f}\n" if mhz is not None else "")
+        for n, mhz in enumerate(clocks)
+    )
     (procfs / "cpuinfo").write_text("\n".join(blocks))
 
 
@@ -61,6 +69,13 @@ class SysfsTree:
     def set_energy(self, zone: str, energy_uj: int) -> None:
         self.write(f"class/powercap/{zone}/energy_uj", energy_uj)
 
+    def cpufreq_policy(self, number: int, khz: int, cpus: list[int]) -> Path:
+        """``devices/system/cpu/cpufreq/policyN`` serving ``cpus``, now at ``khz``; returns the
+        ``scaling_cur_freq`` file."""
+        base = f"devices/system/cpu/cpufreq/policy{number}"
+        self.write(f"{base}/affected_cpus", " ".join(map(str, cpus)))
+        return self.write(f"{base}/scaling_cur_freq", khz)
+
     def hwmon(self, index: int, name: str, temps: dict[str, int | None]) -> Path:
         """A hwmon chip; ``temps`` maps labels (or None for unlabeled) to millidegrees."""
         base = f"class/hwmon/hwmon{index}"
@@ -78,14 +93,14 @@ def unreadable(path: Path) -> mock._patch | None:
     path.chmod(0)
     if os.geteuid() != 0:
         return None
-    real_read_text = Path.read_text
+    real_read_text = sysfs.read_text
 
-    def read_text(self: Path, *args: object, **kwargs: object) -> str:
-        if self == path:
+    def read_text(read: Path) -> str:
+        if read == path:
             raise PermissionError(13, "Permission denied", str(path))
-        return real_read_text(self, *args, **kwargs)
+        return real_read_text(read)
 
-    return mock.patch.object(Path, "read_text", read_text)
+    return mock.patch.object(sysfs, "read_text", read_text)
 
 
 def drm_card(  # noqa: PLR0917 - a fixture builder

@@ -126,7 +126,7 @@ def test_init_and_handles_once_shared_with_the_power_backend(rig, fake):
         rig.tick()
     assert fake.calls("amdsmi_init") == 1  # amd and amdsmi share one session
     assert fake.calls("amdsmi_get_processor_handles") == 1
-    assert fake.calls("amdsmi_get_power_info") >= 4
+    assert fake.calls("amdsmi_get_gpu_metrics_info") >= 4  # power, energy and the rest from the table
     rig.close()
     assert fake.calls("amdsmi_shut_down") == 1 and fake.initialised == 0
 
@@ -154,9 +154,10 @@ def test_not_supported_and_na_values_are_absent_not_zero(rig, fake):
     assert value(samples, "warptd_device_up", **DEV1) == 1
     assert value(samples, "warptd_sample_errors_total", backend="amd", kind="sdk_error") == 0
     # NOT_SUPPORTED is asked once, not every sample
-    before = fake.calls("amdsmi_get_energy_count")
+    before = fake.calls("amdsmi_get_power_cap_info")
     rig.tick("amd")
-    assert fake.calls("amdsmi_get_energy_count") == before + 1  # GPU 0 only
+    assert fake.calls("amdsmi_get_power_cap_info") == before + 1  # GPU 0 only
+    assert fake.calls("amdsmi_get_energy_count") == 0  # from each GPU's table (GPU 1's has none)
     assert fake.calls("amdsmi_get_violation_status") == 0  # 100 ms each: throttling comes from the table
 
 
@@ -610,11 +611,74 @@ def test_health_counters_read_at_the_health_cadence_the_table_every_sample(setti
     assert delta["amdsmi_get_gpu_pci_replay_counter"] == 2
     assert delta["amdsmi_get_gpu_bad_page_info"] == 2
     assert delta["amdsmi_get_violation_status"] == 0
+    assert delta["amdsmi_get_power_cap_info"] == 2  # the cap and the fan change on events too
+    assert delta["amdsmi_get_gpu_fan_speed"] == 1  # the Navi's (the MI300X has none)
+    assert value(samples, "warptd_device_power_limit_watts", **DEV1) == 300
+    assert value(samples, "warptd_device_fan_speed_ratio", fan="0", **DEV1) == pytest.approx(0.4)
     # the values read at the first sample stay exported in between
     ecc = _by(samples, "warptd_device_ecc_errors_total", "kind", **DEV0)
     assert ecc == {"corrected": 5, "uncorrected": 0}
     assert value(samples, "warptd_device_pcie_replays_total", **DEV0) == 2
     assert value(samples, "warptd_device_retired_pages_pending", **DEV0) == 0
+
+
+def test_one_metrics_table_read_a_sample_feeds_power_energy_activity_and_clocks(rig, fake):
+    """amdsmi's activity, power, energy and clock getters each read the whole table again (an SMU round
+    trip on MI300): a sample reads it once per GPU, the companion power domains included."""
+    rig.tick()
+    before = [gpu.table_reads for gpu in fake.gpus]
+    for _ in range(3):
+        samples = rig.tick()
+    assert [gpu.table_reads - read for gpu, read in zip(fake.gpus, before, strict=True)] == [3, 3]
+    for name in ("amdsmi_get_gpu_activity", "amdsmi_get_power_info", "amdsmi_get_energy_count"):
+        assert fake.calls(name) == 0, name
+    assert fake.calls("amdsmi_get_clock_info") == 0
+    assert value(samples, "warptd_power_watts", source="amdsmi", domain="gpu0") == 480
+    assert value(samples, "warptd_device_clock_hertz", clock="memory", **DEV1) == 1300e6
+
+
+def test_the_power_backend_alone_reads_one_table_per_gpu(fake, make_rig):
+    rig = make_rig("amdsmi")
+    before = [gpu.table_reads for gpu in fake.gpus]
+    samples = rig.tick()
+    assert [gpu.table_reads - read for gpu, read in zip(fake.gpus, before, strict=True)] == [1, 1]
+    assert value(samples, "warptd_energy_joules_total", source="amdsmi", domain="gpu0") == 5000
+
+
+def test_a_gpu_without_a_table_asks_each_getter_charged_by_kind(rig, fake):
+    fake.gpus[1].unsupported.add("amdsmi_get_gpu_metrics_info")
+    samples = rig.tick()
+    assert value(samples, "warptd_device_power_watts", **DEV1) == 212
+    assert value(samples, "warptd_device_utilization_ratio", **DEV1) == pytest.approx(0.35)
+    assert value(samples, "warptd_device_clock_hertz", clock="graphics", **DEV1) == 2100e6
+    assert value(samples, "warptd_device_energy_joules_total", **DEV1) == 5000
+    reads = {s.labels["read"]: s.value for s in select(samples, "warptd_backend_reads_total", backend="amd")}
+    # GPU 0 its table; GPU 1 the getters (its table NOT_SUPPORTED, asked once); both the rest, and
+    # their VRAM at the start too (the identity's total)
+    assert reads == {
+        "metrics_table": 2,
+        "health": 2,
+        "memory": 4,
+        "temperatures": 2,
+        "utilization": 1,
+        "power": 1,
+        "energy": 1,
+        "clocks": 2,
+    }
+
+
+def test_the_table_read_s_price_is_charged_to_metrics_table(fake, make_rig):
+    """The double burns a price per table read in the calling thread, as the driver's time is spent:
+    exported as the amd backend's read=metrics_table CPU, not spread over the values read from it."""
+    fake.table_read_cpu_s = 0.004
+    rig = make_rig("amd")
+    samples = rig.tick("amd")
+    cpu = {
+        s.labels["read"]: s.value
+        for s in select(samples, "warptd_backend_read_cpu_seconds_total", backend="amd")
+    }
+    assert cpu["metrics_table"] >= 2 * 0.004
+    assert all(seconds < 0.004 for read, seconds in cpu.items() if read != "metrics_table"), cpu
 
 
 def test_partitions_are_devices_by_uuid_and_partition_id(settings):

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import psutil
 import pytest
 
 from tests.helpers import Rig, select, value
+from tests.sysfs_tree import cpuinfo
+from warptd.backends import cadence
 from warptd.backends.cpu import CpuBackend
+from warptd.backends.cpu_clock import CpuClock
+from warptd.config import load_settings
 
 CPU = {"backend": "cpu", "device": "0", "uuid": ""}
 
@@ -66,7 +73,100 @@ def test_psutil_failure_is_counted(settings, monkeypatch):
     assert backend.take_errors()["permission"] == 1
 
 
-@pytest.mark.parametrize("freq", [None])
-def test_no_cpufreq_no_clock(settings, monkeypatch, freq):
-    monkeypatch.setattr(psutil, "cpu_freq", lambda: freq)
-    assert CpuBackend(settings).get_clocks(0) == {}
+def test_no_cpufreq_and_no_cpuinfo_no_clock(settings):
+    backend = CpuBackend(settings)
+    assert backend.get_clocks(0) == {} and backend.get_clocks(0) == {}
+    assert not backend.take_errors()  # no such file: not supported, asked once
+
+
+def _unreadable_cpuinfo(procfs: Path) -> None:
+    """A ``cpuinfo`` any read of which fails (a directory: even root cannot read it as a file)."""
+    (procfs / "cpuinfo").unlink(missing_ok=True)
+    (procfs / "cpuinfo").mkdir()
+
+
+def test_the_clock_comes_from_cpufreq_every_sample_never_from_cpuinfo(settings, sysfs, procfs):
+    """Two policies (one of 3 CPUs, one of 1): the mean over CPUs, each sample, in Hz."""
+    first = sysfs.cpufreq_policy(0, 2_000_000, [0, 1, 2])
+    sysfs.cpufreq_policy(3, 3_000_000, [3])
+    _unreadable_cpuinfo(procfs)
+    backend = CpuBackend(settings)
+    assert backend.get_clocks(0) == {"cpu": 2.25e9}
+    first.write_text("1000000\n")
+    assert backend.get_clocks(0) == {"cpu": 1.5e9}  # read again: it changes as often as it is read
+    assert not backend.take_errors()
+    assert backend.read_costs.totals()["clock"].reads == 2
+
+
+def test_without_cpufreq_cpuinfo_is_read_at_the_health_cadence_only(sysfs, procfs, monkeypatch):
+    settings = load_settings(sysfs=sysfs.root, procfs=procfs, interval=1.0, health_interval=10.0)
+    cpuinfo(procfs, "AuthenticAMD", megahertz=[2596.136, 1500.0])
+    now = [100.0]
+    monkeypatch.setattr(cadence, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    backend = CpuBackend(settings)
+    assert backend.get_clocks(0) == {"cpu": pytest.approx(2048.068e6)}
+    _unreadable_cpuinfo(procfs)  # a read between two health reads would fail, and be counted
+    for _ in range(9):
+        now[0] += 1.0
+        assert backend.get_clocks(0) == {"cpu": pytest.approx(2048.068e6)}
+    assert not backend.take_errors()
+    now[0] += 1.0  # 10 s after the first read: read again, and now it fails
+    assert backend.get_clocks(0) == {}
+    assert backend.take_errors() == {"unexpected": 1}
+    assert backend.read_costs.totals()["clock"].reads == 2
+
+
+def test_a_cpufreq_read_waiting_for_the_cpus_moves_the_clock_to_the_health_cadence(settings, sysfs, procfs):
+    """Kernels 4.14-5.17 sleep 10 ms per CPU whose APERF/MPERF snapshot is over a second old: two such
+    reads in a row and the clock comes from cpuinfo at the health cadence."""
+    sysfs.cpufreq_policy(0, 2_000_000, [0])
+    sysfs.cpufreq_policy(1, 2_200_000, [1])
+    cpuinfo(procfs, "GenuineIntel", megahertz=[3000.0, 3000.0])
+    ticks = iter(range(1000))
+    clock = CpuClock(sysfs.root, procfs, lambda: settings, timer=lambda: next(ticks) * 0.025)  # 25 ms a read
+    assert clock.read() == 2.1e9 and clock.per_sample  # one slow read may be a preempted thread
+    assert clock.read() == 2.1e9 and not clock.per_sample
+    assert clock.due() and clock.read() == 3e9
+
+
+def test_a_cpufreq_read_at_its_usual_price_stays_every_sample(settings, sysfs, procfs):
+    sysfs.cpufreq_policy(0, 2_000_000, [0, 1])
+    ticks = iter(range(1000))
+    clock = CpuClock(sysfs.root, procfs, lambda: settings, timer=lambda: next(ticks) * 0.000_05)
+    assert all(clock.read() == 2e9 for _ in range(5)) and clock.per_sample
+
+
+def test_the_measured_average_is_preferred_where_the_kernel_has_it(settings, sysfs, procfs):
+    """Kernels from 2025 may make scaling_cur_freq the requested clock and measure it in cpuinfo_avg_freq."""
+    sysfs.cpufreq_policy(0, 2_000_000, [0])
+    average = sysfs.write("devices/system/cpu/cpufreq/policy0/cpuinfo_avg_freq", 2_750_000)
+    clock = CpuClock(sysfs.root, procfs, lambda: settings)
+    assert clock.read() == 2.75e9
+    average.unlink()
+    average.mkdir()  # unreadable (the kernel cannot tell): that policy's scaling_cur_freq
+    assert clock.read() == 2e9
+
+
+def test_an_offline_policy_is_left_out(settings, sysfs, procfs):
+    sysfs.cpufreq_policy(0, 2_000_000, [0])
+    offline = sysfs.cpufreq_policy(1, 1_000_000, [1])
+    clock = CpuClock(sysfs.root, procfs, lambda: settings)
+    offline.unlink()
+    offline.mkdir()  # reading it fails, as EBUSY does for a policy without online CPUs
+    assert clock.read() == 2e9
+
+
+def test_each_kind_of_read_is_charged(settings, sysfs):
+    sysfs.hwmon(0, "k10temp", {"Tctl": 50000})
+    sysfs.cpufreq_policy(0, 2_000_000, [0])
+    backend = CpuBackend(settings)
+    backend.read_device(0)
+    backend.read_device(0)
+    totals = backend.read_costs.totals()
+    assert {kind: cost.reads for kind, cost in totals.items()} == {
+        "memory": 2,
+        "times": 2,
+        "temperatures": 2,
+        "clock": 2,
+    }
+    assert all(cost.cpu_seconds > 0 for cost in totals.values())

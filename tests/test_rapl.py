@@ -294,3 +294,14 @@ def test_rapl_is_scheduled_within_its_max_interval_other_backends_at_interval(sy
         assert _job_seconds(rig.sampler, "cpu") == 600
     finally:
         rig.close()
+
+
+def test_each_zone_read_is_charged_as_energy_and_exported(settings, two_sockets):
+    settings.backends = ["rapl"]
+    rig = Rig(settings)
+    rig.tick()
+    samples = rig.tick()
+    zones = 6  # the mmio mirror is not read
+    assert value(samples, "warptd_backend_reads_total", backend="rapl", read="energy") == 2 * zones
+    assert value(samples, "warptd_backend_read_cpu_seconds_total", backend="rapl", read="energy") > 0
+    rig.close()

@@ -8,14 +8,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-import structlog
-
 from warptd.arguments import build_parser
 from warptd.config import Settings, SettingsError, load_settings
-from warptd.logs import configure_logging
+from warptd.logs import configure_logging, get_logger  # imports structlog first: without rich (logs.py)
 from warptd.registry import Loaded, load_backends
 
-log = structlog.get_logger("warptd")
+log = get_logger("warptd")
 
 
 def _settings(args: argparse.Namespace) -> Settings:

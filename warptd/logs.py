@@ -1,14 +1,46 @@
-"""structlog set-up: JSON lines by default, human console output on a TTY."""
+"""structlog set-up: JSON lines by default, human console output on a TTY.
+
+``import structlog`` imports ``structlog.dev`` and ``structlog.tracebacks``, and they import ``rich``
+(which imports ``pygments``) wherever it is installed, as tpu-info and the test tools install it:
+3.7 MiB of the daemon's RSS, for rich tracebacks and colours warptd never renders (JSON lines, or the
+console renderer without colours, after ``format_exc_info``). So the first import of structlog in the
+process is made here, with ``rich`` marked absent for its duration: structlog takes the path it takes
+where rich is not installed, its own fallback. The mark is lifted afterwards: a later ``import rich``
+(tpu-info's) works. The ``warptd`` command imports this module before anything that imports structlog.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
-import structlog
+
+@contextmanager
+def _not_installed(*names: str) -> Iterator[None]:
+    """For the block, ``import NAME`` raises ImportError as for a package not installed: a None entry in
+    ``sys.modules``, the import system's documented mark for that. A module already imported stays."""
+    marked = [name for name in names if name not in sys.modules]
+    sys.modules.update(dict.fromkeys(marked))
+    try:
+        yield
+    finally:
+        for name in marked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+with _not_installed("rich"):
+    import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """structlog's logger ``name``, for modules that import this one first (the ``warptd`` command)."""
+    return structlog.get_logger(name)
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:

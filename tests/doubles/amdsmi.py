@@ -16,7 +16,13 @@ not the package: which status a GPU that fell off the bus answers (``NOT_FOUND``
 
 Costs and timing as the C library has them (``amd_smi.cc``): ``amdsmi_get_violation_status`` reads the
 GPU metrics table, sleeps 100 ms (``kFASTEST_POLL_TIME_MS``), reads it again and answers integer
-percentages of those 100 ms. The firmware's accumulators (the cycle counter and its throttle
+percentages of those 100 ms. ``amdsmi_get_gpu_activity``, ``amdsmi_get_power_info``,
+``amdsmi_get_energy_count`` (rocm_smi's ``rsmi_dev_energy_count_get``) and ``amdsmi_get_clock_info``
+each read the whole metrics table too and answer from it, so the double answers them from the same
+table and counts every read (:attr:`FakeGpu.table_reads`). A read's price is not documented (on MI300
+the driver sends the SMU firmware a message at every read of ``gpu_metrics``); it is
+:attr:`FakeAmdsmi.table_read_cpu_s` of CPU burned in the caller's thread, 0 unless a test or a bench
+sets one. The firmware's accumulators (the cycle counter and its throttle
 residencies, the energy accumulator in 2^-16 J, ``system_clock_counter`` in ns) advance with
 :class:`FirmwareClock`, a virtual clock that only the double's own sleeps (which also take real
 time) and :meth:`FakeAmdsmi.advance` move, so the values are exact. MI300X partitions
@@ -44,7 +50,7 @@ from types import ModuleType
 from typing import Any
 from unittest import mock
 
-from tests.doubles.sdk import is_api_function, patched_sdk
+from tests.doubles.sdk import burn_cpu, is_api_function, patched_sdk
 
 _SDK_PREFIX = "amdsmi"
 
@@ -153,6 +159,8 @@ ENERGY_TICK_J = 2.0**-16
 REPORTED_RESOLUTION_UJ = 15.3
 #: Firmware cycles per second of the double's accumulation counter (the real period is not documented).
 FIRMWARE_HZ = 1000
+#: The metrics-table field of each clock amdsmi_get_clock_info answers from (MHz).
+_TABLE_CLOCKS = {CLK.GFX: "current_gfxclk", CLK.MEM: "current_uclk"}
 #: ``MAX_NUM_PROCESSES`` of the package: the room its ``amdsmi_get_gpu_process_list`` makes for processes.
 MAX_PROCESSES = 1024
 
@@ -282,6 +290,8 @@ class FakeGpu:
     socket: int | None = None
     #: The firmware time (ms) the accumulators were last brought up to; None before the first call.
     firmware_ms: int | None = None
+    #: Reads of this GPU's metrics table, by whichever amdsmi function made them.
+    table_reads: int = 0
     _energy_rest: int = 0
 
     def __post_init__(self) -> None:
@@ -337,6 +347,8 @@ class FakeAmdsmi:
         self.init_status = SUCCESS
         #: An unreadable process is listed (no name, 0 ns) instead of the list answering NO_PERM.
         self.unreadable_listed = False
+        #: CPU (s) one read of a GPU metrics table burns in the calling thread (not documented: 0).
+        self.table_read_cpu_s = 0.0
         self.mocks: dict[str, mock.Mock] = {}
 
     @classmethod
@@ -442,15 +454,43 @@ class FakeAmdsmi:
         def vram(g: FakeGpu, out: Any) -> None:
             out._obj.vram_total, out._obj.vram_used = g.vram_total_mb, g.vram_used_mb
 
+        def table_values(g: FakeGpu) -> dict[str, int]:
+            """One read of the GPU metrics table: its fields the double fills (every other is all ones),
+            counted and priced. The socket's power and energy are the primary partition's only, and a
+            GPU whose energy count is unsupported has none in its table (amdsmi reads the one from the
+            other)."""
+            g.table_reads += 1
+            burn_cpu(self.table_read_cpu_s)
+            values: dict[str, int] = {
+                "system_clock_counter": int(self.clock.now * 1e9),
+                "average_gfx_activity": g.gfx_activity,
+                "average_umc_activity": g.umc_activity,
+                **{
+                    field: g.clocks_mhz[kind] for kind, field in _TABLE_CLOCKS.items() if kind in g.clocks_mhz
+                },
+            }
+            if g.has_residency:
+                values |= {"accumulation_counter": g.accumulation_counter, **g.residency}
+            if g.primary:
+                values["current_socket_power"] = g.current_socket_power
+                values["average_socket_power"] = g.average_socket_power
+                if "amdsmi_get_energy_count" not in g.unsupported:
+                    values["energy_accumulator"] = g.energy_accumulator
+            return values
+
         def activity(g: FakeGpu, out: Any) -> None:
-            usage = out._obj
-            usage.gfx_activity, usage.umc_activity, usage.mm_activity = g.gfx_activity, g.umc_activity, U16
+            """amd_smi.cc: the table's ``average_*_activity``."""
+            table, usage = table_values(g), out._obj
+            usage.gfx_activity, usage.umc_activity = (
+                table["average_gfx_activity"],
+                table["average_umc_activity"],
+            )
+            usage.mm_activity = U16
 
         def power(g: FakeGpu, out: Any) -> None:
-            info = out._obj
-            current, average = g.current_socket_power, g.average_socket_power
-            if not g.primary:  # the socket's power is the primary partition's value only
-                current, average = U16, U16
+            """amd_smi.cc: the table's socket power (all ones on a secondary partition), the hwmon cap."""
+            table, info = table_values(g), out._obj
+            current, average = table.get("current_socket_power", U16), table.get("average_socket_power", U16)
             info.current_socket_power, info.average_socket_power = current, average
             info.socket_power = current if current != U16 else average
             info.gfx_voltage, info.soc_voltage, info.mem_voltage = U16, U16, U16
@@ -462,10 +502,12 @@ class FakeAmdsmi:
             info.min_power_cap, info.dpm_cap = 0, 2100
 
         def energy(g: FakeGpu, accumulator: Any, resolution: Any, timestamp: Any) -> None:
-            if not g.primary:
+            """rocm_smi: the table's accumulator and clock, its resolution a constant (15.3)."""
+            table = table_values(g)
+            if "energy_accumulator" not in table:
                 raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
-            accumulator._obj.value, resolution._obj.value = g.energy_accumulator, g.counter_resolution
-            timestamp._obj.value = int(self.clock.now * 1e9)
+            accumulator._obj.value, resolution._obj.value = table["energy_accumulator"], g.counter_resolution
+            timestamp._obj.value = table["system_clock_counter"]
 
         def temperature(g: FakeGpu, sensor: int, metric: int, out: Any) -> None:
             if sensor not in g.temperatures or metric != amdsmi.AmdSmiTemperatureMetric.CURRENT:
@@ -473,9 +515,10 @@ class FakeAmdsmi:
             out._obj.value = g.temperatures[sensor]
 
         def clock(g: FakeGpu, kind: int, out: Any) -> None:
+            """amd_smi.cc: the table's current clock; its range from pp_dpm_* files."""
             if kind not in g.clocks_mhz:
                 raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
-            out._obj.clk, out._obj.min_clk, out._obj.max_clk = g.clocks_mhz[kind], 500, 2100
+            out._obj.clk, out._obj.min_clk, out._obj.max_clk = table_values(g)[_TABLE_CLOCKS[kind]], 500, 2100
             out._obj.clk_locked, out._obj.clk_deep_sleep = 0, 0
 
         def violation(g: FakeGpu, out: Any) -> None:
@@ -487,9 +530,11 @@ class FakeAmdsmi:
                     setattr(status, name, U64 if not name.startswith("active_") else 0xFF)
             if not g.has_residency:
                 raise Status(wrapper.AMDSMI_STATUS_NOT_SUPPORTED)
+            table_values(g)
             before = g.accumulation_counter, dict(g.residency)
             self.clock.sleep(VIOLATION_SLEEP_S)
             g.run_firmware(self.clock.now)
+            table_values(g)
             cycles = g.accumulation_counter - before[0]
             status.violation_timestamp = int(self.clock.now * 1e8)  # firmware_timestamp, 10 ns
             status.acc_counter = g.accumulation_counter
@@ -502,12 +547,7 @@ class FakeAmdsmi:
 
         # --- amd-alerts: metrics table, ECC, PCIe replays, fan ---
         def metrics(g: FakeGpu, out: Any) -> None:
-            table = out._obj
-            firmware: dict[str, int] = {"system_clock_counter": int(self.clock.now * 1e9)}
-            if g.has_residency:
-                firmware |= {"accumulation_counter": g.accumulation_counter, **g.residency}
-            if g.primary:
-                firmware["energy_accumulator"] = g.energy_accumulator
+            table, firmware = out._obj, table_values(g)
             for name, kind in table._fields_:
                 if name.startswith("PADDING"):
                     continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -82,3 +83,13 @@ def _unexpected(module: str, name: str) -> Callable[..., Any]:
         raise AssertionError(f"warptd called {module}.{name}, which the double does not implement")
 
     return fail
+
+
+def burn_cpu(seconds: float) -> None:
+    """Spend ``seconds`` of the calling thread's CPU, as a driver's time in a call is spent: a price
+    charged in CPU, where a sleep would charge a wait."""
+    if seconds <= 0:
+        return
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass

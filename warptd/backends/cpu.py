@@ -1,4 +1,10 @@
-"""The host CPU through psutil and hwmon: works on every Linux box, accelerator or not."""
+"""The host CPU through psutil, hwmon and cpufreq: works on every Linux box, accelerator or not.
+
+What a sample reads, charged to ``read_costs`` by kind: ``times`` (``psutil.cpu_percent``, the first
+line of ``/proc/stat``), ``memory`` (``psutil.virtual_memory``, ``/proc/meminfo``), ``temperatures``
+(the package sensors' hwmon files) and ``clock`` (:mod:`~warptd.backends.cpu_clock`: sysfs each sample,
+or ``/proc/cpuinfo`` at the health cadence).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from typing import TYPE_CHECKING, ClassVar
 import psutil
 
 from warptd.backends.base import AcceleratorBackend
+from warptd.backends.costs import thread_time
+from warptd.backends.cpu_clock import CpuClock
 from warptd.errors import ErrorKind
 from warptd.models import GPUInfo, MemoryUsage, Utilization
 from warptd.sysfs import hwmon_chips, read_int
@@ -31,6 +39,7 @@ class CpuBackend(AcceleratorBackend):
         super().__init__(settings)
         self._temperature_files = self._find_temperature_files(settings.sysfs)
         self._utilization_primed = False
+        self.clock = CpuClock(settings.sysfs, settings.procfs, lambda: self.settings)
 
     @staticmethod
     def _find_temperature_files(sysfs: Path) -> dict[str, Path]:
@@ -67,7 +76,7 @@ class CpuBackend(AcceleratorBackend):
         return [
             GPUInfo(
                 index=0,
-                model=_cpu_model(),
+                model=_cpu_model(self.settings.procfs),
                 **GPUInfo.memory_fields(memory.total if memory else None),
                 driver_version=self.get_driver_version(),
                 extra_metrics={
@@ -82,14 +91,18 @@ class CpuBackend(AcceleratorBackend):
         return "cpu"
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
+        started = thread_time()
         vm = self.call(index, "memory", psutil.virtual_memory)
+        self.read_costs.charge("memory", started)
         if vm is None:
             return None
         # "free" is what a new allocation can get (MemAvailable), not the kernel's idle pages.
         return MemoryUsage(total=vm.total, used=vm.total - vm.available, free=vm.available)
 
     def get_utilization(self, index: int) -> Utilization | None:
+        started = thread_time()
         percent = self.call(index, "utilization", psutil.cpu_percent, None)
+        self.read_costs.charge("times", started)
         if not self._utilization_primed:
             # The first non-blocking call (psutil keeps its baseline per thread) has no interval
             # behind it and answers 0.0: absent, not a fake idle.
@@ -98,24 +111,32 @@ class CpuBackend(AcceleratorBackend):
         return Utilization(compute=percent / 100) if percent is not None else None
 
     def get_temperatures(self, index: int) -> dict[str, float]:
+        if not self._temperature_files:
+            return {}
         temperatures = {}
+        started = thread_time()
         for sensor, path in self._temperature_files.items():
             millidegrees = self.call(index, f"temp_{sensor}", read_int, path)
             if millidegrees is not None:
                 temperatures[sensor] = millidegrees / 1000
+        self.read_costs.charge("temperatures", started)
         return temperatures
 
     def get_power_usage(self, index: int) -> float | None:
         return None  # package power comes from the rapl power backend
 
     def get_clocks(self, index: int) -> dict[str, float]:
-        freq = self.call(index, "clock", psutil.cpu_freq)
-        return {"cpu": freq.current * 1e6} if freq is not None and freq.current else {}
+        clock = self.clock
+        if clock.due():
+            started = thread_time()
+            clock.value = self.call(index, "clock", clock.read)
+            self.read_costs.charge("clock", started)
+        return {"cpu": clock.value} if clock.value else {}
 
 
-def _cpu_model() -> str:
+def _cpu_model(procfs: Path) -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in (procfs / "cpuinfo").read_text().splitlines():
             if line.startswith(("model name", "Hardware", "Model")):
                 return line.split(":", 1)[1].strip()
     except OSError:

@@ -2,17 +2,26 @@
 
 Units as the kernel gives them: power µW, energy µJ, temperature m°C, frequency Hz, VRAM bytes,
 busy percent. i915/xe report energy only; the sampler derives their power from the counter.
+
+Which files a card has is found once. A sample reads what changes: VRAM used (``memory``), busy %,
+temperatures and clocks (``sensors``: on amdgpu each is the SMU metrics table, which the driver keeps
+for 1 ms and otherwise asks the firmware for), power and energy (``power``; i915/xe wake a suspended
+GPU to read the energy register). VRAM total and the power cap change on events, not between samples,
+and are read at the health cadence (``slow``). The kinds are those charged to ``read_costs``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from warptd.backends.base import AcceleratorBackend
+from warptd.backends.cadence import DeviceCadence
+from warptd.backends.costs import thread_time
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.models import GPUInfo, MemoryUsage, Utilization, pci_address
 from warptd.sysfs import HwmonChip, read_int, read_text
@@ -28,16 +37,67 @@ class DeviceGoneError(OSError):
     """The card's sysfs directory vanished (driver unbound, device removed)."""
 
 
+@dataclass(frozen=True, slots=True)
+class CardFiles:
+    """The attributes a card has, found once (None: the card has no such file)."""
+
+    vram_total: Path | None = None
+    vram_used: Path | None = None
+    gpu_busy: Path | None = None
+    mem_busy: Path | None = None
+    #: ``power1_average`` (older amdgpu) or ``power1_input`` (newer); i915/xe have neither.
+    power: Path | None = None
+    power_cap: Path | None = None
+    energy: Path | None = None
+    #: ``freq1_input`` (sclk) and ``freq2_input`` (mclk) by clock, in Hz.
+    clocks: dict[str, Path] = field(default_factory=dict)
+    temperatures: dict[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, device: Path, chip: HwmonChip | None) -> CardFiles:
+        def present(path: Path) -> Path | None:
+            return path if path.exists() else None
+
+        def hwmon(name: str) -> Path | None:
+            return present(chip.path / name) if chip is not None else None
+
+        return cls(
+            vram_total=present(device / "mem_info_vram_total"),
+            vram_used=present(device / "mem_info_vram_used"),
+            gpu_busy=present(device / "gpu_busy_percent"),
+            mem_busy=present(device / "mem_busy_percent"),
+            power=hwmon("power1_average") or hwmon("power1_input"),
+            power_cap=hwmon("power1_cap"),
+            energy=hwmon("energy1_input"),
+            clocks={
+                clock: path
+                for number, clock in ((1, "graphics"), (2, "memory"))
+                if (path := hwmon(f"freq{number}_input")) is not None
+            },
+            temperatures=_gpu_sensor_names(chip.temperature_inputs()) if chip is not None else {},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SlowValues:
+    """What a card changes on events only, as last read at the health cadence."""
+
+    vram_total: float | None = None
+    power_cap_watts: float | None = None
+
+
 @dataclass(slots=True)
 class HwmonCard:
-    """One DRM card: its PCI device directory and its hwmon chip."""
+    """One DRM card: its PCI device directory, its hwmon chip, its files and its slow values."""
 
     card: str
     device: Path
     driver: str
     hwmon: HwmonChip | None
     torch_index: int
-    temperatures: dict[str, Path] = field(default_factory=dict)
+    files: CardFiles
+    cadence: DeviceCadence
+    slow: SlowValues = field(default_factory=SlowValues)
 
 
 class HwmonBackend(AcceleratorBackend):
@@ -49,7 +109,7 @@ class HwmonBackend(AcceleratorBackend):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
-        self.cards = _discover(settings.sysfs)
+        self.cards = _discover(settings.sysfs, lambda: self.settings)
         if not self.cards:
             raise BackendUnavailableError(f"no amdgpu, i915 or xe card under {settings.sysfs}/class/drm")
 
@@ -73,13 +133,6 @@ class HwmonBackend(AcceleratorBackend):
                 raise DeviceGoneError(f"{self.cards[index].device} is gone") from None
             raise
 
-    def _attr(self, index: int, name: str) -> Path:
-        return self.cards[index].device / name
-
-    def _hwmon(self, index: int, name: str) -> Path | None:
-        chip = self.cards[index].hwmon
-        return chip.path / name if chip is not None else None
-
     # -- discovery and identity -------------------------------------------------------------
     def is_available(self) -> bool:
         return bool(self.cards)
@@ -95,7 +148,7 @@ class HwmonBackend(AcceleratorBackend):
         for index, card in enumerate(self.cards):
             vendor, _ = DRIVERS[card.driver]
             device_id = _text(card.device / "device")
-            total = self._read(index, "vram_total", self._attr(index, "mem_info_vram_total"))
+            total = self._read(index, "vram_total", card.files.vram_total)
             devices.append(
                 GPUInfo(
                     index=index,
@@ -119,51 +172,77 @@ class HwmonBackend(AcceleratorBackend):
         return f"{DRIVERS[card.driver][1]}:{card.torch_index}"
 
     # -- telemetry --------------------------------------------------------------------------
+    def begin_read(self, index: int, power_only: bool) -> None:
+        """VRAM total and the power cap, at the health cadence."""
+        card = self.cards[index]
+        files = card.files
+        if power_only or (files.vram_total is None and files.power_cap is None) or not card.cadence.due():
+            return
+        started = thread_time()
+        card.slow = SlowValues(
+            vram_total=self._read(index, "vram_total", files.vram_total),
+            power_cap_watts=self._read(index, "power_cap", files.power_cap, 1e-6),
+        )
+        self.read_costs.charge("slow", started)
+
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        total = self._read(index, "vram_total", self._attr(index, "mem_info_vram_total"))
-        used = self._read(index, "vram_used", self._attr(index, "mem_info_vram_used"))
-        if total is None or used is None:
+        card = self.cards[index]
+        total = card.slow.vram_total
+        if total is None or card.files.vram_used is None:
+            return None
+        started = thread_time()
+        used = self._read(index, "vram_used", card.files.vram_used)
+        self.read_costs.charge("memory", started)
+        if used is None:
             return None
         return MemoryUsage(total=int(total), used=int(used), free=int(total - used))
 
     def get_utilization(self, index: int) -> Utilization | None:
-        gpu = self._read(index, "gpu_busy", self._attr(index, "gpu_busy_percent"), 0.01)
-        memory = self._read(index, "mem_busy", self._attr(index, "mem_busy_percent"), 0.01)
+        files = self.cards[index].files
+        if files.gpu_busy is None and files.mem_busy is None:
+            return None
+        started = thread_time()
+        gpu = self._read(index, "gpu_busy", files.gpu_busy, 0.01)
+        memory = self._read(index, "mem_busy", files.mem_busy, 0.01)
+        self.read_costs.charge("sensors", started)
         return Utilization(compute=gpu, memory=memory) if gpu is not None or memory is not None else None
 
     def get_temperatures(self, index: int) -> dict[str, float]:
-        temperatures = {}
-        for sensor, path in self.cards[index].temperatures.items():
-            celsius = self._read(index, f"temp_{sensor}", path, 0.001)
-            if celsius is not None:
-                temperatures[sensor] = celsius
-        return temperatures
-
-    def get_power_usage(self, index: int) -> float | None:
-        # amdgpu has power1_average (older) or power1_input (newer); i915/xe neither.
-        for name in ("power1_average", "power1_input"):
-            path = self._hwmon(index, name)
-            if path is not None and path.exists():
-                return self._read(index, "power", path, 1e-6)
-        return None
-
-    def get_power_limit(self, index: int) -> float | None:
-        path = self._hwmon(index, "power1_cap")
-        return self._read(index, "power_cap", path, 1e-6) if path is not None and path.exists() else None
-
-    def get_energy_counter(self, index: int) -> float | None:
-        path = self._hwmon(index, "energy1_input")
-        return self._read(index, "energy", path, 1e-6) if path is not None and path.exists() else None
+        return self._sensors(index, "temp", self.cards[index].files.temperatures, 0.001)
 
     def get_clocks(self, index: int) -> dict[str, float]:
-        clocks = {}
-        for number, clock in ((1, "graphics"), (2, "memory")):  # amdgpu: sclk, mclk in Hz
-            path = self._hwmon(index, f"freq{number}_input")
-            if path is not None and path.exists():
-                hertz = self._read(index, f"clock_{clock}", path)
-                if hertz is not None:
-                    clocks[clock] = hertz
-        return clocks
+        return self._sensors(index, "clock", self.cards[index].files.clocks, 1.0)
+
+    def _sensors(self, index: int, what: str, files: dict[str, Path], scale: float) -> dict[str, float]:
+        """Each sensor file's value by its name; an unreadable one is left out."""
+        if not files:
+            return {}
+        values = {}
+        started = thread_time()
+        for name, path in files.items():
+            reading = self._read(index, f"{what}_{name}", path, scale)
+            if reading is not None:
+                values[name] = reading
+        self.read_costs.charge("sensors", started)
+        return values
+
+    def get_power_usage(self, index: int) -> float | None:
+        return self._power(index, "power", self.cards[index].files.power)
+
+    def get_energy_counter(self, index: int) -> float | None:
+        return self._power(index, "energy", self.cards[index].files.energy)
+
+    def _power(self, index: int, what: str, path: Path | None) -> float | None:
+        """µW or µJ in W or J."""
+        if path is None:
+            return None
+        started = thread_time()
+        value = self._read(index, what, path, 1e-6)
+        self.read_costs.charge("power", started)
+        return value
+
+    def get_power_limit(self, index: int) -> float | None:
+        return self.cards[index].slow.power_cap_watts
 
 
 def _text(path: Path) -> str | None:
@@ -178,7 +257,7 @@ def _gpu_sensor_names(inputs: dict[str, Path]) -> dict[str, Path]:
     return {("gpu" if name == "temp1" else name): path for name, path in inputs.items()}
 
 
-def _discover(sysfs: Path) -> list[HwmonCard]:
+def _discover(sysfs: Path, settings: Callable[[], Settings]) -> list[HwmonCard]:
     cards = []
     per_runtime: dict[str, int] = {}
     drm = sysfs / "class" / "drm"
@@ -197,8 +276,8 @@ def _discover(sysfs: Path) -> list[HwmonCard]:
         chips = sorted((device / "hwmon").glob("hwmon*"))
         chip = HwmonChip(path=chips[0], name=_text(chips[0] / "name") or driver) if chips else None
         runtime = DRIVERS[driver][1]
-        card = HwmonCard(entry.name, device, driver, chip, per_runtime.get(runtime, 0))
-        per_runtime[runtime] = card.torch_index + 1
-        card.temperatures = _gpu_sensor_names(chip.temperature_inputs()) if chip is not None else {}
-        cards.append(card)
+        torch_index = per_runtime.get(runtime, 0)
+        per_runtime[runtime] = torch_index + 1
+        files = CardFiles.of(device, chip)
+        cards.append(HwmonCard(entry.name, device, driver, chip, torch_index, files, DeviceCadence(settings)))
     return cards

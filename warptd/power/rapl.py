@@ -1,4 +1,10 @@
-"""CPU package/core/uncore/DRAM/psys energy from Linux powercap (RAPL), in µJ, wrapping."""
+"""CPU package/core/uncore/DRAM/psys energy from Linux powercap (RAPL), in µJ, wrapping.
+
+Each read of a zone's ``energy_uj`` is a fresh MSR read (no cache in the kernel), sent as an IPI to a CPU
+of the package unless the reader runs there (``intel_rapl_msr.c``), or an MMIO read on TPMI parts. The
+counter advances every millisecond or so, faster than any sample: every sample reads it, since the power
+exported is its delta. Charged to ``read_costs`` as ``energy``, one read a zone.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import structlog
 
+from warptd.backends.costs import thread_time
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.power.base import DomainReading, PowerBackend, PowerSource
 from warptd.sysfs import read_int, read_text
@@ -66,6 +73,8 @@ class RaplPowerBackend(PowerBackend):
         if not self.zones:
             raise BackendUnavailableError(f"no RAPL zones under {root}")
         self._reported_unreadable: set[str] = set()
+        #: Each zone with its ``energy_uj``, joined once.
+        self._energy_files = [(zone, zone.path / "energy_uj") for zone in self.zones]
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, ValueError):
@@ -77,8 +86,11 @@ class RaplPowerBackend(PowerBackend):
 
     def read_domains(self) -> list[DomainReading]:
         readings = []
-        for zone in self.zones:
-            microjoules = self.guarded(zone, read_int, zone.path / "energy_uj")
+        costs = self.read_costs
+        for zone, energy_file in self._energy_files:
+            started = thread_time()
+            microjoules = self.guarded(zone, read_int, energy_file)
+            costs.charge("energy", started)
             if microjoules is None:
                 readings.append(DomainReading(domain=zone.domain, readable=False))
                 continue

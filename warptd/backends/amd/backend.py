@@ -36,7 +36,9 @@ class AmdBackend(AcceleratorBackend):
             self.shutdown()
             raise BackendUnavailableError(f"amdsmi too old: {exc}") from exc
         self._devices = [
-            AmdDevice(index, handle, sdk, self.call, sensors, settings=lambda: self.settings)
+            AmdDevice(
+                index, handle, sdk, self.call, sensors, costs=self.read_costs, settings=lambda: self.settings
+            )
             for index, handle in enumerate(self._session.handles)
         ]
 
@@ -101,7 +103,7 @@ class AmdBackend(AcceleratorBackend):
         return self._devices[index].power()
 
     def get_power_limit(self, index: int) -> float | None:
-        return self._devices[index].power_limit()
+        return self._devices[index].power_cap
 
     def get_energy_counter(self, index: int) -> float | None:
         return self._devices[index].energy()

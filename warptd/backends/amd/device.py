@@ -1,6 +1,15 @@
 """One logical AMD GPU (a whole GPU, or a partition of one): its amdsmi handle, what is kept about it
 between samples, and its reading, built in one constructor call. amdsmi reports MB, %, W, µW (power
-cap), µJ ticks, °C and MHz; the readings are in base units."""
+cap), µJ ticks, °C and MHz; the readings are in base units.
+
+What a read costs: amdsmi's activity, power, energy and clock getters each read the whole GPU metrics
+table again (``amd_smi.cc``, ``rocm_smi.cc``), and on MI300 every read of the table sends the SMU
+firmware a message (the driver keeps no cache of it). So a read takes all of them from the one table it
+reads (``metrics_table``); a device without a table asks the getters (charged as ``utilization``,
+``power``, ``energy``, ``clocks``). Temperatures (``temperatures``: hwmon files behind the driver's 1 ms
+sensor cache) and VRAM (``memory``: DRM queries) each read; the power cap and the fan at the health
+cadence (``health``, with ECC, replays and bad pages on the primary partition). The kinds are those
+charged to ``read_costs`` (docs/hardware.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +24,7 @@ from warptd.backends.amd.metrics_table import MetricsTable
 from warptd.backends.amd.values import integer, number, one, reported, text
 from warptd.backends.base import throttle_states
 from warptd.backends.cadence import DeviceCadence
+from warptd.backends.costs import ReadCosts, thread_time
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -23,6 +33,11 @@ if TYPE_CHECKING:
 #: Sensors (``AmdSmiTemperatureType`` members) by the names warptd exports.
 _TEMPERATURES = {"edge": "EDGE", "junction": "HOTSPOT", "memory": "VRAM"}
 _CLOCKS = {"graphics": "GFX", "memory": "MEM"}
+#: The metrics-table field of each clock (MHz): what ``amdsmi_get_clock_info`` answers as ``clk``.
+_TABLE_CLOCKS = {"graphics": "current_gfxclk", "memory": "current_uclk"}
+#: Socket power (W) fields, in the table and in ``amdsmi_get_power_info`` alike: current on MI300 and
+#: newer, average before.
+_POWER_FIELDS = ("current_socket_power", "average_socket_power")
 #: What amdsmi reports as the energy accumulator's resolution (µJ): rocm_smi's ``kEnergyCounterResolution``
 #: (15.3F), rounded from the accumulator's real unit, 2^-16 J (kgd_pp_interface.h), which reads 0.27 % high.
 _ROUNDED_RESOLUTION_UJ = 15.3
@@ -62,16 +77,22 @@ class AmdDevice(AmdHandle):
         call: Call,
         sensors: Sensors,
         *,
+        costs: ReadCosts,
         settings: Callable[[], Settings],
     ) -> None:
-        """``settings()`` gives the settings in force (a reload changes the health interval live)."""
+        """``settings()`` gives the settings in force (a reload changes the health interval live);
+        ``costs`` is the backend's, charged by kind of read."""
         super().__init__(index, handle, sdk, call)
         self._sensors = sensors
+        self._costs = costs
         self.hip_id: int | None = None
         self._fan_max: float | None = None
         self.table = MetricsTable()
         #: ECC and replay counters and the pending-retirement gauge, as last read at the health cadence.
         self.health = Health()
+        #: The power cap (W) and the fan's speed ratio, as last read at the health cadence.
+        self.power_cap: float | None = None
+        self.fan_speed: float | None = None
         self._health_cadence = DeviceCadence(settings)
 
     def describe(self, driver: str | None, identify: Callable[[], str | None]) -> GPUInfo:
@@ -106,13 +127,20 @@ class AmdDevice(AmdHandle):
 
     # -- one read -----------------------------------------------------------------------------
     def begin_read(self, power_only: bool) -> None:
-        """One GPU metrics table per full read: throttle residency, engine activities and XGMI counters
-        share it. ECC, replays and bad pages are read at the health cadence, by the primary partition."""
-        if power_only:
-            return
+        """One GPU metrics table per read, power-only reads included: power, energy, activity, clocks,
+        throttle residency, engine activities and XGMI counters all come from it. The power cap and the
+        fan at the health cadence, and ECC, replays and bad pages, by the primary partition."""
+        started = thread_time()
         self.table.update(self.get("metrics_table", "amdsmi_get_gpu_metrics_info") or {})
-        if self.primary and self._health_cadence.due():
+        self._costs.charge("metrics_table", started)
+        if power_only or not self._health_cadence.due():
+            return
+        started = thread_time()
+        self.power_cap = self._power_cap()
+        self.fan_speed = self._fan_speed()
+        if self.primary:
             self.health = read_health(self.get, self._sdk.amdsmi_wrapper)
+        self._costs.charge("health", started)
 
     def read(self) -> DeviceReading:
         """Every value of this read (after :meth:`begin_read`), in one reading."""
@@ -122,7 +150,7 @@ class AmdDevice(AmdHandle):
             memory=self.memory(),
             utilization=self.utilization(),
             power_watts=self.power(),
-            power_limit_watts=self.power_limit(),
+            power_limit_watts=self.power_cap,
             energy_counter_joules=self.energy(),
             temperatures_celsius=self.temperatures(),
             clocks_hertz=self.clocks(),
@@ -132,9 +160,19 @@ class AmdDevice(AmdHandle):
             counters=self.counters(),
         )
 
+    def _asked(self, kind: str, what: str, fn_name: str, *args: object) -> Any:
+        """A getter asked where the device has no metrics table this read (:meth:`get`), charged as
+        ``kind``."""
+        started = thread_time()
+        answer = self.get(what, fn_name, *args)
+        self._costs.charge(kind, started)
+        return answer
+
     # -- the values ---------------------------------------------------------------------------
     def memory(self) -> MemoryUsage | None:
+        started = thread_time()
         vram = self.get("memory", "amdsmi_get_gpu_vram_usage")
+        self._costs.charge("memory", started)
         if vram is None:
             return None
         total, used = number(vram.get("vram_total")), number(vram.get("vram_used"))
@@ -144,10 +182,14 @@ class AmdDevice(AmdHandle):
         return MemoryUsage(total=total_bytes, used=used_bytes, free=total_bytes - used_bytes)
 
     def utilization(self) -> Utilization | None:
-        activity = self.get("utilization", "amdsmi_get_gpu_activity")
-        if activity is None:
-            return None
-        gfx, umc = number(activity.get("gfx_activity")), number(activity.get("umc_activity"))
+        """GFX and UMC activity (%): the table's ``average_*_activity``, which ``amdsmi_get_gpu_activity``
+        answers as ``*_activity``."""
+        table = self.table.fields
+        if table:
+            gfx, umc = number(table.get("average_gfx_activity")), number(table.get("average_umc_activity"))
+        else:
+            activity = self._asked("utilization", "utilization", "amdsmi_get_gpu_activity") or {}
+            gfx, umc = number(activity.get("gfx_activity")), number(activity.get("umc_activity"))
         if gfx is None and umc is None:
             return None
         return Utilization(
@@ -156,23 +198,24 @@ class AmdDevice(AmdHandle):
 
     def temperatures(self) -> dict[str, float]:
         temperatures = {}
+        started = thread_time()
         for sensor, (kind, metric) in self._sensors.temperatures.items():
             # °C, although amdsmi.h calls the value millidegrees.
             celsius = number(self.get(f"temp_{sensor}", "amdsmi_get_temp_metric", kind, metric))
             if celsius is not None:
                 temperatures[sensor] = celsius
+        self._costs.charge("temperatures", started)
         return temperatures
 
     def power(self) -> float | None:
         """Watts: ``current_socket_power`` on MI300 and newer, ``average_socket_power`` before; the
         field a GPU does not fill is "N/A", all ones or 0."""
-        info = self.get("power", "amdsmi_get_power_info")
-        if info is None:
+        info = self.table.fields or self._asked("power", "power", "amdsmi_get_power_info")
+        if not info:
             return None
-        fields = ("current_socket_power", "average_socket_power")
-        return next((w for key in fields if (w := number(info.get(key)))), None)
+        return next((w for key in _POWER_FIELDS if (w := number(info.get(key)))), None)
 
-    def power_limit(self) -> float | None:
+    def _power_cap(self) -> float | None:
         cap = self.get("power_cap", "amdsmi_get_power_cap_info")
         value = number(cap.get("power_cap")) if cap else None
         if not value:
@@ -180,9 +223,13 @@ class AmdDevice(AmdHandle):
         return value / 1e6 if value >= _POWER_CAP_MICROWATTS_MIN else value
 
     def energy(self) -> float | None:
-        """The raw 64-bit accumulator times its resolution, in J; the sampler handles resets. amdsmi's
-        resolution of 15.3 µJ is rounded: the accumulator counts 2^-16 J."""
-        count = self.get("energy", "amdsmi_get_energy_count")
+        """The raw 64-bit accumulator in J; the sampler handles resets. The table counts 2^-16 J ticks;
+        ``amdsmi_get_energy_count`` reports their resolution rounded to 15.3 µJ."""
+        table = self.table.fields
+        if table:
+            ticks = number(table.get("energy_accumulator"))
+            return ticks * _ENERGY_TICK_UJ / 1e6 if ticks is not None else None
+        count = self._asked("energy", "energy", "amdsmi_get_energy_count")
         if count is None:
             return None
         ticks = number(count.get("energy_accumulator", count.get("power")))  # "power" before ROCm 6.1
@@ -194,10 +241,16 @@ class AmdDevice(AmdHandle):
         return ticks * resolution / 1e6
 
     def clocks(self) -> dict[str, float]:
+        """GFX and memory clocks (MHz): the table's ``current_gfxclk`` and ``current_uclk``, which
+        ``amdsmi_get_clock_info`` answers as ``clk``."""
+        table = self.table.fields
         clocks = {}
         for clock, kind in self._sensors.clocks.items():
-            info = self.get(f"clock_{clock}", "amdsmi_get_clock_info", kind)
-            mhz = number(info.get("clk")) if info else None
+            if table:
+                mhz = number(table.get(_TABLE_CLOCKS[clock]))
+            else:
+                info = self._asked("clocks", f"clock_{clock}", "amdsmi_get_clock_info", kind)
+                mhz = number(info.get("clk")) if info else None
             if mhz is not None:
                 clocks[clock] = mhz * 1e6
         return clocks
@@ -206,7 +259,7 @@ class AmdDevice(AmdHandle):
         return reported(
             {
                 "warptd_device_engine_active_ratio": self.table.engine_activity(),
-                "warptd_device_fan_speed_ratio": one(self._fan_speed(), str(_FAN_SENSOR)),
+                "warptd_device_fan_speed_ratio": one(self.fan_speed, str(_FAN_SENSOR)),
                 "warptd_device_retired_pages_pending": one(self.health.retirement_pending),
             }
         )
