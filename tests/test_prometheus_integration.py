@@ -162,6 +162,7 @@ def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
     kubelet.pods = {("ml", "train-0", "trainer"): {"nvidia.com/gpu": [fake_nvml.gpus[0].uuid]}}
     settings.interval = 0.5
     settings.kubelet_socket = kubelet.socket
+    settings.metrics_include = ["*"]  # the dashboard also shows the families the default leaves out
     fake_nvml.gpus[1].retires_pages = 1  # a pre-Ampere GPU: retired pages instead of remapped rows
     # An MI300X beside the sysfs card: ECC, PCIe replay, XGMI and media-engine series from amdsmi.
     amd = FakeAmdsmi([FakeGpu(index=0, bdf=(0, 0xC3, 0, 0))])
