@@ -3,9 +3,11 @@ default, and a bad glob's one-line error."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from tests.doubles.nvml import FakeNvml
+from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.fleet import h200, series_by_family, series_per_gpu
 from tests.helpers import Rig, http, serving, wait_until
 from warptd.cli import main
@@ -13,6 +15,7 @@ from warptd.config import SettingsError, load_settings
 from warptd.exporter.text import render_text
 from warptd.metrics import catalog as m
 from warptd.metrics.selection import DEFAULT_EXCLUDE, EVERYTHING, matching, select
+from warptd.metrics.series_counts import MODELS, SERIES_PER_GPU
 
 #: docs/metrics.md's bound for a plain `warptd serve` (issue 35).
 MAX_SERIES_PER_GPU = 60
@@ -220,3 +223,21 @@ def test_without_the_pod_energy_families_no_energy_split(settings, fake_nvml, tm
                 assert energy is split
     finally:
         kubelet.stop()
+
+
+@pytest.mark.parametrize("model", range(len(MODELS)), ids=lambda i: MODELS[i])
+def test_the_documented_series_per_gpu_are_what_a_daemon_over_the_double_exports(settings, model):
+    """docs/metrics.md's figures (warptd/metrics/series_counts.py, written by bench/series_bench.py)
+    are today's: a change in what a GPU exports fails here until the bench is run again."""
+    pytest.importorskip("torch")  # the stress series of a GPU: only where torch is installed
+    make = h200 if MODELS[model].startswith("H200") else FakeGpu
+    fake = FakeNvml([make(index=i) for i in range(8)])
+    settings.backends, settings.metrics_include = ["nvidia"], ["*"]
+    with fake.installed(), serving(settings) as daemon:
+        assert wait_until(lambda: _gpm_in(_scrape(daemon.port)), timeout=10)
+        time.sleep(2 * settings.health_interval)
+        found = series_by_family(_scrape(daemon.port))
+    fake.close()
+    measured = {family: max(per_gpu.values()) for family, per_gpu in found.items()}
+    documented = {family: counts[model] for family, counts in SERIES_PER_GPU.items() if counts[model]}
+    assert measured == documented, "run python bench/series_bench.py --write, then regenerate docs/metrics.md"

@@ -19,8 +19,8 @@ from warptd.metrics.dcgm import COMPAT
 #: Families left out of the default, each with why (docs/metrics.md and docs/configuration.md show it):
 #: detail beside a family the default keeps. ``--metrics-include NAME`` brings one back.
 DEFAULT_EXCLUDE: dict[str, str] = {
-    m.ENGINE_ACTIVE.name: "one series per media engine instance (22 on an H100, 15 on an H200): "
-    "warptd_device_encoder_utilization_ratio and warptd_device_decoder_utilization_ratio stay",
+    m.ENGINE_ACTIVE.name: "one series per media engine instance (15 on an H200: 7 NVDEC, 7 NVJPG, "
+    "1 OFA): warptd_device_encoder_utilization_ratio and warptd_device_decoder_utilization_ratio stay",
     m.THROTTLE_ACTIVE.name: "a 0/1 sample per reason at scrape time: rate() of "
     "warptd_device_throttle_seconds_total gives the fraction of time throttled, exactly, and the "
     "shipped alerts use it",
