@@ -323,22 +323,21 @@ def test_chart_copies_of_rules_and_dashboard_are_current():
     ).read_bytes()
 
 
-def test_alert_rules_pass_promtool():
+def test_alert_and_fleet_rules_and_configs_pass_promtool():
     promtool = require_tool("promtool")
     rules = ROOT / "deploy" / "prometheus"
-    for args in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts.test.yml"]):
+    for args in (
+        ["check", "rules", "alerts.yml"],
+        ["test", "rules", "alerts.test.yml"],
+        ["check", "rules", "fleet-rules.yml"],
+        ["test", "rules", "fleet-rules.test.yml"],
+        ["check", "config", "prometheus.yml"],
+        ["check", "config", "agent.yml"],
+    ):
         result = subprocess.run(
             [promtool, *args], cwd=rules, capture_output=True, text=True, timeout=60, check=False
         )
         assert result.returncode == 0, result.stdout + result.stderr
-    result = subprocess.run(
-        [promtool, "check", "config", "prometheus.yml"],
-        cwd=rules,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_systemd_unit_verifies_clean_and_is_hardened(tmp_path):
