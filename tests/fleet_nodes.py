@@ -7,7 +7,7 @@ so a node costs its daemon's threads and pages, not an interpreter's start. SIGT
 
 SPEC.json::
 
-    {"dir": "/tmp/x", "interval": 1.0,
+    {"dir": "/tmp/x", "interval": 1.0, "settings": {"metrics_include": ["*"]},  # every node's
      "nodes": [{"name": "node-01", "power_w": [300, ...],        # one per GPU
                 "throttled": {"3": 0.8},                         # GPU -> seconds capped per second
                 "slurm_job": "4242"}]}                           # its processes on every GPU
@@ -47,7 +47,7 @@ def uuid(node: int, gpu: int) -> str:
     return f"GPU-{node:08x}-1111-2222-3333-{gpu:012x}"
 
 
-def _run(spec: dict, number: int, directory: Path, interval: float) -> None:
+def _run(spec: dict, number: int, directory: Path, interval: float, overrides: dict) -> None:
     """One node: its double, its daemon, and its throttle counters moved on in real time."""
     name = spec["name"]
     gpus = [
@@ -80,6 +80,7 @@ def _run(spec: dict, number: int, directory: Path, interval: float) -> None:
             cgroupfs=node.cgroupfs,
             workloads=bool(job),
             log_level="warning",
+            **overrides,
         )
         daemon = Daemon(settings)
         daemon.start()
@@ -107,7 +108,7 @@ def main(path: str) -> int:
         if pid == 0:
             code = 0
             try:
-                _run(node, number, directory, interval)
+                _run(node, number, directory, interval, spec.get("settings", {}))
             except BaseException:
                 traceback.print_exc()
                 code = 1

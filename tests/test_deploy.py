@@ -457,3 +457,23 @@ def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
     assert torch_free.stdout.strip() == "True"  # the default image target carries no torch
     # the chart turns pod attribution on: the image can speak to the kubelet
     run(str(venv / "bin" / "python"), "-c", "import warptd.k8s.podresources_pb2_grpc")
+
+
+def test_the_metric_families_values_become_flags_warptd_accepts():
+    from warptd.arguments import build_parser
+    from warptd.cli import _settings
+
+    values = {
+        "metrics.exclude[0]": "warptd_device_pcie_*",
+        "metrics.exclude[1]": "warptd_device_[!p]*_bytes_total",
+        "metrics.include[0]": "warptd_device_engine_active_ratio",
+    }
+    args = by_kind(render(values), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    settings = _settings(build_parser().parse_args(args))
+    assert settings.metrics_exclude == ["warptd_device_pcie_*", "warptd_device_[!p]*_bytes_total"]
+    assert settings.metrics_include == ["warptd_device_engine_active_ratio"]
+    assert not settings.metric_selection.wants("warptd_device_pcie_bytes_total")
+    plain = by_kind(render({}), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(arg.startswith("--metrics-") for arg in plain)
+    refused = render({"metrics.exclude[0]": "warptd device"}, expect_ok=False)[0]["stderr"]
+    assert "metrics" in refused and "pattern" in refused
