@@ -477,3 +477,53 @@ def test_the_metric_families_values_become_flags_warptd_accepts():
     assert not any(arg.startswith("--metrics-") for arg in plain)
     refused = render({"metrics.exclude[0]": "warptd device"}, expect_ok=False)[0]["stderr"]
     assert "metrics" in refused and "pattern" in refused
+
+
+#: The keys each component of deploy/otel/collector.yml may take, from its documented configuration
+#: schema (open-telemetry/opentelemetry-collector-contrib: receiver/prometheusreceiver and
+#: exporter/prometheusremotewriteexporter config.schema.yaml, the HTTP client settings the exporter
+#: embeds; opentelemetry-collector: processor/memorylimiterprocessor and batchprocessor). No
+#: collector build with the prometheus receiver installs here (not from PyPI, npm or Debian), so
+#: the file is checked against these, and its scrape configuration by the real promtool.
+OTEL_KEYS = {
+    "prometheus": {"api_server", "config", "target_allocator", "trim_metric_suffixes"},
+    "memory_limiter": {
+        "check_interval", "limit_mib", "spike_limit_mib", "limit_percentage", "spike_limit_percentage"
+    },
+    "batch": {
+        "timeout", "send_batch_size", "send_batch_max_size", "metadata_keys", "metadata_cardinality_limit"
+    },
+    "prometheusremotewrite": {
+        "add_metric_suffixes", "disable_scope_info", "external_labels", "http",
+        "max_batch_request_parallelism", "max_batch_size_bytes", "namespace", "protobuf_message",
+        "remote_write_queue",
+        "resource_to_telemetry_conversion", "send_metadata", "target_info", "translation_strategy", "wal",
+        "timeout", "retry_on_failure", "endpoint", "headers", "tls", "auth", "compression", "proxy_url",
+    },
+}  # fmt: skip
+
+
+def test_the_opentelemetry_collector_config_is_well_formed_and_scrapes_as_prometheus_would(tmp_path):
+    config = yaml.safe_load((ROOT / "deploy" / "otel" / "collector.yml").read_text())
+    assert set(config) <= {"receivers", "processors", "exporters", "extensions", "connectors", "service"}
+    for section in ("receivers", "processors", "exporters"):
+        for component, settings in config[section].items():
+            kind = component.split("/", 1)[0]
+            assert set(settings or {}) <= OTEL_KEYS[kind], (component, set(settings) - OTEL_KEYS[kind])
+    pipelines = config["service"]["pipelines"]
+    assert list(pipelines) == ["metrics"]
+    for section in ("receivers", "processors", "exporters"):
+        assert set(pipelines["metrics"][section]) <= set(config[section]), section
+    assert pipelines["metrics"]["processors"][0] == "memory_limiter"  # first, as its docs ask
+    scrape = config["receivers"]["prometheus/warptd"]["config"]
+    assert [job["job_name"] for job in scrape["scrape_configs"]] == ["warptd"]  # the rules join on it
+    prometheus_config = tmp_path / "prometheus.yml"  # in the collector's file, $$ is a literal $
+    prometheus_config.write_text(yaml.safe_dump(scrape).replace("$$", "$"))
+    result = subprocess.run(
+        [require_tool("promtool"), "check", "config", str(prometheus_config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
