@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass
 
 from warptd.metrics import catalog as m
-from warptd.metrics.dcgm import COMPAT
 
 #: Families left out of the default, each with why (docs/metrics.md and docs/configuration.md show it):
 #: detail beside a family the default keeps. ``--metrics-include NAME`` brings one back.
@@ -40,8 +39,6 @@ _GLOB = re.compile(r"[A-Za-z0-9_:*?\[\]!-]{1,200}")
 #: Each family by its prometheus_client name and type (a counter's name there lacks ``_total``, and
 #: warptd_window_energy_joules is both a counter's and a histogram's).
 _BY_FAMILY: dict[tuple[str, str], m.MetricSpec] = {(spec.family, spec.type): spec for spec in m.EVERY}
-#: What the dcgm-exporter compat series are made of: read for ``--compat`` whatever warptd exports.
-_COMPAT_SOURCES = frozenset(source.spec.name for metric in COMPAT for source in metric.sources)
 
 
 def matching(glob: str) -> frozenset[str]:
@@ -110,7 +107,15 @@ def select(
     included = frozenset().union(*map(matching, include))
     excluded = frozenset(DEFAULT_EXCLUDE).union(*map(matching, exclude))
     exported = frozenset(spec.name for spec in m.EVERY if spec.name in included or spec.name not in excluded)
-    return MetricSelection(exported, exported | _COMPAT_SOURCES if compat else exported)
+    return MetricSelection(exported, exported | _compat_sources() if compat else exported)
+
+
+def _compat_sources() -> frozenset[str]:
+    """What the dcgm-exporter compat series are made of: read for ``--compat`` whatever warptd exports
+    (its table loads only then)."""
+    from warptd.metrics.dcgm import COMPAT
+
+    return frozenset(source.spec.name for metric in COMPAT for source in metric.sources)
 
 
 #: Every family, exported and read: for code that builds an exposition without settings.
