@@ -75,6 +75,7 @@ def _run(spec: dict, number: int, directory: Path, interval: float, overrides: d
             node=name,
             backends=["nvidia"],
             interval=interval,
+            health_interval=interval,  # the throttle counters move within a test's seconds
             sysfs=root / "sys",
             procfs=node.proc.root,
             cgroupfs=node.cgroupfs,
