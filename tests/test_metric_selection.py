@@ -121,8 +121,8 @@ def _gpm_in(body: str) -> bool:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the double, as the real H200, answers GPM zeros for 18 absent NVLinks and absent media engines, "
-    "which warptd exports (36 + 7 series per GPU) until issue 33 finding 2 is fixed in the NVIDIA backend",
+    reason="the double, as the real H200, answers GPM zeros for 18 absent NVLinks, which warptd exports "
+    "(36 series per GPU: 96 in all) until issue 33 finding 2 is fixed in the NVIDIA backend",
 )
 def test_a_plain_serve_exports_at_most_60_series_per_gpu_on_an_h200_without_nvlink(settings, h200s):
     settings.backends = ["nvidia"]

@@ -36,7 +36,8 @@ traffic is watched elsewhere.
 Series per GPU, from `python bench/series_bench.py --write` (8 GPUs of each kind in the NVML double,
 every family exported; 0: none on that GPU), for each family a GPU's series belong to. The double
 answers as the real H200 did: GPM rates of 0 for 18 NVLinks and 7 media engines the GPU lacks, which
-the NVIDIA backend exports until issue 33 is fixed (36 + 7 series: the default is 60 without them).
+the NVIDIA backend exports until issue 33 is fixed: 36 NVLink series in the default (60 without them)
+and 7 engine series among the opt-in ones.
 
 """
 _READS = """
