@@ -198,7 +198,7 @@ def test_every_flags_help_default_is_its_settings_default():
         where = f"{command} {action.option_strings[0]}"
         default = Settings.model_fields[action.dest].default
         shown = re.findall(r"\(default ([^)]*)\)", action.help or "")
-        if action.nargs == 0 or default is None:  # a switch, or a setting unset by default
+        if action.nargs == 0 or default in (None, []):  # a switch, or a setting unset (or empty) by default
             assert not shown, where
             continue
         assert len(shown) == 1, f"{where} shows no default: {action.help!r}"

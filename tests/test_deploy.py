@@ -323,22 +323,21 @@ def test_chart_copies_of_rules_and_dashboard_are_current():
     ).read_bytes()
 
 
-def test_alert_rules_pass_promtool():
+def test_alert_and_fleet_rules_and_configs_pass_promtool():
     promtool = require_tool("promtool")
     rules = ROOT / "deploy" / "prometheus"
-    for args in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts.test.yml"]):
+    for args in (
+        ["check", "rules", "alerts.yml"],
+        ["test", "rules", "alerts.test.yml"],
+        ["check", "rules", "fleet-rules.yml"],
+        ["test", "rules", "fleet-rules.test.yml"],
+        ["check", "config", "prometheus.yml"],
+        ["check", "config", "agent.yml"],
+    ):
         result = subprocess.run(
             [promtool, *args], cwd=rules, capture_output=True, text=True, timeout=60, check=False
         )
         assert result.returncode == 0, result.stdout + result.stderr
-    result = subprocess.run(
-        [promtool, "check", "config", "prometheus.yml"],
-        cwd=rules,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_systemd_unit_verifies_clean_and_is_hardened(tmp_path):
@@ -458,3 +457,73 @@ def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
     assert torch_free.stdout.strip() == "True"  # the default image target carries no torch
     # the chart turns pod attribution on: the image can speak to the kubelet
     run(str(venv / "bin" / "python"), "-c", "import warptd.k8s.podresources_pb2_grpc")
+
+
+def test_the_metric_families_values_become_flags_warptd_accepts():
+    from warptd.arguments import build_parser
+    from warptd.cli import _settings
+
+    values = {
+        "metrics.exclude[0]": "warptd_device_pcie_*",
+        "metrics.exclude[1]": "warptd_device_[!p]*_bytes_total",
+        "metrics.include[0]": "warptd_device_engine_active_ratio",
+    }
+    args = by_kind(render(values), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    settings = _settings(build_parser().parse_args(args))
+    assert settings.metrics_exclude == ["warptd_device_pcie_*", "warptd_device_[!p]*_bytes_total"]
+    assert settings.metrics_include == ["warptd_device_engine_active_ratio"]
+    assert not settings.metric_selection.wants("warptd_device_pcie_bytes_total")
+    plain = by_kind(render({}), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(arg.startswith("--metrics-") for arg in plain)
+    refused = render({"metrics.exclude[0]": "warptd device"}, expect_ok=False)[0]["stderr"]
+    assert "metrics" in refused and "pattern" in refused
+
+
+#: The keys each component of deploy/otel/collector.yml may take, from its documented configuration
+#: schema (open-telemetry/opentelemetry-collector-contrib: receiver/prometheusreceiver and
+#: exporter/prometheusremotewriteexporter config.schema.yaml, the HTTP client settings the exporter
+#: embeds; opentelemetry-collector: processor/memorylimiterprocessor and batchprocessor). No
+#: collector build with the prometheus receiver installs here (not from PyPI, npm or Debian), so
+#: the file is checked against these, and its scrape configuration by the real promtool.
+OTEL_KEYS = {
+    "prometheus": {"api_server", "config", "target_allocator", "trim_metric_suffixes"},
+    "memory_limiter": {
+        "check_interval", "limit_mib", "spike_limit_mib", "limit_percentage", "spike_limit_percentage"
+    },
+    "batch": {
+        "timeout", "send_batch_size", "send_batch_max_size", "metadata_keys", "metadata_cardinality_limit"
+    },
+    "prometheusremotewrite": {
+        "add_metric_suffixes", "disable_scope_info", "external_labels", "http",
+        "max_batch_request_parallelism", "max_batch_size_bytes", "namespace", "protobuf_message",
+        "remote_write_queue",
+        "resource_to_telemetry_conversion", "send_metadata", "target_info", "translation_strategy", "wal",
+        "timeout", "retry_on_failure", "endpoint", "headers", "tls", "auth", "compression", "proxy_url",
+    },
+}  # fmt: skip
+
+
+def test_the_opentelemetry_collector_config_is_well_formed_and_scrapes_as_prometheus_would(tmp_path):
+    config = yaml.safe_load((ROOT / "deploy" / "otel" / "collector.yml").read_text())
+    assert set(config) <= {"receivers", "processors", "exporters", "extensions", "connectors", "service"}
+    for section in ("receivers", "processors", "exporters"):
+        for component, settings in config[section].items():
+            kind = component.split("/", 1)[0]
+            assert set(settings or {}) <= OTEL_KEYS[kind], (component, set(settings) - OTEL_KEYS[kind])
+    pipelines = config["service"]["pipelines"]
+    assert list(pipelines) == ["metrics"]
+    for section in ("receivers", "processors", "exporters"):
+        assert set(pipelines["metrics"][section]) <= set(config[section]), section
+    assert pipelines["metrics"]["processors"][0] == "memory_limiter"  # first, as its docs ask
+    scrape = config["receivers"]["prometheus/warptd"]["config"]
+    assert [job["job_name"] for job in scrape["scrape_configs"]] == ["warptd"]  # the rules join on it
+    prometheus_config = tmp_path / "prometheus.yml"  # in the collector's file, $$ is a literal $
+    prometheus_config.write_text(yaml.safe_dump(scrape).replace("$$", "$"))
+    result = subprocess.run(
+        [require_tool("promtool"), "check", "config", str(prometheus_config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

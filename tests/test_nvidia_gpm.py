@@ -55,6 +55,7 @@ ACTIVITY = {
 @pytest.fixture
 def rig(make_rig, fake_nvml, settings):
     settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart (the driver's rule)
+    settings.metrics_include = ["*"]  # the media engines and SM occupancy too (opt-in by default)
     return make_rig("nvidia")
 
 

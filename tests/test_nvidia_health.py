@@ -17,7 +17,8 @@ KIB = 1024
 
 
 @pytest.fixture
-def rig(make_rig, fake_nvml):
+def rig(make_rig, fake_nvml, settings):
+    settings.metrics_include = ["warptd_device_ecc_lifetime_errors_total"]  # opt-in by default
     return make_rig("nvidia")
 
 

@@ -74,26 +74,29 @@ def free_port() -> int:
 
 
 class Prometheus:
-    def __init__(self, tmp: Path, target_port: int) -> None:
+    """A real Prometheus on loopback: by default scraping warptd at ``target_port`` with the shipped
+    alert rules; else with ``config`` and ``flags`` (an agent, a remote-write receiver)."""
+
+    def __init__(
+        self, tmp: Path, target_port: int = 0, config: dict | None = None, flags: tuple[str, ...] = ()
+    ) -> None:
         binary = require_tool("prometheus")
         self.port = free_port()
-        config = tmp / "prometheus.yml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "rule_files": [str(ALERTS)],
-                    "scrape_configs": [
-                        {"job_name": "warptd", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}
-                    ],
-                }
-            )
-        )
+        tmp.mkdir(parents=True, exist_ok=True)
+        path = tmp / "prometheus.yml"
+        config = config or {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(ALERTS)],
+            "scrape_configs": [
+                {"job_name": "warptd", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}
+            ],
+        }
+        path.write_text(yaml.safe_dump(config))
         self.proc = subprocess.Popen(
             [
                 binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--config.file={path}",
+                *(flags or (f"--storage.tsdb.path={tmp / 'tsdb'}",)),
                 f"--web.listen-address=127.0.0.1:{self.port}",
             ],
             stdout=subprocess.DEVNULL,
@@ -162,6 +165,7 @@ def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
     kubelet.pods = {("ml", "train-0", "trainer"): {"nvidia.com/gpu": [fake_nvml.gpus[0].uuid]}}
     settings.interval = 0.5
     settings.kubelet_socket = kubelet.socket
+    settings.metrics_include = ["*"]  # the dashboard also shows the families the default leaves out
     fake_nvml.gpus[1].retires_pages = 1  # a pre-Ampere GPU: retired pages instead of remapped rows
     # An MI300X beside the sysfs card: ECC, PCIe replay, XGMI and media-engine series from amdsmi.
     amd = FakeAmdsmi([FakeGpu(index=0, bdf=(0, 0xC3, 0, 0))])

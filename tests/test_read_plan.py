@@ -27,7 +27,7 @@ def h200_rig(settings) -> Iterator:
     """``h200_rig(driver_version, **settings)``: a nvidia rig over H200 doubles."""
     opened: list[tuple[Rig, FakeNvml, object]] = []
 
-    def make(driver_version: str = "580.159.04", gpus: int = 1, **changes: float) -> tuple[Rig, FakeNvml]:
+    def make(driver_version: str = "580.159.04", gpus: int = 1, **changes: object) -> tuple[Rig, FakeNvml]:
         fake = FakeNvml([FakeGpu.h200(i) for i in range(gpus)], driver_version=driver_version)
         installed = fake.installed()
         installed.__enter__()
@@ -183,7 +183,7 @@ def test_an_r580_between_the_numberings_asks_both_once_and_keeps_the_64_bit_dura
 def test_an_h200_without_nvlink_exports_no_link_series_and_no_absent_engine(h200_rig):
     """As the real H200 answered: NVLink NOT_SUPPORTED yet GPM answering 0 for 18 links' rates and for
     the engines it lacks (no NVENC, an 8th NVDEC/NVJPG, a second OFA)."""
-    rig, fake = h200_rig(interval=0.1, health_interval=0.1)
+    rig, fake = h200_rig(interval=0.1, health_interval=0.1, metrics_include=["*"])
     gpu = fake.gpus[0]
     rig.tick()
     gpu.advance_gpm(activity={ENGINE_IDS[("nvdec", 2)]: 0.5, pynvml.NVML_GPM_METRIC_SM_UTIL: 0.3})
@@ -200,7 +200,7 @@ def test_an_h200_without_nvlink_exports_no_link_series_and_no_absent_engine(h200
 
 
 def test_with_mig_on_the_whole_gpu_profile_counts_the_engines_and_absent_ones_are_not_asked(h200_rig):
-    rig, fake = h200_rig(interval=0.1, health_interval=0.1)
+    rig, fake = h200_rig(interval=0.1, health_interval=0.1, metrics_include=["*"])
     gpu = fake.gpus[0]
     gpu.mig_uuids = ["MIG-aaaaaaaa-1111-5222-8333-444444444444"]  # MIG on: the profiles answer
     rig.tick()
@@ -231,3 +231,34 @@ def test_a_gpu_with_nvlink_exports_each_of_its_links(settings, make_rig):
     fake.close()
     links = {s.labels["link"] for s in select(samples, "warptd_device_nvlink_errors_total")}
     assert links == {"0", "1", "2", "3"}
+
+
+# -- families left out are not read -------------------------------------------------------------------
+def test_without_the_gpm_families_no_gpm_sample_and_without_throttle_seconds_no_duration_field(h200_rig):
+    gpm = [
+        "warptd_device_sm_*",
+        "warptd_device_pipe_active_ratio",
+        "warptd_device_dram_bandwidth_ratio",
+        "warptd_device_graphics_engine_active_ratio",
+        "warptd_device_pcie_bytes_total",
+        "warptd_device_nvlink_bytes_total",
+        "warptd_device_throttle_seconds_total",
+    ]
+    rig, fake = h200_rig(interval=0.1, health_interval=0.1, metrics_exclude=gpm)
+    for _ in range(3):
+        samples = rig.tick_gpm()
+    assert fake.calls("nvmlGpmSampleGet") == 0 and fake.calls("nvmlGpmMetricsGet") == 0
+    batch = rig.loaded.accelerators[0].gpus[0].batch
+    asked = {key[0] for request in batch._requests.values() for key in request.keys}
+    assert not {74, 75, 76, 269, 270, 271} & asked
+    assert value(samples, "warptd_device_power_watts", **DEV0) > 0  # the rest as ever
+
+
+def test_the_default_asks_gpm_no_engine_and_no_occupancy(h200_rig):
+    rig, _ = h200_rig(interval=0.1, health_interval=0.1)
+    rig.tick()
+    rig.tick_gpm()
+    source = rig.loaded.accelerators[0].gpus[0].gpm
+    asked = {metric.metric for metric in source.metrics}
+    assert "warptd_device_sm_active_ratio" in asked
+    assert not {"warptd_device_engine_active_ratio", "warptd_device_sm_occupancy_ratio"} & asked

@@ -48,6 +48,7 @@ def wait_done(port: int, job_id: str, timeout: float = 90) -> dict:
 @pytest.fixture
 def daemon(settings):
     settings.backends = ["cpu"]
+    settings.metrics_include = ["warptd_stress_running"]  # opt-in: a fleet's default leaves it out
     d = Daemon(settings)
     d.stress.tests.update(FAULTS)
     d.start()

@@ -174,6 +174,21 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 "default counters, names, units and labels",
             },
         ),
+        *(
+            (
+                (f"--metrics-{which}",),
+                {
+                    "dest": f"metrics_{which}",
+                    "action": "append",
+                    "metavar": "GLOB",
+                    "help": f"{text} (repeatable; names as docs/metrics.md lists them)",
+                },
+            )
+            for which, text in (
+                ("exclude", "leave out the metric families this glob matches"),
+                ("include", "export the families this glob matches, whatever the exclusions say"),
+            )
+        ),
         (
             ("--workloads",),
             {

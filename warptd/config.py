@@ -19,6 +19,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from warptd.metrics.selection import MetricSelection, check_glob, select
+
 #: A window name: also a label value of warptd_window_energy_joules_total.
 WINDOW_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 #: What a workload can be (docs/workloads.md): the ``kind`` label of warptd_workload_energy_joules_total.
@@ -203,6 +205,17 @@ class Settings(BaseSettings):
     energy_price: float | None = Field(
         None, ge=0, le=1e6, description="Price per kWh: recordings then give a cost"
     )
+    metrics_exclude: Annotated[list[str], NoDecode] = Field(
+        [],
+        max_length=200,
+        description="Metric families not to export or read, as globs over their names (comma-separated "
+        "in the environment); added to the default exclusions",
+    )
+    metrics_include: Annotated[list[str], NoDecode] = Field(
+        [],
+        max_length=200,
+        description="Metric families to export whatever the exclusions say (the default's too), as globs",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto = console on a TTY, JSON otherwise"
@@ -217,6 +230,16 @@ class Settings(BaseSettings):
             names = [str(v).strip().lower() for v in value if str(v).strip()]
             return names or None
         return value
+
+    @field_validator("metrics_exclude", "metrics_include", mode="before")
+    @classmethod
+    def _split_globs(cls, value: object) -> object:
+        return [g for g in value.split(",") if g.strip()] if isinstance(value, str) else value
+
+    @field_validator("metrics_exclude", "metrics_include")
+    @classmethod
+    def _check_globs(cls, value: list[str]) -> list[str]:
+        return [check_glob(glob) for glob in value]
 
     @field_validator("window_energy_names", mode="before")
     @classmethod
@@ -297,6 +320,11 @@ class Settings(BaseSettings):
                 raise SettingsError(f"invalid setting stress_token_file: {self.stress_token_file} is empty")
             return token
         return None
+
+    @property
+    def metric_selection(self) -> MetricSelection:
+        """The families exported and read (``metrics_exclude``/``_include`` over the default's)."""
+        return select(tuple(self.metrics_exclude), tuple(self.metrics_include), self.compat is not None)
 
     @property
     def stale_after(self) -> float:

@@ -29,6 +29,7 @@ from warptd.http.window_routes import add_window_routes
 from warptd.http.workload_routes import add_workload_routes
 from warptd.k8s.attribution import PodAttribution, from_settings
 from warptd.logs import configure_logging
+from warptd.metrics import catalog as m
 from warptd.recording.recorder import with_carbon_and_cost
 from warptd.recording.windows import WindowLimits, WindowManager
 from warptd.registry import Loaded, load_backends
@@ -46,6 +47,8 @@ if TYPE_CHECKING:  # the opt-in features' modules load when they are on (--proce
     from warptd.workloads.history import WorkloadHistory
 
 log = structlog.get_logger("warptd")
+#: What pod energy (a split of each allocated device's energy every sample) is for.
+POD_ENERGY_FAMILIES = (m.POD_ENERGY, m.POD_ENERGY_SPLIT, m.POD_ENERGY_UNATTRIBUTED)
 
 
 class Monitor(Protocol):
@@ -69,7 +72,9 @@ class Daemon:
         self.sampler = Sampler(settings, self.snapshot, self.loaded.accelerators, self.loaded.power)
         self.pods = from_settings(settings)
         pod_labels = self.pods.pod_labels if self.pods is not None and settings.pod_labels else None
-        self.exposition = Exposition(self.snapshot, node=settings.node, pod_labels=pod_labels)
+        self.exposition = Exposition(
+            self.snapshot, node=settings.node, pod_labels=pod_labels, selection=settings.metric_selection
+        )
         self.stress = (
             make_job_manager(settings, self.loaded, self.snapshot, self.sampler) if settings.stress else None
         )
@@ -126,7 +131,7 @@ class Daemon:
 
     def _add_nvidia_extras(self, settings: Settings) -> None:
         """XID events (on by default) and per-process memory (--processes), each on its own thread."""
-        if settings.xid_events:
+        if settings.xid_events and settings.metric_selection.reads(m.XID_ERRORS.name, m.LAST_XID.name):
             self.xid_monitor = open_xid_monitor("nvidia", on_change=self.snapshot.touch)
             if self.xid_monitor is not None:
                 self.exposition.registry.register(XidCollector(self.xid_monitor))
@@ -145,9 +150,11 @@ class Daemon:
         from warptd.k8s.collector import KubernetesCollector
         from warptd.k8s.energy import PodEnergy
 
-        pod_energy = PodEnergy(pods, self.snapshot, sm_use=self._sm_use(settings))
         pods.on_change = self.snapshot.touch
-        self.sampler.listeners.append(pod_energy.on_sample)
+        pod_energy = None
+        if settings.metric_selection.reads(*(s.name for s in POD_ENERGY_FAMILIES)):
+            pod_energy = PodEnergy(pods, self.snapshot, sm_use=self._sm_use(settings))
+            self.sampler.listeners.append(pod_energy.on_sample)
         self.exposition.registry.register(KubernetesCollector(pods, pod_energy, self.snapshot))
 
     def _sm_use(self, settings: Settings) -> SmUse | None:

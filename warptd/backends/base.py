@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from warptd.backends.guard import GuardedSDK
 from warptd.config import with_live_settings
 from warptd.errors import ErrorKind
+from warptd.metrics import catalog as m
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class AcceleratorBackend(GuardedSDK, ABC):
     def __init__(self, settings: Settings) -> None:
         super().__init__()
         self.settings = settings
+        #: The metric families some output wants: a read that serves only others is not made.
+        self.selection = settings.metric_selection
         self._lost_now: set[int] = set()
 
     def reconfigure(self, settings: Settings) -> None:
@@ -239,9 +242,13 @@ class AcceleratorBackend(GuardedSDK, ABC):
 
     def read_values(self, index: int) -> DeviceReading:
         """The values of one device after :meth:`begin_read`, through the getters; a backend may make
-        its calls in one pass instead, converted by the same code."""
-        throttle = throttle_states(
-            self.get_supported_throttle_reasons(index), self.get_throttle_reasons(index)
+        its calls in one pass instead, converted by the same code. A getter whose families no output
+        wants (:attr:`selection`) is not called."""
+        reads = self.selection.reads
+        throttle = (
+            throttle_states(self.get_supported_throttle_reasons(index), self.get_throttle_reasons(index))
+            if reads(m.THROTTLE_ACTIVE.name, m.CLOCK_EVENT_ACTIVE.name, m.THROTTLE_SECONDS.name)
+            else {}
         )
         return DeviceReading(
             index=index,
@@ -251,10 +258,12 @@ class AcceleratorBackend(GuardedSDK, ABC):
             power_average_watts=self.get_power_average(index),
             power_limit_watts=self.get_power_limit(index),
             energy_counter_joules=self.get_energy_counter(index),
-            temperatures_celsius=self.get_temperatures(index),
-            clocks_hertz=self.get_clocks(index),
+            temperatures_celsius=self.get_temperatures(index) if reads(m.TEMPERATURE.name) else {},
+            clocks_hertz=self.get_clocks(index) if reads(m.CLOCK.name) else {},
             throttle_active=throttle,
-            throttle_counter_seconds=self.get_throttle_counters(index),
+            throttle_counter_seconds=self.get_throttle_counters(index)
+            if reads(m.THROTTLE_SECONDS.name)
+            else {},
             gauges=self.get_gauges(index),
             counters=self.get_counters(index),
         )

@@ -11,6 +11,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 
 from warptd.exporter.collector import PodLabels, SnapshotCollector
 from warptd.exporter.text import render_openmetrics, render_text
+from warptd.metrics.selection import EVERYTHING, MetricSelection
 from warptd.sampling.snapshot import Snapshot
 
 #: The format render_text writes; prometheus_client >= 0.24 would announce version=1.0.0 instead.
@@ -28,11 +29,19 @@ class Exposition:
     """A registry of the snapshot collector plus process self-metrics, with a render cache.
 
     The cache key is the snapshot generation and each backend's freshness, so a backend turning
-    stale drops its series on the next scrape even when nothing else changed.
+    stale drops its series on the next scrape even when nothing else changed. Families ``selection``
+    does not export are dropped here, whichever collector made them, before the body is cached.
     """
 
-    def __init__(self, snapshot: Snapshot, node: str = "", pod_labels: PodLabels | None = None) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        node: str = "",
+        pod_labels: PodLabels | None = None,
+        selection: MetricSelection = EVERYTHING,
+    ) -> None:
         self.snapshot = snapshot
+        self.selection = selection
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(snapshot, node, pod_labels))
         ProcessCollector(namespace="", registry=self.registry)
@@ -48,7 +57,7 @@ class Exposition:
         with self._lock:
             cached = self._cache.get(content_type)
             if cached is None or cached.key != key:
-                metrics = self.registry.collect()
+                metrics = (mf for mf in self.registry.collect() if self.selection.exports(mf.name, mf.type))
                 body = render_openmetrics(metrics) if openmetrics else render_text(metrics)
                 cached = self._cache[content_type] = Rendered(key, body)
             if use_gzip and cached.gzipped is None:

@@ -19,7 +19,7 @@ _ERROR_KINDS = ("unavailable", "permission", "timeout", "error")
 class KubernetesCollector(Collector):
     """Reads the attribution's last mapping and the energy totals; never calls the kubelet."""
 
-    def __init__(self, attribution: PodAttribution, energy: PodEnergy, snapshot: Snapshot) -> None:
+    def __init__(self, attribution: PodAttribution, energy: PodEnergy | None, snapshot: Snapshot) -> None:
         self.attribution = attribution
         self.energy = energy
         self.snapshot = snapshot
@@ -36,10 +36,15 @@ class KubernetesCollector(Collector):
                 ids = [backend.name, str(info.index), info.uuid or ""]
                 for owner in self.attribution.owners(info):
                     families.add(m.DEVICE_ALLOCATION, [*ids, owner.namespace, owner.pod, owner.container], 1)
-        for (namespace, pod, container, backend_name), joules in sorted(self.energy.totals().items()):
-            families.add(m.POD_ENERGY, [namespace, pod, container, backend_name], joules)
-        for (backend_name, device, uuid, method), joules in sorted(self.energy.split_joules().items()):
-            families.add(m.POD_ENERGY_SPLIT, [backend_name, device, uuid, method], joules)
-        for (backend_name, device, uuid), joules in sorted(self.energy.unattributed_joules().items()):
-            families.add(m.POD_ENERGY_UNATTRIBUTED, [backend_name, device, uuid], joules)
+        if self.energy is not None:  # none where no pod energy family is exported
+            self._energy(families, self.energy)
         yield from families.nonempty()
+
+    @staticmethod
+    def _energy(families: Families, energy: PodEnergy) -> None:
+        for (namespace, pod, container, backend_name), joules in sorted(energy.totals().items()):
+            families.add(m.POD_ENERGY, [namespace, pod, container, backend_name], joules)
+        for (backend_name, device, uuid, method), joules in sorted(energy.split_joules().items()):
+            families.add(m.POD_ENERGY_SPLIT, [backend_name, device, uuid, method], joules)
+        for (backend_name, device, uuid), joules in sorted(energy.unattributed_joules().items()):
+            families.add(m.POD_ENERGY_UNATTRIBUTED, [backend_name, device, uuid], joules)

@@ -46,7 +46,7 @@ class NvidiaBackend(NvmlBackend):
         totals, the last identity listed) carries over from ``before`` by index."""
         context = GpuContext(
             api=self._api,
-            field_set=fields.FieldSet(fields.numbering(self.get_driver_version())),
+            field_set=fields.FieldSet(fields.numbering(self.get_driver_version()), self.selection.reads),
             gpm=self._gpm,
             settings=lambda: self.settings,
             report=self.device_failed,

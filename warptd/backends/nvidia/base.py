@@ -38,6 +38,7 @@ class NvmlBackend(AcceleratorBackend):
                 self._is_unsupported,
                 gap=lambda watched: sample_gap(self.settings, watched),
                 reject=lambda n: self.count_error(ErrorKind.INVALID_VALUE, n),
+                reads=self.selection.reads,
             )
         except AttributeError as exc:  # an nvidia-ml-py without the GPM structs
             self._lease.release()

@@ -69,7 +69,7 @@ class FieldBatch:
             if links is None:
                 links = self._answering_links()
             field_set = self.field_set
-            self.plan = FieldPlan.build((*field_set.device, *field_set.other), links)
+            self.plan = FieldPlan.build((*field_set.device, *field_set.other), links, field_set.reads)
         return self.plan
 
     def _answering_links(self) -> int:

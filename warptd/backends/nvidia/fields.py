@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,15 +182,21 @@ class FieldSet:
     answer. A duration counter is 64-bit: a field answering another type is another field under that
     id (a power-smoothing setting), and is treated as not supported."""
 
-    def __init__(self, numbering: Numbering) -> None:
+    def __init__(self, numbering: Numbering, reads: Callable[[str], bool] = lambda name: True) -> None:
         self.numbering = numbering
+        #: Whether some output reads a metric family: the fields of the others are not asked.
+        self.reads = reads
         power = ((FI_POWER_INSTANT, 0),) if numbering.power else ()
         average = ((FI_POWER_AVERAGE, 0),) if numbering.power else ()
         energy = ((FI_TOTAL_ENERGY, 0),)
         memory_temperature = ((FI_MEMORY_TEMP, 0),)
-        #: (reason, the key of a duration field it may have), each of its ids where it has several.
+        #: (reason, the key of a duration field it may have), each of its ids where it has several;
+        #: none where no output reads throttle seconds.
         self.throttle: tuple[tuple[str, FieldKey], ...] = tuple(
-            (reason, (field_id, 0)) for reason, ids in numbering.throttle.items() for field_id in ids
+            (reason, (field_id, 0))
+            for reason, ids in numbering.throttle.items()
+            for field_id in ids
+            if reads(catalog.THROTTLE_SECONDS.name)
         )
         throttle = tuple(key for _, key in self.throttle)
         #: What the full batch asks beside the health and link fields.
@@ -259,11 +265,15 @@ class FieldPlan:
     links: int = 0  # the NVLinks the GPU has
 
     @classmethod
-    def build(cls, base: tuple[FieldKey, ...], links: int) -> FieldPlan:
-        """``base``: the fields asked before the health and link ones (power, throttle times, other)."""
+    def build(
+        cls, base: tuple[FieldKey, ...], links: int, reads: Callable[[str], bool] = lambda name: True
+    ) -> FieldPlan:
+        """``base``: the fields asked before the health and link ones (power, throttle times, other);
+        of those, the fields of families some output ``reads``."""
         by_metric: dict[str, list[FieldSpec]] = {}
         for spec in (*HEALTH, *nvlink(links)):
-            by_metric.setdefault(spec.metric, []).append(spec)
+            if reads(spec.metric):
+                by_metric.setdefault(spec.metric, []).append(spec)
         groups = tuple(
             (metric, members[0].counter, tuple((s.key, s.labels, s.scale) for s in members))
             for metric, members in by_metric.items()
@@ -273,6 +283,7 @@ class FieldPlan:
             (link, kind, counter)
             for link in range(NVLINK_ERROR_LINKS, links)
             for kind, counter in NVLINK_ERROR_COUNTERS.items()
+            if reads(catalog.NVLINK_ERRORS.name)
         )
         return cls(groups, (*base, *specs), specs, calls, links)  # a metric's fields side by side: see runs
 

@@ -98,13 +98,14 @@ class GpmMetric:
     rate: bool  # MiB/s integrated over the period (else percent as a ratio)
 
 
-def metric_table(nvml: ModuleType) -> tuple[GpmMetric, ...]:
-    """The metrics warptd asks for, from this nvidia-ml-py's constants (an older one lacks some)."""
+def metric_table(nvml: ModuleType, reads: Callable[[str], bool] = lambda name: True) -> tuple[GpmMetric, ...]:
+    """The metrics warptd asks for, from this nvidia-ml-py's constants (an older one lacks some), of
+    the families some output ``reads`` (a metric costs the driver CPU: none asked for nothing)."""
     table = []
     for names, rate in ((_PERCENT, False), (_MIB_PER_S, True)):
         for constant, (metric, labels) in names.items():
             metric_id = getattr(nvml, constant, None)
-            if metric_id is not None:
+            if metric_id is not None and reads(metric):
                 table.append(GpmMetric(metric_id, metric, labels, rate))
     return tuple(table)
 
@@ -150,12 +151,13 @@ class GpmContext:
         unsupported: Callable[[BaseException], bool],
         gap: Callable[[bool], float],
         reject: Callable[[int], None],
+        reads: Callable[[str], bool] = lambda name: True,
     ) -> None:
         self.nvml = nvml
         self.unsupported = unsupported  # whether an NVML error says "not supported"
         self.gap = gap
         self.reject = reject
-        self.table = metric_table(nvml)
+        self.table = metric_table(nvml, reads)  # empty: no GPM sample is taken at all
         self.metrics_offset, self.layout = _metric_layout(nvml)
         self._unfreed: list[Any] = []
 

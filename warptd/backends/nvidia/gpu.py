@@ -99,7 +99,7 @@ class Gpu:
             api, guard, handle, context.field_set, before.batch.totals if before else None
         )
         self.calls = SampleCalls(api, guard, handle)
-        self.slow = SlowValues(api, guard, handle)
+        self.slow = SlowValues(api, guard, handle, context.field_set.reads)
         self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
         self.energy_cadence = DeviceCadence(context.settings, "energy_interval")
         self._edge = False  # the next read reads the counters exactly (an edge: :meth:`anchor`)
@@ -207,6 +207,8 @@ class Gpu:
         period is due (``watched``: a window's). The throughputs of the series the driver counts in
         fields are not asked (its counters win)."""
         gpm = self._context.gpm
+        if not gpm.table:  # no GPM family is exported
+            return
         if self._gpm_supported is None:
             self._gpm_supported = gpm.supported(self.guard, self.handle)
         if not self._gpm_supported:

@@ -4,6 +4,7 @@ health fields a GPU lacks (PCIe replays, remapped rows, error counters of NVLink
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from warptd.backends.nvidia import fields
@@ -19,10 +20,13 @@ from warptd.models import LabelledValues
 class SlowValues:
     """The slow values of one GPU (``handle``) as of their last read, through its guard."""
 
-    __slots__ = ("_api", "_guard", "_handle", "fans", "gauges", "power_limit")
+    __slots__ = ("_api", "_guard", "_handle", "_reads", "fans", "gauges", "power_limit")
 
-    def __init__(self, api: NvmlApi, guard: DeviceGuard, handle: Any) -> None:
+    def __init__(
+        self, api: NvmlApi, guard: DeviceGuard, handle: Any, reads: Callable[[str], bool] = lambda name: True
+    ) -> None:
         self._api, self._guard, self._handle = api, guard, handle
+        self._reads = reads  # whether some output reads a family: fans and media engines only if so
         self.power_limit: float | None = None  # W, enforced
         #: nvidia-smi's gauges besides the performance state: fans, encoder, decoder.
         self.gauges: dict[str, LabelledValues] = {}
@@ -40,7 +44,9 @@ class SlowValues:
         self.power_limit = milliwatts / 1000 if milliwatts is not None else None
         answered = milliwatts is not None or "power_limit" in unsupported
         gauges: dict[str, LabelledValues] = {}
-        fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds().items()}
+        fans = {}
+        if self._reads(catalog.FAN_SPEED.name):
+            fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds().items()}
         if fans:
             gauges[catalog.FAN_SPEED.name] = fans
         for metric, fn_name, engine in (
@@ -48,7 +54,7 @@ class SlowValues:
             (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization", "nvdec"),
         ):
             present = presence.engine(engine, 0) if presence is not None else None
-            if present is False:
+            if present is False or not self._reads(metric.name):
                 continue
             answer = self._get(metric.name, fn_name)  # [percent, sampling period in µs]
             if answer is not None:
