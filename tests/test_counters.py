@@ -247,7 +247,6 @@ def test_the_daemon_drops_a_restored_jump_and_says_so(settings, tmp_path, fake_n
     read_at = time.monotonic()  # at most the reading's time
     samples = rig.tick()
     before = value(samples, "warptd_device_energy_joules_total", device="0")
-    before_domain = value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu0")
     rig.close()  # saves the totals
     for gpu in fake_nvml.gpus:
         gpu.energy_mj = 1_000_000_000  # the driver reloaded: its counter restarted
@@ -258,12 +257,9 @@ def test_the_daemon_drops_a_restored_jump_and_says_so(settings, tmp_path, fake_n
     try:
         added = value(samples, "warptd_device_energy_joules_total", device="0") - before
         assert 0 < added <= 700.0 * elapsed  # not 1 MJ
-        domain = value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu0")
-        assert 0 < domain - before_domain <= 700.0 * elapsed  # the power domain of the same counter
-        for backend in ("nvidia", "nvml"):
-            dropped = value(samples, "warptd_energy_dropped_joules_total", backend=backend)
-            assert dropped >= 2 * (1_000_000.0 - 700.0 * elapsed)  # both GPUs
-        assert len([e for e in logs if e["event"] == "energy_jump_dropped"]) == 4
+        dropped = value(samples, "warptd_energy_dropped_joules_total", backend="nvidia")
+        assert dropped >= 2 * (1_000_000.0 - 700.0 * elapsed)  # both GPUs
+        assert len([e for e in logs if e["event"] == "energy_jump_dropped"]) == 2
         assert select(samples, "warptd_energy_dropped_joules_total")  # in the catalog
     finally:
         rig.close()

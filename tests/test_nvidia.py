@@ -273,43 +273,56 @@ def test_clock_events_only_where_supported(rig, fake_nvml):
     assert active == {"sw_power_cap": 0}
 
 
-def test_nvml_power_backend_domains(settings, fake_nvml):
+def test_nvml_power_backend_domains_are_the_parts_nvml_measures_apart(settings, fake_nvml):
+    """A Grace Hopper module's power (CPU included) and the memory's: domains of their own, never a
+    repeat of the GPU's power, which is the nvidia backend's device series (issue 33 #9)."""
+    fake_nvml.gpus[0].module_power_mw, fake_nvml.gpus[0].memory_power_mw = 450_000, 60_000
+    fake_nvml.gpus[1].memory_power_mw = 55_000  # an x86 host: no module scope
     settings.backends = ["nvml"]
     rig = Rig(settings)
     assert list(rig.sampler.backends) == ["nvml"]
     samples = rig.tick()
-    assert value(samples, "warptd_power_watts", source="nvml", domain="gpu0") == 120
-    assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu1") == 5000
-    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0") == 1
-    gpus = rig.loaded.power[0].get_gpu_power()
-    assert [g.power_watts for g in gpus] == [120.0, 120.0]
+    domains = {s.labels["domain"]: s.value for s in select(samples, "warptd_power_watts", source="nvml")}
+    assert domains == {"gpu0-module": 450, "gpu0-memory": 60, "gpu1-memory": 55}
+    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1-memory") == 1
+    time.sleep(0.2)
+    samples = rig.tick()  # the sampler integrates each part's power into its energy
+    assert 0 < value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu0-module") < 450
     rig.close()
 
 
+def test_without_a_scope_the_nvml_power_backend_does_not_load_and_says_why(settings, fake_nvml):
+    from warptd.registry import load_backends
+
+    settings.backends = ["nvidia"]
+    loaded = load_backends(settings)
+    try:
+        assert [b.name for b in loaded.power] == []  # the GPUs' power: the device series alone
+        assert "module or memory power scope" in loaded.unavailable["nvml"]
+    finally:
+        loaded.shutdown()
+
+
 def test_nvml_domains_come_from_the_nvidia_read_when_both_are_loaded(settings, fake_nvml):
-    """One SDK read per GPU per tick serves the device and the power domain: the same numbers, the
-    same energy totals, and nvml stale whenever nvidia's read failed."""
+    """One SDK read per GPU per tick serves the device and the power domains: the scoped fields ride
+    in the device's own batch, and nvml is stale whenever nvidia's read failed."""
+    for gpu in fake_nvml.gpus:
+        gpu.memory_power_mw = 60_000
     rig = Rig(settings)
     assert "nvml" in rig.sampler.backends and "nvml" not in rig.sampler.scheduled()
-    fake_nvml.gpus[1].energy_mj = 7000
     samples = rig.tick()
     batches = fake_nvml.calls("nvmlDeviceGetFieldValues")
     samples = rig.tick()
     assert fake_nvml.calls("nvmlDeviceGetFieldValues") - batches == 2  # one batch per GPU, not two
-    for index, dev in enumerate((DEV0, DEV1)):
-        domain = {"source": "nvml", "domain": f"gpu{index}"}
-        device_power = value(samples, "warptd_device_power_watts", **dev)
-        assert value(samples, "warptd_power_watts", **domain) == device_power == 120
-        assert value(samples, "warptd_energy_joules_total", **domain) == value(
-            samples, "warptd_device_energy_joules_total", **dev
-        )
-    assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu1") == 7
+    for index in range(2):
+        assert value(samples, "warptd_power_watts", source="nvml", domain=f"gpu{index}-memory") == 60
+    assert not select(samples, "warptd_power_watts", source="nvml", domain="gpu0")  # no repeat of it
     assert value(samples, "warptd_samples_total", backend="nvml") == 2
 
     fake_nvml.gpus[0].lost = True
     samples = rig.tick()
-    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0") == 0
-    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1") == 1
+    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0-memory") == 0
+    assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1-memory") == 1
 
     rig.sampler._fail("nvidia", ErrorKind.TIMEOUT, "timeout")  # what a read past --sample-timeout does
     samples = rig.scrape()
@@ -524,8 +537,6 @@ def test_one_lost_gpu_does_not_drop_the_others_and_is_retried(settings, rediscov
         up = {s.labels["uuid"]: s.value for s in select(samples, "warptd_device_up", backend="nvidia")}
         assert up == {uuids[0]: 1, uuids[1]: 0, uuids[2]: 1}  # the lost GPU stays visible as down
         assert value(samples, "warptd_device_energy_joules_total", backend="nvidia", uuid=uuids[2]) == 6000
-        assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu2") == 6000
-        assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1") == 0
         fake.gpus[1].lost = False  # back on the bus: the next rediscovery finds it
         rig.tick("nvidia")
         samples = rig.tick("nvidia")
@@ -547,7 +558,6 @@ def test_a_refused_handle_reads_as_down_and_the_others_export(settings, rediscov
         up = {s.labels["device"]: s.value for s in select(samples, "warptd_device_up", backend="nvidia")}
         assert up == {"0": 1, "1": 0, "2": 1}
         assert value(samples, "warptd_device_power_watts", backend="nvidia", device="2") == 120
-        assert value(samples, "warptd_energy_joules_total", source="nvml", domain="gpu2") == 5000
         assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="permission") >= 1
         fake.gpus[1].handle_error = 0  # e.g. the device node's permissions were fixed
         rig.tick("nvidia")  # asked again for the refused handle only: no reopen
@@ -606,7 +616,6 @@ def test_power_is_the_instant_reading_and_the_driver_average_its_own_series(rig,
     assert value(samples, "warptd_device_power_watts", **DEV0) == 700
     average = value(samples, "warptd_device_power_average_watts", **DEV0)
     assert 120 <= average < 200  # still mostly the last second's 120 W
-    assert value(samples, "warptd_power_watts", source="nvml", domain="gpu0") == 700
 
 
 def test_power_falls_back_to_power_usage_without_the_instant_field(rig, fake_nvml):
@@ -719,7 +728,7 @@ def test_field_ids_an_old_driver_does_not_know_fall_back_quietly(settings):
         assert not select(samples, "warptd_device_power_average_watts", **DEV0)
         assert value(samples, "warptd_device_throttle_seconds_total", reason="sw_power_cap", **DEV0) == 0
         assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
-        assert fake.calls("nvmlDeviceGetPowerUsage") == 3  # once a tick: nvml publishes from nvidia's read
+        assert fake.calls("nvmlDeviceGetPowerUsage") == 3  # once a tick
         rig.close()
     fake.close()
 

@@ -345,6 +345,7 @@ def test_slow_values_are_read_every_health_interval_and_reported_between(setting
 
 def test_a_reload_changes_the_health_interval_live(settings, fake_nvml, make_rig):
     settings.interval, settings.health_interval = 0.05, 60.0
+    fake_nvml.gpus[0].memory_power_mw = 60_000  # nvml loads beside nvidia: its reader gets the reload too
     rig = make_rig("nvidia")
     gpu = fake_nvml.gpus[0]
     rig.tick()

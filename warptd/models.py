@@ -117,6 +117,9 @@ class DeviceReading:
     power_limit_watts: float | None = None
     # Hardware energy counter in joules, as read: it may reset (driver reload) or wrap.
     energy_counter_joules: float | None = None
+    # The power of parts of the device the SDK measures apart, by part (NVML's module and memory
+    # power scopes); the power backend of its SDK exports them as domains.
+    power_scopes_watts: dict[str, float] = field(default_factory=dict)
     temperatures_celsius: dict[str, float] = field(default_factory=dict)
     clocks_hertz: dict[str, float] = field(default_factory=dict)
     # Every throttle reason the device can report, mapped to whether it is active now. Given every

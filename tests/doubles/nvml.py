@@ -254,6 +254,8 @@ class GpuState(ctypes.Structure):
         ("energy_answer_head", _U32),  # the energy counter's answers, newest at head - 1
         ("pad_answers", _U32),
         ("energy_answers", _EnergyAnswer * ENERGY_ANSWERS),
+        ("module_power_mw", _U32),  # fields 185/186 at scopeId 1 (a Grace Hopper module); 0: NOT_SUPPORTED
+        ("memory_power_mw", _U32),  # at scopeId 2 (the memory); 0: NOT_SUPPORTED
     ]
 
 
@@ -430,7 +432,7 @@ _SCALARS = (
     "supported_events", "handle_error", "mig_mode", "field_latency_us",
     # nv-health
     "retires_pages", "pcie_replays", "recovery_action", "nvlink_count", "encoder_util", "decoder_util",
-    "pstate", "power_smoothing",
+    "pstate", "power_smoothing", "module_power_mw", "memory_power_mw",
 )  # fmt: skip
 #: nv-health: the health and traffic arrays of ``struct gpu``, read and written in place
 #: (``gpu.ecc_volatile[1] = 2``): ECC SBE/DBE, remapped rows (cor, unc, pending, failure), retired pages

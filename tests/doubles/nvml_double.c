@@ -229,6 +229,9 @@ struct gpu {
      * and what (mJ), newest at energy_answer_head - 1. */
     uint32_t energy_answer_head, pad_answers;
     struct energy_answer { uint64_t t_ns, mj; } energy_answers[ENERGY_ANSWERS];
+    /* Power of the module (a Grace Hopper's, CPU included) and of the memory, which fields 185/186
+     * answer with scopeId NVML_POWER_SCOPE_MODULE (1) / _MEMORY (2); 0: NOT_SUPPORTED (an x86 H200). */
+    uint32_t module_power_mw, memory_power_mw;
 };
 
 struct state {
@@ -816,6 +819,12 @@ static int field(struct gpu *g, struct field_value *v) {
         /* NVML_FI_PWR_SMOOTHING_ENABLED, _PRIV_LVL, _IMM_RAMP_DOWN_ENABLED, then levels (percent) */
         static const uint32_t settings[3] = {1, 0, 1};
         v->value = id - n->smoothing < 3 ? settings[id - n->smoothing] : 40;
+        return SUCCESS;
+    }
+    if ((id == FI_POWER_INSTANT || id == FI_POWER_AVERAGE) && v->scope_id) { /* a power scope */
+        uint32_t scoped = v->scope_id == 1 ? g->module_power_mw : v->scope_id == 2 ? g->memory_power_mw : 0;
+        if (!scoped) return ERROR_NOT_SUPPORTED;
+        v->value = scoped;
         return SUCCESS;
     }
     switch (id) {

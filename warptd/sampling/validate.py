@@ -154,6 +154,9 @@ def sanitize_device(
     if previous is None or clocks is not previous.clocks_hertz:
         clocks = _filtered(clocks, 0.0, MAX_HERTZ, rejected)
     throttle_counted = _filtered(reading.throttle_counter_seconds, 0.0, math.inf, rejected)
+    scopes = reading.power_scopes_watts
+    if scopes and (previous is None or scopes is not previous.power_scopes_watts):
+        scopes = _filtered(scopes, 0.0, MAX_WATTS, rejected)
     gauges = _labelled(reading.gauges, previous.gauges if previous else {}, rejected)
     counters = _labelled(reading.counters, previous.counters if previous else {}, rejected)
     if not rejected[0]:
@@ -169,6 +172,7 @@ def sanitize_device(
         temperatures_celsius=temperatures,
         clocks_hertz=clocks,
         throttle_counter_seconds=throttle_counted,
+        power_scopes_watts=scopes,
         gauges=gauges,
         counters=counters,
     ), rejected[0]

@@ -120,6 +120,17 @@ class NvidiaBackend(NvmlBackend):
             self._sync_generation()
             return None if self._absent(index) else self.gpus[index].read_power()
 
+    def power_parts(self, index: int) -> tuple[str, ...]:
+        """The parts GPU ``index`` measures the power of apart (module, memory), as far as known."""
+        return self.gpus[index].power_parts() if index < len(self.gpus) else ()
+
+    def read_power_scopes(self, index: int) -> dict[str, float] | None:
+        """W of the parts of GPU ``index`` NVML measures apart (module, memory), read now; None when
+        the GPU is lost or absent."""
+        with self._session.lock:
+            self._sync_generation()
+            return None if self._absent(index) else self.gpus[index].read_scopes()
+
     def begin_read(self, index: int, power_only: bool) -> None:
         self.gpus[index].begin(power_only)
 

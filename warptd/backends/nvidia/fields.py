@@ -32,6 +32,9 @@ FI_RESET_STATUS = 226
 FI_DRAIN_AND_RESET_STATUS = 227
 FI_POWER_AVERAGE = 185  # mW, the driver's 1 s average (Ampere and newer); R535+
 FI_POWER_INSTANT = 186  # mW, instantaneous; R535+
+#: The parts 185/186 measure apart with their scopeId (nvml.h NVML_POWER_SCOPE_MODULE, _MEMORY): a
+#: Grace Hopper module (CPU included; NVIDIA CPUs only), the memory. Most GPUs answer NOT_SUPPORTED.
+POWER_SCOPES = {"module": 1, "memory": 2}
 #: mJ since the driver was loaded: nvmlDeviceGetTotalEnergyConsumption's counter (Volta and newer), in
 #: the batch rather than a call of its own; the call stands in only where the field is unsupported.
 FI_TOTAL_ENERGY = 83
@@ -190,6 +193,14 @@ class FieldSet:
         average = ((FI_POWER_AVERAGE, 0),) if numbering.power else ()
         energy = ((FI_TOTAL_ENERGY, 0),)
         memory_temperature = ((FI_MEMORY_TEMP, 0),)
+        #: The scoped power of a GPU's parts (instant, else average: a GB200's memory has only the
+        #: average); asked where a power backend exports them, not asked again where unsupported.
+        self.scopes: tuple[tuple[str, FieldKey, FieldKey], ...] = tuple(
+            (part, (FI_POWER_INSTANT, scope), (FI_POWER_AVERAGE, scope))
+            for part, scope in POWER_SCOPES.items()
+            if numbering.power and reads(catalog.DOMAIN_POWER.name)
+        )
+        scoped = tuple(key for _, instant, average in self.scopes for key in (instant, average))
         #: (reason, the key of a duration field it may have), each of its ids where it has several;
         #: none where no output reads throttle seconds.
         self.throttle: tuple[tuple[str, FieldKey], ...] = tuple(
@@ -200,16 +211,17 @@ class FieldSet:
         )
         throttle = tuple(key for _, key in self.throttle)
         #: What the full batch asks beside the health and link fields.
-        self.device: tuple[FieldKey, ...] = (*power, *energy, *average, *throttle)
+        self.device: tuple[FieldKey, ...] = (*power, *energy, *average, *throttle, *scoped)
         #: By kind of read (see :class:`~warptd.backends.nvidia.gpu.Gpu`): the cheap sample (power and
         #: memory temperature, 7 µs on an H200), with the energy counter (2.9 ms), at an edge also the
         #: throttle times (0.58 ms a group); power alone (a power backend's read), and with the counter.
         self.kinds: dict[str, tuple[FieldKey, ...]] = {
-            "power": (*power, *average, *memory_temperature),
-            "energy": (*power, *energy, *average, *memory_temperature),
+            "power": (*power, *average, *memory_temperature, *scoped),
+            "energy": (*power, *energy, *average, *memory_temperature, *scoped),
             "edge": (*self.device, *memory_temperature),
             "power_only": power,
             "power_only_energy": (*power, *energy),
+            "scopes": scoped,  # the parts' power alone (the nvml power backend's own read)
         }
         #: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).
         self.other: tuple[FieldKey, ...] = (*memory_temperature, *((f, 0) for f in numbering.recovery))

@@ -54,6 +54,7 @@ _AVERAGING_SINCE = (8, 6)
 _LAST_PSTATE = 15  # NVML_PSTATE_15
 #: Byte counters the driver may keep in fields, which GPM throughput otherwise stands in for.
 _TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_BYTES.name)
+_NO_SCOPES: dict[str, float] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +134,15 @@ class Gpu:
             return DeviceReading(index=self.index, up=False)
         return reading
 
+    def read_scopes(self) -> dict[str, float] | None:
+        """The power of the parts NVML measures apart (:meth:`power_scopes`), read now alone; None
+        when the GPU turned out lost."""
+        self.guard.lost = False
+        started = thread_time()
+        self.batch.read("scopes")
+        self._context.read_costs.charge("scopes", started)
+        return None if self.guard.lost else self.power_scopes()
+
     def read_power(self) -> tuple[float | None, float | None] | None:
         """Power (W) and energy counter (J, None between two reads of it); None when the GPU turned
         out lost."""
@@ -193,6 +203,7 @@ class Gpu:
             power_average_watts=self.power_average(),
             power_limit_watts=self.slow.power_limit,
             energy_counter_joules=self.energy(),
+            power_scopes_watts=self.power_scopes(),
             temperatures_celsius=self.temperatures(answers[TEMPERATURE]),
             clocks_hertz=self.clocks(answers[CLOCKS:]),
             throttle_active=throttle,
@@ -263,6 +274,26 @@ class Gpu:
         if milliwatts is None and not self._power_usage_averages():
             milliwatts = self._get("power", "nvmlDeviceGetPowerUsage")
         return milliwatts / 1000 if milliwatts is not None else None
+
+    def power_scopes(self) -> dict[str, float]:
+        """W of the parts NVML measures apart (a Grace Hopper module, the memory): the scoped instant
+        field, else the scoped average; none where the GPU answers neither (most GPUs)."""
+        values, scopes = self.batch.values, {}
+        for part, instant, average in self.batch.field_set.scopes:
+            milliwatts = values.get(instant, values.get(average))
+            if milliwatts is not None:
+                scopes[part] = milliwatts / 1000
+        return self._kept["scopes"].of(tuple(scopes.items()), dict) if scopes else _NO_SCOPES
+
+    def power_parts(self) -> tuple[str, ...]:
+        """The parts whose power this GPU measures apart, as far as it answered (those it lacks are
+        not asked again)."""
+        unsupported = self.batch.unsupported
+        return tuple(
+            part
+            for part, instant, average in self.batch.field_set.scopes
+            if instant not in unsupported or average not in unsupported
+        )
 
     def power_average(self) -> float | None:
         """The average field; on a driver without it, nvmlDeviceGetPowerUsage where the GPU averages."""
