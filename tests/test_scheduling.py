@@ -46,6 +46,8 @@ def test_deadline_follows_a_reloaded_timeout():
 
 
 def test_scheduled_reads_publish_from_the_worker_and_a_hung_one_goes_stale(settings, fake_nvml):
+    for gpu in fake_nvml.gpus:
+        gpu.memory_power_mw = 60_000  # a part NVML measures apart: the nvml power backend loads
     settings.backends = ["nvidia"]
     settings.interval = 0.05
     settings.sample_timeout = 0.3
@@ -79,6 +81,7 @@ def test_scheduled_reads_publish_from_the_worker_and_a_hung_one_goes_stale(setti
 
 def test_a_reload_reschedules_a_companion_backends_fast_job(settings, fake_nvml):
     """``nvml`` has no regular job beside ``nvidia``, but a window watching it gives it a fast one."""
+    fake_nvml.gpus[0].memory_power_mw = 60_000  # a part NVML measures apart: the nvml power backend loads
     settings.backends = ["nvidia"]
     settings.interval, settings.window_interval = 0.5, 0.1
     rig = Rig(settings)
