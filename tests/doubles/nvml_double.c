@@ -115,7 +115,8 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 /* --- end nv-health --- */
 /* --- nv-fields: functions --- */
 #define NV_FIELDS_FUNCTIONS(X) X(nvmlDeviceGetNvLinkErrorCounter) X(nvmlDeviceGetNvLinkState) \
-    X(nvmlDeviceGetGpuInstanceProfileInfoV)
+    X(nvmlDeviceGetGpuInstanceProfileInfoV) X(nvmlDeviceGetPcieThroughput) \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3)
 /* --- end nv-fields --- */
 
 #define AS_ID(name) FN_##name,
@@ -885,6 +886,23 @@ int nvmlDeviceGetNvLinkErrorCounter(void *h, unsigned int link, int counter, uns
     if (g->nvlink_error_code[link]) return g->nvlink_error_code[link];
     *value = g->nvlink_errors[link][kinds[counter]];
     return SUCCESS;
+}
+
+/* Graphics processes: none on a compute node (what nvitop-exporter asks beside the compute ones). */
+int nvmlDeviceGetGraphicsRunningProcesses_v3(void *h, unsigned int *n, void *infos) {
+    DEVICE_CALL(nvmlDeviceGetGraphicsRunningProcesses_v3, h);
+    (void)g, (void)infos;
+    if (!n) return ERROR_INVALID_ARGUMENT;
+    *n = 0;
+    return SUCCESS;
+}
+
+/* PCIe throughput (KB/s over 20 ms): what nvitop-exporter asks; warptd counts PCIe bytes from fields
+ * 197/198 or GPM. Answered NOT_SUPPORTED: enough for a peer exporter run side by side in a bench. */
+int nvmlDeviceGetPcieThroughput(void *h, int counter, unsigned int *value) {
+    DEVICE_CALL(nvmlDeviceGetPcieThroughput, h);
+    (void)counter, (void)value, (void)g;
+    return ERROR_NOT_SUPPORTED;
 }
 
 /* NVLink state: NOT_SUPPORTED on a GPU without NVLink (an H200 PCIe answered so for all 18 links). */
