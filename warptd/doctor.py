@@ -419,11 +419,12 @@ def _node(report: DoctorReport) -> list[str]:
     if report.unavailable:
         names = ", ".join(sorted(report.unavailable))
         lines.append(f"  not loaded: {names} (warptd list --verbose says why)")
-    verdict = (
-        f"{report.disagreements} pair(s) of paths DISAGREE"
-        if report.disagreements
-        else "every pair of paths agrees"
-    )
+    compared = any(a.status != "skipped" for backend in report.backends for a in backend.agreements)
+    verdict = "no pair of paths to compare here"
+    if report.disagreements:
+        verdict = f"{report.disagreements} pair(s) of paths DISAGREE"
+    elif compared:
+        verdict = "every pair of paths agrees"
     lines.append(f"checked in {report.seconds:.1f} s{' (quick)' if report.quick else ''}: {verdict}")
     return lines
 
