@@ -1,11 +1,14 @@
-"""Parsing expositions in tests, and building a sampler without its schedule."""
+"""Parsing expositions in tests, building a sampler without its schedule, running a fresh Python."""
 
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -118,3 +121,15 @@ def serving(settings: Settings) -> Iterator[Daemon]:
         yield running
     finally:
         running.stop()
+
+
+def run_python(code: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a fresh interpreter from the checkout's root (what a command imports)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=Path(__file__).parents[1],
+    )

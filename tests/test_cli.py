@@ -31,6 +31,7 @@ def _options(text: str) -> list[str]:
         ("list", ["--json", "--verbose"]),
         ("sample", ["--json"]),
         ("stress", ["--test", "--device", "--duration", "--dtype", "--size", "--json"]),
+        ("doctor", ["--json", "--quick"]),
     ],
 )
 def test_a_commands_help_shows_its_own_options_first_and_no_daemon_flags(capsys, command, own):
@@ -52,6 +53,11 @@ def test_serve_help_has_the_daemon_flags(capsys):
         (["--interval", "abc"], "warptd: --interval: not a number: 'abc'"),
         (["sample", "--sample-timeout", "x"], "warptd sample: --sample-timeout: not a number: 'x'"),
         (["stress", "--size", "big"], "warptd stress: --size: not a whole number: 'big'"),
+        (["doctor", "--interval", "often"], "warptd doctor: --interval: not a number: 'often'"),
+        (
+            ["doctor", "--listen", ":9465"],
+            "warptd doctor: unrecognized arguments: --listen :9465 (see warptd doctor --help)",
+        ),
         (
             ["list", "--listen", ":9465"],
             "warptd list: unrecognized arguments: --listen :9465 (see warptd list --help)",

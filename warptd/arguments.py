@@ -55,6 +55,7 @@ def _integer(text: str) -> int:
 LOADING = "backends and logging"
 SAMPLING = "sampling"
 SERVING = "serving"
+METRICS = "metric selection"
 _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     SERVING: [
         (("--listen",), {"metavar": "HOST:PORT", "help": "address to serve on"}),
@@ -167,29 +168,6 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {"action": "store_const", "const": True, "help": "export per-process memory (NVIDIA)"},
         ),
         (
-            ("--compat",),
-            {
-                "choices": ["dcgm-exporter"],
-                "help": "also serve another exporter's series from the same samples: dcgm-exporter's "
-                "default counters, names, units and labels",
-            },
-        ),
-        *(
-            (
-                (f"--metrics-{which}",),
-                {
-                    "dest": f"metrics_{which}",
-                    "action": "append",
-                    "metavar": "GLOB",
-                    "help": f"{text} (repeatable; names as docs/metrics.md lists them)",
-                },
-            )
-            for which, text in (
-                ("exclude", "leave out the metric families this glob matches"),
-                ("include", "export the families this glob matches, whatever the exclusions say"),
-            )
-        ),
-        (
             ("--workloads",),
             {
                 "action": "store_const",
@@ -216,6 +194,31 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         (
             ("--no-xid-events",),
             {"dest": "xid_events", "action": "store_const", "const": False, "help": "ignore XID events"},
+        ),
+    ],
+    METRICS: [
+        (
+            ("--compat",),
+            {
+                "choices": ["dcgm-exporter"],
+                "help": "also serve another exporter's series from the same samples: dcgm-exporter's "
+                "default counters, names, units and labels",
+            },
+        ),
+        *(
+            (
+                (f"--metrics-{which}",),
+                {
+                    "dest": f"metrics_{which}",
+                    "action": "append",
+                    "metavar": "GLOB",
+                    "help": f"{text} (repeatable; names as docs/metrics.md lists them)",
+                },
+            )
+            for which, text in (
+                ("exclude", "leave out the metric families this glob matches"),
+                ("include", "export the families this glob matches, whatever the exclusions say"),
+            )
         ),
     ],
     SAMPLING: [
@@ -283,13 +286,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
     ],
 }
 _COMMAND_GROUPS = {
-    "serve": (SERVING, SAMPLING, LOADING),
+    "serve": (SERVING, METRICS, SAMPLING, LOADING),
     "list": (LOADING,),
     "sample": (SAMPLING, LOADING),
     "stress": (SAMPLING, LOADING),
     "report": (),
     "profile": (SAMPLING, LOADING),
     "workload": (),
+    "doctor": (METRICS, SAMPLING, LOADING),
 }
 
 
@@ -385,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
     parser.add_argument("--version", action="version", version=f"warptd {__version__}")
     sub = parser.add_subparsers(
-        dest="command", title="commands", metavar="{serve,list,sample,stress,profile,report,workload}"
+        dest="command", title="commands", metavar="{serve,list,sample,stress,profile,report,workload,doctor}"
     )
     serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
     listing = sub.add_parser(
@@ -470,6 +474,19 @@ def build_parser() -> argparse.ArgumentParser:
         "(FILE.json) unless --json FILE names where",
     )
     profile = _profile_parser(sub)
+    doctor = sub.add_parser(
+        "doctor",
+        help="check warptd on this node: versions, prices and cadence of each read, paths that must "
+        "agree, the series it exports",
+        description="Check every backend here, without the daemon: the SDK and driver versions, the field "
+        "numbering chosen, each read's CPU and cadence, how often values change, paths to one value that "
+        "must agree, the series exported and those absent, the CPU expected at --interval 1 and 0.1. "
+        "Exits 1 where two paths disagree.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print JSON")
+    doctor.add_argument(
+        "--quick", action="store_true", help="fewer reads and a shorter poll (about a second)"
+    )
     _add_flags(parser, "serve", None)  # `warptd` alone serves
     commands = (
         ("serve", serve),
@@ -479,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("profile", profile),
         ("report", report),
         ("workload", workload),
+        ("doctor", doctor),
     )
     for name, command in commands:
         _add_flags(command, name, argparse.SUPPRESS)

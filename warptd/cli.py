@@ -1,4 +1,4 @@
-"""The ``warptd`` command: serve (default), list, sample, stress, profile, report."""
+"""The ``warptd`` command: serve (default), list, sample, stress, profile, report, workload, doctor."""
 
 from __future__ import annotations
 
@@ -48,10 +48,19 @@ def _with_settings(command: str, args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"warptd: {exc}", file=sys.stderr)
         return 2
+    return _with_backends(command, args, settings, loaded)
+
+
+def _with_backends(command: str, args: argparse.Namespace, settings: Settings, loaded: Loaded) -> int:
+    """The commands that run over the loaded backends."""
     if command == "list":
         return _list(loaded, args.json, args.verbose)
     if command == "sample":
         return _sample(settings, loaded, args.json)
+    if command == "doctor":
+        from warptd.doctor import run_doctor
+
+        return run_doctor(settings, loaded, args.json, args.quick)
     if command == "stress":
         from warptd.stress.cli import run_stress
 

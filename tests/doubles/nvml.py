@@ -63,6 +63,8 @@ _UNKNOWN_MEMORY = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 #: The clock-event reason durations the driver keeps, by the state array position they live at: fields
 #: 251-253 on an R575/R580 driver, 269-271 from R590, none before (75 aliases the SW thermal one).
 CLOCK_EVENT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+#: STATE_VERSION of nvml_double.c: the library refuses a state file of another layout.
+STATE_VERSION = 5
 # The array sizes of nvml_double.c.
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
@@ -249,7 +251,7 @@ class GpuState(ctypes.Structure):
         ("nvlink_error_code", _I32 * MAX_LINKS),  # per link: nvmlDeviceGetNvLinkErrorCounter's answer
         # --- end nv-health ---
         ("power_smoothing", _U32),  # the power-smoothing fields answer; 0: NOT_SUPPORTED (an H200)
-        ("pad_smoothing", _U32),
+        ("energy_call_offset_mj", _I32),  # the call answers this beyond field 83; 0: the same counter
         ("media_engines", _U32 * 4),  # NVDEC, NVJPG, OFA, NVENC the GPU has (its whole-GPU profile's)
         ("energy_answer_head", _U32),  # the energy counter's answers, newest at head - 1
         ("pad_answers", _U32),
@@ -659,6 +661,16 @@ class FakeGpu:
             self.state.live_since_ns = time.monotonic_ns()
 
     @property
+    def energy_call_offset_mj(self) -> int:
+        """mJ that ``nvmlDeviceGetTotalEnergyConsumption`` answers beyond field 83, which reads the same
+        counter (0, as on a real driver): a driver whose two paths disagree."""
+        return self.state.energy_call_offset_mj
+
+    @energy_call_offset_mj.setter
+    def energy_call_offset_mj(self, millijoules: int) -> None:
+        self.state.energy_call_offset_mj = millijoules
+
+    @property
     def live(self) -> bool:
         """When True, the energy counter advances with wall time at the instantaneous power."""
         return bool(self.state.live)
@@ -976,7 +988,7 @@ class FakeNvml:
         self._file.truncate(ctypes.sizeof(State))
         self._map = mmap.mmap(self._file.fileno(), ctypes.sizeof(State))
         self.state = State.from_buffer(self._map)
-        self.state.magic, self.state.version = 0x4E564D4C, 4
+        self.state.magic, self.state.version = 0x4E564D4C, STATE_VERSION
         self.driver_version = driver_version
         self._slots: dict[int, int] = {}  # id(FakeGpu) -> slot
         self._gpus = _GpuList(self, [])

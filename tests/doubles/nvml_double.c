@@ -61,7 +61,7 @@
 /* --- end nv-health --- */
 #define ENERGY_ANSWERS 32 /* the energy counter's answers kept for tests */
 #define STATE_MAGIC 0x4e564d4cu /* "NVML" */
-#define STATE_VERSION 4u
+#define STATE_VERSION 5u
 
 /* Return codes and constants, as nvml.h defines them. */
 enum {
@@ -222,7 +222,9 @@ struct gpu {
                                            * instead (NOT_SUPPORTED: an inactive link); 0 = its count */
     /* --- end nv-health --- */
     uint32_t power_smoothing; /* the power-smoothing fields answer (GB200-class); 0: NOT_SUPPORTED */
-    uint32_t pad_smoothing;
+    /* mJ that nvmlDeviceGetTotalEnergyConsumption answers beyond field 83 (a driver whose two paths to
+     * one counter disagree); 0: the same counter, as a real driver's */
+    int32_t energy_call_offset_mj;
     /* The media engines the GPU has (NVDEC, NVJPG, OFA, NVENC: an H100/H200 7, 7, 1, 0), which the
      * whole-GPU instance profile counts while MIG is on; GPM answers 0 for the ones it lacks. */
     uint32_t media_engines[4];
@@ -639,7 +641,7 @@ static uint64_t answer_energy(struct gpu *g) {
 
 int nvmlDeviceGetTotalEnergyConsumption(void *h, unsigned long long *mj) {
     DEVICE_CALL(nvmlDeviceGetTotalEnergyConsumption, h);
-    *mj = answer_energy(g);
+    *mj = answer_energy(g) + (int64_t)g->energy_call_offset_mj;
     return SUCCESS;
 }
 

@@ -19,6 +19,7 @@ from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
+    from warptd.backends.checkup import BackendCheckup, CheckupPlan
     from warptd.config import Settings
 
 
@@ -189,6 +190,14 @@ class NvidiaBackend(NvmlBackend):
             for gpu in self.gpus:
                 gpu.close()  # free the GPM samples while NVML is still up
         super().shutdown()
+
+    def checkup(self, plan: CheckupPlan) -> BackendCheckup:
+        """What ``warptd doctor`` asks of these GPUs (:mod:`~warptd.backends.nvidia.checkup`)."""
+        from warptd.backends.nvidia.checkup import checkup
+
+        with self._session.lock:
+            self._sync_generation()
+            return checkup(self, self._api, plan)
 
     # -- the getters: each GPU's own code, as its reading makes them ---------------------------
     def get_memory_usage(self, index: int) -> MemoryUsage | None:

@@ -131,6 +131,14 @@ class FieldBatch:
             request.mark_clean(tuple(answered))
         return not failed
 
+    def request(self, kind: str) -> FieldRequest | None:
+        """The batch a read of ``kind`` sends now (``full``: the full plan's, once built); None where
+        nothing is left to ask."""
+        plan = self.plan if kind == "full" else None
+        if kind == "full" and plan is None:
+            return None
+        return self._request(kind, plan, plan.keys if plan is not None else self.field_set.kinds[kind])
+
     def _request(
         self, kind: str, plan: FieldPlan | None, field_ids: tuple[FieldKey, ...]
     ) -> FieldRequest | None:

@@ -83,6 +83,12 @@ class Numbering:
     throttle: Mapping[str, tuple[int, ...]]
     recovery: tuple[int, ...]  # 230, or the status fields 226/227 that it replaced
     power: bool  # 185/186 are known (R535+); before, NVML_FI_MAX of the header stops short of them
+    branch: str = ""  # the drivers numbering so, as docs/hardware.md's table names them
+
+    @property
+    def ambiguous(self) -> bool:
+        """Whether some clock event has two duration ids (both asked: the 64-bit answer is kept)."""
+        return any(len(ids) > 1 for ids in self.throttle.values())
 
 
 #: SW power cap and sync boost: NVML_FI_DEV_PERF_POLICY_POWER / _SYNC_BOOST on every branch.
@@ -105,13 +111,21 @@ def _durations(*ranges: tuple[int, int, int]) -> dict[str, tuple[int, ...]]:
 _RECOVERY = (FI_GPU_RECOVERY_ACTION,)
 #: Oldest first; checked against each branch's nvml.h (docs/telemetry.md says which and how).
 NUMBERINGS: tuple[Numbering, ...] = (
-    Numbering((0, 0), _BEFORE_R575, (), power=False),  # R525/R530 and before
-    Numbering((535, 0), _BEFORE_R575, (FI_RESET_STATUS, FI_DRAIN_AND_RESET_STATUS), power=True),
-    Numbering((570, 0), _BEFORE_R575, _RECOVERY, power=True),
-    Numbering((575, 0), _durations(_DURATIONS_251), _RECOVERY, power=True),
+    Numbering((0, 0), _BEFORE_R575, (), power=False, branch="R525/R530 and before"),
+    Numbering(
+        (535, 0), _BEFORE_R575, (FI_RESET_STATUS, FI_DRAIN_AND_RESET_STATUS), power=True, branch="R535-R565"
+    ),
+    Numbering((570, 0), _BEFORE_R575, _RECOVERY, power=True, branch="R570"),
+    Numbering((575, 0), _durations(_DURATIONS_251), _RECOVERY, power=True, branch="R575, R580 to 580.65"),
     # R580 between 13.0 GA and Update 1: which header a build took is not known here, so both.
-    Numbering((580, 66), _durations(_DURATIONS_251, _DURATIONS_269), _RECOVERY, power=True),
-    Numbering((580, 82), _durations(_DURATIONS_269), _RECOVERY, power=True),
+    Numbering(
+        (580, 66),
+        _durations(_DURATIONS_251, _DURATIONS_269),
+        _RECOVERY,
+        power=True,
+        branch="580.66 to 580.81",
+    ),
+    Numbering((580, 82), _durations(_DURATIONS_269), _RECOVERY, power=True, branch="580.82 on (R590 too)"),
 )
 
 
@@ -126,7 +140,13 @@ def numbering(driver_version: str | None) -> Numbering:
     return [each for each in NUMBERINGS if version >= each.since][-1]
 
 
-_UNKNOWN_DRIVER = Numbering((0, 0), _durations(_DURATIONS_269, _DURATIONS_251), _RECOVERY, power=True)
+_UNKNOWN_DRIVER = Numbering(
+    (0, 0),
+    _durations(_DURATIONS_269, _DURATIONS_251),
+    _RECOVERY,
+    power=True,
+    branch="a version that does not parse",
+)
 
 
 @dataclass(frozen=True, slots=True)

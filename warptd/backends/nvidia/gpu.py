@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 #: Compute capability from which nvmlDeviceGetPowerUsage is a 1 s average (Ampere and newer; GA100,
 #: 8.0, still reads instantaneously).
-_AVERAGING_SINCE = (8, 6)
+AVERAGING_SINCE = (8, 6)
 _LAST_PSTATE = 15  # NVML_PSTATE_15
 #: Byte counters the driver may keep in fields, which GPM throughput otherwise stands in for.
 _TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_BYTES.name)
@@ -68,6 +68,23 @@ class GpuContext:
     settings: Callable[[], Settings]
     report: Callable[[DeviceGuard, str, BaseException], None]
     read_costs: ReadCosts  # the backend's: each kind of read charged its CPU
+
+
+def read_kind(
+    health: DeviceCadence,
+    energy: DeviceCadence,
+    edge: bool = False,
+    pace: float | None = None,
+    now: float | None = None,
+) -> str:
+    """The kind of a GPU's full read by the plan: ``health`` where the slow values are due (the energy
+    counter and throttle times come with them), else ``edge`` at a window's edge, ``energy`` where the
+    counter is due, else the cheap ``power``. A cadence found due counts as read from then on."""
+    counter = energy.due(now, pace)
+    if health.due(now, pace):
+        energy.read(now)
+        return "health"
+    return "edge" if edge else "energy" if counter else "power"
 
 
 def _temperatures(sensors: tuple[int | None, float | None]) -> dict[str, float]:
@@ -166,24 +183,23 @@ class Gpu:
         started = thread_time()
         settings = self._context.settings()
         pace = settings.window_interval if watched else None  # a window reads it that often
-        energy = self.energy_cadence.due(pace=pace) or edge
         if power_only:
+            energy = self.energy_cadence.due(pace=pace) or edge
             batch.read("power_only_energy" if energy else "power_only")
             kind, throttle = "energy" if energy else "power", False
-        elif self.cadence.due(pace=pace):
-            kind, energy, throttle = "health", True, True
-            self.energy_cadence.read()
-            plan = batch.full_plan()
-            complete = batch.read("full", plan) if plan is not None else batch.read("edge")
-            batch.decoded = self.slow.health(batch)
-            if not (self.slow.read(self.presence()) and complete and plan is not None):
-                # What failed is absent from this sample, as any failed value is, and not for a whole
-                # health interval: the slow values are read again at the next sample.
-                self.cadence.forget()
         else:
-            kind = "edge" if edge else "energy" if energy else "power"
-            throttle = edge
-            batch.read(kind)
+            kind = read_kind(self.cadence, self.energy_cadence, edge, pace)
+            energy, throttle = kind != "power", kind in ("health", "edge")
+            if kind == "health":
+                plan = batch.full_plan()
+                complete = batch.read("full", plan) if plan is not None else batch.read("edge")
+                batch.decoded = self.slow.health(batch)
+                if not (self.slow.read(self.presence()) and complete and plan is not None):
+                    # What failed is absent from this sample, as any failed value is, and not for a
+                    # whole health interval: the slow values are read again at the next sample.
+                    self.cadence.forget()
+            else:
+                batch.read(kind)
         self._energy_read, self._throttle_read, self._energy_mj = energy, throttle, None
         if energy and batch.lacks(fields.FI_TOTAL_ENERGY):  # a driver without the field: its call
             self._energy_mj = self._get("energy", "nvmlDeviceGetTotalEnergyConsumption")
@@ -311,7 +327,7 @@ class Gpu:
         if capability is None:
             return True  # unknown: not claimed instantaneous
         major, minor = (int(part) for part in capability.split("."))
-        return (major, minor) >= _AVERAGING_SINCE
+        return (major, minor) >= AVERAGING_SINCE
 
     def energy(self) -> float | None:
         """The energy counter where this read asked it: the field, or

@@ -1,0 +1,526 @@
+"""What ``warptd doctor`` asks of the NVIDIA GPUs (:mod:`warptd.backends.checkup`), after one full read of
+each: the field numbering chosen and why, and which clock-event duration ids answered; the CPU of every
+read of the plan (each field batch kind, the prepared calls, the slow values, a GPM sample with its
+metrics, the energy call), each the median of a few calls of that exact read; how often energy and
+power change; the paths that must agree (field 83 and ``nvmlDeviceGetTotalEnergyConsumption``, field
+185 and ``nvmlDeviceGetPowerUsage``, GPM SM activity and utilization on an idle GPU); and what a GPU
+has no series of, and why. Reads only: nothing of the backend's own state changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from warptd.backends.cadence import DeviceCadence
+from warptd.backends.checkup import (
+    Absent,
+    Agreement,
+    BackendCheckup,
+    CheckupPlan,
+    DeviceCheckup,
+    NumberingCheck,
+    ReadPrice,
+    Refresh,
+    interval_key,
+    median_cpu,
+    sdk_versions,
+)
+from warptd.backends.costs import thread_time
+from warptd.backends.nvidia import calls, fields
+from warptd.backends.nvidia.fields import FieldKey, FieldRequest
+from warptd.backends.nvidia.gpm import MIN_SAMPLE_GAP_S, GpmContext, GpmSource, sample_gap
+from warptd.backends.nvidia.gpu import AVERAGING_SINCE, Gpu, read_kind
+from warptd.backends.nvidia.session import text
+from warptd.errors import ErrorKind
+from warptd.metrics import catalog
+
+if TYPE_CHECKING:
+    from warptd.backends.nvidia.api import NvmlApi
+    from warptd.backends.nvidia.backend import NvidiaBackend
+    from warptd.config import Settings
+
+ENERGY_PAIR = "field 83 = nvmlDeviceGetTotalEnergyConsumption"
+POWER_PAIR = "field 185 = nvmlDeviceGetPowerUsage"
+ACTIVITY_PAIR = "GPM SM activity = utilization, idle"
+#: The energy counter refreshes every 100 ms: two reads of it may be one refresh apart.
+ENERGY_REFRESH_S = 0.1
+#: Two reads of the 1 s average power agree within this share of it (and a watt).
+AVERAGE_SHARE = 0.03
+#: SM activity an idle GPU may show (a tick of the driver's own work).
+IDLE_SM = 0.02
+#: The most reads :func:`plan_rates` simulates (an --interval of a millisecond: 200 s of them).
+_MOST_TICKS = 200_000
+_ENERGY: FieldKey = (fields.FI_TOTAL_ENERGY, 0)
+_INSTANT: FieldKey = (fields.FI_POWER_INSTANT, 0)
+_AVERAGE: FieldKey = (fields.FI_POWER_AVERAGE, 0)
+_POLLED = {
+    _ENERGY: "energy counter (field 83)",
+    _INSTANT: "instant power (field 186)",
+    _AVERAGE: "average power (field 185)",
+}
+#: What each kind of field batch is charged as (``read_costs``), by :meth:`Gpu.begin`.
+_CHARGED = {"full": "health", "power_only": "power", "power_only_energy": "energy"}
+
+
+def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendCheckup:
+    """Every GPU of ``backend`` that NVML hands out, each read after the backend's first full read."""
+    settings, reads = backend.settings, backend.selection.reads
+    driver = backend.get_driver_version()
+    numbering = fields.numbering(driver)
+    rates = {interval_key(i): plan_rates(settings, i) for i in plan.intervals}
+    gpus = [gpu for gpu in backend.gpus if gpu.handle is not None]
+    notes = [f"GPU {gpu.index}: NVML refused its handle" for gpu in backend.gpus if gpu.handle is None]
+    probes = [_Probe(gpu, api, plan, rates) for gpu in gpus]
+    for probe in probes:
+        probe.gpu.batch.full_plan()  # built by the first full read; asked here where it failed then
+    gpm = _gpm(probes, backend, api, plan, rates)
+    refresh = [r for probe in _first_of_each_model(probes) for r in probe.poll(plan)]
+    agreements = []
+    for probe in probes:
+        agreements += [probe.energy_pair(), probe.power_pair(), probe.activity_pair(gpm.get(probe.index))]
+    devices = [
+        DeviceCheckup(
+            index=probe.index,
+            model=probe.model,
+            uuid=probe.gpu.uuid(),
+            prices=(*probe.prices(settings), *gpm[probe.index].prices),
+            durations=probe.durations(),
+            absent=probe.absent(reads),
+        )
+        for probe in probes
+    ]
+    if not reads(catalog.THROTTLE_SECONDS.name):
+        notes.append(f"{catalog.THROTTLE_SECONDS.name} is not exported: no duration field is asked")
+    return BackendCheckup(
+        backend=backend.name,
+        source=backend.source,
+        kind="accelerator",
+        driver=driver,
+        sdk={**sdk_versions(backend.source), **_library_versions(api)},
+        numbering=_numbering_check(numbering, driver),
+        devices=tuple(devices),
+        refresh=tuple(refresh),
+        agreements=tuple(agreements),
+        notes=tuple(notes),
+    )
+
+
+def plan_rates(settings: Settings, interval: float) -> dict[str, float]:
+    """Reads a second of each kind the plan makes of one GPU at ``interval``, outside windows (``sample``:
+    every read): the GPU's own cadences (:func:`~warptd.backends.nvidia.gpu.read_kind`) run over a
+    simulated span after the first read (which reads everything), GPM at
+    :func:`~warptd.backends.nvidia.gpm.sample_gap`."""
+    at = settings.model_copy(update={"interval": interval})
+    health, energy = DeviceCadence(lambda: at), DeviceCadence(lambda: at, "energy_interval")
+    span = min(3600.0, max(60.0, 10 * max(at.health_interval, at.energy_interval)))
+    ticks = min(_MOST_TICKS, max(1, round(span / interval)))
+    gap, taken = sample_gap(at), 0.0
+    read_kind(health, energy, now=0.0)
+    counts: Counter[str] = Counter(sample=ticks)
+    for tick in range(1, ticks + 1):
+        now = tick * interval
+        counts[read_kind(health, energy, now=now)] += 1
+        if now - taken >= gap:
+            counts["gpm"], taken = counts["gpm"] + 1, now
+    return {kind: count / (ticks * interval) for kind, count in counts.items()}
+
+
+def _numbering_check(numbering: fields.Numbering, driver: str | None) -> NumberingCheck:
+    if numbering.ambiguous:
+        why = f"ambiguous: both ranges asked, the 64-bit one kept (driver {driver}: {numbering.branch})"
+    else:
+        why = f"driver {driver} is in {numbering.branch}"
+    return NumberingCheck(branch=numbering.branch, why=why, asked=dict(numbering.throttle))
+
+
+def _library_versions(api: NvmlApi) -> dict[str, str]:
+    """NVML's own version and the CUDA driver's, where the library answers them."""
+    nvml, versions = api.nvml, {}
+    for name, label, shown in (
+        ("nvmlSystemGetNVMLVersion", "NVML", text),
+        ("nvmlSystemGetCudaDriverVersion_v2", "CUDA driver", lambda v: f"{v // 1000}.{v % 1000 // 10}"),
+    ):
+        function = api.function(name)
+        try:
+            versions[label] = shown(function()) if function is not None else None
+        except nvml.NVMLError:
+            continue
+    return {label: version for label, version in versions.items() if version is not None}
+
+
+def _first_of_each_model(probes: Sequence[_Probe]) -> list[_Probe]:
+    """The first GPU of each model: how often a value refreshes is the driver's, per model."""
+    seen: dict[str, _Probe] = {}
+    for probe in probes:
+        seen.setdefault(probe.model, probe)
+    return list(seen.values())
+
+
+def _key_text(key: FieldKey) -> str:
+    return f"{key[0]}" if not key[1] else f"{key[0]}/{key[1]}"
+
+
+class _GpmResult:
+    """One GPU's GPM pairs as measured: their price, and the SM activity of the last one (or why not)."""
+
+    def __init__(
+        self, prices: tuple[ReadPrice, ...] = (), sm_active: float | None = None, why: str = ""
+    ) -> None:
+        self.prices, self.sm_active, self.why = prices, sm_active, why
+
+
+def _gpm(
+    probes: Sequence[_Probe],
+    backend: NvidiaBackend,
+    api: NvmlApi,
+    plan: CheckupPlan,
+    rates: dict[str, dict[str, float]],
+) -> dict[int, _GpmResult]:
+    """A few GPM pairs (``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet`` of the metrics the backend asks)
+    of every GPU with GPM, from sources of the doctor's own, the GPUs taken in turn 110 ms apart (the
+    driver refreshes its counters every 100 ms): each pair's CPU, and the last pair's SM activity."""
+    context = GpmContext(
+        api.nvml,
+        lambda exc: backend.classify_error(exc) is ErrorKind.NOT_SUPPORTED,
+        gap=lambda watched: MIN_SAMPLE_GAP_S,
+        reject=lambda n: None,
+        reads=backend.selection.reads,
+    )
+    results: dict[int, _GpmResult] = {}
+    if not context.table:
+        return {p.index: _GpmResult(why="GPM is not read: no GPM family is exported") for p in probes}
+    sources: dict[int, tuple[_Probe, GpmSource]] = {}
+    for probe in probes:
+        gpu = probe.gpu
+        supported = context.supported(gpu.guard, gpu.handle)
+        source = (
+            context.open(gpu.guard, "nvmlGpmSampleGet", (gpu.handle,), gpu.presence()) if supported else None
+        )
+        if source is None:
+            results[probe.index] = _GpmResult(why="no GPM on this GPU (Hopper and newer have it)")
+        else:
+            sources[probe.index] = (probe, source)
+    spent: dict[int, list[float]] = {index: [] for index in sources}
+    try:
+        for pair in range(plan.gpm_pairs + 1):
+            began = time.monotonic()
+            for index, (probe, source) in sources.items():
+                started = thread_time()
+                if source.sample(probe.gpu.guard, "doctor_gpm_sample") and pair:
+                    spent[index].append(thread_time() - started)
+            time.sleep(max(0.0, began + MIN_SAMPLE_GAP_S + 0.005 - time.monotonic()))
+        for index, (_, source) in sources.items():
+            metrics, cpu = len(source.metrics), spent[index]
+            price = ReadPrice(
+                read=f"GPM sample + metrics ({metrics})",
+                charged_as="gpm",
+                cpu_seconds=statistics.median(cpu) if cpu else 0.0,
+                measured=len(cpu),
+                cadence="at most once a second (in a window: every --interval)",
+                per_second={key: rate.get("gpm", 0.0) for key, rate in rates.items()},
+            )
+            active = source.gauges.get(catalog.SM_ACTIVE.name, {}).get(())
+            why = "" if active is not None else f"{catalog.SM_ACTIVE.name} is not read or did not answer"
+            results[index] = _GpmResult((price,) if cpu else (), active, why)
+    finally:
+        for _, source in sources.values():
+            source.close()
+    return results
+
+
+class _Probe:
+    """The doctor's reads of one GPU: its own requests and calls beside the GPU's plan."""
+
+    def __init__(self, gpu: Gpu, api: NvmlApi, plan: CheckupPlan, rates: dict[str, dict[str, float]]) -> None:
+        self.gpu, self.api, self.index = gpu, api, gpu.index
+        #: How many calls each price is the median of; the plan's reads a second by interval and kind.
+        self.calls, self.rates = plan.calls, rates
+        self.model = gpu.known.model if gpu.known is not None else "NVIDIA GPU"
+        nvml, handle = api.nvml, gpu.handle
+        self.energy_call = calls.scalar(
+            nvml, "nvmlDeviceGetTotalEnergyConsumption", handle, out=ctypes.c_ulonglong
+        )
+        self.power_call = calls.scalar(nvml, "nvmlDeviceGetPowerUsage", handle)
+
+    # -- prices --------------------------------------------------------------------------------------
+    def prices(self, settings: Settings) -> list[ReadPrice]:
+        """The median CPU of each read of the plan: every kind of field batch and the full one, the
+        prepared calls of a sample, the slow values, the energy call."""
+        gpu, batch, prices = self.gpu, self.gpu.batch, []
+        cadences = {
+            "power": ("every sample but these two", "power"),
+            "energy": (f"every --energy-interval ({settings.energy_interval:g} s)", "energy"),
+            "edge": ("at the edges of windows, profiles, stress jobs", None),
+            "full": (f"every --health-interval ({settings.health_interval:g} s)", "health"),
+            "power_only": ("nvml alone: every sample", None),
+            "power_only_energy": ("nvml alone: every --energy-interval", None),
+        }
+        for kind in (*batch.field_set.kinds, "full"):
+            request = batch.request(kind)
+            if request is None:
+                continue
+            cost = self._median(lambda request=request: request.send(gpu.handle))
+            if cost is None:
+                continue
+            ids = " ".join(map(_key_text, request.keys)) if kind != "full" else f"{len(request.keys)} ids"
+            cadence, planned = cadences.get(kind, ("not in the plan", None))
+            prices.append(
+                self._price(f"fields {kind}: {ids}", _CHARGED.get(kind, kind), cost, cadence, planned)
+            )
+        for versions in gpu.calls.slots:
+            what, call, _ = next(
+                (v for v in versions if v[0] not in gpu.guard.unsupported), (None, None, None)
+            )
+            cost = self._median(call) if call is not None else None
+            if cost is not None and call is not None and what is not None:
+                name = f"{call.name} ({what})" if what.startswith("clock_") else call.name
+                prices.append(self._price(name, None, cost, "every sample", "sample"))  # charged to none
+        slow = self._median(lambda: (gpu.slow.health(batch), gpu.slow.read(gpu.presence())))
+        if slow is not None:
+            read = "slow values: limit, fans, encoder, decoder, stand-ins"
+            prices.append(self._price(read, "health", slow, cadences["full"][0], "health"))
+        energy = self._median(self.energy_call)
+        if energy is not None:
+            lacks = batch.lacks(fields.FI_TOTAL_ENERGY)
+            cadence = "with each energy read (no field 83)" if lacks else "not in the plan: field 83 is"
+            price = self._price("nvmlDeviceGetTotalEnergyConsumption", "energy", energy, cadence, None)
+            if lacks:
+                per_second = {k: r.get("energy", 0.0) + r.get("health", 0.0) for k, r in self.rates.items()}
+                price = price.model_copy(update={"per_second": per_second})
+            prices.append(price)
+        return prices
+
+    def _price(
+        self, read: str, charged_as: str | None, cost: float, cadence: str, planned: str | None
+    ) -> ReadPrice:
+        """A read's price, made by the plan as often as reads of kind ``planned`` (None: not in it)."""
+        per_second = {key: rate.get(planned, 0.0) if planned else 0.0 for key, rate in self.rates.items()}
+        return ReadPrice(
+            read=read,
+            charged_as=charged_as,
+            cpu_seconds=cost,
+            measured=self.calls,
+            cadence=cadence,
+            per_second=per_second,
+        )
+
+    def _median(self, read: Callable[[], object]) -> float | None:
+        """The median CPU of ``read``; None where it fails (an NVML error)."""
+        try:
+            return median_cpu(read, self.calls)
+        except self.api.nvml.NVMLError:
+            return None
+
+    # -- what the plan found ---------------------------------------------------------------------------
+    def durations(self) -> dict[str, int]:
+        """Each clock event's duration id that answered (a 64-bit value) in the full reads so far."""
+        batch = self.gpu.batch
+        return {reason: key[0] for reason, key in batch.field_set.throttle if key not in batch.unsupported}
+
+    # -- how often values change -------------------------------------------------------------------------
+    def poll(self, plan: CheckupPlan) -> list[Refresh]:
+        """Energy, instant and average power, read together every ``poll_every_s`` for ``poll_s``: the
+        median gap between changes of each."""
+        gpu, nvml = self.gpu, self.api.nvml
+        keys = tuple(key for key in _POLLED if key not in gpu.batch.unsupported)
+        if not keys:
+            return []
+        request = FieldRequest(nvml, keys, frozenset())
+        changed: dict[FieldKey, list[float]] = {key: [] for key in keys}
+        last: dict[FieldKey, float] = {}
+        began = next_poll = time.monotonic()
+        while time.monotonic() < began + plan.poll_s:
+            try:
+                answers = request.send(gpu.handle)
+            except nvml.NVMLError:
+                return []
+            at = time.monotonic()
+            for key, code, _, value in self.api.unpack(answers):
+                if code != nvml.NVML_SUCCESS or value is None:
+                    continue
+                if key in last and value != last[key]:
+                    changed[key].append(at)
+                last[key] = value
+            next_poll += plan.poll_every_s
+            time.sleep(max(0.0, next_poll - time.monotonic()))
+        polled = time.monotonic() - began
+        found = []
+        for key, times in changed.items():
+            gaps = [later - earlier for earlier, later in pairwise(times)]
+            found.append(
+                Refresh(
+                    value=_POLLED[key],
+                    device=self.index,
+                    median_seconds=statistics.median(gaps) if gaps else None,
+                    changes=len(times),
+                    polled_seconds=polled,
+                    poll_seconds=plan.poll_every_s,
+                )
+            )
+        return found
+
+    # -- paths that must agree ---------------------------------------------------------------------------
+    def _fields(self, keys: tuple[FieldKey, ...]) -> dict[FieldKey, float]:
+        """One batch of ``keys`` now: the values that answered."""
+        nvml = self.api.nvml
+        answers = FieldRequest(nvml, keys, frozenset()).send(self.gpu.handle)
+        return {
+            key: float(value)
+            for key, code, _, value in self.api.unpack(answers)
+            if code == nvml.NVML_SUCCESS and value is not None
+        }
+
+    def _pair(self, pair: str, status: str, detail: str) -> Agreement:
+        return Agreement(pair=pair, device=self.index, status=status, detail=detail)  # type: ignore[arg-type]
+
+    def energy_pair(self) -> Agreement:
+        """Field 83 and ``nvmlDeviceGetTotalEnergyConsumption``, one counter, read back to back: equal,
+        or apart by at most the power (the enforced limit, or the instant power where higher) times the
+        time between the reads and one 100 ms refresh."""
+        gpu, nvml = self.gpu, self.api.nvml
+        if gpu.batch.lacks(fields.FI_TOTAL_ENERGY):
+            return self._pair(ENERGY_PAIR, "skipped", "the GPU lacks field 83: the call stands in for it")
+        try:
+            with _timed() as field_at:
+                values = self._fields((_INSTANT, _ENERGY))
+            with _timed() as call_at:
+                called = float(self.energy_call())
+        except nvml.NVMLError as exc:
+            return self._pair(ENERGY_PAIR, "skipped", f"not answered: {exc}")
+        field = values.get(_ENERGY)
+        if field is None:
+            return self._pair(ENERGY_PAIR, "skipped", "field 83 did not answer")
+        instant = values.get(_INSTANT, 0.0) / 1000
+        watts = max(instant, gpu.slow.power_limit or 0.0) or 1000.0  # the most it may draw meanwhile
+        apart = call_at.middle - field_at.middle
+        allowed, off = watts * (apart + ENERGY_REFRESH_S), abs(called - field) / 1000
+        said = f"field {field / 1000:.3f} J, call {called / 1000:.3f} J, {apart * 1e3:.1f} ms apart"
+        if off == 0:
+            return self._pair(ENERGY_PAIR, "agree", f"{said}: equal")
+        status = "agree" if off <= allowed else "disagree"
+        return self._pair(
+            ENERGY_PAIR, status, f"{said}: {off:.3f} J apart, {allowed:.3f} J allowed at {watts:.0f} W"
+        )
+
+    def power_pair(self) -> Agreement:
+        """Field 185 and ``nvmlDeviceGetPowerUsage``, one 1 s average refreshed every 50 ms: the call,
+        read between two reads of the field, within a few % of one of them."""
+        gpu, nvml = self.gpu, self.api.nvml
+        if not gpu.batch.field_set.numbering.power or gpu.batch.lacks(fields.FI_POWER_AVERAGE):
+            return self._pair(POWER_PAIR, "skipped", "no field 185 (a driver before R535, or this GPU)")
+        capability = gpu.known.compute_capability if gpu.known is not None else None
+        if capability and tuple(int(part) for part in capability.split(".")) < AVERAGING_SINCE:
+            return self._pair(
+                POWER_PAIR, "skipped", "nvmlDeviceGetPowerUsage is the instant power before Ampere"
+            )
+        try:
+            before = self._fields((_AVERAGE,)).get(_AVERAGE)
+            called = float(self.power_call())
+            after = self._fields((_AVERAGE,)).get(_AVERAGE)
+        except nvml.NVMLError as exc:
+            return self._pair(POWER_PAIR, "skipped", f"not answered: {exc}")
+        if before is None or after is None:
+            return self._pair(POWER_PAIR, "skipped", "field 185 did not answer")
+        low, high = min(before, after), max(before, after)
+        agree = low * (1 - AVERAGE_SHARE) - 1000 <= called <= high * (1 + AVERAGE_SHARE) + 1000
+        detail = f"field {before / 1000:.1f} W, call {called / 1000:.1f} W, field {after / 1000:.1f} W"
+        return self._pair(POWER_PAIR, "agree" if agree else "disagree", detail)
+
+    def activity_pair(self, gpm: _GpmResult | None) -> Agreement:
+        """GPM's SM activity and ``nvmlDeviceGetUtilizationRates`` on an idle GPU: both about 0."""
+        if gpm is None or gpm.sm_active is None:
+            return self._pair(ACTIVITY_PAIR, "skipped", gpm.why if gpm is not None else "GPM not measured")
+        utilization = self.gpu.utilization()
+        if utilization is None or utilization.compute is None:
+            return self._pair(ACTIVITY_PAIR, "skipped", "utilization did not answer")
+        if utilization.compute > 0:
+            return self._pair(
+                ACTIVITY_PAIR, "skipped", f"the GPU is busy (utilization {utilization.compute:.0%})"
+            )
+        status = "agree" if gpm.sm_active <= IDLE_SM else "disagree"
+        return self._pair(ACTIVITY_PAIR, status, f"SM active {gpm.sm_active:.1%}, utilization 0 %")
+
+    # -- what has no series --------------------------------------------------------------------------------
+    def absent(self, reads: Callable[..., bool]) -> tuple[Absent, ...]:
+        """Families of hardware the GPU lacks (NVLinks, media engines), of fields it answers NOT_SUPPORTED,
+        and its fans where it has none: those the selection reads."""
+        gpu, batch, found = self.gpu, self.gpu.batch, []
+
+        def add(families: Sequence[catalog.MetricSpec], reason: str) -> None:
+            wanted = tuple(spec.name for spec in families if reads(spec.name))
+            if wanted:
+                found.append(Absent(families=wanted, reason=reason))
+
+        plan = batch.plan
+        if plan is not None and plan.links == 0:
+            add((catalog.NVLINK_BYTES, catalog.NVLINK_ERRORS), f"no NVLink: {self._links_answer()}")
+        presence = gpu.presence()
+        if presence is not None and presence.counts is None:
+            add(
+                (catalog.ENGINE_ACTIVE, catalog.ENCODER_UTILIZATION, catalog.DECODER_UTILIZATION),
+                "media engines: NVML gives no count with MIG off (GPU instance profiles NOT_SUPPORTED); "
+                "an engine's series shows once it reports activity",
+            )
+        elif presence is not None and presence.counts is not None:
+            lacking = {engine: n for engine, n in presence.counts.items()}
+            families = [catalog.ENGINE_ACTIVE]
+            families += [catalog.ENCODER_UTILIZATION] if lacking.get("nvenc") == 0 else []
+            families += [catalog.DECODER_UTILIZATION] if lacking.get("nvdec") == 0 else []
+            counts = ", ".join(f"{n} {engine.upper()}" for engine, n in lacking.items())
+            add(families, f"media engines beyond the GPU's own ({counts}, its whole-GPU instance profile)")
+        missing: dict[str, list[int]] = {}
+        for spec in fields.HEALTH:
+            if spec.key in batch.unsupported:
+                missing.setdefault(spec.metric, []).append(spec.field_id)
+        for metric, ids in missing.items():
+            named = f"fields {', '.join(map(str, ids))}" if len(ids) > 1 else f"field {ids[0]}"
+            add((catalog.BY_NAME[metric],), f"{named} not supported by this GPU or driver")
+        if "fans" in gpu.guard.unsupported:
+            add((catalog.FAN_SPEED,), "nvmlDeviceGetNumFans NOT_SUPPORTED: a board without fans")
+        return tuple(found)
+
+    def _links_answer(self) -> str:
+        """What field 91 and ``nvmlDeviceGetNvLinkState`` of link 0 answer."""
+        nvml, said = self.api.nvml, []
+        try:
+            answers = self.api.unpack(nvml.nvmlDeviceGetFieldValues(self.gpu.handle, [fields.LINK_COUNT]))
+            said += [f"field 91 {_code_text(nvml, code)}" for _, code, _, _ in answers]
+        except nvml.NVMLError as exc:
+            said.append(f"field values {exc}")
+        try:
+            nvml.nvmlDeviceGetNvLinkState(self.gpu.handle, 0)
+            said.append("nvmlDeviceGetNvLinkState(link 0) answers")
+        except nvml.NVMLError as exc:
+            said.append(f"nvmlDeviceGetNvLinkState(link 0) {exc}")
+        return ", ".join(said)
+
+
+def _code_text(nvml: Any, code: int) -> str:
+    return "answers" if code == nvml.NVML_SUCCESS else str(nvml.NVMLError(code))
+
+
+class _Span:
+    """When a timed block began and ended (monotonic), and its middle."""
+
+    began = ended = 0.0
+
+    @property
+    def middle(self) -> float:
+        return (self.began + self.ended) / 2
+
+
+@contextmanager
+def _timed() -> Iterator[_Span]:
+    span = _Span()
+    span.began = time.perf_counter()
+    try:
+        yield span
+    finally:
+        span.ended = time.perf_counter()
