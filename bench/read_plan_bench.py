@@ -1,7 +1,7 @@
 """warptd's CPU against a bare pynvml loop and nvitop-exporter, over the NVML double priced like a real
 H200 (issue 32), side by side in one window, and what the energy counter's cadence keeps of accuracy.
 
-    python bench/read_plan_bench.py [--gpus 8] [--seconds 30] [--rounds 3]
+    python bench/read_plan_bench.py [--gpus 8] [--seconds 30] [--rounds 3] [--old DIR]
 
 Every process reads the same simulated GPUs (the double's state file), whose draw changes every second
 (80-700 W): the double charges each read the CPU a real H200 charged for it (2.9 ms for the energy
@@ -17,6 +17,9 @@ CPU of each process (utime + stime) over the same window, ``--rounds`` windows, 
   reads no energy counter), where it is installed (``pip install nvitop-exporter``);
 - then each daemon's ``warptd_device_energy_joules_total`` increase over the window against the
   driver's counter delta at the same sample times (the accuracy its cadence keeps).
+
+``--old DIR`` runs another checkout's daemon at 10 Hz and 1 Hz in the same windows (``git archive
+8afb724 | tar -x -C DIR``: the read path before issue 32), over the same priced double.
 
 The daemons run without the XID thread (``--no-xid-events``): the double polls for events every 10 ms
 where a driver blocks in the kernel.
@@ -122,6 +125,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--old", type=Path, help="another checkout, run beside at 10 Hz and 1 Hz")
     args = parser.parse_args()
 
     fake = FakeNvml([FakeGpu.h200(i, live=True) for i in range(args.gpus)], driver_version="580.159.04")
@@ -136,13 +140,21 @@ def main() -> None:
         "bare_10hz": [sys.executable, "-c", BARE_LOOP, "10", "10"],
         "bare_1hz": [sys.executable, "-c", BARE_LOOP, "1", "1"],
     }
+    if args.old is not None:
+        for name, flags in (("old_10hz", ("--interval", "0.1")), ("old_1hz", ())):
+            ports[name] = free_port()
+            commands[name] = warptd(ports[name], *flags)
     nvitop = shutil.which("nvitop-exporter")
     if nvitop:
         commands["nvitop_1hz"] = [nvitop, "--bind-address", "127.0.0.1", "--port", str(free_port()),
                                   "--interval", "1"]  # fmt: skip
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    old = {"env": {**env, "PYTHONPATH": str(args.old)}, "cwd": args.old}  # python -m puts cwd first
     procs = {
-        name: subprocess.Popen(command, env=env, cwd=ROOT, **quiet) for name, command in commands.items()
+        name: subprocess.Popen(
+            command, **(old if name.startswith("old") else {"env": env, "cwd": ROOT}), **quiet
+        )
+        for name, command in commands.items()
     }
     try:
         for port in ports.values():
@@ -171,11 +183,15 @@ def main() -> None:
             ("warptd_10hz", "bare_10hz", "target <= 1.7"),
             ("warptd_1hz", "bare_1hz", "target <= 1.3"),
             ("warptd_1hz_energy_10s", "nvitop_1hz", "stretch <= 1"),
+            ("old_10hz", "bare_10hz", "before issue 32"),
+            ("old_1hz", "bare_1hz", "before issue 32"),
+            ("warptd_10hz", "old_10hz", "this tree against the old one"),
+            ("warptd_1hz", "old_1hz", "this tree against the old one"),
         ]
         ratios = [
             {"ratio": f"{mine} / {theirs} ({target})", "value": median[mine] / median[theirs]}
             for mine, theirs, target in pairs
-            if theirs in median
+            if mine in median and theirs in median
         ]
         emit(ratios, "Ratios, side by side in the same windows")
         errors = [
