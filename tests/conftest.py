@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doubles.nvml import FakeNvml
+from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.sysfs_tree import SysfsTree
 from warptd.config import Settings, load_settings
 
@@ -109,6 +109,32 @@ def _reset_logging():
 
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture
+def branch_rig(settings):
+    """``branch_rig("580.65.06", gpus, **changes)``: a nvidia rig over a double numbering its fields as
+    that driver does (``gpus``: how many, or the FakeGpus), with these settings changed."""
+    from tests.helpers import Rig
+
+    opened = []
+
+    def make(driver_version: str, gpus: list[FakeGpu] | int = 1, **changes: object) -> tuple[Rig, FakeNvml]:
+        fake = FakeNvml(gpus=gpus, driver_version=driver_version)
+        installed = fake.installed()
+        installed.__enter__()
+        settings.backends = ["nvidia"]
+        for name, setting in changes.items():
+            setattr(settings, name, setting)
+        rig = Rig(settings)
+        opened.append((rig, fake, installed))
+        return rig, fake
+
+    yield make
+    for rig, fake, installed in opened:
+        rig.close()
+        installed.__exit__(None, None, None)
+        fake.close()
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ nvidia-ml-py."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from itertools import pairwise
 
 import pynvml
 import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
-from tests.helpers import Rig, select, value
+from tests.helpers import select, value
 from warptd.backends.cadence import SlowReads
 from warptd.config import Settings
 
@@ -24,28 +23,6 @@ DURATIONS = {
     "hw_thermal_slowdown": 1_000_000_000,
     "hw_power_brake_slowdown": 250_000_000,
 }
-
-
-@pytest.fixture
-def branch_rig(settings) -> Iterator:
-    """``branch_rig("580.65.06", gpus)``: a nvidia rig over a double numbering its fields as that
-    driver does."""
-    opened: list[tuple[Rig, FakeNvml, object]] = []
-
-    def make(driver_version: str, gpus: list[FakeGpu] | int = 1) -> tuple[Rig, FakeNvml]:
-        fake = FakeNvml(gpus=gpus, driver_version=driver_version)
-        installed = fake.installed()
-        installed.__enter__()
-        settings.backends = ["nvidia"]
-        rig = Rig(settings)
-        opened.append((rig, fake, installed))
-        return rig, fake
-
-    yield make
-    for rig, fake, installed in opened:
-        rig.close()
-        installed.__exit__(None, None, None)
-        fake.close()
 
 
 def _seconds(samples, **labels) -> dict[str, float]:

@@ -6,7 +6,6 @@ NVML double, priced and refreshing like a real H200, under the real nvidia-ml-py
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from itertools import pairwise
 
 import pynvml
@@ -23,26 +22,13 @@ ENGINE_IDS = {("nvdec", i): getattr(pynvml, f"NVML_GPM_METRIC_NVDEC_{i}_UTIL") f
 
 
 @pytest.fixture
-def h200_rig(settings) -> Iterator:
-    """``h200_rig(driver_version, **settings)``: a nvidia rig over H200 doubles."""
-    opened: list[tuple[Rig, FakeNvml, object]] = []
+def h200_rig(branch_rig):
+    """``h200_rig(driver_version, gpus, **settings)``: a nvidia rig over H200 doubles."""
 
     def make(driver_version: str = "580.159.04", gpus: int = 1, **changes: object) -> tuple[Rig, FakeNvml]:
-        fake = FakeNvml([FakeGpu.h200(i) for i in range(gpus)], driver_version=driver_version)
-        installed = fake.installed()
-        installed.__enter__()
-        settings.backends = ["nvidia"]
-        for name, setting in changes.items():
-            setattr(settings, name, setting)
-        rig = Rig(settings)
-        opened.append((rig, fake, installed))
-        return rig, fake
+        return branch_rig(driver_version, [FakeGpu.h200(i) for i in range(gpus)], **changes)
 
-    yield make
-    for rig, fake, installed in opened:
-        rig.close()
-        installed.__exit__(None, None, None)
-        fake.close()
+    return make
 
 
 def _energy_reads(fake: FakeNvml) -> int:
