@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -19,11 +20,15 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from warptd import files
+
 #: A window name: also a label value of warptd_window_energy_joules_total.
 WINDOW_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 #: What a workload can be (docs/workloads.md): the ``kind`` label of warptd_workload_energy_joules_total.
 WorkloadKind = Literal["slurm_job", "systemd_unit", "container", "user"]
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = get_args(WorkloadKind)
+#: The most a token file may hold: its first line is the token.
+MAX_TOKEN_FILE_BYTES = 64 * 1024
 #: Not taken by node_exporter (9100), dcgm-exporter (9400) or nvidia_gpu_exporter (9835).
 DEFAULT_PORT = 9465
 
@@ -281,7 +286,7 @@ class Settings(BaseSettings):
             return token
         if self.stress_token_file is not None:
             try:
-                lines = self.stress_token_file.read_text().splitlines()
+                lines = files.read_text(self.stress_token_file, MAX_TOKEN_FILE_BYTES).splitlines()
             except OSError as exc:
                 raise SettingsError(f"invalid setting stress_token_file: {exc.strerror or exc}") from None
             token = lines[0].strip() if lines else ""
@@ -313,8 +318,19 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = _config_file(init_settings)
         if config_file is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+            sources.append(_TomlFile(settings_cls, toml_file=config_file))
         return tuple(sources)
+
+
+class _TomlFile(TomlConfigSettingsSource):
+    """The config file, read as every file that others can shape is (:mod:`warptd.files`); any
+    problem with it is a ``ValueError`` of one line."""
+
+    def _read_file(self, file_path: Path | Any) -> dict[str, Any]:
+        try:
+            return tomllib.loads(files.read_text(file_path))
+        except OSError as exc:
+            raise ValueError(exc.strerror or str(exc)) from None
 
 
 def _config_file(init_settings: PydanticBaseSettingsSource) -> Path | None:
@@ -328,7 +344,8 @@ def load_settings(**overrides: object) -> Settings:
     values = {k: v for k, v in overrides.items() if v is not None}
     config_file = values.get("config") or os.environ.get("WARPTD_CONFIG")
     if config_file and not Path(str(config_file)).is_file():
-        raise SettingsError(f"invalid setting config: no such file {config_file}")
+        what = "not a regular file" if Path(str(config_file)).exists() else "no such file"
+        raise SettingsError(f"invalid setting config: {what} {config_file}")
     try:
         return Settings(**values)
     except ValidationError as exc:

@@ -25,6 +25,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
+from warptd import files
 from warptd.config import SettingsError, plain_message
 from warptd.install import install_command
 from warptd.models import WireModel
@@ -70,8 +71,10 @@ def load_web_config(path: Path) -> WebConfig:
     except ImportError:
         raise SettingsError(f"web_config_file needs the web extra: {install_command('web')}") from None
     try:
-        config = WebConfig.model_validate(yaml.safe_load(path.read_text()) or {})
-    except (OSError, yaml.YAMLError) as exc:
+        config = WebConfig.model_validate(yaml.safe_load(files.read_text(path)) or {})
+    except OSError as exc:
+        raise SettingsError(f"invalid setting web_config_file: {exc.strerror or exc}: {path}") from None
+    except yaml.YAMLError as exc:
         raise SettingsError(f"invalid setting web_config_file: {exc}") from None
     except ValidationError as exc:
         problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {plain_message(e)}" for e in exc.errors())

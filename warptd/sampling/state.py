@@ -16,18 +16,21 @@ from pathlib import Path
 
 import structlog
 
+from warptd import files
 from warptd.config import SettingsError
 from warptd.sampling.counters import EnergyTracker
 
 log = structlog.get_logger("warptd.state")
 SAVE_EVERY_S = 10.0
+#: The largest state file read: some hundred bytes per device or domain ever seen.
+MAX_STATE_BYTES = 16 * 2**20
 _VERSION = 1
 
 
 def _boot_id(procfs: Path) -> str:
     """This boot's id (``<procfs>/sys/kernel/random/boot_id``); empty when unreadable."""
     try:
-        return (procfs / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+        return files.read_text(procfs / "sys" / "kernel" / "random" / "boot_id").strip()
     except OSError:
         return ""
 
@@ -68,7 +71,7 @@ class CounterState:
     def _load(self) -> dict[str, dict[str, float | None]]:
         assert self.path is not None
         try:
-            document = json.loads(self.path.read_text())
+            document = json.loads(files.read_bytes(self.path, MAX_STATE_BYTES))
             if not isinstance(document, dict) or document.get("version") != _VERSION:
                 raise ValueError("not a warptd counters file of version 1")
             saved_at = document.get("saved_at")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from warptd.config import WORKLOAD_KINDS as KINDS
 from warptd.config import WorkloadKind as Kind
+from warptd.files import read_text
 from warptd.workloads.cgroupns import absolute, climb
 
 __all__ = ["KINDS", "Kind", "Placement", "WorkloadKey", "place", "read_placement", "user_name"]
@@ -145,7 +146,7 @@ def user_name(uid: int | None) -> str:
 def read_uid(procfs: Path, pid: int) -> int | None:
     """The process's real uid from ``<procfs>/<pid>/status``, or None where unreadable."""
     try:
-        for line in (procfs / str(pid) / "status").read_text().splitlines():
+        for line in read_text(procfs / str(pid) / "status").splitlines():
             if line.startswith("Uid:"):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
@@ -154,9 +155,10 @@ def read_uid(procfs: Path, pid: int) -> int | None:
 
 
 def read_placement(procfs: Path, pid: int, root: str = "/") -> Placement | None:
-    """The process's placement, or None when it is gone (or unreadable) between two reads."""
+    """The process's placement, or None when it is gone or unreadable (a FIFO, a name that is not
+    UTF-8, a file too large: :mod:`warptd.files`) between two reads."""
     try:
-        text = (procfs / str(pid) / "cgroup").read_text()
+        text = read_text(procfs / str(pid) / "cgroup")
     except OSError:
         return None
     return place(text, read_uid(procfs, pid), root)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from warptd.files import read_text
 from warptd.workloads.placement import CpuCgroup, Placement, WorkloadKey, read_uid
 
 _V2 = "system.slice/*slurmstepd.scope/job_*"
@@ -37,7 +38,7 @@ def job_uid(cgroupfs: Path, procfs: Path, cgroup: CpuCgroup) -> int | None:
     root = cgroupfs / cgroup.v1_controllers if cgroup.v1_controllers else cgroupfs
     for procs in sorted((root / cgroup.path.lstrip("/")).rglob("cgroup.procs")):
         try:
-            pids = procs.read_text().split()
+            pids = read_text(procs).split()
         except OSError:
             continue
         for pid in pids:
