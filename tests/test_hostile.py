@@ -31,8 +31,14 @@ from warptd.workloads.cgroupns import namespace_root
 from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us
 from warptd.workloads.placement import (
     CpuCgroup,
+    Placement,
+    WorkloadKey,
+    place,
     read_placement,
+    slurm_roots,
+    user_name,
 )
+from warptd.workloads.slurm_tree import slurm_jobs
 
 #: A unit name that is not UTF-8, in a user's delegated subtree (where the user may create it).
 NOT_UTF8 = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice/\xff\xfe.service\n"
@@ -79,6 +85,101 @@ def test_a_cgroup_name_that_is_not_utf8_leaves_the_jobs_their_energy(fake_nvml, 
     job = rig.workload("slurm_job", "4243")
     assert job is not None and job.accelerator_joules == pytest.approx(100.0)  # half of each 100 J
     assert value(rig.scrape(), ENERGY, kind="slurm_job", workload="4243", source="accelerator") > 0
+
+
+# -- Slurm jobs only where slurmd puts them --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("cgroup", "uid", "expected"),
+    [
+        # a user's own systemd tree can hold any name, slurmstepd.scope and job_N included
+        (
+            "0::/user.slice/user-1000.slice/user@1000.service/app.slice/slurmstepd.scope/job_4242/step_0\n",
+            1000,
+            Placement(WorkloadKey("user", user_name(1000)), 1000, None, CpuCgroup(USER_SLICE)),
+        ),
+        # a v1 tree under the user's slice: not slurmd's root, so not root's job 7777
+        (
+            "4:cpu,cpuacct:/user.slice/user-1000.slice/slurm/uid_0/job_7777\n",
+            1000,
+            Placement(WorkloadKey("user", user_name(1000)), 1000, None, CpuCgroup(USER_SLICE, "cpu,cpuacct")),
+        ),
+        ("0::/system.slice/docker-x.scope/system.slice/slurmstepd.scope/job_1\n", 0, None),
+        ("0::/machine.slice/slurmstepd.scope/job_5\n", 7, None),
+    ],
+)  # fmt: skip
+def test_slurm_jobs_are_matched_only_under_slurmds_roots(cgroup, uid, expected):
+    placement = place(cgroup, uid)
+    assert placement.key.kind != "slurm_job"
+    if expected is not None:
+        assert placement == expected
+
+
+def test_a_configured_root_holds_jobs_and_the_default_roots_then_do_not():
+    cgroup = "0::/kubepods.slice/slurmd.slice/slurmstepd.scope/job_31/step_batch/user/task_0\n"
+    assert place(cgroup, 5).key.kind != "slurm_job"
+    roots = slurm_roots(["/kubepods.slice/slurmd.slice/slurmstepd.scope"])
+    assert place(cgroup, 5, slurm=roots) == Placement(
+        WorkloadKey("slurm_job", "31"),
+        5,
+        "batch",
+        CpuCgroup("/kubepods.slice/slurmd.slice/slurmstepd.scope/job_31"),
+    )
+    assert place("0::/system.slice/slurmstepd.scope/job_4/step_0\n", 5, slurm=roots).key.kind == "user"
+    assert load_settings(workload_slurm_roots="/a.slice/*_x.scope, /slurm").workload_slurm_roots == [
+        "/a.slice/*_x.scope",
+        "/slurm",
+    ]
+    for bad in ("relative/path", "/a/../b", "/a b"):
+        with pytest.raises(SettingsError, match="workload_slurm_roots"):
+            load_settings(workload_slurm_roots=bad)
+
+
+def test_the_cgroup_tree_holds_jobs_only_under_slurmds_roots(tmp_path):
+    cgroupfs = tmp_path / "cgroup"
+    for path in (
+        "system.slice/slurmstepd.scope/job_1",
+        "system.slice/node7_slurmstepd.scope/job_2",
+        "cpu,cpuacct/slurm/uid_1000/job_3",
+        "user.slice/user-1000.slice/user@1000.service/app.slice/slurmstepd.scope/job_66",
+        "cpu,cpuacct/user.slice/slurm/uid_0/job_67",
+    ):
+        (cgroupfs / path).mkdir(parents=True)
+    found = {(job.key.id, job.uid) for job in slurm_jobs(cgroupfs)}
+    assert found == {("1", None), ("2", None), ("3", 1000)}
+
+
+# -- ids are ASCII digits, of a 32-bit number's length at most -------------------------------------
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        "4:cpuacct:/slurm/uid_\u00b2/job_6\n",  # int("²") raised ValueError: every workload poll failed
+        "0::/system.slice/slurmstepd.scope/job_\u0664\u0662/step_0\n",  # Arabic-Indic 42
+        f"0::/system.slice/slurmstepd.scope/job_{'9' * 5000}\n",
+        "0::/system.slice/slurmstepd.scope/job_42\u00b9\n",
+        "0::/user.slice/user-\u0661\u0660\u0660\u0660.slice/session-1.scope\n",
+    ],
+)
+def test_ids_that_are_not_ascii_digits_name_no_job_nor_user(cgroup):
+    assert place(cgroup, 4321) == Placement(WorkloadKey("user", user_name(4321)), 4321)
+
+
+def test_directories_with_such_ids_are_no_jobs_and_the_poll_goes_on(fake_nvml, tmp_path):
+    node = Node(tmp_path)
+    for path in (
+        "cpu,cpuacct/slurm/uid_\u00b2/job_6",
+        "cpu,cpuacct/slurm/uid_5/job_\u0664\u0662",
+        f"system.slice/slurmstepd.scope/job_{'9' * 200}",
+        "system.slice/slurmstepd.scope/job_7",
+    ):
+        (node.cgroupfs / path).mkdir(parents=True)
+    assert [job.key.id for job in slurm_jobs(node.cgroupfs)] == ["7"]
+    monitor = ProcessMonitor(node.proc.root)
+    try:
+        rig = Rig(node, monitor, fake_nvml.gpus)
+        rig.poll()  # raised ValueError
+    finally:
+        monitor.stop()
+    assert rig.workload("slurm_job", "7") is not None
 
 
 # -- reads: regular files only, never blocking, bounded in size ------------------------------------

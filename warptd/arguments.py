@@ -192,6 +192,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 "help": "comma-separated: slurm_job,systemd_unit,container,user (default all)",
             },
         ),
+        (
+            ("--workload-slurm-roots",),
+            {
+                "metavar": "PATHS",
+                "help": "comma-separated cgroup paths where slurmd puts jobs (default "
+                "/system.slice/slurmstepd.scope,/system.slice/*_slurmstepd.scope,/slurm,/slurm_*)",
+            },
+        ),
         (("--workload-max",), {"type": _integer, "metavar": "N", "help": "workloads tracked (default 1000)"}),
         (
             ("--workload-recording-memory",),

@@ -27,6 +27,10 @@ WINDOW_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 #: What a workload can be (docs/workloads.md): the ``kind`` label of warptd_workload_energy_joules_total.
 WorkloadKind = Literal["slurm_job", "systemd_unit", "container", "user"]
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = get_args(WorkloadKind)
+#: Where slurmd puts jobs in the cgroup tree (docs/workloads.md): cgroup v2's scope (one per slurmd,
+#: ``<node>_`` with several on a host) and cgroup v1's root in each hierarchy; ``*`` within an element.
+SLURM_ROOTS = ("/system.slice/slurmstepd.scope", "/system.slice/*_slurmstepd.scope", "/slurm", "/slurm_*")
+_CGROUP_ROOT = re.compile(r"(/[A-Za-z0-9_.:@*-]{1,255}){1,16}")
 #: The most a token file may hold: its first line is the token.
 MAX_TOKEN_FILE_BYTES = 64 * 1024
 #: Not taken by node_exporter (9100), dcgm-exporter (9400) or nvidia_gpu_exporter (9835).
@@ -145,6 +149,13 @@ class Settings(BaseSettings):
         "512KiB or bytes; 0: none kept); beyond it ended workloads' points go first, then running ones "
         "keep coarser ones",
     )
+    workload_slurm_roots: Annotated[list[str], NoDecode] = Field(
+        list(SLURM_ROOTS),
+        min_length=1,
+        max_length=16,
+        description="cgroup paths under which a job_J (or uid_U/job_J) directory is a Slurm job "
+        "(comma-separated in the environment; * within one element); a job_J elsewhere is not one",
+    )
     cgroupfs: Path = Field(
         Path("/sys/fs/cgroup"),
         description="Root of the cgroup tree (v2 mount, or the v1 hierarchies' parent)",
@@ -229,6 +240,22 @@ class Settings(BaseSettings):
     @classmethod
     def _split_kinds(cls, value: object) -> object:
         return [k.strip() for k in value.split(",") if k.strip()] if isinstance(value, str) else value
+
+    @field_validator("workload_slurm_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: object) -> object:
+        return [r.strip() for r in value.split(",") if r.strip()] if isinstance(value, str) else value
+
+    @field_validator("workload_slurm_roots")
+    @classmethod
+    def _check_roots(cls, value: list[str]) -> list[str]:
+        for root in value:
+            elements = root.rstrip("/").split("/")
+            if not _CGROUP_ROOT.fullmatch(root.rstrip("/")) or {".", ".."} & set(elements):
+                raise ValueError(
+                    f"not a cgroup path: {root[:80]!r} (absolute, elements of letters, digits, _ . : @ * -)"
+                )
+        return value
 
     @field_validator("window_energy_names")
     @classmethod

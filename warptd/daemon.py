@@ -212,6 +212,7 @@ class Daemon:
             max_workloads=settings.workload_max,
             interval=lambda: self.settings.interval,
             listeners=[self.workload_history] if self.workload_history is not None else [],
+            slurm=settings.workload_slurm_roots,
         )
         self.sampler.listeners.append(energy.on_sample)
         self.exposition.registry.register(WorkloadCollector(energy))

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
+from warptd.config import SLURM_ROOTS
 from warptd.processes.cgroup import PidCache
 from warptd.processes.shares import DeviceProcesses, split
 from warptd.sampling.deltas import TotalDeltas
@@ -32,6 +33,7 @@ from warptd.workloads.placement import (
     Placement,
     WorkloadKey,
     read_placement,
+    slurm_roots,
     user_name,
 )
 from warptd.workloads.slurm_tree import job_uid, slurm_jobs
@@ -93,8 +95,10 @@ class WorkloadEnergy:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         listeners: Sequence[WorkloadListener] = (),
+        slurm: Sequence[str] = SLURM_ROOTS,
     ) -> None:
         self.sources = sources
+        self.slurm = slurm_roots(slurm)  # where slurmd puts jobs
         self.listeners = list(listeners)  # told after each poll and each split (their recordings)
         self.procfs, self.cgroupfs = procfs, cgroupfs
         self.kinds = frozenset(kinds)
@@ -165,13 +169,13 @@ class WorkloadEnergy:
         that a walk of the host's cgroup tree never delays the daemon's start."""
         if self._cgroup_root is None:
             self._cgroup_root = namespace_root(self.procfs, self.cgroupfs)
-        return read_placement(procfs, pid, self._cgroup_root)
+        return read_placement(procfs, pid, self._cgroup_root, self.slurm)
 
     def _slurm_jobs(self) -> list[Placement]:
         """The Slurm jobs with a cgroup here; the uid of a new one on cgroup v2 from one of its pids."""
         if "slurm_job" not in self.kinds:
             return []
-        jobs = slurm_jobs(self.cgroupfs)
+        jobs = slurm_jobs(self.cgroupfs, self.slurm)
         with self._lock:
             new = [job for job in jobs if job.key not in self._workloads and job.uid is None and job.cpu]
         for job in new:
