@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import value
+from tests.helpers import http, value
 from tests.test_processes import GIB, METRIC, SYSTEMD_V2, UID, Proc
 from tests.test_processes import scrape as scrape_processes
 from tests.test_workloads import ENERGY, SLURM_V2, Node, Rig
@@ -316,3 +317,71 @@ def test_the_reader_itself(tmp_path):
         files.read_bytes("/dev/zero")
     with pytest.raises(FileNotFoundError):
         files.read_bytes(tmp_path / "absent")
+
+
+# -- config files: one line and exit 2, or config_reload_failed with the old config kept ----------
+NESTED = 5000
+
+
+def _deep_toml(path: Path) -> Path:
+    path.write_text(f"backends = {'[' * NESTED}{']' * NESTED}\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "error"),
+    [
+        ("deep.yml", f"basic_auth_users: {'[' * NESTED}{']' * NESTED}\n".encode(), "is nested too deep"),
+        ("latin1.yml", b"basic_auth_users:\n  caf\xe9: x\n", "not UTF-8 (byte 23)"),
+        ("bad.yml", b"basic_auth_users:\n  a: [\n  - b: {\n", "at line 3, column 3"),
+    ],
+)
+def test_a_bad_web_config_file_is_one_line_and_exit_2(name, content, error, tmp_path, capsys):
+    from warptd.cli import main
+
+    web = tmp_path / name
+    web.write_bytes(content)
+    argv = [
+        "--backend",
+        "cpu",
+        "--sysfs",
+        str(tmp_path),
+        "--listen",
+        "127.0.0.1:0",
+        "--web-config-file",
+        str(web),
+    ]
+    assert main(argv) == 2
+    printed = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("{")]  # logs
+    assert len(printed) == 1 and printed[0].startswith("warptd: invalid setting web_config_file: ")
+    assert error in printed[0]
+
+
+def test_a_config_file_nested_too_deep_is_one_line_and_exit_2(tmp_path, capsys):
+    from warptd.cli import main
+
+    assert (
+        main(["list", "--config", str(_deep_toml(tmp_path / "warptd.toml"))]) == 2
+    )  # RecursionError, exit 1
+    assert capsys.readouterr().err == f"warptd: invalid config file {tmp_path}/warptd.toml: nested too deep\n"
+
+
+def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_config(tmp_path):
+    from tests.test_e2e import _events, start_daemon
+
+    config = tmp_path / "warptd.toml"
+    config.write_text("interval = 0.5\n")
+    proc, port = start_daemon("--backend", "cpu", "--config", str(config), "--sysfs", str(tmp_path))
+    try:
+        _deep_toml(config)
+        proc.send_signal(signal.SIGHUP)
+        failed = _events(proc, "config_reload_failed")[-1]  # each line JSON: no traceback in between
+        assert failed["error"] == f"invalid config file {config}: nested too deep"
+        config.write_text("interval = 0.2\n")
+        proc.send_signal(signal.SIGHUP)
+        reloaded = _events(proc, "config_reloaded")[-1]
+        assert reloaded["changed"] == ["interval"]  # from the config kept: 0.5
+        assert http(port, "GET", "/healthz")[0] == 200
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -351,13 +351,15 @@ class Settings(BaseSettings):
 
 class _TomlFile(TomlConfigSettingsSource):
     """The config file, read as every file that others can shape is (:mod:`warptd.files`); any
-    problem with it is a ``ValueError`` of one line."""
+    problem with it, nesting too deep for the parser included, is a ``ValueError`` of one line."""
 
     def _read_file(self, file_path: Path | Any) -> dict[str, Any]:
         try:
             return tomllib.loads(files.read_text(file_path))
         except OSError as exc:
             raise ValueError(exc.strerror or str(exc)) from None
+        except RecursionError:
+            raise ValueError("nested too deep") from None
 
 
 def _config_file(init_settings: PydanticBaseSettingsSource) -> Path | None:
@@ -379,6 +381,8 @@ def load_settings(**overrides: object) -> Settings:
         raise SettingsError(_one_line(exc)) from None
     except ValueError as exc:  # e.g. a TOML syntax error
         raise SettingsError(f"invalid config file {config_file}: {exc}") from None
+    except RecursionError:  # a value nested past what validation recurses through
+        raise SettingsError(f"invalid config file {config_file}: nested too deep") from None
 
 
 def _one_line(exc: ValidationError) -> str:

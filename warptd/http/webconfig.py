@@ -75,7 +75,9 @@ def load_web_config(path: Path) -> WebConfig:
     except OSError as exc:
         raise SettingsError(f"invalid setting web_config_file: {exc.strerror or exc}: {path}") from None
     except yaml.YAMLError as exc:
-        raise SettingsError(f"invalid setting web_config_file: {exc}") from None
+        raise SettingsError(f"invalid setting web_config_file: {_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise SettingsError(f"invalid setting web_config_file: {path} is nested too deep") from None
     except ValidationError as exc:
         problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {plain_message(e)}" for e in exc.errors())
         raise SettingsError(f"invalid setting web_config_file: {problem}") from None
@@ -94,6 +96,15 @@ def load_web_config(path: Path) -> WebConfig:
                     f"invalid setting web_config_file: user {user!r} has no valid bcrypt hash"
                 ) from None
     return config
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """A YAML error in one line: what is wrong and where (PyYAML's own message spans several)."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
 
 
 def ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
