@@ -120,6 +120,7 @@ def test_busy_device_409_and_cancel_within_2s(daemon):
     [
         (b"{not json", 400, "malformed JSON"),
         (b"[1, 2]", 400, "JSON object"),
+        ('{"test": "matmul"}'.encode("utf-16"), 400, "not UTF-8"),
         ({"test": "fft"}, 422, "unknown test 'fft'"),
         ({"test": "tt_matmul"}, 422, "tt_matmul runs on Tenstorrent chips; cpu:0 is a CPU"),
         ({"device": "tpu:7"}, 422, "unknown device 'tpu:7'"),

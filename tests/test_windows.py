@@ -281,6 +281,11 @@ def test_only_the_newest_ended_windows_keep_their_time_series(make_daemon, monke
         ({"name": "a", "labels": {"k": "v" * 257}}, 422, "over 256"),
         (b"{not json", 400, "malformed JSON"),
         (b"[1, 2]", 400, "JSON object"),
+        ('{"name": "u16"}'.encode("utf-16"), 400, "not UTF-8"),  # json.loads(bytes) read it: 201
+        ('{"name": "u16"}'.encode("utf-16-le"), 400, "malformed JSON"),  # no BOM: NULs in UTF-8
+        ('{"name": "u32"}'.encode("utf-32"), 400, "not UTF-8"),
+        (b'{"name": "caf\xe9"}', 400, "not UTF-8"),
+        ('\ufeff{"name": "bom"}'.encode(), 400, "malformed JSON"),
     ],
 )
 def test_bad_requests_are_refused_and_start_nothing(make_daemon, payload, status, message):
