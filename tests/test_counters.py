@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from warptd.models import CLOCK_EVENT_REASONS, DeviceReading
@@ -305,7 +307,7 @@ def test_a_restored_reading_from_the_future_is_bounded_by_the_time_since_boot(mo
 
     from warptd.sampling import counters
 
-    monkeypatch.setattr(counters, "_uptime", lambda: 2.0, raising=False)
+    monkeypatch.setattr(counters, "uptime", lambda: 2.0)
     t = EnergyTracker()
     t.resume_from(500.0, 2_000_000.0, same_boot=True, read_at=time.time() + 3600.0)
     with capture_logs() as logs:
@@ -318,3 +320,90 @@ def test_a_restored_reading_from_the_future_is_bounded_by_the_time_since_boot(mo
     again.resume_from(500.0, 2_000_000.0, same_boot=True, read_at=time.time() + 3600.0)
     monkeypatch.undo()
     assert again.update(0.0, None, 2_000_100.0, limit_watts=700.0)[1] == pytest.approx(600.0)
+
+
+# -- the state file is not trusted (issue 34) -----------------------------------------------------
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ({"total": float("nan"), "raw": 1.0}, "total is nan"),
+        ({"total": -5e6, "raw": 1.0}, "total is -5000000.0"),
+        ({"total": float("inf"), "raw": None}, "total is inf"),
+        ({"total": True, "raw": 1.0}, "total is not a number"),
+        ({"total": "12", "raw": 1.0}, "total is not a number"),
+        ({"total": 1.0, "raw": float("nan")}, "raw is nan"),
+        ({"total": 1.0, "raw": -3.0}, "raw is -3.0"),
+        ({"total": 1.0, "raw": 1e30}, "more than 5000 W since boot"),  # this boot's counter
+        ({"total": 1e30, "raw": 1.0, "since": 0.0}, "more than 5000 W over the"),
+    ],
+    ids=[
+        "nan",
+        "negative",
+        "inf",
+        "bool",
+        "string",
+        "raw-nan",
+        "raw-negative",
+        "raw-past-uptime",
+        "total-past-since",
+    ],
+)
+def test_a_saved_total_that_cannot_be_is_refused_with_a_warning_and_never_saved_again(
+    tmp_path, procfs, entry, reason
+):
+    import json
+
+    from structlog.testing import capture_logs
+
+    from warptd.sampling.state import CounterState
+
+    (procfs / "sys/kernel/random").mkdir(parents=True)
+    (procfs / "sys/kernel/random/boot_id").write_text("boot-a\n")
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    good = {"total": 500.0, "raw": 10.0, "at": 1.0}
+    document = {
+        "version": 1,
+        "boot_id": "boot-a",
+        "saved_at": 2.0,
+        "counters": {"gpu/bad": entry, "gpu/good": good},
+    }
+    (state_dir / "counters.json").write_text(json.dumps(document))  # NaN and Infinity as Python writes them
+    with capture_logs() as logs:
+        state = CounterState(state_dir, procfs)
+    assert set(state.saved) == {"gpu/good"}
+    (warning,) = [e for e in logs if e["event"] == "state_entry_refused"]
+    assert (
+        warning["counter"] == "gpu/bad" and reason in warning["error"] and warning["log_level"] == "warning"
+    )
+    tracker = EnergyTracker()
+    state.resume("gpu/bad", tracker)
+    assert tracker.update(0.0, None, 20.0) == (None, 20.0)  # counts from its own counter, as new
+    state.maybe_save(lambda: [("gpu/bad", tracker)], force=True)
+    saved = json.loads((state_dir / "counters.json").read_text())["counters"]
+    assert saved["gpu/bad"]["total"] == 20.0 and saved["gpu/good"]["total"] == 500.0
+    assert saved["gpu/bad"]["since"] <= time.time()  # this boot: counting anew
+    assert saved["gpu/good"]["since"] is None  # saved without one: kept so
+
+
+def test_a_total_saved_with_its_start_is_bounded_by_it_and_one_without_is_not(tmp_path, procfs):
+    """``since``: the boot a total began counting on, kept across saves; a file of an earlier
+    version has none, and its totals (of many boots, maybe) are taken as they are."""
+    import json
+
+    from warptd.sampling.state import CounterState
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    now = time.time()
+    counters = {
+        "old": {"total": 1e12, "raw": None},  # 5000 W for 6 years: no since, no bound
+        "kept": {"total": 4.9e9, "raw": None, "since": now - 1e6},  # under 5000 W x 1e6 s
+        "over": {"total": 5.1e9, "raw": None, "since": now - 1e6},
+    }
+    (state_dir / "counters.json").write_text(json.dumps({"version": 1, "counters": counters}))
+    state = CounterState(state_dir, procfs)
+    assert set(state.saved) == {"old", "kept"}
+    state.maybe_save(lambda: [], force=True)
+    saved = json.loads((state_dir / "counters.json").read_text())["counters"]
+    assert saved["old"]["since"] is None and saved["kept"]["since"] == pytest.approx(now - 1e6)

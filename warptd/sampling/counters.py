@@ -179,7 +179,7 @@ class EnergyTracker:
             added = energy  # a reset (driver reload), or the boot is unknown
         since = time.time() - read_at if read_at is not None else None
         if since is not None and since < 0:  # the wall clock stepped back since that reading
-            behind, since = -since, _uptime()
+            behind, since = -since, uptime()
             log.warning(
                 "energy_restore_clock_behind", behind_s=round(behind, 3), bounded_by_s=round(since, 3)
             )
@@ -194,7 +194,7 @@ class EnergyTracker:
             self.last_power, self.last_time = None, None
 
 
-def _uptime() -> float:
+def uptime() -> float:
     """Seconds since boot: no counter of this boot, nor one reset since, has counted longer."""
     try:
         return time.clock_gettime(time.CLOCK_BOOTTIME)
