@@ -52,18 +52,23 @@ def _number(value: object, name: str) -> float:
 
 def _entry(entry: object, saved_at: float | None, same_boot: bool) -> dict[str, float | None]:
     """One saved counter, checked: ``{\"total\": J, \"raw\": J or None, \"at\": Unix time or None,
-    \"since\": Unix time or None}``; ValueError says what it cannot be. ``at``, when the raw counter
-    was read, is absent from files of earlier versions: the document's ``saved_at`` stands in for it
-    (the raw counter was read no later than it was saved); ``since`` too: no bound on their totals."""
+    \"since\": Unix time or None, \"power\": W or None}``; ValueError says what it cannot be.
+    ``at``, when the raw counter was read, is absent from files of earlier versions: the document's
+    ``saved_at`` stands in for it (the raw counter was read no later than it was saved); ``since``
+    and ``power`` too: no bound on their totals, no power before the gap."""
     if not isinstance(entry, dict):
         raise ValueError("not an object")
     raw, at, since = entry.get("raw"), entry.get("at", saved_at), entry.get("since")
+    power = entry.get("power")
     checked = {
         "total": _number(entry.get("total"), "total"),
         "raw": None if raw is None else _number(raw, "raw"),
         "at": None if at is None else _number(at, "at"),
         "since": None if since is None else _number(since, "since"),
+        "power": None if power is None else _number(power, "power"),
     }
+    if checked["power"] is not None and checked["power"] > MAX_PLAUSIBLE_WATTS:
+        raise ValueError(f"power {checked['power']:.6g} W: more than {MAX_PLAUSIBLE_WATTS:g} W")
     booted = uptime()
     if same_boot and checked["raw"] is not None and checked["raw"] > MAX_PLAUSIBLE_WATTS * booted:
         raise ValueError(f"raw {checked['raw']:.6g} J: more than {MAX_PLAUSIBLE_WATTS:g} W since boot")
@@ -133,7 +138,11 @@ class CounterState:
         entry = self.saved.get(key)
         if entry is not None and entry.get("total") is not None:
             tracker.resume_from(
-                float(entry["total"]), entry.get("raw"), same_boot=self.same_boot, read_at=entry.get("at")
+                float(entry["total"]),
+                entry.get("raw"),
+                same_boot=self.same_boot,
+                read_at=entry.get("at"),
+                power=entry.get("power"),
             )
 
     def maybe_save(
