@@ -296,6 +296,10 @@ def test_history_keeps_exactly_the_configured_number(settings):
             wait_done(d.port, body["id"])
         listed = json.loads(http(d.port, "GET", "/stress")[2])["jobs"]
         assert len(listed) == 2  # exactly the configured history
+        page = json.loads(http(d.port, "GET", "/stress?limit=1")[2])  # a page of the listing
+        assert [j["id"] for j in page["jobs"]] == [ids[3]] and page["total"] == 2
+        assert page["next"] == "/stress?offset=1&limit=1"
+        assert json.loads(http(d.port, "GET", page["next"])[2])["jobs"] == [listed[1]]
         status, _, body = post(d.port, {"test": "raise", "duration_s": 1})
         assert len(d.stress.list()) == 3  # 2 finished kept + the one running
         kept = [job.id for job in d.stress.list()]

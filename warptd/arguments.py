@@ -77,6 +77,12 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 ("http_max_requests", _integer, "N", "requests handled in the pool at once (default 40)"),
                 ("http_backlog", _integer, "N", "listen backlog (default 1024)"),
                 ("http_max_header_bytes", _integer, "BYTES", "request line and headers (default 16384)"),
+                (
+                    "http_max_response_bytes",
+                    str,
+                    "SIZE",
+                    "responses not yet taken by their clients, all together (default 16MiB)",
+                ),
             )
         ),
         (

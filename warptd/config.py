@@ -103,6 +103,14 @@ class Settings(BaseSettings):
     http_max_header_bytes: int = Field(
         16 * 1024, ge=1024, le=1024 * 1024, description="Largest request line plus headers; beyond it 431"
     )
+    http_max_response_bytes: int = Field(
+        16 * 2**20,
+        ge=64 * 2**10,
+        le=64 * 2**30,
+        description="Bytes that responses not yet taken by their clients may hold, all connections "
+        "together (16MiB, 512KiB or bytes); at it, requests other than /metrics and the probes wait, "
+        "then 503",
+    )
     state_dir: Path | None = Field(
         None, description="Directory to keep energy totals in across restarts (systemd: /var/lib/warptd)"
     )
@@ -277,7 +285,7 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("window_memory", "workload_recording_memory", mode="before")
+    @field_validator("window_memory", "workload_recording_memory", "http_max_response_bytes", mode="before")
     @classmethod
     def _parse_bytes(cls, value: object) -> object:
         """``16MiB``, ``512KiB``, ``1GiB`` (binary units; ``M`` and ``MB`` read as ``MiB``) or bytes."""

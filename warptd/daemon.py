@@ -20,7 +20,7 @@ from warptd.events.collector import XidCollector
 from warptd.events.xid import XidMonitor, open_xid_monitor
 from warptd.exporter.exposition import Exposition
 from warptd.http.app import Router
-from warptd.http.limits import HttpLimits, raise_nofile_limit, return_large_buffers
+from warptd.http.limits import HttpLimits, favour_the_event_loop, raise_nofile_limit, return_large_buffers
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
@@ -111,6 +111,7 @@ class Daemon:
         self._scheme = "https" if web and web.tls_server_config else "http"
         raise_nofile_limit()  # thousands of connections need thousands of descriptors
         return_large_buffers()  # report bodies are megabytes: give their memory back once sent
+        favour_the_event_loop()  # a scrape waits a shorter turn for the GIL behind busy handlers
         self.server = WarptdHTTPServer(
             host,
             port,
@@ -357,6 +358,7 @@ def http_limits(settings: Settings) -> HttpLimits:
         max_requests=settings.http_max_requests,
         backlog=settings.http_backlog,
         max_header_bytes=settings.http_max_header_bytes,
+        max_response_bytes=settings.http_max_response_bytes,
     )
 
 

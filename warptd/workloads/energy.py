@@ -332,24 +332,29 @@ class WorkloadEnergy:
         self._unattribute(CPU, delta - given)
 
     # -- what the collector and the endpoints read ------------------------------------------------
-    def views(self) -> list[WorkloadView]:
-        """Every workload: running ones first, then ended ones, each newest first."""
+    def views(self, offset: int = 0, limit: int | None = None) -> list[WorkloadView]:
+        """Every workload (from ``offset``, at most ``limit``): running ones first, then ended ones,
+        each newest first; only those shown are built."""
         with self._lock:
             workloads = sorted(
                 self._workloads.values(), key=lambda w: (w.ended_at is not None, -w.started_at, w.key.id)
             )
-            return [w.view() for w in workloads]
+            return [w.view() for w in workloads[offset : None if limit is None else offset + limit]]
 
     def view(self, kind: str, workload_id: str) -> WorkloadView | None:
         with self._lock:
             workload = self._workloads.get(WorkloadKey(kind, workload_id))  # type: ignore[arg-type]
             return None if workload is None else workload.view()
 
-    def listing(self) -> WorkloadList:
-        views = self.views()
+    def listing(self, offset: int = 0, limit: int | None = None) -> WorkloadList:
+        """One page of :meth:`views`, with how many there are in all and the unattributed energy."""
+        views = self.views(offset, limit)
         with self._lock:
             return WorkloadList(
-                workloads=views, unattributed_joules=dict(self._unattributed), dropped=self.dropped
+                workloads=views,
+                total=len(self._workloads),
+                unattributed_joules=dict(self._unattributed),
+                dropped=self.dropped,
             )
 
     def totals(self) -> list[tuple[WorkloadKey, str, float, float | None]]:
