@@ -231,6 +231,11 @@ READERS: dict[str, tuple[str, Callable[[Path], object], object]] = {
         lambda root: _settings_error(lambda: load_web_config(root / "web.yml")),
         "invalid setting web_config_file: not a regular file: {root}/web.yml",
     ),
+    "TLS certificate": (
+        "tls.crt",
+        lambda root: _settings_error(lambda: load_web_config(_tls_config(root))),
+        "invalid setting web_config_file: TLS: [Errno 22] not a regular file: '{root}/tls.crt'",
+    ),
     "state file": ("state/counters.json", lambda root: CounterState(root / "state").saved, {}),
     "boot id": ("proc/sys/kernel/random/boot_id", lambda root: _boot_id(root / "proc"), ""),
     "container bundle": (
@@ -244,6 +249,14 @@ READERS: dict[str, tuple[str, Callable[[Path], object], object]] = {
         None,
     ),
 }
+
+
+def _tls_config(root: Path) -> Path:
+    """A web config naming ``root``'s tls.crt and tls.key (a key that is there)."""
+    (root / "tls.key").write_text("not a key\n")
+    web = root / "tls.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {root}/tls.crt\n  key_file: {root}/tls.key\n")
+    return web
 
 
 def _bounded(call: Callable[[], object], fifo: Path | None = None) -> object:

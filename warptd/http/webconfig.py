@@ -111,6 +111,9 @@ def ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = _VERSIONS[tls.min_version]
     try:
+        for path in (tls.cert_file, tls.key_file, tls.client_ca_file):
+            if path is not None:  # a FIFO would block OpenSSL's own read: checked as any such file
+                files.read_bytes(path)
         context.load_cert_chain(tls.cert_file, tls.key_file)
         context.verify_mode = _VERIFY[tls.client_auth_type]
         if tls.client_ca_file is not None:
