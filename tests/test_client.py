@@ -207,3 +207,25 @@ def test_a_sync_that_raises_at_the_end_still_stops_the_keeper_and_ends_the_windo
     assert w.keeper is not None and not w.keeper._thread.is_alive()
     assert w.recording is not None and w.recording["status"] == "ended"
     assert daemon.windows.open_count == 0
+
+
+def test_get_workloads_follows_the_pages(monkeypatch):
+    """GET /workloads answers a page (100 at most): the client's every workload is every page's."""
+    from warptd import client
+
+    second, third = "/workloads?offset=2&limit=2", "/workloads?offset=4&limit=2"
+    pages = {
+        "/workloads?limit=100": {"workloads": [1, 2], "total": 5, "next": second, "dropped": 0},
+        second: {"workloads": [3, 4], "total": 5, "next": third},
+        third: {"workloads": [5], "total": 5, "next": None},
+    }
+    asked = []
+
+    def answer(method: str, path: str, payload: object, **_: object) -> dict:
+        asked.append(path)
+        return json.loads(json.dumps(pages[path]))
+
+    monkeypatch.setattr(client, "_request", answer)
+    listing = client.get_workloads()
+    assert listing["workloads"] == [1, 2, 3, 4, 5] and listing["next"] is None and listing["total"] == 5
+    assert asked == list(pages)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 
 import pytest
 
@@ -417,3 +418,174 @@ def test_the_cpu_backend_is_a_cpu_not_an_accelerator(daemon):
         "nvidia:0": ("device", "accelerator"),
         "rapl:package-0": ("domain", None),
     }
+
+
+# -- heavy reads: what they may hold and how long a scrape waits behind them (issue 34) ------------
+def test_routes_that_build_run_one_at_a_time_and_scrapes_never_wait_for_them():
+    """A route that builds its answer holds the GIL throughout, and the loop serving the scrapes
+    waits its turn behind each: 40 at once (max_requests) took a scrape to seconds."""
+    import threading
+    import time
+
+    from warptd.http.app import Response, Router
+    from warptd.http.server import BUILDS_AT_ONCE, WarptdHTTPServer
+
+    release, lock = threading.Event(), threading.Lock()
+    running, most = [0], [0]
+
+    def slow(_: object) -> Response:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        release.wait(10)
+        with lock:
+            running[0] -= 1
+        return Response(200, b"{}")
+
+    router = Router()
+    router.add("GET", "/slow", slow, builds=True)
+    router.add("GET", "/waits", lambda _: release.wait(10) and Response(200, b"{}"), offload=True)
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
+    server = WarptdHTTPServer("127.0.0.1", 0, router)
+    server.start()
+    answers: list[int] = []
+    asking = [
+        threading.Thread(target=lambda: answers.append(http(server.port, "GET", "/slow")[0]))
+        for _ in range(8)
+    ]
+    try:
+        for thread in asking:
+            thread.start()
+        assert wait_until(lambda: running[0] == BUILDS_AT_ONCE, timeout=5)
+        time.sleep(0.2)  # the others had time to start, had they been let
+        assert most[0] == BUILDS_AT_ONCE < 8
+        started = time.monotonic()
+        assert http(server.port, "GET", "/metrics")[0] == 200
+        assert time.monotonic() - started < 1.0
+        waiting = threading.Thread(target=lambda: answers.append(http(server.port, "GET", "/waits")[0]))
+        waiting.start()  # a route that waits has a lane of its own
+        assert wait_until(lambda: len([c for c in server._open if c.phase.name == "BUSY"]) == 9, timeout=5)
+        asking.append(waiting)
+    finally:
+        release.set()
+        for thread in asking:
+            thread.join(timeout=10)
+        server.server_close()
+    assert answers == [200] * 9  # the rest waited their turn
+
+
+def test_under_basic_auth_scrapes_have_their_own_lane():
+    """Basic auth runs every request in the pool (bcrypt): a scrape then waits for a slot, which
+    slow routes must not all hold."""
+    import base64
+    import threading
+
+    import bcrypt
+
+    from warptd.http.app import Response, Router
+    from warptd.http.limits import HttpLimits
+    from warptd.http.server import WarptdHTTPServer
+    from warptd.http.webconfig import BasicAuth
+
+    release = threading.Event()
+    router = Router()
+    router.add("GET", "/slow", lambda _: release.wait(10) and Response(200, b"{}"), offload=True)
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
+    auth = BasicAuth({"prometheus": bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()})
+    limits = HttpLimits(max_requests=2, header_timeout=2.0)
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=limits, basic_auth=auth)
+    server.start()
+    header = {"Authorization": "Basic " + base64.b64encode(b"prometheus:secret").decode()}
+    asking = [
+        threading.Thread(target=http, args=(server.port, "GET", "/slow", None, header)) for _ in range(4)
+    ]
+    try:
+        for thread in asking:
+            thread.start()
+        assert wait_until(lambda: len([c for c in server._open if c.phase.name == "BUSY"]) == 4, timeout=5)
+        assert http(server.port, "GET", "/metrics", None, header)[0] == 200  # not 503 after 2 s
+    finally:
+        release.set()
+        for thread in asking:
+            thread.join(timeout=10)
+        server.server_close()
+
+
+def test_responses_not_taken_hold_at_most_the_budget_and_give_it_back_when_gone():
+    """250 connections that each pipelined 8 GET /windows and read nothing took RSS from 200 to
+    439 MiB: each held its answer. Now what all such answers hold is bounded; a connection whose
+    answer is not taken is served no further; scrapes go on; the bytes come back once they close."""
+    import socket as sockets
+
+    from warptd.http.app import Response, Router
+    from warptd.http.limits import HttpLimits
+    from warptd.http.server import BUILDS_AT_ONCE, WarptdHTTPServer
+
+    size = 1 << 20  # 8 a connection: past the 4 MiB the kernel's send buffer takes at most
+    router = Router()
+    router.add("GET", "/big", lambda _: Response(200, b"x" * size), builds=True)
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
+    limits = HttpLimits(max_response_bytes=2 << 20, header_timeout=1.0, body_timeout=30.0)
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=limits)
+    server.start()
+    silent = []
+    try:
+        for _ in range(16):
+            conn = sockets.socket()
+            conn.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVBUF, 4096)  # and never read
+            conn.connect(("127.0.0.1", server.port))
+            conn.sendall(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n" * 8)
+            silent.append(conn)
+        assert wait_until(lambda: server.budget.full, timeout=10)
+        time.sleep(0.5)  # what was let in before the budget filled has been written
+        assert server.budget.held <= limits.max_response_bytes + BUILDS_AT_ONCE * size
+        status, _, body = http(server.port, "GET", "/big")  # waits up to the header timeout
+        assert status == 503 and "budget" in json.loads(body)["error"]
+        started = time.monotonic()
+        assert http(server.port, "GET", "/metrics")[0] == 200
+        assert time.monotonic() - started < 1.0
+    finally:
+        for conn in silent:
+            conn.close()
+    try:
+        assert wait_until(lambda: server.budget.held == 0, timeout=10)
+        assert http(server.port, "GET", "/big")[0] == 200
+    finally:
+        server.server_close()
+
+
+BODY = b"kept? " * 20_000  # one object: its references are counted
+
+
+def test_a_connection_keeps_no_answer_while_its_next_request_waits():
+    """A connection waiting to be handled held on to its last answer: 250 of them, 184 MiB."""
+    import socket as sockets
+    import sys
+    import threading
+
+    from warptd.http.app import Response, Router
+    from warptd.http.server import WarptdHTTPServer
+
+    slow, release = threading.Event(), threading.Event()
+    router = Router()
+    router.add("GET", "/body", lambda _: Response(200, BODY, "text/plain"), offload=True)
+    router.add(
+        "GET", "/slow", lambda _: (slow.set(), release.wait(10)) and Response(200, b"{}"), offload=True
+    )
+    server = WarptdHTTPServer("127.0.0.1", 0, router)
+    server.start()
+    unused = sys.getrefcount(BODY)
+    conn = sockets.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        conn.sendall(
+            b"GET /body HTTP/1.1\r\nHost: localhost\r\n\r\nGET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        )
+        received = b""
+        while len(received) < len(BODY):
+            received += conn.recv(1 << 20)
+        assert slow.wait(5)  # the next request is being handled: the answer before it is sent
+        assert sys.getrefcount(BODY) == unused
+    finally:
+        release.set()
+        conn.close()
+        server.server_close()

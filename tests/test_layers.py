@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).parents[1] / "warptd"
 #: The floor of each top-level module or package, as docs/architecture.md draws them (0 = the ground).
 FLOORS = {
     **dict.fromkeys(
-        ("metrics", "models", "config", "errors", "sysfs", "targets", "install", "logs", "systemd"), 0
+        ("metrics", "models", "config", "errors", "files", "sysfs", "targets", "install", "logs", "systemd"),
+        0,
     ),
     "backends": 1,
     "power": 2,

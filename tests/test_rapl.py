@@ -144,6 +144,11 @@ def test_a_restart_after_a_reboot_counts_the_counter_from_the_boot(settings, two
     two_sockets.set_energy("intel-rapl:1", 5_000_000)
     before = value(rig.tick(), "warptd_energy_joules_total", domain="package-1")
     rig.close()
+    saved = settings.state_dir / "counters.json"
+    document = json.loads(saved.read_text())
+    for entry in document["counters"].values():  # read an hour before, at 50 W
+        entry["at"], entry["power"] = time.time() - 3600, 50.0
+    saved.write_text(json.dumps(document))
     _boot(procfs, "77d0a9c4-boot-b")  # rebooted: the counter restarted from 0
     two_sockets.set_energy("intel-rapl:1", 9_000_000)
     rig = Rig(settings)
@@ -174,7 +179,7 @@ def test_a_state_file_of_the_wrong_shape_is_ignored(settings, two_sockets, tmp_p
     settings.state_dir = tmp_path / "state"
     with capture_logs() as logs:
         rig = Rig(settings)
-    assert any(e["event"] == "state_file_ignored" for e in logs)
+    assert {"state_file_ignored", "state_entry_refused"} & {e["event"] for e in logs}  # file or entry
     rig.close()
 
 

@@ -121,6 +121,7 @@ def test_busy_device_409_and_cancel_within_2s(daemon):
     [
         (b"{not json", 400, "malformed JSON"),
         (b"[1, 2]", 400, "JSON object"),
+        ('{"test": "matmul"}'.encode("utf-16"), 400, "not UTF-8"),
         ({"test": "fft"}, 422, "unknown test 'fft'"),
         ({"test": "tt_matmul"}, 422, "tt_matmul runs on Tenstorrent chips; cpu:0 is a CPU"),
         ({"device": "tpu:7"}, 422, "unknown device 'tpu:7'"),
@@ -298,6 +299,10 @@ def test_history_keeps_exactly_the_configured_number(settings):
             wait_done(d.port, body["id"])
         listed = json.loads(http(d.port, "GET", "/stress")[2])["jobs"]
         assert len(listed) == 2  # exactly the configured history
+        page = json.loads(http(d.port, "GET", "/stress?limit=1")[2])  # a page of the listing
+        assert [j["id"] for j in page["jobs"]] == [ids[3]] and page["total"] == 2
+        assert page["next"] == "/stress?offset=1&limit=1"
+        assert json.loads(http(d.port, "GET", page["next"])[2])["jobs"] == [listed[1]]
         status, _, body = post(d.port, {"test": "raise", "duration_s": 1})
         assert len(d.stress.list()) == 3  # 2 finished kept + the one running
         kept = [job.id for job in d.stress.list()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import FrozenInstanceError, replace
 
 import pytest
@@ -126,7 +127,7 @@ def test_saved_totals_are_resumed_under_the_backend_and_identity():
 
     def resume(key: str, tracker: EnergyTracker) -> None:
         asked.append(key)
-        tracker.resume_from(5000.0, None)  # after a reboot: the whole counter is new
+        tracker.resume_from(5000.0, None, read_at=time.time() - 60, power=100.0)  # after a reboot: all new
 
     tracks = DeviceTracks("nvidia", resume)
     tracks.follow([gpu(0, "GPU-0"), gpu(1, None)])

@@ -262,6 +262,27 @@ def test_open_windows_and_history_are_bounded(make_daemon):
     assert [w["name"] for w in call(daemon.port, "GET", "/windows")[1]["windows"]] == ["w2", "w1"]
 
 
+def test_the_listing_comes_in_pages_of_at_most_100(make_daemon):
+    """With 100 ended windows GET /windows answered 739 KB: a listing is now a page (20 by default,
+    100 at most), open windows first, then ended ones, newest first, with the total and the next."""
+    daemon = make_daemon(window_history=30)
+    for i in range(24):
+        end_window(daemon.port, open_window(daemon.port, name=f"w{i}", devices=["nvidia:0"])["id"])
+    live = open_window(daemon.port, name="live", devices=["nvidia:0"])
+    status, first = call(daemon.port, "GET", "/windows")
+    assert status == 200 and first["total"] == 25 and len(first["windows"]) == 20
+    assert first["windows"][0]["id"] == live["id"] and first["windows"][1]["name"] == "w23"
+    assert first["next"] == "/windows?offset=20&limit=20"
+    status, rest = call(daemon.port, "GET", first["next"])
+    assert [w["name"] for w in rest["windows"]] == ["w4", "w3", "w2", "w1", "w0"] and rest["next"] is None
+    assert all(not t["points"] for w in first["windows"] + rest["windows"] for t in w["targets"])
+    assert len(call(daemon.port, "GET", "/windows?limit=100")[1]["windows"]) == 25
+    assert call(daemon.port, "GET", "/windows?offset=30")[1] == {"windows": [], "total": 25, "next": None}
+    for bad in ("limit=0", "limit=101", "limit=x", "offset=-1", f"offset={10**7}"):
+        status, body = call(daemon.port, "GET", f"/windows?{bad}")
+        assert status == 422 and "invalid page request" in body["error"], bad
+
+
 def test_only_the_newest_ended_windows_keep_their_time_series(make_daemon, monkeypatch):
     """The history keeps every ended window's summary, and the samples of the newest few only."""
     from warptd.recording import windows
@@ -294,6 +315,11 @@ def test_only_the_newest_ended_windows_keep_their_time_series(make_daemon, monke
         ({"name": "a", "labels": {"k": "v" * 257}}, 422, "over 256"),
         (b"{not json", 400, "malformed JSON"),
         (b"[1, 2]", 400, "JSON object"),
+        ('{"name": "u16"}'.encode("utf-16"), 400, "not UTF-8"),  # json.loads(bytes) read it: 201
+        ('{"name": "u16"}'.encode("utf-16-le"), 400, "malformed JSON"),  # no BOM: NULs in UTF-8
+        ('{"name": "u32"}'.encode("utf-32"), 400, "not UTF-8"),
+        (b'{"name": "caf\xe9"}', 400, "not UTF-8"),
+        ('\ufeff{"name": "bom"}'.encode(), 400, "malformed JSON"),
     ],
 )
 def test_bad_requests_are_refused_and_start_nothing(make_daemon, payload, status, message):

@@ -39,3 +39,22 @@ def test_errors_reach_the_caller_and_shutdown_refuses_work():
     assert wait_until(lambda: workers.threads == 0, timeout=5)
     with pytest.raises(RuntimeError):
         workers.submit(time.time)
+
+
+def test_an_idle_thread_keeps_nothing_of_its_last_call():
+    """Idle, a thread held its last future and with it the answer (a response body): 40 threads,
+    40 answers kept for nothing."""
+    import weakref
+
+    class Answer:
+        pass
+
+    workers = Workers(1, idle_s=30)
+    try:
+        answer = workers.submit(Answer).result(timeout=5)
+        gone = weakref.ref(answer)
+        del answer
+        assert wait_until(lambda: gone() is None, timeout=2)
+        assert workers.threads == 1  # the thread is still there, idle
+    finally:
+        workers.shutdown()

@@ -79,6 +79,12 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 ("http_max_requests", _integer, "N", "requests handled in the pool at once"),
                 ("http_backlog", _integer, "N", "listen backlog"),
                 ("http_max_header_bytes", _integer, "BYTES", "request line and headers"),
+                (
+                    "http_max_response_bytes",
+                    str,
+                    "SIZE",
+                    "responses not yet taken by their clients, all together",
+                ),
             )
         ),
         (
@@ -185,6 +191,10 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 "metavar": "KINDS",
                 "help": "workload kinds tracked, comma-separated",
             },
+        ),
+        (
+            ("--workload-slurm-roots",),
+            {"metavar": "PATHS", "help": "comma-separated cgroup paths where slurmd puts jobs"},
         ),
         (("--workload-max",), {"type": _integer, "metavar": "N", "help": "workloads tracked"}),
         (

@@ -287,8 +287,20 @@ def _window(
 def get_workloads(
     *, url: str | None = None, token: str | None = None, timeout: float = 10.0
 ) -> dict[str, Any]:
-    """Every workload the daemon tracks (``--workloads``), with the unattributed energy."""
-    return _request("GET", "/workloads", None, url=url, token=token, timeout=timeout)
+    """Every workload the daemon tracks (``--workloads``), with the unattributed energy: the pages
+    of the listing one after another (at most ``--workload-max`` workloads, 100 a page)."""
+    listing = _request("GET", "/workloads?limit=100", None, url=url, token=token, timeout=timeout)
+    following, pages = listing.get("next"), 1
+    while following and pages <= _MAX_PAGES:
+        page = _request("GET", following, None, url=url, token=token, timeout=timeout)
+        listing["workloads"] += page["workloads"]
+        following, pages = page.get("next"), pages + 1
+    listing["next"] = None
+    return listing
+
+
+#: The pages of a listing followed: --workload-max's largest (100,000) at 100 a page.
+_MAX_PAGES = 1000
 
 
 def get_workload(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -19,6 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from warptd import files
 from warptd.metrics.selection import MetricSelection, check_glob, select
 
 #: A window name: also a label value of warptd_window_energy_joules_total.
@@ -26,6 +28,12 @@ WINDOW_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 #: What a workload can be (docs/workloads.md): the ``kind`` label of warptd_workload_energy_joules_total.
 WorkloadKind = Literal["slurm_job", "systemd_unit", "container", "user"]
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = get_args(WorkloadKind)
+#: Where slurmd puts jobs in the cgroup tree (docs/workloads.md): cgroup v2's scope (one per slurmd,
+#: ``<node>_`` with several on a host) and cgroup v1's root in each hierarchy; ``*`` within an element.
+SLURM_ROOTS = ("/system.slice/slurmstepd.scope", "/system.slice/*_slurmstepd.scope", "/slurm", "/slurm_*")
+_CGROUP_ROOT = re.compile(r"(/[A-Za-z0-9_.:@*-]{1,255}){1,16}")
+#: The most a token file may hold: its first line is the token.
+MAX_TOKEN_FILE_BYTES = 64 * 1024
 #: Not taken by node_exporter (9100), dcgm-exporter (9400) or nvidia_gpu_exporter (9835).
 DEFAULT_PORT = 9465
 
@@ -96,6 +104,14 @@ class Settings(BaseSettings):
     http_max_header_bytes: int = Field(
         16 * 1024, ge=1024, le=1024 * 1024, description="Largest request line plus headers; beyond it 431"
     )
+    http_max_response_bytes: int = Field(
+        16 * 2**20,
+        ge=64 * 2**10,
+        le=64 * 2**30,
+        description="Bytes that responses not yet taken by their clients may hold, all connections "
+        "together (16MiB, 512KiB or bytes); at it, requests other than /metrics and the probes wait, "
+        "then 503",
+    )
     state_dir: Path | None = Field(
         None, description="Directory to keep energy totals in across restarts (systemd: /var/lib/warptd)"
     )
@@ -141,6 +157,13 @@ class Settings(BaseSettings):
         description="Bytes the workloads' recordings (GET /workloads/KIND/ID/recording) may take (32MiB, "
         "512KiB or bytes; 0: none kept); beyond it ended workloads' points go first, then running ones "
         "keep coarser ones",
+    )
+    workload_slurm_roots: Annotated[list[str], NoDecode] = Field(
+        list(SLURM_ROOTS),
+        min_length=1,
+        max_length=16,
+        description="cgroup paths under which a job_J (or uid_U/job_J) directory is a Slurm job "
+        "(comma-separated in the environment; * within one element); a job_J elsewhere is not one",
     )
     cgroupfs: Path = Field(
         Path("/sys/fs/cgroup"),
@@ -256,6 +279,22 @@ class Settings(BaseSettings):
     def _split_kinds(cls, value: object) -> object:
         return [k.strip() for k in value.split(",") if k.strip()] if isinstance(value, str) else value
 
+    @field_validator("workload_slurm_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: object) -> object:
+        return [r.strip() for r in value.split(",") if r.strip()] if isinstance(value, str) else value
+
+    @field_validator("workload_slurm_roots")
+    @classmethod
+    def _check_roots(cls, value: list[str]) -> list[str]:
+        for root in value:
+            elements = root.rstrip("/").split("/")
+            if not _CGROUP_ROOT.fullmatch(root.rstrip("/")) or {".", ".."} & set(elements):
+                raise ValueError(
+                    f"not a cgroup path: {root[:80]!r} (absolute, elements of letters, digits, _ . : @ * -)"
+                )
+        return value
+
     @field_validator("window_energy_names")
     @classmethod
     def _check_names(cls, value: list[str] | None) -> list[str] | None:
@@ -276,7 +315,7 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("window_memory", "workload_recording_memory", mode="before")
+    @field_validator("window_memory", "workload_recording_memory", "http_max_response_bytes", mode="before")
     @classmethod
     def _parse_bytes(cls, value: object) -> object:
         """``16MiB``, ``512KiB``, ``1GiB`` (binary units; ``M`` and ``MB`` read as ``MiB``) or bytes."""
@@ -312,7 +351,7 @@ class Settings(BaseSettings):
             return token
         if self.stress_token_file is not None:
             try:
-                lines = self.stress_token_file.read_text().splitlines()
+                lines = files.read_text(self.stress_token_file, MAX_TOKEN_FILE_BYTES).splitlines()
             except OSError as exc:
                 raise SettingsError(f"invalid setting stress_token_file: {exc.strerror or exc}") from None
             token = lines[0].strip() if lines else ""
@@ -349,8 +388,21 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = _config_file(init_settings)
         if config_file is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+            sources.append(_TomlFile(settings_cls, toml_file=config_file))
         return tuple(sources)
+
+
+class _TomlFile(TomlConfigSettingsSource):
+    """The config file, read as every file that others can shape is (:mod:`warptd.files`); any
+    problem with it, nesting too deep for the parser included, is a ``ValueError`` of one line."""
+
+    def _read_file(self, file_path: Path | Any) -> dict[str, Any]:
+        try:
+            return tomllib.loads(files.read_text(file_path))
+        except OSError as exc:
+            raise ValueError(exc.strerror or str(exc)) from None
+        except RecursionError:
+            raise ValueError("nested too deep") from None
 
 
 def _config_file(init_settings: PydanticBaseSettingsSource) -> Path | None:
@@ -364,13 +416,16 @@ def load_settings(**overrides: object) -> Settings:
     values = {k: v for k, v in overrides.items() if v is not None}
     config_file = values.get("config") or os.environ.get("WARPTD_CONFIG")
     if config_file and not Path(str(config_file)).is_file():
-        raise SettingsError(f"invalid setting config: no such file {config_file}")
+        what = "not a regular file" if Path(str(config_file)).exists() else "no such file"
+        raise SettingsError(f"invalid setting config: {what} {config_file}")
     try:
         return Settings(**values)
     except ValidationError as exc:
         raise SettingsError(_one_line(exc)) from None
     except ValueError as exc:  # e.g. a TOML syntax error
         raise SettingsError(f"invalid config file {config_file}: {exc}") from None
+    except RecursionError:  # a value nested past what validation recurses through
+        raise SettingsError(f"invalid config file {config_file}: nested too deep") from None
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -20,7 +20,7 @@ from warptd.events.collector import XidCollector
 from warptd.events.xid import XidMonitor, open_xid_monitor
 from warptd.exporter.exposition import Exposition
 from warptd.http.app import Router
-from warptd.http.limits import HttpLimits, raise_nofile_limit, return_large_buffers
+from warptd.http.limits import HttpLimits, favour_the_event_loop, raise_nofile_limit, return_large_buffers
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
@@ -116,6 +116,7 @@ class Daemon:
         self._scheme = "https" if web and web.tls_server_config else "http"
         raise_nofile_limit()  # thousands of connections need thousands of descriptors
         return_large_buffers()  # report bodies are megabytes: give their memory back once sent
+        favour_the_event_loop()  # a scrape waits a shorter turn for the GIL behind busy handlers
         self.server = WarptdHTTPServer(
             host,
             port,
@@ -220,6 +221,7 @@ class Daemon:
             interval=lambda: self.settings.interval,
             listeners=[self.workload_history] if self.workload_history is not None else [],
             edge=self._read_edges,
+            slurm=settings.workload_slurm_roots,
         )
         self.sampler.listeners.append(energy.on_sample)
         self.exposition.registry.register(WorkloadCollector(energy))
@@ -373,6 +375,7 @@ def http_limits(settings: Settings) -> HttpLimits:
         max_requests=settings.http_max_requests,
         backlog=settings.http_backlog,
         max_header_bytes=settings.http_max_header_bytes,
+        max_response_bytes=settings.http_max_response_bytes,
     )
 
 

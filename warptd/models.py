@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 #: What a backend samples: accelerators' devices, the host CPU as a device, or power domains.
 BackendKind = Literal["accelerator", "cpu", "power"]
@@ -23,6 +23,13 @@ class WireModel(BaseModel):
     at import, so a daemon that is never asked for one does not hold them (about 2 MiB for all)."""
 
     model_config = ConfigDict(defer_build=True)
+
+
+class Page(WireModel):
+    """One page of a listing: how many items it has in all, and the path of the page after this."""
+
+    total: int = Field(0, description="Items in the whole listing (each page holds at most 100).")
+    next: str | None = Field(None, description="Path of the next page (offset and limit), null on the last.")
 
 
 class GPUInfo(BaseModel):

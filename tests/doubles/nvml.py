@@ -321,6 +321,14 @@ def _function_ids() -> dict[str, int]:
     return {library.double_function_name(i).decode(): i for i in range(library.double_function_count())}
 
 
+def environment(state_path: str, driver: str = "current") -> dict[str, str]:
+    """Environment for a daemon in another process: its pynvml loads the library, which maps the
+    simulated driver's state at ``state_path`` (one written earlier: the same driver, loaded on)."""
+    directory = str(library_path(driver).parent)
+    paths = [directory, *filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":"))]
+    return {"LD_LIBRARY_PATH": ":".join(paths), "WARPTD_NVML_DOUBLE_STATE": state_path}
+
+
 # -- one GPU ---------------------------------------------------------------------------------------
 class _Flag:
     """A 0/1 field of the shared state with a ``threading.Event``-like face (``hang``, ``release``)."""
@@ -585,9 +593,11 @@ class FakeGpu:
         self.state.fan_count = min(len(percents), MAX_FANS)
 
     def reload_driver(self) -> None:
-        """What a driver reload does to this GPU's counters: the volatile ECC, PCIe and NVLink counts
-        restart from 0; the aggregate (lifetime) ECC counts and the remapped rows stay."""
+        """What a driver reload does to this GPU's counters: the energy counter (mJ since the driver
+        was loaded) and the volatile ECC, PCIe and NVLink counts restart from 0; the aggregate
+        (lifetime) ECC counts and the remapped rows stay. The only reset a daemon's restart sees."""
         state = self.state
+        state.energy_mj, state.live_since_ns = 0, time.monotonic_ns()
         ctypes.memset(ctypes.addressof(state.ecc_volatile), 0, ctypes.sizeof(state.ecc_volatile))
         ctypes.memset(ctypes.addressof(state.pcie_bytes), 0, ctypes.sizeof(state.pcie_bytes))
         ctypes.memset(ctypes.addressof(state.nvlink_errors), 0, ctypes.sizeof(state.nvlink_errors))
@@ -1092,9 +1102,7 @@ class FakeNvml:
 
     def environment(self) -> dict[str, str]:
         """Environment for a daemon in another process: its pynvml loads this library."""
-        directory = str(library_path(self.driver).parent)
-        paths = [directory, *filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":"))]
-        return {"LD_LIBRARY_PATH": ":".join(paths), "WARPTD_NVML_DOUBLE_STATE": self.path}
+        return environment(self.path, self.driver)
 
     def close(self) -> None:
         """Remove the state file; the mapping stays valid for a library still attached to it."""

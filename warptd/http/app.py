@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -61,6 +61,9 @@ def _default(value: Any) -> Any:
 
 
 Handler = Callable[[Request], Response]
+#: Where a request runs: on the event loop (cache readers), or in the thread pool, among the routes
+#: that wait (on a lock, a child process, a device) or among those that build their answer in Python.
+Lane = Literal["loop", "waits", "builds"]
 
 
 class Router:
@@ -68,13 +71,17 @@ class Router:
 
     def __init__(self) -> None:
         self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = []
-        self._offloaded: set[Handler] = set()
+        self._lanes: dict[Handler, Lane] = {}
 
-    def add(self, method: str, pattern: str, handler: Handler, *, offload: bool = False) -> None:
-        """``offload``: the handler may block (spawn, locks), so it runs in a worker thread, never
-        on the event loop; the others only read caches and run inline."""
-        if offload:
-            self._offloaded.add(handler)
+    def add(
+        self, method: str, pattern: str, handler: Handler, *, offload: bool = False, builds: bool = False
+    ) -> None:
+        """``offload``: the handler may block (spawn, locks, devices), so it runs in a worker thread,
+        never on the event loop; ``builds``: it builds its answer from the daemon's state in Python
+        (listings, recordings), holding the GIL, in a worker thread too; the others only read caches
+        and run inline."""
+        if builds or offload:
+            self._lanes[handler] = "builds" if builds else "waits"
         regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
         for existing, methods in self._routes:
             if existing.pattern == regex.pattern:
@@ -82,12 +89,12 @@ class Router:
                 return
         self._routes.append((regex, {method: handler}))
 
-    def offloaded(self, request: Request) -> bool:
-        """Whether the handler this request reaches was added with ``offload=True``."""
+    def lane(self, request: Request) -> Lane:
+        """Where the handler this request reaches runs (``loop`` for an unknown path or method)."""
         for regex, methods in self._routes:
             if regex.match(request.path):
-                return methods.get(request.method, methods.get("GET")) in self._offloaded
-        return False
+                return self._lanes.get(methods.get(request.method, methods.get("GET")), "loop")  # type: ignore[arg-type]
+        return "loop"
 
     def dispatch(self, request: Request) -> Response:
         for regex, methods in self._routes:

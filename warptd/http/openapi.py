@@ -9,7 +9,8 @@ from pydantic.json_schema import models_json_schema
 from warptd import __version__
 from warptd.config import WORKLOAD_KINDS
 from warptd.http.devices_view import DevicesView
-from warptd.http.stress_routes import StressRequest
+from warptd.http.pages import PARAMETERS as PAGE
+from warptd.http.stress_routes import JobList, StressRequest
 from warptd.http.window_routes import WindowLease, WindowList, WindowRequest
 from warptd.http.workload_routes import MAX_ID_CHARS
 from warptd.models import WireModel
@@ -24,10 +25,6 @@ class ErrorBody(WireModel):
     """Every 4xx/5xx answer: a message naming the problem, plus details for some errors."""
 
     error: str
-
-
-class JobList(WireModel):
-    jobs: list[JobView]
 
 
 def _json(schema: str, description: str) -> dict[str, Any]:
@@ -171,8 +168,9 @@ def openapi_document() -> dict[str, Any]:
                     },
                 },
                 "get": {
-                    "summary": "recent jobs, newest first",
-                    "responses": {"200": _json("JobList", "bounded history"), **_errors(404)},
+                    "summary": "recent jobs, newest first (one page: limit, offset)",
+                    "parameters": PAGE,
+                    "responses": {"200": _json("JobList", "bounded history"), **_errors(404, 422)},
                 },
             },
             "/stress/{job_id}": {
@@ -213,8 +211,10 @@ def openapi_document() -> dict[str, Any]:
                     },
                 },
                 "get": {
-                    "summary": "open windows, then ended ones (bounded history), without time series",
-                    "responses": {"200": _json("WindowList", "the windows"), **_errors(404)},
+                    "summary": "open windows, then ended ones (bounded history), without time series "
+                    "(one page: limit, offset)",
+                    "parameters": PAGE,
+                    "responses": {"200": _json("WindowList", "the windows"), **_errors(404, 422)},
                 },
             },
             "/windows/{window_id}": {
@@ -265,13 +265,14 @@ def openapi_document() -> dict[str, Any]:
             "/workloads": {
                 "get": {
                     "summary": "energy per Slurm job, systemd unit, container and user (--workloads; "
-                    "loopback only without a token)",
+                    "loopback only without a token; one page: limit, offset)",
                     "security": [{}, {"bearer": []}],
+                    "parameters": PAGE,
                     "responses": {
                         "200": _json(
                             "WorkloadList", "running workloads, then those ended within the retention"
                         ),
-                        **_errors(401, 403, 404),
+                        **_errors(401, 403, 404, 422),
                     },
                 }
             },

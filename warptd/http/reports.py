@@ -1,7 +1,8 @@
 """A recording's HTML report as an HTTP response, for every route that serves one (stress, windows).
 
 Routes that call this must be added with ``offload=True``: rendering runs a child process for about
-a second, on a handler thread, never on the event loop that serves scrapes.
+a second, on a handler thread, never on the event loop that serves scrapes, at a lower CPU priority
+than the daemon (``nice`` 10), so a scrape does not wait for a core behind it.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import structlog
 
 from warptd.http.app import Request, Response, Router, json_response
+from warptd.http.budget import ResponseBudget
 from warptd.http.connection import Connection, Phase
 from warptd.http.limits import HttpLimits
 from warptd.http.webconfig import BasicAuth
@@ -25,8 +26,13 @@ _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
     b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
 )
-#: Requests that may wait for a pool slot, per slot; beyond, 503 at once.
+#: Requests that may wait for a pool slot, per slot of ``max_requests``; beyond, 503 at once.
 QUEUED_PER_SLOT = 4
+#: Routes that build their answer in Python (listings, recordings: ``builds``) run one at a time.
+#: Each holds the GIL while it builds, and the event loop serving the scrapes waits its turn behind
+#: every such thread: 40 at once (``max_requests``) took a scrape's median to 682 ms and its p99 to
+#: 1.3 s, 2 at once its p99 to 36-73 ms (bench/slow_clients.py), one to 25.
+BUILDS_AT_ONCE = 1
 _AUTH_CHALLENGE = {"WWW-Authenticate": 'Basic realm="warptd", charset="UTF-8"', "Connection": "close"}
 
 
@@ -52,11 +58,18 @@ class WarptdHTTPServer:
         self.socket.listen(self.limits.backlog)  # connections queue from here on, served once started
         self.address_family = self.socket.family
         self.server_address = self.socket.getsockname()
-        self._pool = Workers(self.limits.max_requests)
+        self._pool = Workers(2 * self.limits.max_requests + BUILDS_AT_ONCE)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._slots: asyncio.Semaphore | None = None  # made on the loop's thread
-        self._queued = 0  # requests waiting for a slot
+        #: The pool's lanes: cache readers under basic auth (bcrypt), routes that wait, routes that
+        #: build; each its own, so that a scrape never waits behind a route.
+        self._lanes = {
+            "loop": asyncio.Semaphore(self.limits.max_requests),
+            "waits": asyncio.Semaphore(self.limits.max_requests),
+            "builds": asyncio.Semaphore(BUILDS_AT_ONCE),
+        }
+        self._queued = 0  # requests waiting for a slot, in any lane
+        self.budget = ResponseBudget(self.limits.max_response_bytes)
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
@@ -105,7 +118,7 @@ class WarptdHTTPServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = Connection(reader, writer, self.limits, self._dispatch)
+        connection = Connection(reader, writer, self.limits, self._dispatch, self.budget)
         key = client_key(connection.client)
         if not self._make_room(key):
             with contextlib.suppress(OSError):
@@ -160,30 +173,42 @@ class WarptdHTTPServer:
                 del self._by_client[key]
 
     async def _dispatch(self, request: Request) -> Response:
-        """Cache readers (/metrics …) inline on the loop; basic auth (bcrypt) and routes added with
-        ``offload`` in the thread pool, at most ``max_requests`` at once; up to ``QUEUED_PER_SLOT``
-        times as many wait for a slot, up to ``header_timeout``, then 503; any more get 503 at once.
-        So at most ``(1 + QUEUED_PER_SLOT) * max_requests`` connections are ever past their request
-        and out of reach of the connection caps' eviction."""
-        if self.basic_auth is None and not self.router.offloaded(request):
+        """Cache readers (/metrics …) inline on the loop. In the thread pool, each lane apart: under
+        basic auth (bcrypt) the cache readers, at most ``max_requests`` at once; the routes added with
+        ``offload``, as many; those added with ``builds``, ``BUILDS_AT_ONCE`` at once; a route only
+        while the responses not yet taken hold less than the budget (``max_response_bytes``). Up to
+        ``QUEUED_PER_SLOT * max_requests`` requests wait for a slot, up to ``header_timeout``, then
+        503; any more get 503 at once. So at most ``(2 + QUEUED_PER_SLOT) * max_requests +
+        BUILDS_AT_ONCE`` connections are ever past their request and out of reach of the connection
+        caps' eviction."""
+        where = self.router.lane(request)
+        if self.basic_auth is None and where == "loop":
             return self._handle(request)
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.limits.max_requests)
-        if self._slots.locked() and self._queued >= QUEUED_PER_SLOT * self.limits.max_requests:
-            return json_response(503, {"error": "too many concurrent requests"}, headers={"Retry-After": "1"})
+        offloaded, lane = where != "loop", self._lanes[where]
+        waits = lane.locked() or (offloaded and self.budget.full)
+        if waits and self._queued >= QUEUED_PER_SLOT * self.limits.max_requests:
+            return _busy("too many concurrent requests")
         self._queued += 1
         try:
             async with asyncio.timeout(self.limits.header_timeout):
-                await self._slots.acquire()
+                while True:  # the budget checked again with the slot held: others filled it meanwhile
+                    if offloaded:
+                        await self.budget.room()
+                    await lane.acquire()
+                    if not (offloaded and self.budget.full):
+                        break
+                    lane.release()
         except TimeoutError:
-            return json_response(503, {"error": "too many concurrent requests"}, headers={"Retry-After": "1"})
+            if offloaded and self.budget.full:
+                return _busy("responses not yet taken by their clients hold the whole budget")
+            return _busy("too many concurrent requests")
         finally:
             self._queued -= 1
         try:
             assert self._loop is not None
             return await self._loop.run_in_executor(self._pool, self._handle, request)
         finally:
-            self._slots.release()
+            lane.release()
 
     def _handle(self, request: Request) -> Response:
         auth = self.basic_auth
@@ -207,6 +232,10 @@ class WarptdHTTPServer:
     def server_close(self) -> None:
         self.shutdown()
         self.socket.close()
+
+
+def _busy(reason: str) -> Response:
+    return json_response(503, {"error": reason}, headers={"Retry-After": "1"})
 
 
 def client_key(address: str) -> str:

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.pages import PageQuery
 from warptd.http.protection import authorize, is_loopback, is_loopback_host, parse_body, validation_error
 from warptd.http.reports import report_response
-from warptd.models import WireModel
-from warptd.stress.job import Job, StressError
+from warptd.models import Page, WireModel
+from warptd.stress.job import Job, JobView, StressError
 from warptd.stress.jobs import JobManager
 from warptd.stress.torch_device import DTYPES
 
@@ -40,6 +41,12 @@ class StressRequest(WireModel):
         return value
 
 
+class JobList(Page):
+    """Recent jobs, newest first: one page of them."""
+
+    jobs: list[JobView]
+
+
 def _validation_error(exc: ValidationError) -> HttpError:
     return validation_error(exc, "stress")
 
@@ -56,6 +63,7 @@ def _disabled(_: Request) -> Response:
 
 
 __all__ = [
+    "JobList",
     "StressRequest",
     "add_stress_routes",
     "authorize",
@@ -88,8 +96,10 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
             raise HttpError(exc.status, str(exc)) from None
         return json_response(202, job.view(), headers={"Location": f"/stress/{job.id}"})
 
-    def listing(_: Request) -> Response:
-        return json_response(200, {"jobs": [job.view() for job in manager.list()]})
+    def listing(request: Request) -> Response:
+        page, jobs = PageQuery.of(request), manager.list()
+        views = [job.view() for job in page.cut(jobs)]
+        return json_response(200, JobList(jobs=views, total=len(jobs), next=page.next("/stress", len(jobs))))
 
     def find(request: Request) -> Job:
         job = manager.get(request.params["job_id"])
@@ -120,7 +130,7 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
         return report_response(recording)
 
     router.add("POST", "/stress", start, offload=True)  # spawns a process
-    router.add("GET", "/stress", listing, offload=True)  # the job manager's lock
-    router.add("GET", "/stress/{job_id}", show, offload=True)
+    router.add("GET", "/stress", listing, builds=True)  # the job manager's lock, then the views
+    router.add("GET", "/stress/{job_id}", show, builds=True)
     router.add("DELETE", "/stress/{job_id}", cancel, offload=True)
     router.add("GET", "/stress/{job_id}/report", report, offload=True)  # a child process renders it

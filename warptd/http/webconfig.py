@@ -25,6 +25,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
+from warptd import files
 from warptd.config import SettingsError, plain_message
 from warptd.install import install_command
 from warptd.models import WireModel
@@ -70,9 +71,13 @@ def load_web_config(path: Path) -> WebConfig:
     except ImportError:
         raise SettingsError(f"web_config_file needs the web extra: {install_command('web')}") from None
     try:
-        config = WebConfig.model_validate(yaml.safe_load(path.read_text()) or {})
-    except (OSError, yaml.YAMLError) as exc:
-        raise SettingsError(f"invalid setting web_config_file: {exc}") from None
+        config = WebConfig.model_validate(yaml.safe_load(files.read_text(path)) or {})
+    except OSError as exc:
+        raise SettingsError(f"invalid setting web_config_file: {exc.strerror or exc}: {path}") from None
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"invalid setting web_config_file: {_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise SettingsError(f"invalid setting web_config_file: {path} is nested too deep") from None
     except ValidationError as exc:
         problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {plain_message(e)}" for e in exc.errors())
         raise SettingsError(f"invalid setting web_config_file: {problem}") from None
@@ -93,10 +98,22 @@ def load_web_config(path: Path) -> WebConfig:
     return config
 
 
+def _yaml_problem(exc: Exception) -> str:
+    """A YAML error in one line: what is wrong and where (PyYAML's own message spans several)."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
+
+
 def ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = _VERSIONS[tls.min_version]
     try:
+        for path in (tls.cert_file, tls.key_file, tls.client_ca_file):
+            if path is not None:  # a FIFO would block OpenSSL's own read: checked as any such file
+                files.read_bytes(path)
         context.load_cert_chain(tls.cert_file, tls.key_file)
         context.verify_mode = _VERIFY[tls.client_auth_type]
         if tls.client_ca_file is not None:

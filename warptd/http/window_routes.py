@@ -11,10 +11,11 @@ from pydantic import ConfigDict, Field, field_validator
 
 from warptd.config import WINDOW_NAME
 from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.pages import PageQuery
 from warptd.http.protection import authorize, parse_body
 from warptd.http.reports import report_response
-from warptd.models import WireModel
-from warptd.recording.schema import Recording, TargetRecording
+from warptd.models import Page, WireModel
+from warptd.recording.schema import Recording, recording_json
 from warptd.recording.windows import WindowError, WindowManager
 
 #: The longest lease a request may name at all; the daemon's --window-lease-max narrows it.
@@ -77,8 +78,8 @@ class WindowLease(WireModel):
     lease_expires_at: float = Field(description="Unix time the lease lapses unless renewed again.")
 
 
-class WindowList(WireModel):
-    """Open windows, then ended ones, newest first; without their time series."""
+class WindowList(Page):
+    """Open windows, then ended ones, newest first; without their time series; one page of them."""
 
     windows: list[Recording]
 
@@ -114,13 +115,14 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
             recording = manager.open(body.name, body.devices, body.labels, body.lease_s)
         except WindowError as exc:
             raise _error(exc) from None
-        return json_response(201, recording, headers={"Location": f"/windows/{recording.id}"})
+        return Response(201, recording_json(recording), headers={"Location": f"/windows/{recording.id}"})
 
-    def listing(_: Request) -> Response:
-        windows = [
-            w.model_copy(update={"targets": [_no_points(t) for t in w.targets]}) for w in manager.list()
-        ]
-        return json_response(200, WindowList(windows=windows))
+    def listing(request: Request) -> Response:
+        """One page of :class:`WindowList`, written from each window's JSON as the manager keeps it."""
+        page = PageQuery.of(request)
+        windows, total = manager.page(page.offset, page.limit)
+        rest = Page(total=total, next=page.next("/windows", total)).model_dump_json().encode()
+        return Response(200, b'{"windows":[' + b",".join(windows) + b"]," + rest[1:])  # rest: {"total":…}
 
     def find(request: Request) -> Recording:
         recording = manager.get(request.params["window_id"])
@@ -129,7 +131,7 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
         return recording
 
     def show(request: Request) -> Response:
-        return json_response(200, find(request))
+        return Response(200, recording_json(find(request)))
 
     def report(request: Request) -> Response:
         """The window's HTML report: of what it recorded so far while open, of all of it once ended."""
@@ -138,7 +140,7 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
     def end(request: Request) -> Response:
         authorize(request, token(), "window")
         try:
-            return json_response(200, manager.end(request.params["window_id"]))
+            return Response(200, recording_json(manager.end(request.params["window_id"])))
         except WindowError as exc:
             raise _error(exc) from None
 
@@ -155,9 +157,6 @@ def add_window_routes(router: Router, manager: WindowManager | None, token: Call
 
     handlers = (listing, begin, show, end, end, report, renew)
     for (method, path), handler in zip(routes, handlers, strict=True):
-        # Locks, reads of the devices at the edges, and a child process rendering reports.
-        router.add(method, path, handler, offload=True)
-
-
-def _no_points(target: TargetRecording) -> TargetRecording:
-    return target.model_copy(update={"points": []})
+        # Reads build their answers (one at a time); the rest wait on locks, reads of the devices at
+        # the edges, or a child process rendering a report.
+        router.add(method, path, handler, offload=True, builds=handler in (listing, show))

@@ -63,6 +63,9 @@ class Workers(Executor):
                     future.set_result(fn(*args))
                 except BaseException as exc:
                     future.set_exception(exc)
+            # An idle thread keeps nothing of its last call: its future holds the answer (a
+            # response body, megabytes of a listing) until the caller is done with it, no longer.
+            del item, future, fn, args
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking work; queued work is cancelled with ``cancel_futures``, and threads end."""

@@ -15,8 +15,10 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from warptd.config import WORKLOAD_KINDS, WorkloadKind
 from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.pages import PageQuery
 from warptd.http.protection import authorize
 from warptd.models import WireModel
+from warptd.recording.schema import recording_json
 
 if TYPE_CHECKING:  # loaded with --workloads only: the daemon builds them, these routes only call them
     from warptd.recording.schema import WorkloadView
@@ -72,7 +74,9 @@ def add_workload_routes(
 
     def listing(request: Request) -> Response:
         authorize(request, token(), "workload")
-        return json_response(200, energy.listing())
+        page = PageQuery.of(request)
+        listed = energy.listing(page.offset, page.limit)
+        return json_response(200, listed.model_copy(update={"next": page.next("/workloads", listed.total)}))
 
     def find(request: Request) -> WorkloadView:
         """The workload the path names; 404 for an unknown kind or workload, 414 for a huge id."""
@@ -93,10 +97,10 @@ def add_workload_routes(
         view = find(request)
         if history is None:
             raise HttpError(404, "this daemon keeps no workload recordings (--workload-recording-memory 0)")
-        return json_response(200, history.recording(view))
+        return Response(200, recording_json(history.recording(view)))
 
-    # A listing builds a model per workload (up to --workload-max), a recording up to 2048 points:
-    # off the event loop.
-    router.add("GET", ROUTES[0], listing, offload=True)
-    router.add("GET", ROUTES[1], show, offload=True)
-    router.add("GET", ROUTES[2], recording, offload=True)
+    # A listing builds a model per workload (100 a page at most), a recording up to 2048 points:
+    # off the event loop, one at a time.
+    router.add("GET", ROUTES[0], listing, builds=True)
+    router.add("GET", ROUTES[1], show, builds=True)
+    router.add("GET", ROUTES[2], recording, builds=True)

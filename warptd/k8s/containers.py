@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from warptd.files import read_bytes
 from warptd.k8s.podresources import Owner
 from warptd.processes.cgroup import Attribution
 
@@ -48,7 +49,7 @@ def read_owner(roots: tuple[Path, ...], attribution: Attribution) -> Owner | Non
         return None
     for root, bundle in ((root, bundle) for root in roots for bundle in BUNDLES):
         try:
-            config = json.loads((root / bundle.format(id=attribution.container_id)).read_text())
+            config = json.loads(read_bytes(root / bundle.format(id=attribution.container_id)))
         except (OSError, ValueError):
             continue
         annotations = config.get("annotations") if isinstance(config, dict) else None

@@ -315,7 +315,8 @@ ENERGY_DROPPED = MetricSpec(
     "warptd_energy_dropped_joules_total",
     "counter",
     "Energy a reset or restored (--state-dir) counter claimed beyond the device's power limit, or "
-    "5000 W without one, times the time since its last reading: left out of the energy totals.",
+    "5000 W without one, times the time since its last reading, or, for a counter that restarted "
+    "while the daemon was down, beyond the power measured around that gap: left out of the energy totals.",
     ("backend",),
 )
 READ_CPU = MetricSpec(

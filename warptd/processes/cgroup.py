@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from warptd.files import read_text
+
 # A pod UID (dashes; underscores in systemd slice names) or a static pod's 32-hex config hash.
 _UID = r"[0-9a-f]{8}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{12}"
 _POD = re.compile(rf"(?:.*-)?pod({_UID})(?:\.slice)?")
@@ -71,7 +73,7 @@ def _parse_path(path: str) -> Attribution:
 def read_attribution(procfs: Path, pid: int) -> Attribution | None:
     """The process' attribution, or None when it is gone (or unreadable) between two reads."""
     try:
-        return parse_cgroup((procfs / str(pid) / "cgroup").read_text())
+        return parse_cgroup(read_text(procfs / str(pid) / "cgroup"))
     except OSError:
         return None
 
@@ -79,7 +81,7 @@ def read_attribution(procfs: Path, pid: int) -> Attribution | None:
 def start_time(procfs: Path, pid: int) -> int | None:
     """The process' start time in clock ticks since boot: with the pid, it names one process."""
     try:
-        stat = (procfs / str(pid) / "stat").read_text()
+        stat = read_text(procfs / str(pid) / "stat")
         return int(stat.rpartition(")")[2].split()[_STARTTIME])
     except (OSError, ValueError, IndexError):
         return None

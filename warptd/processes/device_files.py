@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from warptd.files import read_text
 from warptd.models import GPUInfo
 from warptd.processes.cgroup import PidCache
 from warptd.processes.device_nodes import RULES, device_key, device_nodes
@@ -299,7 +300,7 @@ class DeviceFiles:
 
     def _fdinfo(self, pid: int, fd: str) -> DrmClient | None:
         try:
-            return parse_fdinfo((self.procfs / str(pid) / "fdinfo" / fd).read_text())
+            return parse_fdinfo(read_text(self.procfs / str(pid) / "fdinfo" / fd))
         except OSError:
             return None
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from warptd.files import read_text
 from warptd.models import GPUInfo, pci_address
 
 
@@ -125,7 +126,7 @@ def _vfio_groups(sysfs: Path, address: str, slot: str | None) -> set[str]:
 def _devname(uevent: Path) -> str | None:
     """The node name the kernel gives a class device (``DEVNAME=`` of its uevent)."""
     try:
-        text = uevent.read_text()
+        text = read_text(uevent)
     except OSError:
         return None
     for line in text.splitlines():

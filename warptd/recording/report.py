@@ -9,6 +9,7 @@ short-lived child so plotly never enters the daemon's memory.
 from __future__ import annotations
 
 import html
+import os
 import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -313,8 +314,13 @@ def missing_plotly(exc: ModuleNotFoundError) -> str:
     return f"plotly is not installed; install the report extra: {install_command('report')}"
 
 
+#: How much lower the renderer's CPU priority is than its parent's (nice(1)'s default).
+NICENESS = 10
+
+
 def main() -> int:
     """Recording JSON on stdin, HTML on stdout; exit 2 for a bad recording, 3 without plotly."""
+    os.nice(NICENESS)  # the daemon's child: its scrapes must not wait for a core behind a report
     try:
         page = render_html(parse_recording(sys.stdin.buffer.read()))
     except ValueError as exc:

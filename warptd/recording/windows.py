@@ -244,12 +244,22 @@ class WindowManager:
         return kept.with_points(summary) if kept is not None else summary
 
     def list(self) -> list[Recording]:
-        """Open windows, then ended ones, newest first."""
+        """Open windows, then ended ones, newest first, without their time series."""
+        return [Recording.model_validate_json(window) for window in self.page(0, None)[0]]
+
+    def page(self, offset: int, limit: int | None) -> tuple[list[bytes], int]:
+        """The JSON of the windows of :meth:`list` from ``offset`` on, at most ``limit`` (None: all),
+        and how many there are in all. An ended window's is its summary as kept, neither parsed nor
+        written again: a listing costs a join, not a pass of pydantic over every window (which,
+        holding the GIL, kept the scrapes waiting)."""
         with self._lock:
-            windows = list(self._open.values())
+            live = list(reversed(self._open.values()))
             ended = list(reversed(self._ended.values()))
-        live = [self._view(w, points=False) for w in reversed(windows)]
-        return live + [Recording.model_validate_json(summary) for summary in ended]
+        stop = None if limit is None else offset + limit
+        shown = [self._view(w, points=False).model_dump_json().encode() for w in live[offset:stop]]
+        after = max(offset - len(live), 0)
+        until = None if stop is None else max(stop - len(live), 0)
+        return shown + ended[after:until], len(live) + len(ended)
 
     @property
     def open_count(self) -> int:

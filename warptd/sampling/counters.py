@@ -109,23 +109,32 @@ class EnergyTracker:
     bridge_from: tuple[float, float] | None = None
     published: float | None = None  #: the total last handed out: a later one is never lower
     #: A total saved by an earlier run of the daemon, the raw counter then, whether that run was
-    #: on this same boot, and the Unix time of that reading; not yet applied.
-    resumed: tuple[float, float | None, bool, float | None] | None = None
+    #: on this same boot, the Unix time of that reading and the power then (W); not yet applied.
+    resumed: tuple[float, float | None, bool, float | None, float | None] | None = None
 
     def resume_from(
-        self, total: float, raw: float | None, same_boot: bool = False, read_at: float | None = None
+        self,
+        total: float,
+        raw: float | None,
+        same_boot: bool = False,
+        read_at: float | None = None,
+        power: float | None = None,
     ) -> None:
         """Continue from an earlier run's ``total``, computed up to the raw counter ``raw``, read at
-        Unix time ``read_at``.
+        Unix time ``read_at`` while the device drew ``power`` watts.
 
-        ``raw`` is None after a reboot (the counter restarted: all of its value is new). On the
-        same boot a lower raw counter with a known wrap range is a wrap, else a reset. A counter
-        that wrapped more than once while the daemon was down cannot be told from one that wrapped
-        once. What the first reading adds is at most the ceiling (the device's power limit) times
-        the time since ``read_at``; the rest is dropped (:attr:`dropped_joules`). A ``read_at`` in
-        the future (the wall clock stepped back) bounds it by the time since boot instead, logged.
+        A counter that ran on across the gap measured it: at or above ``raw`` on the same boot (or
+        with the boot unknown), or below it on the same boot with a known wrap range (a wrap; more
+        than one cannot be told from one). What it adds is at most the ceiling (the device's power
+        limit) times the time since ``read_at``. A counter that restarted meanwhile (``raw`` None
+        after a reboot, else lower without a wrap: a driver reload) counted only since then, and
+        its reading is no measure of the gap: it adds at most the gap's estimate from the power on
+        both sides of it (``power`` and the first reading's; the one known, where the other is
+        not), and nothing where neither is known. Beyond either bound is dropped
+        (:attr:`dropped_joules`), never the power limit times the gap. A ``read_at`` in the future
+        (the wall clock stepped back) takes the time since boot instead, logged.
         """
-        self.resumed = (total, raw, same_boot, read_at)
+        self.resumed = (total, raw, same_boot, read_at, power)
 
     @property
     def dropped_joules(self) -> float:
@@ -133,12 +142,15 @@ class EnergyTracker:
         return self.counter.dropped if self.counter is not None else 0.0
 
     def snapshot(self, wall_offset: float = 0.0) -> dict[str, float | None]:
-        """What a restart needs: the total, the raw counter it was computed from, and when that was
-        read (``last_time`` plus ``wall_offset``: Unix time when ``last_time`` is monotonic)."""
+        """What a restart needs: the total, the raw counter it was computed from, when that was
+        read (``last_time`` plus ``wall_offset``: Unix time when ``last_time`` is monotonic) and the
+        power then (W), one side of the gap a restart leaves."""
         at = self.last_time + wall_offset if self.last_time is not None else None
         if self.counter is not None:
-            return {"total": self.counter.total, "raw": self.counter.previous, "at": at}
-        return {"total": self.integrated, "raw": None, "at": at}
+            total, raw = self.counter.total, self.counter.previous
+        else:
+            total, raw = self.integrated, None
+        return {"total": total, "raw": raw, "at": at, "power": self.last_power}
 
     def update(
         self,
@@ -157,7 +169,7 @@ class EnergyTracker:
             if self.counter is None:
                 self.counter = MonotonicCounter(wrap_range=wrap_range)
                 if self.resumed is not None:  # continue an earlier run's total
-                    self.counter.rebase(energy, self._resumed_total(energy, wrap_range, ceiling))
+                    self.counter.rebase(energy, self._resumed_total(energy, power, wrap_range, ceiling))
                     self.resumed = None
                 elif self.integrated is not None:  # the counter appeared late: continue, don't jump
                     self.counter.rebase(energy, self.integrated)
@@ -165,7 +177,7 @@ class EnergyTracker:
             delta = self.counter.update(energy, dt, ceiling)
             if power is None and not first and dt:
                 power = delta / dt
-            self.last_time = now
+            self.last_power, self.last_time = power, now
             self.bridge, self.bridge_from = 0.0, (now, power) if power is not None else None
             return power, self._publish(self.counter.total)
         if self.counter is not None:
@@ -205,25 +217,27 @@ class EnergyTracker:
             self.published = published = total
         return published
 
-    def _resumed_total(self, energy: float, wrap_range: float | None, ceiling: float) -> float:
+    def _resumed_total(
+        self, energy: float, power: float | None, wrap_range: float | None, ceiling: float
+    ) -> float:
+        """The resumed total at the first reading (``energy`` J, ``power`` W) after the gap."""
         assert self.resumed is not None and self.counter is not None
-        total, raw, same_boot, read_at = self.resumed
-        if raw is None:  # after a reboot: the counter counts from the boot
-            added = energy
-        elif energy >= raw:
-            added = energy - raw
-        elif same_boot and wrap_range:  # it wrapped while the daemon was down
-            self.counter.wraps += 1
-            added = (wrap_range - raw) + energy
-        else:
-            added = energy  # a reset (driver reload), or the boot is unknown
+        total, raw, same_boot, read_at, power_before = self.resumed
         since = time.time() - read_at if read_at is not None else None
         if since is not None and since < 0:  # the wall clock stepped back since that reading
-            behind, since = -since, _uptime()
+            behind, since = -since, uptime()
             log.warning(
                 "energy_restore_clock_behind", behind_s=round(behind, 3), bounded_by_s=round(since, 3)
             )
-        return total + self.counter.bounded(added, ceiling, since)
+        if raw is not None and energy >= raw:  # it ran on: the difference is the gap's energy
+            return total + self.counter.bounded(energy - raw, ceiling, since)
+        if raw is not None and same_boot and wrap_range:  # it wrapped while the daemon was down
+            self.counter.wraps += 1
+            return total + self.counter.bounded((wrap_range - raw) + energy, ceiling, since)
+        # It restarted (a reboot; a reset, or the boot unknown): the gap's power as measured around it.
+        measured = [watts for watts in (power_before, power) if watts is not None]
+        estimate = min(sum(measured) / len(measured), ceiling) if measured else 0.0
+        return total + self.counter.bounded(energy, estimate, since if since is not None else 0.0)
 
     def gap(self) -> None:
         """The device or domain was not read this time: integrate nothing across the hole.
@@ -236,7 +250,7 @@ class EnergyTracker:
         self.bridge_from = None
 
 
-def _uptime() -> float:
+def uptime() -> float:
     """Seconds since boot: no counter of this boot, nor one reset since, has counted longer."""
     try:
         return time.clock_gettime(time.CLOCK_BOOTTIME)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import structlog
 
+from warptd.files import read_text
+
 log = structlog.get_logger("warptd.workloads")
 
 #: Directories looked at while searching for the namespace root (a node's containers and units).
@@ -57,7 +59,7 @@ def namespace_root(procfs: Path, cgroupfs: Path, pid: int | None = None) -> str:
     process's namespace root; ``/`` with a warning where it cannot be found (relative paths then
     give no CPU share)."""
     try:
-        depth = climb(unified_path((procfs / "1" / "cgroup").read_text()) or "")
+        depth = climb(unified_path(read_text(procfs / "1" / "cgroup")) or "")
     except OSError:
         return "/"
     if depth == 0:
@@ -65,7 +67,7 @@ def namespace_root(procfs: Path, cgroupfs: Path, pid: int | None = None) -> str:
     wanted = str(os.getpid() if pid is None else pid)
     for directory in _at_depth(cgroupfs, depth):
         try:
-            if wanted in (directory / "cgroup.procs").read_text().split():
+            if wanted in read_text(directory / "cgroup.procs").split():
                 return "/" + directory.relative_to(cgroupfs).as_posix()
         except OSError:
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from warptd.files import read_text
 from warptd.workloads.placement import CpuCgroup
 
 #: The clock ticks of /proc/stat (USER_HZ), in µs each.
@@ -22,7 +23,7 @@ def cgroup_usage_us(root: Path, cgroup: CpuCgroup) -> float | None:
     """The cgroup's CPU time in µs (v2 ``cpu.stat`` usage_usec, v1 ``cpuacct.usage`` in ns), or None
     where it is gone or unreadable."""
     try:
-        text = cgroup.file(root).read_text()
+        text = read_text(cgroup.file(root))
         if cgroup.v1_controllers:
             return int(text.strip()) / 1000.0
         for line in text.splitlines():
@@ -37,8 +38,7 @@ def cgroup_usage_us(root: Path, cgroup: CpuCgroup) -> float | None:
 def node_cpu_us(procfs: Path) -> float | None:
     """Every CPU's time since boot in µs, busy and idle (the ``cpu`` line of ``<procfs>/stat``)."""
     try:
-        with (procfs / "stat").open() as stat:
-            fields = stat.readline().split()
+        fields = read_text(procfs / "stat").partition("\n")[0].split()
     except OSError:
         return None
     if not fields or fields[0] != "cpu":

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
+from warptd.config import SLURM_ROOTS
 from warptd.processes.cgroup import PidCache
 from warptd.processes.shares import DeviceProcesses, split
 from warptd.sampling.deltas import TotalDeltas
@@ -32,6 +33,7 @@ from warptd.workloads.placement import (
     Placement,
     WorkloadKey,
     read_placement,
+    slurm_roots,
     user_name,
 )
 from warptd.workloads.slurm_tree import job_uid, slurm_jobs
@@ -94,11 +96,13 @@ class WorkloadEnergy:
         wall: Callable[[], float] = time.time,
         listeners: Sequence[WorkloadListener] = (),
         edge: Callable[[set[tuple[str, str]]], None] = lambda devices: None,
+        slurm: Sequence[str] = SLURM_ROOTS,
     ) -> None:
         """``edge``: reads devices ((backend, uuid)) now with every counter exact, when a workload
         begins or ends on them (its recording's energy is then the counter's at those edges)."""
         self.sources = sources
         self._edge = edge
+        self.slurm = slurm_roots(slurm)  # where slurmd puts jobs
         self.listeners = list(listeners)  # told after each poll and each split (their recordings)
         self.procfs, self.cgroupfs = procfs, cgroupfs
         self.kinds = frozenset(kinds)
@@ -172,13 +176,13 @@ class WorkloadEnergy:
         that a walk of the host's cgroup tree never delays the daemon's start."""
         if self._cgroup_root is None:
             self._cgroup_root = namespace_root(self.procfs, self.cgroupfs)
-        return read_placement(procfs, pid, self._cgroup_root)
+        return read_placement(procfs, pid, self._cgroup_root, self.slurm)
 
     def _slurm_jobs(self) -> list[Placement]:
         """The Slurm jobs with a cgroup here; the uid of a new one on cgroup v2 from one of its pids."""
         if "slurm_job" not in self.kinds:
             return []
-        jobs = slurm_jobs(self.cgroupfs)
+        jobs = slurm_jobs(self.cgroupfs, self.slurm)
         with self._lock:
             new = [job for job in jobs if job.key not in self._workloads and job.uid is None and job.cpu]
         for job in new:
@@ -335,24 +339,29 @@ class WorkloadEnergy:
         self._unattribute(CPU, delta - given)
 
     # -- what the collector and the endpoints read ------------------------------------------------
-    def views(self) -> list[WorkloadView]:
-        """Every workload: running ones first, then ended ones, each newest first."""
+    def views(self, offset: int = 0, limit: int | None = None) -> list[WorkloadView]:
+        """Every workload (from ``offset``, at most ``limit``): running ones first, then ended ones,
+        each newest first; only those shown are built."""
         with self._lock:
             workloads = sorted(
                 self._workloads.values(), key=lambda w: (w.ended_at is not None, -w.started_at, w.key.id)
             )
-            return [w.view() for w in workloads]
+            return [w.view() for w in workloads[offset : None if limit is None else offset + limit]]
 
     def view(self, kind: str, workload_id: str) -> WorkloadView | None:
         with self._lock:
             workload = self._workloads.get(WorkloadKey(kind, workload_id))  # type: ignore[arg-type]
             return None if workload is None else workload.view()
 
-    def listing(self) -> WorkloadList:
-        views = self.views()
+    def listing(self, offset: int = 0, limit: int | None = None) -> WorkloadList:
+        """One page of :meth:`views`, with how many there are in all and the unattributed energy."""
+        views = self.views(offset, limit)
         with self._lock:
             return WorkloadList(
-                workloads=views, unattributed_joules=dict(self._unattributed), dropped=self.dropped
+                workloads=views,
+                total=len(self._workloads),
+                unattributed_joules=dict(self._unattributed),
+                dropped=self.dropped,
             )
 
     def totals(self) -> list[tuple[WorkloadKey, str, float, float | None]]:

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from warptd.models import WireModel
+from warptd.models import Page
 from warptd.recording.schema import DeviceEnergy, WorkloadView
 
 __all__ = ["DeviceEnergy", "WorkloadList", "WorkloadView"]
 
 
-class WorkloadList(WireModel):
-    """Every workload, live first, then ended ones, each newest first; and the energy of no workload."""
+class WorkloadList(Page):
+    """Workloads, live first, then ended ones, each newest first (one page of them); and the energy
+    of no workload."""
 
     workloads: list[WorkloadView]
     unattributed_joules: dict[str, float] = Field(
