@@ -160,8 +160,9 @@ def test_the_receiver_answers_the_fleet_rules_with_the_doubles_values(fleet):
         f'instance="127.0.0.1:{ports[node]}",device="{gpu}"}}'
         for node, gpu in THROTTLED
     }
-    for key, rate in THROTTLED.items():  # each counts at its GPU's rate (the slope of the last 8 s)
-        assert one(receiver, f"deriv({counters[key]}[8s])") == pytest.approx(rate, rel=0.05), key
+    for key, rate in THROTTLED.items():  # each counts at its GPU's rate (the slope of the last 8 s:
+        # 1 Hz samples of 20 busy daemons on 2 cores, whose timing a loaded machine moves by a few %)
+        assert one(receiver, f"deriv({counters[key]}[8s])") == pytest.approx(rate, rel=0.1), key
 
     # Held still, every total read late equals what was read early: the rules against the raw series.
     (nodes / "freeze").touch()

@@ -248,3 +248,42 @@ def test_the_default_asks_gpm_no_engine_and_no_occupancy(h200_rig):
     asked = {metric.metric for metric in source.metrics}
     assert "warptd_device_sm_active_ratio" in asked
     assert not {"warptd_device_engine_active_ratio", "warptd_device_sm_occupancy_ratio"} & asked
+
+
+def test_a_watched_gpu_at_the_default_interval_reads_the_counter_once_a_second_not_at_10_hz(h200_rig):
+    """--interval 1 and --energy-interval 1 read the counter every regular sample; a window's 0.1 s
+    reads of the same GPU do not read it each time."""
+    rig, fake = h200_rig(interval=1.0, health_interval=10.0)
+    rig.tick()
+    rig.sampler.watch("window", {("nvidia", 0)}, set())
+    before, deadline = _energy_reads(fake), time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        rig.sampler.sample_watched("nvidia", {0})
+        time.sleep(0.1)
+    assert _energy_reads(fake) - before <= 2
+
+
+def test_a_tick_at_an_edge_reads_the_counter_whatever_its_cadence(h200_rig):
+    """What warptd profile --local does at its start and end (its own sampler, no daemon)."""
+    rig, fake = h200_rig(interval=0.1, health_interval=10.0)
+    rig.tick()
+    rig.tick()
+    before = _energy_reads(fake)
+    rig.sampler.sample_all(edge=True)
+    assert _energy_reads(fake) == before + 1
+
+
+def test_a_mig_gpu_instance_has_no_nvlink_series_of_its_own(settings, make_rig):
+    from tests.doubles.nvml import FakeMig
+
+    fake = FakeNvml([FakeGpu.h200(0)], driver_version="580.159.04")
+    fake.gpus[0].mig_devices = [FakeMig("MIG-aaaaaaaa-1111-5222-8333-444444444444", gpu_instance=1)]
+    settings.interval = settings.health_interval = 0.1
+    with fake.installed():
+        rig = make_rig("nvidia", "nvidia_mig")
+        rig.tick()
+        fake.gpus[0].advance_gpm(activity={pynvml.NVML_GPM_METRIC_SM_UTIL: 0.5}, mig=0)
+        samples = rig.tick_gpm()
+    fake.close()
+    assert select(samples, "warptd_device_sm_active_ratio", backend="nvidia_mig")
+    assert not select(samples, "warptd_device_nvlink_bytes_total")

@@ -250,3 +250,18 @@ def test_an_always_throttled_device_is_throttled_no_longer_than_the_recording():
     assert compared.measure("throttled").a == pytest.approx(compared.measure("time").a)
     lost = gpu.model_copy(update={"up": False})  # a lost device: its state is known up to its last sample
     assert throttled_seconds(recording, lost) == pytest.approx(2.027)
+
+
+def test_the_counter_span_starts_at_the_counters_first_read_not_at_a_bridged_total_before_it():
+    """A read in flight while a window opened gives it a first sample whose total is the bridge's
+    (the counter not read then, up to 100 ms of power behind); the edge read right after reads the
+    counter: the window's energy is the counter's from that read on."""
+    recorder = Recorder([GPU], kind="window", name="w", edges=True)
+    recorder.start()
+    start = recorder.started_mono
+    recorder.add_device(GPU, sample(700, 1000.0, counter=False), start + 0.001)  # bridged, 70 J behind
+    recorder.add_device(GPU, sample(700, 1070.0), start + 0.01)  # the edge read: the counter
+    recorder.add_device(GPU, sample(700, 1420.0), start + 0.5)  # the end's edge read
+    recorder.stop()
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.energy_joules == pytest.approx(350.0) and gpu.energy_source == "counter"

@@ -229,12 +229,12 @@ class Daemon:
 
     def _read_edges(self, devices: set[tuple[str, str]]) -> None:
         """Read these devices ((backend, uuid)) now, every counter exact: a workload began or ended."""
+        indices = []
         for backend, uuid in devices:
             state = self.snapshot.get(backend)
             samples = state.devices if state is not None else []
-            index = next((s.reading.index for s in samples if s.reading.uuid == uuid), None)
-            if index is not None:
-                self.sampler.sample_watched(backend, {index}, edge=True)
+            indices += [(backend, s.reading.index) for s in samples if s.reading.uuid == uuid]
+        self.sampler.read_edges(indices)
 
     def _monitors(
         self,

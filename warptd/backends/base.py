@@ -140,8 +140,8 @@ class AcceleratorBackend(GuardedSDK, ABC):
     def anchor(self, indices: Sequence[int]) -> None:
         """Read these devices' counters exactly at their next read, whatever their own cadence (the
         energy counter, throttle times): a window, profile, stress job or workload recording begins or
-        ends there. Called on the backend's worker, right before that read. A backend that reads every
-        counter each sample has nothing to do."""
+        ends there. Called on the backend's worker, right before that read (``Reader.read(edge=True)``).
+        A backend that reads every counter each sample has nothing to do."""
 
     def watch_devices(self, indices: frozenset[int]) -> None:
         """The devices open windows, profiles and stress jobs record now (each change of the set): a

@@ -36,17 +36,19 @@ class DeviceCadence:
         often the device is read now where that is not ``--interval`` (a window's 0.1 s)."""
         settings = self._settings()
         period = getattr(settings, self._period)
-        if settings.interval >= period:
-            return True  # every sample reads them
+        pace = min(settings.interval, pace or math.inf)  # how often the device is read now
+        if pace >= period:
+            return True  # every read reads them
         now = time.monotonic() if now is None else now
         last = self._last
-        if last is not None and now - last < period - min(settings.interval, pace or math.inf) / 2:
+        if last is not None and now - last < period - pace / 2:
             return False
         self._last = now
         return True
 
     def read(self, now: float | None = None) -> None:
-        """They were read now, off the cadence (an edge of a window): the next read is a period on."""
+        """They were read now by a read that reads them anyway (the health batch reads the energy
+        counter): the next read of them is a period on."""
         self._last = time.monotonic() if now is None else now
 
     def forget(self) -> None:

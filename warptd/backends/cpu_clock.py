@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("warptd.cpu")
 
 #: A policy read taking this long (s, on average per policy) is the kernel waiting for the CPU, not
-#: reading a cached value (µs): a 10 ms sleep per stale CPU, as against the GIL's 5 ms switch interval.
+#: reading a cached value (µs): a 10 ms sleep per stale CPU, longer than any GIL switch interval.
 SLOW_READ_S = 0.008
 #: Slow reads in a row that move the clock to the health cadence (one may be a preempted thread).
 SLOW_READS = 2

@@ -44,14 +44,18 @@ decoding (7 NVDEC, 7 NVJPG, 1 OFA).
 _READS = """
 **What is not read.** Where a read serves only families left out, it is not made. On the backends
 read through the common getters (CPU, hwmon, Gaudi, TPU, Tenstorrent): temperatures without
-`warptd_device_temperature_celsius`, clocks without `warptd_device_clock_hertz` (the CPU's is a
-psutil call that parses `/proc/cpuinfo`, 2 ms on 16 cores), the hardware throttle-duration counters
+`warptd_device_temperature_celsius`, clocks without `warptd_device_clock_hertz` (the CPU's: cpufreq
+each sample, else `/proc/cpuinfo` at the health cadence), the hardware throttle-duration counters
 without `warptd_device_throttle_seconds_total`, and the throttle reasons without it,
 `warptd_device_throttle_active` and `warptd_device_clock_event_active`. Without
 `warptd_device_xid_errors_total` and `warptd_device_last_xid_timestamp_seconds` the XID event thread
 does not start, and without the three `warptd_pod_energy_*` families no device's energy is split
-between pods. A value not read is absent from `/devices` and recordings too. What the dcgm-exporter
-compat series (`--compat dcgm-exporter`) are made of is read whatever the selection exports.
+between pods. On NVIDIA GPUs: no GPM sample at all without any GPM family (and only the metrics of
+those exported: the default asks no media engine nor SM occupancy), no duration field without
+`warptd_device_throttle_seconds_total`, and the health fields, fans and media engines of the
+families exported only. A value not read is absent from `/devices` and recordings too. What the
+dcgm-exporter compat series (`--compat dcgm-exporter`) are made of is read whatever the selection
+exports.
 """
 
 

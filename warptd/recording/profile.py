@@ -169,13 +169,13 @@ def _with_own_samplers(settings: Settings, interval: float, profile: Profile) ->
         )
         sampler.listeners.append(recorder.on_sample)
         recorder.start()
-        sampler.sample_all()  # the first sample at the start
+        sampler.sample_all(edge=True)  # the first sample at the start, every counter read exactly
         sampler.start()
         try:
             code = run_child(profile.command)
         finally:
             sampler.halt()
-            sampler.sample_all()  # the last sample at the end
+            sampler.sample_all(edge=True)  # the last sample at the end, every counter read exactly
             recorder.stop("command_exited")
         return Recorded(code, recorder.recording_now(), local_energy_reasons(loaded, snapshot))
     finally:

@@ -243,6 +243,9 @@ class _TargetState:
     utilization: _Mean = field(default_factory=_Mean)
     activity: _ActivitySums = field(default_factory=_ActivitySums)
     energy: _Span = field(default_factory=_Span)
+    #: The energy total at the first sample that read the device's counter: the counter's span starts
+    #: there (a sample before it, read in flight while the recording began, holds a bridged total).
+    counted_from: tuple[int, float] | None = None  # (samples then, the total)
     integrated: _Trapezoid = field(default_factory=_Trapezoid)
     throttle_first: dict[str, float] = field(default_factory=dict)  # seconds throttled, per reason
     throttle_last: dict[str, float] = field(default_factory=dict)
@@ -272,6 +275,8 @@ class _TargetState:
     def seed(self, baseline: Baseline) -> None:
         """Start the energy span and the integral at ``baseline`` (no point, no sample counted)."""
         self.energy.add(baseline.energy_joules)
+        if baseline.energy_joules is not None:  # the span starts there, read or bridged
+            self.counted_from = (0, baseline.energy_joules)
         self.integrated.add(baseline.at, baseline.power_watts)
         self.last_at = baseline.at
         self.based = (baseline.energy_joules is not None, baseline.power_watts is not None)
@@ -425,6 +430,8 @@ class Recorder:
             state.samples += 1
             state.note_power(at, seen.power)
             state.counter_seen |= seen.counter
+            if seen.counter and state.counted_from is None and seen.energy is not None:
+                state.counted_from = (state.samples, seen.energy)
             state.power.add(seen.power)
             state.integrated.add(at, seen.power)
             state.energy.add(seen.energy)
@@ -561,6 +568,14 @@ def _since(span: _Span) -> float | None:
 def _summary(state: _TargetState, span: tuple[float, float] | None, points: bool = True) -> TargetRecording:
     target = state.target
     counted = state.energy.delta if state.spans(energy=True) and state.counter_seen else None
+    first = state.counted_from
+    if (
+        counted is not None
+        and first is not None
+        and state.samples > first[0]
+        and state.energy.last is not None
+    ):
+        counted = state.energy.last - first[1]  # from the counter's first read on
     integrated = state.integrated.joules if state.spans(energy=False) else None
     estimated = None
     if span is not None:

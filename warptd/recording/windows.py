@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,7 +49,7 @@ class Sampling(Protocol):
 
     def watch(self, owner: str, devices: set[tuple[str, int]], power: set[str]) -> None: ...
     def unwatch(self, owner: str) -> None: ...
-    def sample_watched(self, name: str, indices: set[int] | None = None, *, edge: bool = False) -> bool: ...
+    def read_edges(self, devices: Iterable[tuple[str, int]], power: Iterable[str] = ()) -> None: ...
 
 
 @dataclass
@@ -213,10 +213,7 @@ class WindowManager:
     def _read_edges(self, window: Window) -> None:
         """Read the window's devices and domains now, every counter exactly (the energy counter, throttle
         times, whatever their cadence): its first or last sample is at its edge."""
-        for backend, indices in window.devices.items():
-            self.sampling.sample_watched(backend, indices, edge=True)
-        for backend in window.power:
-            self.sampling.sample_watched(backend, edge=True)
+        self.sampling.read_edges(_pairs(window.devices), window.power)
 
     # -- the sampler's samples ------------------------------------------------------------------
     def on_sample(

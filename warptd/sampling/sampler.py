@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime, timedelta
@@ -160,18 +161,6 @@ class Sampler:
             changed = self.watches.add(owner, devices, power)
             for name in changed:
                 self._schedule_fast(name)
-        self._anchor_new(devices)
-
-    def _anchor_new(self, devices: set[tuple[str, int]]) -> None:
-        """The next read of newly watched devices takes every counter exactly, whichever job makes it
-        (the fast job's first read may come before the watcher's own edge read)."""
-        by_backend: dict[str, list[int]] = {}
-        for name, index in devices:
-            by_backend.setdefault(name, []).append(index)
-        for name, indices in by_backend.items():
-            backend = self.backends.get(name)
-            if backend is not None and not isinstance(backend, PowerBackend):
-                backend.anchor(indices)
 
     def unwatch(self, owner: str) -> None:
         """Drop ``owner``'s watch; a device nobody watches any more returns to ``--interval``."""
@@ -247,6 +236,17 @@ class Sampler:
         self.publisher.publish(name, raw, started, full=False)
         return True
 
+    def read_edges(self, devices: Iterable[tuple[str, int]], power: Iterable[str] = ()) -> None:
+        """Read these devices ((backend, index)) and power backends now, every counter exactly: a
+        window, profile, stress job or workload begins or ends here. One read per backend."""
+        by_backend: dict[str, set[int]] = {}
+        for name, index in devices:
+            by_backend.setdefault(name, set()).add(index)
+        for name, indices in by_backend.items():
+            self.sample_watched(name, indices, edge=True)
+        for name in power:
+            self.sample_watched(name, edge=True)
+
     def reconfigure(self, settings: Settings) -> None:
         """Apply reloaded settings: a new interval reschedules the jobs it changes; the timeout
         applies next tick."""
@@ -295,10 +295,11 @@ class Sampler:
             else:  # runs now if the read is done, else on the worker thread when it returns
                 inflight.add_done_callback(lambda _, backend=backend: backend.shutdown())
 
-    def sample_all(self) -> None:
-        """Sample every backend once, now, on the calling thread's schedule (for ``warptd sample``)."""
+    def sample_all(self, *, edge: bool = False) -> None:
+        """Sample every backend once, now, on the calling thread's schedule (for ``warptd sample``);
+        ``edge``: a recording begins or ends here, so every counter is read exactly."""
         for name in self.scheduled():
-            self.tick(name)
+            self.tick(name, edge=edge)
 
     # -- one tick ---------------------------------------------------------------------------
     def _hand_off(self, name: str) -> None:
@@ -335,14 +336,15 @@ class Sampler:
         log.warning("sample_timeout", backend=name, timeout_s=self.settings.sample_timeout)
         self._fail(name, ErrorKind.TIMEOUT, "timeout")
 
-    def tick(self, name: str) -> None:
-        """Read backend ``name`` once, within the timeout, and publish the result."""
+    def tick(self, name: str, *, edge: bool = False) -> None:
+        """Read backend ``name`` once, within the timeout, and publish the result (``edge``: with every
+        counter read exactly)."""
         previous = self._inflight.get(name)
         if previous is not None and not previous.done():
             self._fail(name, ErrorKind.HUNG, "hung")
             return
         started = time.monotonic()
-        future = self._workers[name].submit(lambda: self._reader.read(name))
+        future = self._workers[name].submit(lambda: self._reader.read(name, edge=edge))
         self._inflight[name] = future
         try:
             raw = future.result(timeout=self.settings.sample_timeout)

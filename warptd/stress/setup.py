@@ -50,15 +50,6 @@ def make_job_manager(
                 return sample.reading.memory.free
         return None
 
-    def edge(devices: set[tuple[str, int]], power: set[str]) -> None:
-        """Read a job's device and power domains now, every counter exactly: its run begins or ends."""
-        if sampler is None:
-            return
-        for backend, index in devices:
-            sampler.sample_watched(backend, {index}, edge=True)
-        for name in power:
-            sampler.sample_watched(name, edge=True)
-
     return JobManager(
         devices(),
         companions,
@@ -69,6 +60,6 @@ def make_job_manager(
         free_memory=free_memory,
         watch=sampler.watch if sampler is not None else None,
         unwatch=sampler.unwatch if sampler is not None else None,
-        edge=edge,
+        edge=sampler.read_edges if sampler is not None else None,
         carbon=lambda r: with_carbon_and_cost(r, settings.carbon_intensity, settings.energy_price),
     )

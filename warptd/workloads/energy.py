@@ -140,6 +140,9 @@ class WorkloadEnergy:
             for item in listed:
                 held[(item.backend, item.uuid)] = self._holders(item, now, wall, over_cap)
             edges = _changed_holders(self._held, held)
+        if edges:  # a workload began or ended there: the energy up to now goes to the holders until now
+            self._edge(edges)
+        with self._lock:
             self._held = held
             for job in jobs:  # running, on a device or not: their CPU share is theirs
                 self._track(job, now, wall, over_cap)
@@ -154,8 +157,6 @@ class WorkloadEnergy:
                 told = self._totals_told()
             for listener in self.listeners:
                 listener.after_poll(told)
-        if edges:
-            self._edge(edges)
 
     def _list(self) -> list[_Listed]:
         """Each source's fresh device lists, every pid placed (one /proc read per new process)."""

@@ -38,6 +38,7 @@ class NvidiaBackend(NvmlBackend):
         self._handles = self._session.handles
         self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
         self._watched: frozenset[int] = frozenset()  # the GPUs a window records (:meth:`watch_devices`)
+        self._anchored: set[int] = set()  # the GPUs whose next read is an edge (:meth:`anchor`)
         #: One device object per GPU that NVML counts, as of NVML initialisation ``_generation``.
         self.gpus: tuple[Gpu, ...] = self._open_gpus(())
 
@@ -103,14 +104,14 @@ class NvidiaBackend(NvmlBackend):
                 if index < len(self.gpus):
                     self.gpus[index].cadence.forget()  # back up, it reads everything at once
                 return DeviceReading(index=index, up=False)
-            return self.gpus[index].read(index in self._watched)
+            edge = index in self._anchored
+            self._anchored.discard(index)
+            return self.gpus[index].read(index in self._watched, edge)
 
     def anchor(self, indices: Sequence[int]) -> None:
-        """Read these GPUs' energy counters and throttle times at their next read: an edge."""
-        gpus = self.gpus
-        for index in indices:
-            if index < len(gpus):
-                gpus[index].anchor()
+        """Read these GPUs' energy counters and throttle times at their next read: an edge. Kept on
+        the backend, not the device objects, so an NVML reopen at that read keeps it."""
+        self._anchored.update(indices)
 
     def watch_devices(self, indices: frozenset[int]) -> None:
         """The GPUs windows record now: their GPM follows the windows' reads."""

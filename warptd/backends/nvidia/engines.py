@@ -18,8 +18,10 @@ from warptd.backends.nvidia.guard import DeviceGuard
 
 #: An engine as the series label it (GPM's ``engine`` label) -> the profile's count of it.
 PROFILE_COUNTS = {"nvdec": "decoderCount", "nvjpg": "jpegCount", "ofa": "ofaCount", "nvenc": "encoderCount"}
-#: NVML_GPU_INSTANCE_PROFILE_1_SLICE (0) up to NVML_GPU_INSTANCE_PROFILE_COUNT of nvml.h.
-_PROFILES = range(16)
+#: NVML_GPU_INSTANCE_PROFILE_1_SLICE (0) to _1_SLICE_REV1 (7): the ids every MIG driver numbers (R470
+#: on), the whole GPU's among them (7_SLICE = 4 on Hopper and Blackwell, 8_SLICE = 5, 6_SLICE = 6); a
+#: later id an older driver does not know would answer INVALID_ARGUMENT, an error counted each time.
+_PROFILES = range(8)
 
 
 def engine_counts(nvml: Any, guard: DeviceGuard, handle: Any) -> dict[str, int] | None:

@@ -205,7 +205,7 @@ class FieldSet:
     answer. A duration counter is 64-bit: a field answering another type is another field under that
     id (a power-smoothing setting), and is treated as not supported."""
 
-    def __init__(self, numbering: Numbering, reads: Callable[[str], bool] = lambda name: True) -> None:
+    def __init__(self, numbering: Numbering, reads: Callable[..., bool] = lambda *names: True) -> None:
         self.numbering = numbering
         #: Whether some output reads a metric family: the fields of the others are not asked.
         self.reads = reads
@@ -218,7 +218,7 @@ class FieldSet:
         self.scopes: tuple[tuple[str, FieldKey, FieldKey], ...] = tuple(
             (part, (FI_POWER_INSTANT, scope), (FI_POWER_AVERAGE, scope))
             for part, scope in POWER_SCOPES.items()
-            if numbering.power and reads(catalog.DOMAIN_POWER.name)
+            if numbering.power and reads(catalog.DOMAIN_POWER.name, catalog.DOMAIN_ENERGY.name)
         )
         scoped = tuple(key for _, instant, average in self.scopes for key in (instant, average))
         #: (reason, the key of a duration field it may have), each of its ids where it has several;

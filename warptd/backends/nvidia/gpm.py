@@ -433,8 +433,11 @@ class GpmSources:
     """Sources by key, opened at their first sample and freed when gone (``nvidia_mig``'s GPU
     instances), with each GPU's GPM support asked once."""
 
-    def __init__(self, context: GpmContext) -> None:
+    def __init__(self, context: GpmContext, presence: Presence | None = None) -> None:
+        """``presence``: the engines and links every source has (a MIG GPU instance: no NVLink of its
+        own, the parent GPU's series carry them)."""
         self._context = context
+        self._presence = presence
         self._supported: dict[Hashable, bool] = {}  # by GPU: nvmlGpmQueryDeviceSupport's answer
         self._sources: dict[Hashable, GpmSource] = {}
 
@@ -461,7 +464,7 @@ class GpmSources:
         due (``watched``: a window's)."""
         source = self._sources.get(key)
         if source is None:
-            source = self._context.open(guard, take, args)
+            source = self._context.open(guard, take, args, self._presence)
             if source is None:
                 return
             self._sources[key] = source

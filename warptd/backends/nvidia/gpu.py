@@ -120,7 +120,6 @@ class Gpu:
         self.slow = SlowValues(api, guard, handle, context.field_set.reads)
         self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
         self.energy_cadence = DeviceCadence(context.settings, "energy_interval")
-        self._edge = False  # the next read reads the counters exactly (an edge: :meth:`anchor`)
         #: What this read asked beside the cheap sample: the energy counter, the throttle times.
         self._energy_read = self._throttle_read = False
         self._energy_mj: float | None = None  # the counter read by call, where the GPU lacks the field
@@ -137,13 +136,15 @@ class Gpu:
         return self._api.get(self.guard, self.handle, what, name, *args)
 
     # -- reads ---------------------------------------------------------------------------------------
-    def read(self, watched: bool = False) -> DeviceReading:
+    def read(self, watched: bool = False, edge: bool = False) -> DeviceReading:
         """Every value of the GPU, batched reads first; ``up=False`` where it turned out lost (its slow
         values are then read at once when it is back). ``watched``: a window records it (GPM then
-        follows the window's pace)."""
+        follows the window's pace); ``edge``: a window, profile, stress job or workload recording
+        begins or ends here, so the energy counter and the throttle times are read whatever their
+        cadence."""
         guard = self.guard
         guard.lost = False
-        self.begin(power_only=False, watched=watched)
+        self.begin(power_only=False, watched=watched, edge=edge)
         reading = None if guard.lost else self.reading()
         if reading is None or guard.lost:  # lost at the batches, or at a call after them
             self.cadence.forget()
@@ -168,18 +169,12 @@ class Gpu:
         power, energy = self.power(), self.energy()
         return None if self.guard.lost else (power, energy)
 
-    def anchor(self) -> None:
-        """Read the energy counter and the throttle times at the next read, whatever their cadence: a
-        window, profile, stress job or workload recording begins or ends there."""
-        self._edge = True
-
-    def begin(self, power_only: bool, watched: bool = False) -> None:
+    def begin(self, power_only: bool, watched: bool = False, edge: bool = False) -> None:
         """The batched reads of this read's plan: the cheap sample's fields, with the energy counter when
         its cadence or an edge asks, the throttle times at an edge; every ``--health-interval`` the full
         batch (every field: health, links, counters), decoded once for the gauges and counters, and the
         other slow values; then (full reads only) the GPM sample. Each kind is charged its CPU."""
         batch, costs = self.batch, self._context.read_costs
-        edge, self._edge = self._edge, False
         started = thread_time()
         settings = self._context.settings()
         pace = settings.window_interval if watched else None  # a window reads it that often
@@ -259,7 +254,7 @@ class Gpu:
         plan = self.batch.plan
         if plan is None:
             return None
-        if self._presence is None or self._presence.links != plan.links:
+        if self._presence is None:
             counts = engine_counts(self._api.nvml, self.guard, self.handle)
             self._presence = Presence(counts, plan.links)
         return self._presence

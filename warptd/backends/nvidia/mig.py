@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from warptd.backends.nvidia import session as nvml_session
 from warptd.backends.nvidia.base import NvmlBackend
+from warptd.backends.nvidia.engines import Presence
 from warptd.backends.nvidia.gpm import GpmSources
 from warptd.backends.nvidia.guard import Guard, IndexGuard
 from warptd.backends.nvidia.sample import memory_versions
@@ -75,7 +76,8 @@ class NvidiaMigBackend(NvmlBackend):
         super().__init__(settings)
         self._sampled: set[Hashable] = set()  # GPU instances sampled this tick
         self._watched: frozenset[int] = frozenset()  # the MIG devices windows record (watch_devices)
-        self._sources = GpmSources(self._gpm)  # by GPU instance
+        # by GPU instance; NVLink is the parent GPU's, its engines shown once active
+        self._sources = GpmSources(self._gpm, Presence(counts=None, links=0))
         with self._session.lock:
             self._generation = self._session.generation
             self._mig_gpus = self._mig_enabled_gpus()
