@@ -134,7 +134,8 @@ class NvidiaBackend(NvmlBackend):
             return None if self._absent(index) else self.gpus[index].read_scopes()
 
     def begin_read(self, index: int, power_only: bool) -> None:
-        self.gpus[index].begin(power_only)
+        """The read plan's batches (a power-only read has none of its own: see :meth:`Gpu.read_power`)."""
+        self.gpus[index].begin()
 
     def read_values(self, index: int) -> DeviceReading:
         """The values after :meth:`begin_read`: the sample's calls in one pass where they can be,

@@ -66,7 +66,7 @@ _POLLED = {
     _AVERAGE: "average power (field 185)",
 }
 #: What each kind of field batch is charged as (``read_costs``), by :meth:`Gpu.begin`.
-_CHARGED = {"full": "health", "power_only": "power", "power_only_energy": "energy"}
+_CHARGED = {"full": "health"}
 
 
 def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendCheckup:
@@ -259,8 +259,7 @@ class _Probe:
             "energy": (f"every --energy-interval ({settings.energy_interval:g} s)", "energy"),
             "edge": ("at the edges of windows, profiles, stress jobs", None),
             "full": (f"every --health-interval ({settings.health_interval:g} s)", "health"),
-            "power_only": ("nvml alone: every sample", None),
-            "power_only_energy": ("nvml alone: every --energy-interval", None),
+            "scopes": ("nvml: every sample, where a GPU measures a part apart", None),
         }
         for kind in (*batch.field_set.kinds, "full"):
             request = batch.request(kind)

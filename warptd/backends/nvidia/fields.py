@@ -234,13 +234,11 @@ class FieldSet:
         self.device: tuple[FieldKey, ...] = (*power, *energy, *average, *throttle, *scoped)
         #: By kind of read (see :class:`~warptd.backends.nvidia.gpu.Gpu`): the cheap sample (power and
         #: memory temperature, 7 µs on an H200), with the energy counter (2.9 ms), at an edge also the
-        #: throttle times (0.58 ms a group); power alone (a power backend's read), and with the counter.
+        #: throttle times (0.58 ms a group); the parts NVML measures apart alone (the nvml power backend).
         self.kinds: dict[str, tuple[FieldKey, ...]] = {
             "power": (*power, *average, *memory_temperature, *scoped),
             "energy": (*power, *energy, *average, *memory_temperature, *scoped),
             "edge": (*self.device, *memory_temperature),
-            "power_only": power,
-            "power_only_energy": (*power, *energy),
             "scopes": scoped,  # the parts' power alone (the nvml power backend's own read)
         }
         #: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).

@@ -144,7 +144,7 @@ class Gpu:
         cadence."""
         guard = self.guard
         guard.lost = False
-        self.begin(power_only=False, watched=watched, edge=edge)
+        self.begin(watched=watched, edge=edge)
         reading = None if guard.lost else self.reading()
         if reading is None or guard.lost:  # lost at the batches, or at a call after them
             self.cadence.forget()
@@ -162,14 +162,13 @@ class Gpu:
         return None if self.guard.lost else self.power_scopes()
 
     def read_power(self) -> tuple[float | None, float | None] | None:
-        """Power (W) and energy counter (J, None between two reads of it); None when the GPU turned
-        out lost."""
-        self.guard.lost = False
-        self.begin(power_only=True)
-        power, energy = self.power(), self.energy()
-        return None if self.guard.lost else (power, energy)
+        """Power (W) and energy counter (J, None between two reads of it) of a read by the plan; None
+        when the GPU turned out lost. No power backend reads NVIDIA GPUs so (``nvml`` reads the parts
+        NVML measures apart: :meth:`read_scopes`): the ABC's read, kept whole rather than cheap."""
+        reading = self.read()
+        return (reading.power_watts, reading.energy_counter_joules) if reading.up else None
 
-    def begin(self, power_only: bool, watched: bool = False, edge: bool = False) -> None:
+    def begin(self, watched: bool = False, edge: bool = False) -> None:
         """The batched reads of this read's plan: the cheap sample's fields, with the energy counter when
         its cadence or an edge asks, the throttle times at an edge; every ``--health-interval`` the full
         batch (every field: health, links, counters), decoded once for the gauges and counters, and the
@@ -178,29 +177,23 @@ class Gpu:
         started = thread_time()
         settings = self._context.settings()
         pace = settings.window_interval if watched else None  # a window reads it that often
-        if power_only:
-            energy = self.energy_cadence.due(pace=pace) or edge
-            batch.read("power_only_energy" if energy else "power_only")
-            kind, throttle = "energy" if energy else "power", False
+        kind = read_kind(self.cadence, self.energy_cadence, edge, pace)
+        energy, throttle = kind != "power", kind in ("health", "edge")
+        if kind == "health":
+            plan = batch.full_plan()
+            complete = batch.read("full", plan) if plan is not None else batch.read("edge")
+            batch.decoded = self.slow.health(batch)
+            if not (self.slow.read(self.presence()) and complete and plan is not None):
+                # What failed is absent from this sample, as any failed value is, and not for a
+                # whole health interval: the slow values are read again at the next sample.
+                self.cadence.forget()
         else:
-            kind = read_kind(self.cadence, self.energy_cadence, edge, pace)
-            energy, throttle = kind != "power", kind in ("health", "edge")
-            if kind == "health":
-                plan = batch.full_plan()
-                complete = batch.read("full", plan) if plan is not None else batch.read("edge")
-                batch.decoded = self.slow.health(batch)
-                if not (self.slow.read(self.presence()) and complete and plan is not None):
-                    # What failed is absent from this sample, as any failed value is, and not for a
-                    # whole health interval: the slow values are read again at the next sample.
-                    self.cadence.forget()
-            else:
-                batch.read(kind)
+            batch.read(kind)
         self._energy_read, self._throttle_read, self._energy_mj = energy, throttle, None
         if energy and batch.lacks(fields.FI_TOTAL_ENERGY):  # a driver without the field: its call
             self._energy_mj = self._get("energy", "nvmlDeviceGetTotalEnergyConsumption")
         costs.charge(kind, started)
-        if not power_only:
-            self._read_gpm(watched)
+        self._read_gpm(watched)
 
     def reading(self) -> DeviceReading:
         """The values after :meth:`begin`, the sample's calls in one pass where they can be."""
