@@ -182,19 +182,28 @@ class Settings(BaseSettings):
     stress_history: int = Field(50, ge=1, le=10_000, description="Finished stress jobs kept for GET /stress")
     windows: bool = Field(True, description="Serve the /windows endpoints (--no-windows turns them off)")
     health_interval: float = Field(
-        10.0,
+        30.0,
         gt=0,
         le=3600,
         description="Seconds between two reads of a device's slow-changing values (health counters, "
         "link counters, power limit, fans, media engines) when --interval is shorter",
     )
     energy_interval: float = Field(
-        1.0,
+        30.0,
         ge=1.0,
         le=3600,
         description="Seconds between two reads of a device's energy counter when --interval is shorter "
-        "(NVML's costs 2.9 ms of CPU on an H200); between reads the total advances by the integrated "
-        "instant power, and windows, profiles, stress jobs and workload recordings read it at their edges",
+        "(NVML's costs 2.9 ms of CPU on an H200); between reads the total advances by the energy the power "
+        "drew (NVML: its 1 s average), and windows, profiles, stress jobs and workload recordings read it "
+        "at their edges",
+    )
+    window_energy_interval: float = Field(
+        1.0,
+        ge=0.1,
+        le=3600,
+        description="Seconds between two reads of the energy counter of a device that a window, profile, "
+        "stress job or workload recording samples, counted from its edge: each such second is the "
+        "counter's own",
     )
     window_interval: float = Field(
         0.1, gt=0, le=3600, description="Seconds between two samples of a device inside an open window"

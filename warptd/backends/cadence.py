@@ -20,22 +20,29 @@ if TYPE_CHECKING:
 
 class DeviceCadence:
     """One device's monotonic time of its last read of some values, read every ``period`` (a setting's
-    name: ``health_interval`` for the slow values, ``energy_interval`` for the energy counter);
+    name: ``health_interval`` for the slow values, ``energy_interval`` for the energy counter), or every
+    ``watched`` (a setting's name) where that is shorter while a window samples the device;
     ``settings()`` gives the settings in force (a reload changes the intervals live)."""
 
-    __slots__ = ("_last", "_period", "_settings")
+    __slots__ = ("_last", "_period", "_settings", "_watched")
 
-    def __init__(self, settings: Callable[[], Settings], period: str = "health_interval") -> None:
+    def __init__(
+        self, settings: Callable[[], Settings], period: str = "health_interval", watched: str | None = None
+    ) -> None:
         self._settings = settings
         self._period = period
+        self._watched = watched
         self._last: float | None = None
 
     def due(self, now: float | None = None, pace: float | None = None) -> bool:
         """Whether this read of the device reads its values too (and if so, from now on it counts as
         their last read). Half a sample of slack: at 0.1 s and 1 s, every tenth sample. ``pace``: how
-        often the device is read now where that is not ``--interval`` (a window's 0.1 s)."""
+        often the device is read now where that is not ``--interval`` (a window's 0.1 s): the device is
+        watched."""
         settings = self._settings()
         period = getattr(settings, self._period)
+        if pace is not None and self._watched is not None:
+            period = min(period, getattr(settings, self._watched))
         pace = min(settings.interval, pace or math.inf)  # how often the device is read now
         if pace >= period:
             return True  # every read reads them

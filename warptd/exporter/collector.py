@@ -107,6 +107,7 @@ class SnapshotCollector(Collector):
         families.add(m.POWER_AVERAGE, ids, reading.power_average_watts)
         families.add(m.POWER_LIMIT, ids, reading.power_limit_watts)
         families.add(m.ENERGY, ids, sample.energy_joules)
+        families.add(m.ENERGY_READ, ids, sample.energy_read_at)
         for sensor, celsius in reading.temperatures_celsius.items():
             families.add(m.TEMPERATURE, [*ids, sensor], celsius)
         for clock, hertz in reading.clocks_hertz.items():

@@ -97,6 +97,14 @@ ENERGY = _device(
     "Energy used by the device: its hardware counter made monotonic across wraps and resets, "
     "else integrated power.",
 )
+ENERGY_READ = _device(
+    "warptd_device_energy_counter_read_timestamp_seconds",
+    "gauge",
+    "Unix time of the last read of the device's energy counter. warptd_device_energy_joules_total is the "
+    "counter's own at each read, and between reads an estimate from the power (NVML: its 1 s average); "
+    "the counter is read every --energy-interval, every second while a window records the device, and at "
+    "each window's edges.",
+)
 TEMPERATURE = _device("warptd_device_temperature_celsius", "gauge", "Device temperature by sensor.", "sensor")
 CLOCK = _device("warptd_device_clock_hertz", "gauge", "Current clock frequency by clock domain.", "clock")
 THROTTLE_ACTIVE = _device(
@@ -523,6 +531,7 @@ ALL: tuple[MetricSpec, ...] = (
     POWER_AVERAGE,
     POWER_LIMIT,
     ENERGY,
+    ENERGY_READ,
     TEMPERATURE,
     CLOCK,
     THROTTLE_ACTIVE,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -80,10 +81,183 @@ class MonotonicCounter:
         self.previous, self.total = raw, total
 
 
-#: How far behind its read a driver's energy counter may be: NVML refreshes it every 100 ms. The total
-#: between two reads of the counter counts the integrated power only up to that long before, so that
-#: the next read of the counter finds the total at or below itself (it takes its own value then).
-BRIDGE_LAG_S = 0.1
+#: The window of the driver's own power average (NVML's ``nvmlDeviceGetPowerUsage`` and field 185 on
+#: Ampere and newer: the last second), which tiles the past: ``F(t) = F(t - W) + W * average(t)``.
+AVERAGE_WINDOW_S = 1.0
+#: Read several times a window, how far each reading's tile is drawn toward the instant power's step.
+CHAIN_DAMPING = 0.1
+#: Of the estimate's growth, the share that goes to absorb what a total ran ahead of its counter.
+ABSORB = 0.5
+
+
+@dataclass(slots=True)
+class Reconciled:
+    """A total handed out from an estimate that an exact counter corrects at its reads, never going
+    down. Where the estimate is at or above the total, the total is the estimate (behind the counter
+    at a read, it steps up to it); where it is below (the total ran ahead of the counter), the total
+    goes on at ``1 - ABSORB`` of the estimate's growth, never stopping, and meets it once the
+    estimate has grown by the excess over :data:`ABSORB`."""
+
+    value: float | None = None
+    target: float | None = None  #: the estimate last given
+
+    def to(self, target: float) -> float:
+        """The total once the estimate is ``target``."""
+        value, last = self.value, self.target
+        self.target = target
+        if value is None or target >= value:
+            self.value = value = target
+        elif last is not None and target > last:
+            self.value = value = value + (target - last) * (1.0 - ABSORB)
+        return value
+
+
+class PowerIntegral:
+    """Energy (J) drawn since it began, from the power a device reports at each reading.
+
+    The driver's trailing average tiles the past: ``F(t) = F(t - W) + W * A(t)`` from the history of
+    earlier readings, one tile per window whatever the sampling rate. It counts what a load changing
+    faster than the sampler drew (a 1 Hz sample of instant power cannot), and between readings under
+    a window apart it gives each its share (the difference of two overlapping windows). Over the
+    first window, where the history does not reach back, and for devices without an average, the
+    instant power's trapezoid; sampled slower than the window, the time before it at the powers on
+    both sides. An average that lags the counter tiles a past as late as it is: :meth:`tail` adds the
+    energy of the last ``lag`` s (:class:`AverageLag`, learnt from the instant power against the
+    average) to a span.
+    """
+
+    __slots__ = ("_history", "_last", "lag", "window")
+
+    def __init__(self, window: float = AVERAGE_WINDOW_S) -> None:
+        self.window = window
+        self.lag = AverageLag()
+        #: (time, F, the instant power's trapezoid, the instant power or None), oldest first
+        self._history: deque[tuple[float, float, float, float | None]] = deque()
+        #: The last reading: time, F, trapezoid, instant power, average power (None: unknown)
+        self._last: tuple[float, float, float, float | None, float | None] | None = None
+
+    def add(self, now: float, instant: float | None, average: float | None) -> float | None:
+        """F at ``now`` given this reading's powers (W); None where neither is known (nothing added)."""
+        if instant is None and average is None:
+            return None
+        last = self._last
+        if last is None:
+            self._record(now, 0.0, 0.0, instant, average)
+            return 0.0
+        then, total, trapezoid, before, before_average = last
+        dt = now - then
+        if dt <= 0:
+            return total
+        between = _mean(before, instant)  # the trapezoid's power, else the averages'
+        if between is None:
+            between = _mean(before_average, average)
+        trapezoid += dt * (between or 0.0)
+        window = self.window
+        start = now - window
+        back = self._at(start) if start < then else None
+        if average is None:
+            total += dt * (between or 0.0)
+        elif start >= then:  # read slower than the window: the time before it at the powers around it
+            total += (start - then) * (between or 0.0) + window * average
+        elif back is None:  # the history does not reach a window back yet
+            total += dt * (between or 0.0)
+        else:
+            tiled = back[0] + window * average
+            # Read several times a window, each reading starts a chain of tiles of its own, whose
+            # offsets (from where each began) are drawn toward the trapezoid's steps, so they fade.
+            total = (
+                tiled + CHAIN_DAMPING * (total + dt * (between or 0.0) - tiled) if dt < window / 2 else tiled
+            )
+            if instant is not None and back[2] is not None:  # the window's trapezoid against the average
+                self.lag.learn((trapezoid - back[1]) / window - average, instant - back[2])
+        self._record(now, total, trapezoid, instant, average)
+        return total
+
+    def tail(self, since: float | None) -> float:
+        """The energy of the last ``lag`` s that the tiles hold only later, as of now less as of a time
+        the instant power was ``since`` W: the lag times the instant power's change (0 where either is
+        unknown)."""
+        now = self.last_instant
+        return self.lag.seconds * (now - since) if now is not None and since is not None else 0.0
+
+    def _at(self, t: float) -> tuple[float, float, float | None] | None:
+        """F, the trapezoid and the instant power at time ``t`` between two readings of the history;
+        None where it does not reach back."""
+        later = None
+        for at, total, trapezoid, power in reversed(self._history):
+            if at <= t:
+                if later is None:
+                    return total, trapezoid, power
+                share = (t - at) / (later[0] - at)
+                between = power if power is None or later[3] is None else power + (later[3] - power) * share
+                return total + (later[1] - total) * share, trapezoid + (later[2] - trapezoid) * share, between
+            later = (at, total, trapezoid, power)
+        return None
+
+    def _record(
+        self, now: float, total: float, trapezoid: float, instant: float | None, average: float | None
+    ) -> None:
+        history = self._history
+        history.append((now, total, trapezoid, instant))
+        horizon = now - self.window
+        while len(history) > 2 and history[1][0] <= horizon:
+            history.popleft()
+        self._last = (now, total, trapezoid, instant, average)
+
+    @property
+    def last_instant(self) -> float | None:
+        """The instant power of the last reading (W), where it had one."""
+        return self._last[3] if self._last is not None else None
+
+    def restart(self) -> None:
+        """Forget the history (a gap in readings): the next reading starts anew. The lag is kept."""
+        self._history.clear()
+        self._last = None
+
+
+def _mean(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else (a + b) / 2
+
+
+#: The most an average's lag may be taken to be (s): beyond, the fit is not of a lag.
+MAX_LAG_S = 0.3
+#: How much of the fit each further reading leaves of the earlier ones.
+LAG_MEMORY = 0.99
+
+
+@dataclass(slots=True)
+class AverageLag:
+    """How late the driver's average is (s), learnt from the instant power at each reading.
+
+    An average ``lag`` s late differs from the instant power's trapezoid over the last window by about
+    ``lag * (P(t) - P(t - W)) / W``: a least-squares fit of that slope over the readings (older ones
+    fading by :data:`LAG_MEMORY`), within ``[0, MAX_LAG_S]``; 0 until the power has changed. A load
+    changing faster than the sampler makes the trapezoid wrong both ways alike: noise, not a slope.
+    """
+
+    seconds: float = 0.0
+    _moment: float = 0.0  #: sum of (difference * power change)
+    _spread: float = 0.0  #: sum of power change squared
+
+    def learn(self, difference: float, change: float) -> None:
+        """The trapezoid's mean exceeded the average by ``difference`` W, the instant power changed by
+        ``change`` W over the window."""
+        self._moment = self._moment * LAG_MEMORY + difference * change
+        self._spread = self._spread * LAG_MEMORY + change * change
+        if self._spread > 0:
+            self.seconds = min(MAX_LAG_S, max(0.0, self._moment / self._spread))
+
+
+@dataclass(slots=True)
+class _Anchor:
+    """Where the estimate is counted from: the total there, and the power's estimate then."""
+
+    total: float
+    at: float | None  #: monotonic time (None: the integral restarted, its next reading anchors)
+    estimate: float = 0.0  #: the integral's F then
+    power: float | None = None  #: the instant power then (W)
 
 
 @dataclass(slots=True)
@@ -94,20 +268,21 @@ class EnergyTracker:
     A gap in readings (:meth:`gap`) is never integrated across: the next reading starts anew.
 
     Where the counter is read less often than the power (its own cadence: NVML's costs 2.9 ms of CPU),
-    a reading without it advances the total by the power integrated since the counter's last read
-    (the bridge, less :data:`BRIDGE_LAG_S` of the newest power); the counter's next read re-anchors
-    it. The total is the counter's own at every read of it, and never goes down: where the bridge ran
-    ahead of the counter, the total holds until the counter passes it.
+    a reading without it adds the energy the power drew since the counter's last read
+    (:class:`PowerIntegral`: the driver's average tiles, the instant power where it has none). The
+    counter's next read anchors it again, and the total handed out follows :class:`Reconciled`: never
+    down, up to the counter where behind it, slowed where ahead.
     """
 
     counter: MonotonicCounter | None = None
     integrated: float | None = None
     last_power: float | None = None
     last_time: float | None = None  # of the last reading (integrated) or of the counter's last read
-    bridge: float = 0.0  #: joules integrated from the power since the counter's last read
-    #: The newest power and its time, where the bridge integrates from (None: from the next one).
-    bridge_from: tuple[float, float] | None = None
-    published: float | None = None  #: the total last handed out: a later one is never lower
+    #: The monotonic time of the counter's last read (None: never read).
+    counter_read_at: float | None = None
+    power: PowerIntegral = field(default_factory=PowerIntegral)
+    anchor: _Anchor | None = None
+    published: Reconciled = field(default_factory=Reconciled)
     #: A total saved by an earlier run of the daemon, the raw counter then, whether that run was
     #: on this same boot, the Unix time of that reading and the power then (W); not yet applied.
     resumed: tuple[float, float | None, bool, float | None, float | None] | None = None
@@ -159,63 +334,81 @@ class EnergyTracker:
         energy: float | None,
         wrap_range: float | None = None,
         limit_watts: float | None = None,
+        *,
+        average: float | None = None,
     ) -> tuple[float | None, float | None]:
-        """Return (power in W, monotonic energy in J) for this reading. ``limit_watts``: the
-        device's power limit, the most a reset or restored counter may add per second
-        (``MAX_PLAUSIBLE_WATTS`` without one)."""
-        dt = now - self.last_time if self.last_time is not None else None
+        """Return (power in W, monotonic energy in J) for this reading: ``power`` the instant power,
+        ``average`` the driver's own over :data:`AVERAGE_WINDOW_S` (None: it has none), ``energy`` the
+        counter where this reading read it. ``limit_watts``: the device's power limit, the most a reset
+        or restored counter may add per second (``MAX_PLAUSIBLE_WATTS`` without one)."""
+        estimate = self.power.add(now, power, average)
         if energy is not None:
             ceiling = limit_watts or MAX_PLAUSIBLE_WATTS
-            if self.counter is None:
-                self.counter = MonotonicCounter(wrap_range=wrap_range)
-                if self.resumed is not None:  # continue an earlier run's total
-                    self.counter.rebase(energy, self._resumed_total(energy, power, wrap_range, ceiling))
-                    self.resumed = None
-                elif self.integrated is not None:  # the counter appeared late: continue, don't jump
-                    self.counter.rebase(energy, self.integrated)
-            first = self.counter.previous is None
-            delta = self.counter.update(energy, dt, ceiling)
-            if power is None and not first and dt:
-                power = delta / dt
-            self.last_power, self.last_time = power, now
-            self.bridge, self.bridge_from = 0.0, (now, power) if power is not None else None
-            return power, self._publish(self.counter.total)
+            return self._counted(now, power, energy, estimate, wrap_range=wrap_range, ceiling=ceiling)
         if self.counter is not None:
-            # Between two reads of the counter (or it is unreadable now): the bridge advances the total.
-            return power, self._publish(self.counter.total + self._bridged(now, power))
-        if power is None:
-            self.last_power, self.last_time = None, None
+            # Between two reads of the counter (or it is unreadable now): the power's estimate since.
+            return power, self.published.to(self._bridged(now, estimate))
+        if estimate is None:  # no power: a gap, nothing integrated across it
+            self.gap()
             return None, self.integrated
         if self.integrated is None:
             self.integrated = self.resumed[0] if self.resumed is not None else 0.0
             self.resumed = None
-        elif self.last_power is not None and dt:
-            self.integrated += (self.last_power + power) / 2 * dt
+            self.anchor = _Anchor(self.integrated, now, estimate, power)
+        else:
+            self.integrated = self._bridged(now, estimate)
         self.last_power, self.last_time = power, now
         return power, self.integrated
 
-    def _bridged(self, now: float, power: float | None) -> float:
-        """The joules the power drew since the counter's last read, as far as the counter can know them:
-        each interval at the lower of its two readings (a reading is the power as of the driver's last
-        refresh, so a step between two of them is not known to be earlier), and :data:`BRIDGE_LAG_S` of
-        the higher one short of now. The next read of the counter then finds itself at or above it."""
-        start = self.bridge_from
-        if power is None:
-            self.bridge_from = None  # nothing to integrate from: the bridge waits for the next power
-            return self.bridge
-        higher = power
-        if start is not None and now > start[0]:
-            self.bridge += min(start[1], power) * (now - start[0])
-            higher = max(start[1], power)
-        self.bridge_from = (now, power)
-        return max(0.0, self.bridge - higher * BRIDGE_LAG_S)
+    def _counted(
+        self,
+        now: float,
+        power: float | None,
+        energy: float,
+        estimate: float | None,
+        *,
+        wrap_range: float | None,
+        ceiling: float,
+    ) -> tuple[float | None, float | None]:
+        """A reading with the counter: its total, made monotonic, anchors the estimate again."""
+        dt = now - self.last_time if self.last_time is not None else None
+        if self.counter is None:
+            self.counter = MonotonicCounter(wrap_range=wrap_range)
+            if self.resumed is not None:  # continue an earlier run's total
+                self.counter.rebase(energy, self._resumed_total(energy, power, wrap_range, ceiling))
+                self.resumed = None
+            elif self.integrated is not None:  # the counter appeared late: continue, don't jump
+                self.counter.rebase(energy, self.integrated)
+        first = self.counter.previous is None
+        delta = self.counter.update(energy, dt, ceiling)
+        if power is None and not first and dt:
+            power = delta / dt
+        self.last_power, self.last_time, self.counter_read_at = power, now, now
+        total = self.counter.total or 0.0
+        at = now if estimate is not None else None  # without a power now, the next one anchors
+        self.anchor = _Anchor(total, at, estimate or 0.0, power if estimate is not None else None)
+        return power, self.published.to(total)
 
-    def _publish(self, total: float | None) -> float | None:
-        """``total``, or the last one handed out where that was higher (the bridge ran ahead)."""
-        published = self.published
-        if total is not None and (published is None or total > published):
-            self.published = published = total
-        return published
+    def _bridged(self, now: float, estimate: float | None) -> float:
+        """The anchor's total plus the energy the power drew since; held where this reading has no
+        power (the next one anchors anew: nothing is integrated across the hole)."""
+        anchor = self.anchor
+        assert anchor is not None
+        if estimate is None:
+            self._hold()
+            return self.anchor.total  # type: ignore[union-attr]
+        if anchor.at is None:  # the first power after a hole: counted from here
+            self.anchor = _Anchor(anchor.total, now, estimate, self.power.last_instant)
+            return anchor.total
+        return anchor.total + estimate - anchor.estimate + self.power.tail(anchor.power)
+
+    def _hold(self) -> None:
+        """Nothing integrated from here until the next reading with a power, which anchors anew."""
+        self.power.restart()
+        anchor = self.anchor
+        if anchor is not None and anchor.at is not None:
+            held = self.published.target if self.counter is not None else self.integrated
+            self.anchor = _Anchor(held if held is not None else anchor.total, None)
 
     def _resumed_total(
         self, energy: float, power: float | None, wrap_range: float | None, ceiling: float
@@ -245,9 +438,9 @@ class EnergyTracker:
         A counter's next delta is energy really used meanwhile: only its bridge stops (until the next
         power reading), keeping what it integrated before the hole.
         """
+        self._hold()
         if self.counter is None:
             self.last_power, self.last_time = None, None
-        self.bridge_from = None
 
 
 def uptime() -> float:
@@ -260,25 +453,32 @@ def uptime() -> float:
 
 @dataclass(slots=True)
 class ThrottleTracker:
-    """Seconds spent in one throttle reason: the hardware violation counter, else sampled time."""
+    """Seconds spent in one throttle reason: the hardware counter where one is read (at its own
+    cadence), bridged between two reads by the time the reason was seen active since the last one
+    (:class:`Reconciled`: never down, up to the counter at each read); else the sampled time alone."""
 
     counter: MonotonicCounter | None = None
-    accumulated: float = 0.0
+    accumulated: float = 0.0  #: seconds seen active, each reading's interval counted where it is
     last_time: float | None = None
+    #: The counter's total at its last read and ``accumulated`` then.
+    anchor: tuple[float, float] | None = None
+    published: Reconciled = field(default_factory=Reconciled)
 
     def update(self, now: float, active: bool, counter_seconds: float | None) -> float:
         """Return the monotonic seconds total for this reading."""
         dt = now - self.last_time if self.last_time is not None else 0.0
         self.last_time = now
+        if active:
+            self.accumulated += dt
         if counter_seconds is not None:
             if self.counter is None:
                 self.counter = MonotonicCounter()
             self.counter.update(counter_seconds)
-            return self.counter.total or 0.0
-        if self.counter is not None:  # the counter failed this once: hold its total
-            return self.counter.total or 0.0
-        if active:
-            self.accumulated += dt
+            self.anchor = (self.counter.total or 0.0, self.accumulated)
+            return self.published.to(self.anchor[0])
+        if self.anchor is not None:  # between two reads of the counter
+            total, accumulated = self.anchor
+            return self.published.to(total + self.accumulated - accumulated)
         return self.accumulated
 
 

@@ -23,6 +23,11 @@ class DeviceSample:
     throttle_seconds: dict[str, float] = field(default_factory=dict)
     #: The reading's ``counters`` made monotonic (across driver reloads), keyed the same way.
     counters: dict[str, LabelledValues] = field(default_factory=dict)
+    #: Where this reading read the energy counter: its total then (J), the counter's own (made
+    #: monotonic), which ``energy_joules`` may have run past; None between two reads of it.
+    energy_counted_joules: float | None = None
+    #: Unix time of the last read of the energy counter that ``energy_joules`` is counted from.
+    energy_read_at: float | None = None
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ rediscovery lists them anew, and kept by identity, so a device listed again cont
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 from operator import attrgetter
@@ -89,11 +90,13 @@ class EnergyTrack:
         energy: float | None,
         wrap_range: float | None = None,
         limit_watts: float | None = None,
+        *,
+        average: float | None = None,
     ) -> tuple[float | None, float | None]:
         """Power (W) and monotonic energy (J) of a reading at ``at``: see :meth:`EnergyTracker.update`."""
         tracker = self.tracker
         before = tracker.counter.dropped if tracker.counter is not None else 0.0
-        result = tracker.update(at, power, energy, wrap_range, limit_watts)
+        result = tracker.update(at, power, energy, wrap_range, limit_watts, average=average)
         if tracker.counter is not None and tracker.counter.dropped != before:
             dropped = tracker.counter.dropped - before
             self.dropped.joules += dropped
@@ -144,18 +147,30 @@ class DeviceTrack:
         if not reading.up:
             self.energy.gap()
             return DeviceSample(reading if reading.uuid == uuid else replace(reading, uuid=uuid))
+        tracker = self.energy.tracker
         power, energy = self.energy.update_energy(
-            at, reading.power_watts, reading.energy_counter_joules, limit_watts=reading.power_limit_watts
+            at,
+            reading.power_watts,
+            reading.energy_counter_joules,
+            limit_watts=reading.power_limit_watts,
+            average=reading.power_average_watts,
         )
         if reading.power_average_watts is not None:  # the driver's average: no instant reading to make
             power = reading.power_watts
         if reading.uuid != uuid or power != reading.power_watts:
             reading = _published(reading, uuid, power)
+        counted = read_at = None
+        if tracker.counter_read_at is not None:
+            read_at = tracker.counter_read_at + (time.time() - time.monotonic())
+            if reading.energy_counter_joules is not None:
+                counted = tracker.counter.total if tracker.counter is not None else None
         return DeviceSample(
             reading,
             energy,
             self.throttle.update(at, reading.throttle_active, reading.throttle_counter_seconds),
             self.counters.update(reading.counters),
+            counted,
+            read_at,
         )
 
 

@@ -79,12 +79,16 @@ def read_kind(
 ) -> str:
     """The kind of a GPU's full read by the plan: ``health`` where the slow values are due (the energy
     counter and throttle times come with them), else ``edge`` at a window's edge, ``energy`` where the
-    counter is due, else the cheap ``power``. A cadence found due counts as read from then on."""
+    counter is due, else the cheap ``power``. A cadence found due counts as read from then on; a read
+    of the counter (health, edge) counts for its cadence, which runs on from there."""
     counter = energy.due(now, pace)
     if health.due(now, pace):
         energy.read(now)
         return "health"
-    return "edge" if edge else "energy" if counter else "power"
+    if edge:
+        energy.read(now)
+        return "edge"
+    return "energy" if counter else "power"
 
 
 def _temperatures(sensors: tuple[int | None, float | None]) -> dict[str, float]:
@@ -119,7 +123,7 @@ class Gpu:
         self.calls = SampleCalls(api, guard, handle)
         self.slow = SlowValues(api, guard, handle, context.field_set.reads)
         self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
-        self.energy_cadence = DeviceCadence(context.settings, "energy_interval")
+        self.energy_cadence = DeviceCadence(context.settings, "energy_interval", "window_energy_interval")
         #: What this read asked beside the cheap sample: the energy counter, the throttle times.
         self._energy_read = self._throttle_read = False
         self._energy_mj: float | None = None  # the counter read by call, where the GPU lacks the field
@@ -272,8 +276,9 @@ class Gpu:
 
     def power(self) -> float | None:
         """The instantaneous field where the GPU has it; else nvmlDeviceGetPowerUsage where that is
-        instantaneous: on a GPU without the field (pre-Ampere, GA100). A driver whose header has no
-        power fields (R525/R530) on an averaging GPU has no instantaneous reading: absent."""
+        instantaneous: on a GPU that does not average (pre-Ampere, GA100). On one that averages, the
+        call is never taken for the instant power, even where the field failed this once (absent then):
+        a 1 s average is no instant reading, nor is it to be integrated as one."""
         milliwatts = self.batch.field(fields.FI_POWER_INSTANT)
         if milliwatts is None and not self._power_usage_averages():
             milliwatts = self._get("power", "nvmlDeviceGetPowerUsage")
@@ -307,13 +312,11 @@ class Gpu:
         return milliwatts / 1000 if milliwatts is not None else None
 
     def _power_usage_averages(self) -> bool:
-        """Whether nvmlDeviceGetPowerUsage stands in for the average rather than the instant: the
-        driver numbers no power fields, and the GPU (Ampere and newer but GA100) averages over 1 s."""
-        if self.batch.field_set.numbering.power:
-            return False
+        """Whether nvmlDeviceGetPowerUsage is a 1 s average here: on Ampere and newer but GA100 (an
+        unknown GPU is not claimed instantaneous)."""
         capability = self.known.compute_capability if self.known is not None else None
         if capability is None:
-            return True  # unknown: not claimed instantaneous
+            return True
         major, minor = (int(part) for part in capability.split("."))
         return (major, minor) >= AVERAGING_SINCE
 
