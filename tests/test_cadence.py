@@ -9,8 +9,8 @@ from warptd.config import Settings
 def test_a_device_cadence_reads_the_slow_values_every_health_interval():
     defaults = Settings()
     cadence = DeviceCadence(lambda: defaults)
-    due = [second for second in range(30) if cadence.due(now=float(second))]
-    assert due == [0, 10, 20]
+    due = [second for second in range(90) if cadence.due(now=float(second))]
+    assert due == [0, 30, 60]
 
 
 def test_forgetting_makes_the_next_read_due_and_devices_keep_their_own_time():
@@ -34,9 +34,20 @@ def test_slow_reads_by_index_follow_the_device_cadence():
     """The index-keyed :class:`SlowReads` (NVIDIA) gives the same answers, one cadence per index."""
     defaults = Settings()
     reads = SlowReads(lambda: defaults)
-    assert [s for s in range(25) if reads.due(1, now=float(s))] == [0, 10, 20]
-    assert reads.due(0, now=24.0)
+    assert [s for s in range(65) if reads.due(1, now=float(s))] == [0, 30, 60]
+    assert reads.due(0, now=64.0)
     reads.forget(1)
-    assert reads.due(1, now=25.0) and not reads.due(0, now=25.0)
+    assert reads.due(1, now=65.0) and not reads.due(0, now=65.0)
     reads.forget()
-    assert reads.due(0, now=26.0)
+    assert reads.due(0, now=66.0)
+
+
+def test_a_watched_device_reads_its_energy_counter_every_window_energy_interval():
+    """A window samples the device at 0.1 s: its counter is read every --window-energy-interval (1 s)
+    rather than every --energy-interval (30 s), and again every 30 s once nothing watches it."""
+    defaults = Settings()
+    energy = DeviceCadence(lambda: defaults, "energy_interval", "window_energy_interval")
+    watched = [round(t / 10, 1) for t in range(0, 35) if energy.due(now=t / 10, pace=0.1)]
+    assert watched == [0.0, 1.0, 2.0, 3.0]
+    unwatched = [second for second in range(4, 70) if energy.due(now=float(second))]
+    assert unwatched == [33, 63]

@@ -618,12 +618,27 @@ def test_power_is_the_instant_reading_and_the_driver_average_its_own_series(rig,
     assert 120 <= average < 200  # still mostly the last second's 120 W
 
 
-def test_power_falls_back_to_power_usage_without_the_instant_field(rig, fake_nvml):
-    gpu = fake_nvml.gpus[0]
-    gpu.unsupported_fields = {pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE}
+def test_power_falls_back_to_power_usage_without_the_instant_field(make_rig, fake_nvml):
+    """On a GPU that does not average (an A100: GA100), nvmlDeviceGetPowerUsage is instantaneous."""
+    for gpu in fake_nvml.gpus:
+        gpu.compute_capability = (8, 0)
+        gpu.unsupported_fields = {pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE}
+    rig = make_rig("nvidia")
     samples = rig.tick()
     assert value(samples, "warptd_device_power_watts", **DEV0) == 120  # from nvmlDeviceGetPowerUsage
     assert not select(samples, "warptd_device_power_average_watts", **DEV0)
+    assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
+
+
+def test_the_1_s_average_never_stands_in_for_the_instant_power(rig, fake_nvml):
+    """Issue 38, finding 8: on an H100 (averaging over 1 s) without field 186 (here for good; a read
+    where it failed once goes the same way), nvmlDeviceGetPowerUsage is the average: it is exported
+    as the average, the instant power is absent, and the energy follows the average, not as instant."""
+    gpu = fake_nvml.gpus[0]
+    gpu.unsupported_fields = {pynvml.NVML_FI_DEV_POWER_INSTANT}
+    samples = rig.tick()
+    assert not select(samples, "warptd_device_power_watts", **DEV0)
+    assert value(samples, "warptd_device_power_average_watts", **DEV0) == 120
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
 
 
@@ -719,6 +734,7 @@ def test_field_ids_an_old_driver_does_not_know_fall_back_quietly(settings):
     """An R470 NVML answers INVALID_ARGUMENT for ids past its NVML_FI_MAX: power comes from
     nvmlDeviceGetPowerUsage, the fields are not asked again, and nothing counts as an error."""
     fake = FakeNvml(gpus=1, driver="r470")
+    fake.gpus[0].compute_capability = (8, 0)  # an A100, which R470 drives: it does not average
     settings.backends = ["nvidia"]
     with fake.installed():
         rig = Rig(settings)

@@ -289,14 +289,14 @@ def test_an_nvlink_error_counter_one_link_does_not_support_leaves_the_other_link
 
 
 # -- fix 8: the health cadence and the driver's time --------------------------------------------------
-def test_the_default_health_interval_reads_the_health_batch_every_tenth_second():
-    """dcgm-exporter collects every 30 s; at the default 1 s interval the 108-field batch of an
-    18-link GPU is read every tenth sample, not every sample."""
+def test_the_default_health_interval_reads_the_health_batch_every_thirtieth_second():
+    """dcgm-exporter collects every 30 s; at the default 1 s interval the health batch (5.3 ms of CPU
+    on an H200, the energy counter with it) is read every thirtieth sample, not every sample."""
     defaults = Settings()
-    assert (defaults.interval, defaults.health_interval) == (1.0, 10.0)
+    assert (defaults.interval, defaults.health_interval, defaults.energy_interval) == (1.0, 30.0, 30.0)
     reads = SlowReads(lambda: defaults)
-    due = [second for second in range(30) if reads.due(0, now=float(second))]
-    assert due == [0, 10, 20]
+    due = [second for second in range(90) if reads.due(0, now=float(second))]
+    assert due == [0, 30, 60]
 
 
 def test_the_driver_time_on_field_values_is_a_counter_in_seconds(branch_rig):

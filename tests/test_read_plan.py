@@ -36,8 +36,8 @@ def _energy_reads(fake: FakeNvml) -> int:
 
 
 # -- the read plan -----------------------------------------------------------------------------------
-def test_the_energy_counter_is_read_once_a_second_at_10_hz_and_bridged_between(h200_rig):
-    rig, fake = h200_rig(interval=0.1, health_interval=10.0)
+def test_the_energy_counter_is_read_at_its_cadence_at_10_hz_and_bridged_between(h200_rig):
+    rig, fake = h200_rig(interval=0.1, health_interval=10.0, energy_interval=1.0)
     gpu = fake.gpus[0]
     gpu.live, gpu.power_mw = True, 300_000
     totals, deadline = [], time.monotonic() + 2.05
@@ -73,9 +73,10 @@ def test_throttle_times_are_read_at_the_health_cadence_and_the_flags_every_sampl
     assert value(first, "warptd_device_throttle_seconds_total", reason="hw_thermal_slowdown", **DEV0) == 2
     gpu.clock_event_ns.update({"hw_thermal_slowdown": 5_000_000_000})  # 3 s more, from the driver
     gpu.current_reasons = pynvml.nvmlClocksEventReasonHwThermalSlowdown
-    between = rig.tick()  # the bitmask every sample, the counter not yet
+    between = rig.tick()  # the bitmask every sample, the counter not yet: the time seen active bridges
     assert value(between, "warptd_device_throttle_active", reason="hw_thermal_slowdown", **DEV0) == 1
-    assert value(between, "warptd_device_throttle_seconds_total", reason="hw_thermal_slowdown", **DEV0) == 2
+    bridged = value(between, "warptd_device_throttle_seconds_total", reason="hw_thermal_slowdown", **DEV0)
+    assert 2 < bridged < 2.5  # the interval since the last reading, not the counter's 3 s yet
     time.sleep(0.5)
     due = rig.tick()
     assert value(due, "warptd_device_throttle_seconds_total", reason="hw_thermal_slowdown", **DEV0) == 5

@@ -27,7 +27,12 @@ def sample(
         temperatures_celsius={"gpu": 40 + (watts or 0) / 10, "memory": 30},
         throttle_active={"sw_power_cap": (watts or 0) > 250},
     )
-    return DeviceSample(reading, energy_joules=energy, throttle_seconds={"sw_power_cap": (watts or 0) / 100})
+    return DeviceSample(
+        reading,
+        energy_joules=energy,
+        throttle_seconds={"sw_power_cap": (watts or 0) / 100},
+        energy_counted_joules=energy if counter else None,
+    )
 
 
 def test_counter_and_integrated_energy_and_their_disagreement():
@@ -250,6 +255,22 @@ def test_an_always_throttled_device_is_throttled_no_longer_than_the_recording():
     assert compared.measure("throttled").a == pytest.approx(compared.measure("time").a)
     lost = gpu.model_copy(update={"up": False})  # a lost device: its state is known up to its last sample
     assert throttled_seconds(recording, lost) == pytest.approx(2.027)
+
+
+def test_the_counter_span_is_the_counters_own_where_the_total_handed_out_ran_ahead_of_it():
+    """Between two reads the total handed out is an estimate, and where it ran ahead of the counter it
+    is held, not lowered: a recording between two edge reads is the counter's own delta (issue 38)."""
+    recorder = Recorder([GPU], kind="window", name="w", edges=True)
+    recorder.start()
+    start = recorder.started_mono
+    recorder.add_device(GPU, sample(700, 1000.0), start + 0.01)  # the start's edge read
+    recorder.add_device(GPU, sample(700, 1400.0, counter=False), start + 0.5)  # bridged, ahead
+    ahead = DeviceSample(DeviceReading(index=0, power_watts=700, energy_counter_joules=1700.0), 1400.0)
+    ahead = replace(ahead, energy_counted_joules=1350.0)  # the counter's total, below the one held
+    recorder.add_device(GPU, ahead, start + 0.51)  # the end's edge read
+    recorder.stop()
+    gpu = recorder.recording_now().targets[0]
+    assert gpu.energy_joules == pytest.approx(350.0) and gpu.energy_source == "counter"
 
 
 def test_the_counter_span_starts_at_the_counters_first_read_not_at_a_bridged_total_before_it():

@@ -262,6 +262,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             },
         ),
         (
+            ("--window-energy-interval",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "between two reads of a measured device's energy counter",
+            },
+        ),
+        (
             ("--carbon-intensity",),
             {"type": _number, "metavar": "G_PER_KWH", "help": "gCO2e per kWh, for recordings' carbon"},
         ),

@@ -64,7 +64,7 @@ _UNKNOWN_MEMORY = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 #: 251-253 on an R575/R580 driver, 269-271 from R590, none before (75 aliases the SW thermal one).
 CLOCK_EVENT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 #: STATE_VERSION of nvml_double.c: the library refuses a state file of another layout.
-STATE_VERSION = 5
+STATE_VERSION = 6
 # The array sizes of nvml_double.c.
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
@@ -258,6 +258,8 @@ class GpuState(ctypes.Structure):
         ("energy_answers", _EnergyAnswer * ENERGY_ANSWERS),
         ("module_power_mw", _U32),  # fields 185/186 at scopeId 1 (a Grace Hopper module); 0: NOT_SUPPORTED
         ("memory_power_mw", _U32),  # at scopeId 2 (the memory); 0: NOT_SUPPORTED
+        ("average_lag_ms", _U32),  # the 1 s average ends this many ms before its refresh
+        ("pad_lag", _U32),
     ]
 
 
@@ -442,7 +444,7 @@ _SCALARS = (
     "supported_events", "handle_error", "mig_mode", "field_latency_us",
     # nv-health
     "retires_pages", "pcie_replays", "recovery_action", "nvlink_count", "encoder_util", "decoder_util",
-    "pstate", "power_smoothing", "module_power_mw", "memory_power_mw",
+    "pstate", "power_smoothing", "module_power_mw", "memory_power_mw", "average_lag_ms",
 )  # fmt: skip
 #: nv-health: the health and traffic arrays of ``struct gpu``, read and written in place
 #: (``gpu.ecc_volatile[1] = 2``): ECC SBE/DBE, remapped rows (cor, unc, pending, failure), retired pages

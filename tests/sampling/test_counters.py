@@ -549,7 +549,7 @@ def test_the_averages_lag_is_learnt_from_the_instant_power(lag):
 def test_the_total_never_goes_down_and_is_the_counter_wherever_it_was_behind_it():
     from tests.doubles.nvml_power import Driver, SquareWave, sample
 
-    tracker, update = _tracked()
+    _, update = _tracked()
     rows = sample(Driver(SquareWave(1.37), lag=0.2), update, seconds=120, interval=0.1, counter_every=10.0)
     totals = [total for _, _, total, _ in rows]
     assert all(later >= earlier for earlier, later in itertools.pairwise(totals))

@@ -98,7 +98,7 @@ ENERGY = _device(
     "else integrated power.",
 )
 ENERGY_READ = _device(
-    "warptd_device_energy_counter_read_timestamp_seconds",
+    "warptd_device_energy_read_timestamp_seconds",
     "gauge",
     "Unix time of the last read of the device's energy counter. warptd_device_energy_joules_total is the "
     "counter's own at each read, and between reads an estimate from the power (NVML: its 1 s average); "

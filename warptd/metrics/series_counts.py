@@ -21,7 +21,7 @@ SERIES_PER_GPU: dict[str, tuple[int, ...]] = {
     "warptd_device_power_average_watts": (1, 1),
     "warptd_device_power_limit_watts": (1, 1),
     "warptd_device_energy_joules_total": (1, 1),
-    "warptd_device_energy_counter_read_timestamp_seconds": (1, 1),
+    "warptd_device_energy_read_timestamp_seconds": (1, 1),
     "warptd_device_temperature_celsius": (2, 2),
     "warptd_device_clock_hertz": (3, 3),
     "warptd_device_throttle_active": (6, 6),

@@ -62,6 +62,8 @@ class Baseline:
     at: float
     energy_joules: float | None
     power_watts: float | None
+    #: The counter's own total where that sample read it (:attr:`DeviceSample.energy_counted_joules`).
+    counted_joules: float | None = None
 
 
 @dataclass(slots=True)
@@ -182,6 +184,7 @@ class _Digest:
 
     power: float | None
     energy: float | None
+    counted: float | None  # the counter's own total, where this sample read it
     hottest: float | None
     compute: float | None
     counter: bool
@@ -199,6 +202,7 @@ class _Digest:
         return cls(
             power=reading.power_watts,
             energy=sample.energy_joules,
+            counted=sample.energy_counted_joules,
             hottest=max(reading.temperatures_celsius.values(), default=None),
             compute=reading.utilization.compute if reading.utilization else None,
             counter=reading.energy_counter_joules is not None,
@@ -243,9 +247,12 @@ class _TargetState:
     utilization: _Mean = field(default_factory=_Mean)
     activity: _ActivitySums = field(default_factory=_ActivitySums)
     energy: _Span = field(default_factory=_Span)
-    #: The energy total at the first sample that read the device's counter: the counter's span starts
-    #: there (a sample before it, read in flight while the recording began, holds a bridged total).
+    #: The counter's own total at the first sample that read it: the counter's span starts there (a
+    #: sample before it, read in flight while the recording began, holds a bridged total).
     counted_from: tuple[int, float] | None = None  # (samples then, the total)
+    #: The counter's own total at the last sample that read it, and the total handed out then (which
+    #: may have run ahead of it): what follows that read is the handed-out total's growth.
+    counted_last: tuple[float, float] | None = None
     integrated: _Trapezoid = field(default_factory=_Trapezoid)
     throttle_first: dict[str, float] = field(default_factory=dict)  # seconds throttled, per reason
     throttle_last: dict[str, float] = field(default_factory=dict)
@@ -276,7 +283,10 @@ class _TargetState:
         """Start the energy span and the integral at ``baseline`` (no point, no sample counted)."""
         self.energy.add(baseline.energy_joules)
         if baseline.energy_joules is not None:  # the span starts there, read or bridged
-            self.counted_from = (0, baseline.energy_joules)
+            start = baseline.counted_joules if baseline.counted_joules is not None else baseline.energy_joules
+            self.counted_from = (0, start)
+            if baseline.counted_joules is not None:
+                self.counted_last = (baseline.counted_joules, baseline.energy_joules)
         self.integrated.add(baseline.at, baseline.power_watts)
         self.last_at = baseline.at
         self.based = (baseline.energy_joules is not None, baseline.power_watts is not None)
@@ -430,8 +440,10 @@ class Recorder:
             state.samples += 1
             state.note_power(at, seen.power)
             state.counter_seen |= seen.counter
-            if seen.counter and state.counted_from is None and seen.energy is not None:
-                state.counted_from = (state.samples, seen.energy)
+            if seen.counted is not None and seen.energy is not None:
+                if state.counted_from is None:
+                    state.counted_from = (state.samples, seen.counted)
+                state.counted_last = (seen.counted, seen.energy)
             state.power.add(seen.power)
             state.integrated.add(at, seen.power)
             state.energy.add(seen.energy)
@@ -568,14 +580,18 @@ def _since(span: _Span) -> float | None:
 def _summary(state: _TargetState, span: tuple[float, float] | None, points: bool = True) -> TargetRecording:
     target = state.target
     counted = state.energy.delta if state.spans(energy=True) and state.counter_seen else None
-    first = state.counted_from
+    first, last = state.counted_from, state.counted_last
     if (
         counted is not None
         and first is not None
         and state.samples > first[0]
         and state.energy.last is not None
     ):
-        counted = state.energy.last - first[1]  # from the counter's first read on
+        # From the counter's first read to its last (its own totals: the edges' reads), and on from
+        # there as the total handed out grew.
+        counted = (
+            state.energy.last - first[1] if last is None else last[0] - first[1] + state.energy.last - last[1]
+        )
     integrated = state.integrated.joules if state.spans(energy=False) else None
     estimated = None
     if span is not None:

@@ -239,8 +239,9 @@ class WorkloadHistory:
         for target_id, sample in devices.items():
             kept = last.get(target_id)
             if kept is None or kept[0].at < at:
-                reading = sample.reading
-                last[target_id] = (Baseline(at, sample.energy_joules, reading.power_watts), reading.uuid)
+                reading, counted = sample.reading, sample.energy_counted_joules
+                baseline = Baseline(at, sample.energy_joules, reading.power_watts, counted)
+                last[target_id] = (baseline, reading.uuid)
         for domain in packages:
             target_id = f"{domain.source}:{domain.domain}"
             kept = last.get(target_id)
