@@ -154,12 +154,12 @@ class PowerIntegral:
         trapezoid += dt * (between or 0.0)
         window = self.window
         start = now - window
-        back = self._at(start) if start < then else None
+        back = self._at(start, within=dt / 2) if start < then else None
         if average is None:
             total += dt * (between or 0.0)
         elif start >= then:  # read slower than the window: the time before it at the powers around it
             total += (start - then) * (between or 0.0) + window * average
-        elif back is None:  # the history does not reach a window back yet
+        elif back is None:  # the history does not reach a window back at this pace yet
             total += dt * (between or 0.0)
         else:
             tiled = back[0] + window * average
@@ -180,14 +180,17 @@ class PowerIntegral:
         now = self.last_instant
         return self.lag.seconds * (now - since) if now is not None and since is not None else 0.0
 
-    def _at(self, t: float) -> tuple[float, float, float | None] | None:
-        """F, the trapezoid and the instant power at time ``t`` between two readings of the history;
-        None where it does not reach back."""
+    def _at(self, t: float, within: float) -> tuple[float, float, float | None] | None:
+        """F, the trapezoid and the instant power at time ``t`` between two readings of the history, one
+        of them at most ``within`` s from it; None where it does not reach back, or only across a wider
+        gap (read sparsely then: what fell between is not known at this reading's pace)."""
         later = None
         for at, total, trapezoid, power in reversed(self._history):
             if at <= t:
                 if later is None:
                     return total, trapezoid, power
+                if min(t - at, later[0] - t) > within:
+                    return None
                 share = (t - at) / (later[0] - at)
                 between = power if power is None or later[3] is None else power + (later[3] - power) * share
                 return total + (later[1] - total) * share, trapezoid + (later[2] - trapezoid) * share, between
