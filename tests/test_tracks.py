@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
 from warptd.power.base import DomainPower, DomainReading, PowerSource
-from warptd.sampling.counters import EnergyTracker
+from warptd.sampling.counters import EnergyTracker, Resumed
 from warptd.sampling.tracks import DeviceTrack, DeviceTracks, DomainTrack, DomainTracks
 from warptd.sampling.validate import sanitize_device, sanitize_domain
 
@@ -127,7 +127,7 @@ def test_saved_totals_are_resumed_under_the_backend_and_identity():
 
     def resume(key: str, tracker: EnergyTracker) -> None:
         asked.append(key)
-        tracker.resume_from(5000.0, None, read_at=time.time() - 60, power=100.0)  # after a reboot: all new
+        tracker.resume_from(Resumed(5000.0, None, read_at=time.time() - 60, power=100.0))  # after a reboot
 
     tracks = DeviceTracks("nvidia", resume)
     tracks.follow([gpu(0, "GPU-0"), gpu(1, None)])

@@ -331,6 +331,20 @@ def environment(state_path: str, driver: str = "current") -> dict[str, str]:
     return {"LD_LIBRARY_PATH": ":".join(paths), "WARPTD_NVML_DOUBLE_STATE": state_path}
 
 
+def reload_driver(path: str) -> None:
+    """A driver reload on the driver that daemons in other processes load (``path``: the state file
+    of bench/double_daemon.py's ``NVML_DOUBLE_DRIVER``): every GPU's counters restart, as
+    :meth:`FakeGpu.reload_driver` does to one."""
+    with open(path, "r+b") as handle, mmap.mmap(handle.fileno(), ctypes.sizeof(State)) as mapped:
+        state = State.from_buffer(mapped)
+        for position in range(state.gpu_count):
+            gpu = object.__new__(FakeGpu)
+            object.__setattr__(gpu, "state", state.gpus[state.order[position]])
+            gpu.reload_driver()
+            del gpu
+        del state  # no view of the map may outlive it
+
+
 # -- one GPU ---------------------------------------------------------------------------------------
 class _Flag:
     """A 0/1 field of the shared state with a ``threading.Event``-like face (``hang``, ``release``)."""

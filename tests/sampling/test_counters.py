@@ -11,9 +11,11 @@ from warptd.models import CLOCK_EVENT_REASONS, DeviceReading
 from warptd.sampling.counters import (
     EnergyTracker,
     MonotonicCounter,
+    Resumed,
     ThrottleSeconds,
     ThrottleTracker,
 )
+from warptd.sampling.state import FIRST_STATE_FILE
 
 
 def test_counter_starts_at_first_raw_value_and_adds_deltas():
@@ -167,7 +169,7 @@ def test_a_reading_keeps_clock_events_out_of_its_throttle_fields():
 # -- resuming an earlier run's total (--state-dir) -------------------------------------------------
 def test_resume_on_the_same_boot_counts_a_lower_counter_as_a_wrap():
     t = EnergyTracker()
-    t.resume_from(500.0, 900.0, same_boot=True)
+    t.resume_from(Resumed(500.0, 900.0, same_boot=True))
     assert t.update(0.0, None, 50.0, wrap_range=1000.0) == (None, 650.0)  # 500 + (1000 - 900) + 50
     assert t.counter is not None and t.counter.wraps == 1
     assert t.update(2.0, None, 60.0, wrap_range=1000.0) == (5.0, 660.0)
@@ -175,7 +177,7 @@ def test_resume_on_the_same_boot_counts_a_lower_counter_as_a_wrap():
 
 def test_resume_on_the_same_boot_with_a_higher_counter_adds_the_difference():
     t = EnergyTracker()
-    t.resume_from(500.0, 900.0, same_boot=True)
+    t.resume_from(Resumed(500.0, 900.0, same_boot=True))
     assert t.update(0.0, None, 950.0, wrap_range=1000.0) == (None, 550.0)
 
 
@@ -186,7 +188,7 @@ def test_resume_on_the_same_boot_with_a_higher_counter_adds_the_difference():
 )
 def test_resume_with_a_lower_counter_is_a_reset_unless_a_wrap_is_known(same_boot, wrap_range):
     t = EnergyTracker()
-    t.resume_from(500.0, 900.0, same_boot=same_boot, read_at=time.time() - 10.0, power=20.0)
+    t.resume_from(Resumed(500.0, 900.0, same_boot=same_boot, read_at=time.time() - 10.0, power=20.0))
     _, total = t.update(0.0, None, 50.0, wrap_range=wrap_range)
     assert total == pytest.approx(550.0)  # a reset: the new raw, within 20 W over the 10 s gap
     assert t.counter is not None and t.counter.wraps == 0
@@ -196,7 +198,7 @@ def test_resume_after_a_reboot_adds_the_whole_counter_where_the_power_around_the
     # After a reboot the state file's raw values are dropped: the counter counts from the boot.
     for energy in (50.0, 950.0):
         t = EnergyTracker()
-        t.resume_from(500.0, None, same_boot=False, read_at=time.time() - 60.0, power=30.0)
+        t.resume_from(Resumed(500.0, None, same_boot=False, read_at=time.time() - 60.0, power=30.0))
         assert t.update(0.0, 40.0, energy, wrap_range=1000.0) == (40.0, 500.0 + energy)  # under 35 W x 60 s
 
 
@@ -225,7 +227,7 @@ def test_a_plausible_reset_keeps_its_whole_reading_and_no_limit_means_5000_w():
 
 def test_a_counter_that_ran_on_adds_at_most_the_power_limit_times_the_time_since_its_reading():
     t = EnergyTracker()
-    t.resume_from(500.0, 2_000_000.0, same_boot=True, read_at=time.time() - 1.2, power=150.0)
+    t.resume_from(Resumed(500.0, 2_000_000.0, same_boot=True, read_at=time.time() - 1.2, power=150.0))
     _, total = t.update(0.0, 150.0, 3_000_000.0, limit_watts=700.0)  # higher: the difference, bounded
     assert 500.0 + 700.0 * 1.2 <= total <= 500.0 + 700.0 * 1.5  # the 1.2 s, and this test's own
     assert t.dropped_joules == pytest.approx(500.0 + 1_000_000.0 - total)
@@ -249,7 +251,7 @@ def test_a_counter_that_restarted_in_the_gap_adds_the_power_around_it_times_the_
     """Restarted 3 s after its last reading at 100-170 W, a GPU whose counter now says 1 MJ (the
     double's counter restarted whenever it was loaded) once gained 700 W x the gap: ~1,040 W."""
     t = EnergyTracker()
-    t.resume_from(500.0, raw, same_boot=same_boot, read_at=time.time() - 3.0, power=before)
+    t.resume_from(Resumed(500.0, raw, same_boot=same_boot, read_at=time.time() - 3.0, power=before))
     power, total = t.update(0.0, after, 1_000_000.0, limit_watts=700.0)
     assert power == after
     assert 500.0 + watts * 3.0 <= total <= 500.0 + watts * 3.3  # the 3 s, and this test's own
@@ -259,7 +261,7 @@ def test_a_counter_that_restarted_in_the_gap_adds_the_power_around_it_times_the_
 
 def test_the_power_around_the_gap_never_bounds_above_the_limit():
     t = EnergyTracker()
-    t.resume_from(500.0, None, read_at=time.time() - 2.0, power=4000.0)  # a state file's claim
+    t.resume_from(Resumed(500.0, None, read_at=time.time() - 2.0, power=4000.0))  # a state file's claim
     _, total = t.update(0.0, 4000.0, 1_000_000.0, limit_watts=700.0)
     assert 500.0 + 700.0 * 2.0 <= total <= 500.0 + 700.0 * 2.3
 
@@ -338,7 +340,7 @@ def test_a_restored_reading_from_the_future_is_bounded_by_the_time_since_boot(mo
 
     monkeypatch.setattr(counters, "uptime", lambda: 2.0)
     t = EnergyTracker()
-    t.resume_from(500.0, 2_000_000.0, same_boot=True, read_at=time.time() + 3600.0)
+    t.resume_from(Resumed(500.0, 2_000_000.0, same_boot=True, read_at=time.time() + 3600.0))
     with capture_logs() as logs:
         _, total = t.update(0.0, None, 3_000_000.0, limit_watts=700.0)
     assert total == pytest.approx(500.0 + 700.0 * 2.0)
@@ -346,7 +348,7 @@ def test_a_restored_reading_from_the_future_is_bounded_by_the_time_since_boot(mo
     (line,) = [e for e in logs if e["event"] == "energy_restore_clock_behind"]
     assert line["behind_s"] == pytest.approx(3600.0, abs=5.0) and line["bounded_by_s"] == 2.0
     again = EnergyTracker()  # a real uptime: a bound, never negative
-    again.resume_from(500.0, 2_000_000.0, same_boot=True, read_at=time.time() + 3600.0)
+    again.resume_from(Resumed(500.0, 2_000_000.0, same_boot=True, read_at=time.time() + 3600.0))
     monkeypatch.undo()
     assert again.update(0.0, None, 2_000_100.0, limit_watts=700.0)[1] == pytest.approx(600.0)
 
@@ -408,34 +410,41 @@ def test_a_saved_total_that_cannot_be_is_refused_with_a_warning_and_never_saved_
     tracker = EnergyTracker()
     state.resume("gpu/bad", tracker)
     assert tracker.update(0.0, None, 20.0) == (None, 20.0)  # counts from its own counter, as new
-    state.maybe_save(lambda: [("gpu/bad", tracker)], force=True)
+    state.record("nvidia", [("gpu/bad", tracker)])
+    assert state.write()
     saved = json.loads((state_dir / "counters.json").read_text())["counters"]
     assert saved["gpu/bad"]["total"] == 20.0 and saved["gpu/good"]["total"] == 500.0
     assert saved["gpu/bad"]["since"] <= time.time()  # this boot: counting anew
-    assert saved["gpu/good"]["since"] is None  # saved without one: kept so
+    assert saved["gpu/good"]["since"] == FIRST_STATE_FILE  # saved without one: bounded by the first file
 
 
-def test_a_total_saved_with_its_start_is_bounded_by_it_and_one_without_is_not(tmp_path, procfs):
-    """``since``: the boot a total began counting on, kept across saves; a file of an earlier
-    version has none, and its totals (of many boots, maybe) are taken as they are."""
+def test_a_total_saved_with_its_start_is_bounded_by_it_and_one_without_by_the_first_state_file(
+    tmp_path, procfs
+):
+    """``since``: the boot a total began counting on, kept across saves. A file of an earlier version
+    has none: no total can have begun before warptd first wrote this file, which bounds it, and it
+    is saved again with that bound (issue 39, finding 6: ``{"total": 1e300}`` was exported and saved
+    again with ``"since": null``)."""
     import json
 
-    from warptd.sampling.state import CounterState
+    from warptd.sampling.state import FIRST_STATE_FILE, CounterState
 
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     now = time.time()
     counters = {
-        "old": {"total": 1e12, "raw": None},  # 5000 W for 6 years: no since, no bound
+        "old": {"total": 5e8, "raw": None},  # 5000 W for a day: since the first state file, it can be
+        "forged": {"total": 1e300, "raw": None},
         "kept": {"total": 4.9e9, "raw": None, "since": now - 1e6},  # under 5000 W x 1e6 s
         "over": {"total": 5.1e9, "raw": None, "since": now - 1e6},
     }
     (state_dir / "counters.json").write_text(json.dumps({"version": 1, "counters": counters}))
     state = CounterState(state_dir, procfs)
     assert set(state.saved) == {"old", "kept"}
-    state.maybe_save(lambda: [], force=True)
+    assert state.write()
     saved = json.loads((state_dir / "counters.json").read_text())["counters"]
-    assert saved["old"]["since"] is None and saved["kept"]["since"] == pytest.approx(now - 1e6)
+    assert set(saved) == {"old", "kept"}
+    assert saved["old"]["since"] == FIRST_STATE_FILE and saved["kept"]["since"] == pytest.approx(now - 1e6)
 
 
 def test_a_restarted_daemon_over_the_same_driver_counts_the_gap_at_the_power_drawn(tmp_path):

@@ -44,6 +44,7 @@ class SnapshotCollector(Collector):
         families = Families(device_extra=m.POD_LABELS if self.pod_labels else ())
         now = time.time()
         families.add(m.BUILD_INFO, [__version__, platform.python_version()], 1)
+        families.add(m.STATE_SAVE_ERRORS, [], self.snapshot.state_save_errors)
         for state in self.snapshot.states():
             fresh = self.snapshot.is_fresh(state, now)
             self._self_metrics(families, state, fresh)
@@ -65,6 +66,7 @@ class SnapshotCollector(Collector):
         for kind in _COUNTED_KINDS:
             families.add(m.SAMPLE_ERRORS, [name, str(kind)], state.errors.get(kind, 0))
         families.add(m.ENERGY_DROPPED, [name], state.energy_dropped_joules)
+        families.add(m.ENERGY_OVERCOUNT, [name], state.energy_overcount_joules)
         for kind, cost in state.read_costs.items():
             families.add(m.READ_CPU, [name, kind], cost.cpu_seconds)
             families.add(m.READS, [name, kind], cost.reads)

@@ -327,6 +327,21 @@ ENERGY_DROPPED = MetricSpec(
     "while the daemon was down, beyond the power measured around that gap: left out of the energy totals.",
     ("backend",),
 )
+ENERGY_OVERCOUNT = MetricSpec(
+    "warptd_energy_restart_overcount_joules_total",
+    "counter",
+    "Energy added to totals at a restart after their counter restarted while the daemon was down (a "
+    "driver reload, a reboot), so that none is below what the run before may have exported after its "
+    "last save (--state-dir): at most each device's power limit times the 10 s save interval.",
+    ("backend",),
+)
+STATE_SAVE_ERRORS = MetricSpec(
+    "warptd_state_save_errors_total",
+    "counter",
+    "Saves of --state-dir/counters.json that failed. Until the next one succeeds, a restart after a "
+    "driver reload may find an energy total below what was exported.",
+    (),
+)
 READ_CPU = MetricSpec(
     "warptd_backend_read_cpu_seconds_total",
     "counter",
@@ -568,6 +583,8 @@ ALL: tuple[MetricSpec, ...] = (
     SAMPLES,
     SAMPLE_ERRORS,
     ENERGY_DROPPED,
+    ENERGY_OVERCOUNT,
+    STATE_SAVE_ERRORS,
     READ_CPU,
     READS,
     LAST_SAMPLE,

@@ -263,6 +263,22 @@ class _Anchor:
     power: float | None = None  #: the instant power then (W)
 
 
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """What an earlier run of the daemon saved of one total: the total, the raw counter it was computed
+    from (None: not of this boot), whether that run was on this boot, the Unix time of that reading,
+    the power then (W), the most it had handed out (J) and the most it promised to hand out before its
+    next save (J); the last two None in files of earlier versions."""
+
+    total: float
+    raw: float | None = None
+    same_boot: bool = False
+    read_at: float | None = None
+    power: float | None = None
+    published: float | None = None
+    promise: float | None = None
+
+
 @dataclass(slots=True)
 class EnergyTracker:
     """Energy of one device or domain: from its counter where it has one, else integrated power.
@@ -286,49 +302,77 @@ class EnergyTracker:
     power: PowerIntegral = field(default_factory=PowerIntegral)
     anchor: _Anchor | None = None
     published: Reconciled = field(default_factory=Reconciled)
-    #: A total saved by an earlier run of the daemon, the raw counter then, whether that run was
-    #: on this same boot, the Unix time of that reading and the power then (W); not yet applied.
-    resumed: tuple[float, float | None, bool, float | None, float | None] | None = None
+    #: A total saved by an earlier run of the daemon, not yet applied (at the first reading).
+    resumed: Resumed | None = None
+    #: The most a reset or restored counter may add per second (W): the device's power limit.
+    ceiling: float = MAX_PLAUSIBLE_WATTS
+    #: The most this run told the state file it would hand out before its next save (J).
+    promise: float | None = None
+    #: Joules added at a restart after the counter restarted (a driver reload, a reboot), so that the
+    #: total is not below what the run before may have handed out after its last save.
+    overcount: float = 0.0
 
-    def resume_from(
-        self,
-        total: float,
-        raw: float | None,
-        same_boot: bool = False,
-        read_at: float | None = None,
-        power: float | None = None,
-    ) -> None:
-        """Continue from an earlier run's ``total``, computed up to the raw counter ``raw``, read at
-        Unix time ``read_at`` while the device drew ``power`` watts.
+    def resume_from(self, resumed: Resumed) -> None:
+        """Continue from an earlier run's total, applied at the first reading.
 
-        A counter that ran on across the gap measured it: at or above ``raw`` on the same boot (or
-        with the boot unknown), or below it on the same boot with a known wrap range (a wrap; more
-        than one cannot be told from one). What it adds is at most the ceiling (the device's power
-        limit) times the time since ``read_at``. A counter that restarted meanwhile (``raw`` None
-        after a reboot, else lower without a wrap: a driver reload) counted only since then, and
-        its reading is no measure of the gap: it adds at most the gap's estimate from the power on
-        both sides of it (``power`` and the first reading's; the one known, where the other is
-        not), and nothing where neither is known. Beyond either bound is dropped
-        (:attr:`dropped_joules`), never the power limit times the gap. A ``read_at`` in the future
-        (the wall clock stepped back) takes the time since boot instead, logged.
+        A counter that ran on across the gap measured it: at or above the saved raw value on the same
+        boot (or with the boot unknown), or below it on the same boot with a known wrap range (a wrap;
+        more than one cannot be told from one). What it adds is at most the ceiling (the device's power
+        limit) times the time since the saved reading. A counter that restarted meanwhile (no raw value
+        after a reboot, else lower without a wrap: a driver reload) counted only since then, and its
+        reading is no measure of the gap: it adds at most the gap's estimate from the power on both
+        sides of it (the one known, where the other is not), and nothing where neither is known.
+        Beyond either bound is dropped (:attr:`dropped_joules`), never the power limit times the gap. A
+        reading time in the future (the wall clock stepped back) takes the time since boot instead.
+
+        Nothing handed out goes back: a total the earlier run had handed out beyond the counter's is
+        carried (:class:`Reconciled`, as ahead of a counter), and where the counter restarted, the total
+        starts at the most the earlier run promised before its next save, the rest counted in
+        :attr:`overcount`: it may have been killed just before that save.
         """
-        self.resumed = (total, raw, same_boot, read_at, power)
+        self.resumed = resumed
 
     @property
     def dropped_joules(self) -> float:
         """Energy a reset or restored counter claimed beyond the ceiling, left out of the total."""
         return self.counter.dropped if self.counter is not None else 0.0
 
+    @property
+    def total(self) -> float | None:
+        """The total handed out last (J)."""
+        return self.published.value if self.counter is not None else self.integrated
+
     def snapshot(self, wall_offset: float = 0.0) -> dict[str, float | None]:
-        """What a restart needs: the total, the raw counter it was computed from, when that was
-        read (``last_time`` plus ``wall_offset``: Unix time when ``last_time`` is monotonic) and the
-        power then (W), one side of the gap a restart leaves."""
+        """What a restart needs: the total, the raw counter it was computed from, when that was read
+        (``last_time`` plus ``wall_offset``: Unix time when ``last_time`` is monotonic), the power then
+        (W), one side of the gap a restart leaves, and the total handed out."""
         at = self.last_time + wall_offset if self.last_time is not None else None
         if self.counter is not None:
             total, raw = self.counter.total, self.counter.previous
         else:
             total, raw = self.integrated, None
-        return {"total": total, "raw": raw, "at": at, "power": self.last_power}
+        return {"total": total, "raw": raw, "at": at, "power": self.last_power, "published": self.total}
+
+    def next_promise(self, seconds: float) -> float | None:
+        """The most to hand out before the next save, ``seconds`` on: the total now plus that long at
+        the ceiling (J); kept as :attr:`promise` once the state file holds it."""
+        total = self.total
+        return None if total is None else total + self.ceiling * seconds
+
+    @property
+    def over_promise(self) -> bool:
+        """Whether the total reached its promise: the state file must take a new one first."""
+        total, promise = self.total, self.promise
+        return promise is not None and total is not None and total >= promise
+
+    def _kept(self, total: float | None) -> float | None:
+        """``total``, at most the promise the state file holds (the next save lifts it)."""
+        promise = self.promise
+        if promise is None or total is None or total <= promise:
+            return total
+        if self.counter is not None:
+            self.published.value = promise
+        return promise
 
     def update(
         self,
@@ -345,21 +389,22 @@ class EnergyTracker:
         counter where this reading read it. ``limit_watts``: the device's power limit, the most a reset
         or restored counter may add per second (``MAX_PLAUSIBLE_WATTS`` without one)."""
         estimate = self.power.add(now, power, average)
+        ceiling = self.ceiling = limit_watts or MAX_PLAUSIBLE_WATTS
         if energy is not None:
-            ceiling = limit_watts or MAX_PLAUSIBLE_WATTS
             return self._counted(now, power, energy, estimate, wrap_range=wrap_range, ceiling=ceiling)
         if self.counter is not None:
             # Between two reads of the counter (or it is unreadable now): the power's estimate since.
-            return power, self.published.to(self._bridged(now, estimate))
+            return power, self._kept(self.published.to(self._bridged(now, estimate)))
         if estimate is None:  # no power: a gap, nothing integrated across it
             self.gap()
             return None, self.integrated
         if self.integrated is None:
-            self.integrated = self.resumed[0] if self.resumed is not None else 0.0
+            resumed = self.resumed
+            self.integrated = 0.0 if resumed is None else max(resumed.total, resumed.published or 0.0)
             self.resumed = None
             self.anchor = _Anchor(self.integrated, now, estimate, power)
         else:
-            self.integrated = self._bridged(now, estimate)
+            self.integrated = self._kept(self._bridged(now, estimate))
         self.last_power, self.last_time = power, now
         return power, self.integrated
 
@@ -379,7 +424,6 @@ class EnergyTracker:
             self.counter = MonotonicCounter(wrap_range=wrap_range)
             if self.resumed is not None:  # continue an earlier run's total
                 self.counter.rebase(energy, self._resumed_total(energy, power, wrap_range, ceiling))
-                self.resumed = None
             elif self.integrated is not None:  # the counter appeared late: continue, don't jump
                 self.counter.rebase(energy, self.integrated)
         first = self.counter.previous is None
@@ -390,7 +434,9 @@ class EnergyTracker:
         total = self.counter.total or 0.0
         at = now if estimate is not None else None  # without a power now, the next one anchors
         self.anchor = _Anchor(total, at, estimate or 0.0, power if estimate is not None else None)
-        return power, self.published.to(total)
+        if self.resumed is not None:  # nothing the earlier run handed out goes back
+            self.published.value, self.resumed = max(total, self.resumed.published or 0.0), None
+        return power, self._kept(self.published.to(total))
 
     def _bridged(self, now: float, estimate: float | None) -> float:
         """The anchor's total plus the energy the power drew since; held where this reading has no
@@ -417,23 +463,31 @@ class EnergyTracker:
         self, energy: float, power: float | None, wrap_range: float | None, ceiling: float
     ) -> float:
         """The resumed total at the first reading (``energy`` J, ``power`` W) after the gap."""
-        assert self.resumed is not None and self.counter is not None
-        total, raw, same_boot, read_at, power_before = self.resumed
-        since = time.time() - read_at if read_at is not None else None
+        resumed, counter = self.resumed, self.counter
+        assert resumed is not None and counter is not None
+        since = time.time() - resumed.read_at if resumed.read_at is not None else None
         if since is not None and since < 0:  # the wall clock stepped back since that reading
             behind, since = -since, uptime()
             log.warning(
                 "energy_restore_clock_behind", behind_s=round(behind, 3), bounded_by_s=round(since, 3)
             )
+        raw, total = resumed.raw, resumed.total
         if raw is not None and energy >= raw:  # it ran on: the difference is the gap's energy
-            return total + self.counter.bounded(energy - raw, ceiling, since)
-        if raw is not None and same_boot and wrap_range:  # it wrapped while the daemon was down
-            self.counter.wraps += 1
-            return total + self.counter.bounded((wrap_range - raw) + energy, ceiling, since)
+            return total + counter.bounded(energy - raw, ceiling, since)
+        if raw is not None and resumed.same_boot and wrap_range:  # it wrapped while the daemon was down
+            counter.wraps += 1
+            return total + counter.bounded((wrap_range - raw) + energy, ceiling, since)
         # It restarted (a reboot; a reset, or the boot unknown): the gap's power as measured around it.
-        measured = [watts for watts in (power_before, power) if watts is not None]
+        measured = [watts for watts in (resumed.power, power) if watts is not None]
         estimate = min(sum(measured) / len(measured), ceiling) if measured else 0.0
-        return total + self.counter.bounded(energy, estimate, since if since is not None else 0.0)
+        total = max(
+            total + counter.bounded(energy, estimate, since if since is not None else 0.0),
+            resumed.published or 0.0,
+        )  # handed out for sure
+        if resumed.promise is not None and resumed.promise > total:  # it may have handed out up to that
+            self.overcount += resumed.promise - total
+            total = resumed.promise
+        return total
 
     def gap(self) -> None:
         """The device or domain was not read this time: integrate nothing across the hole.

@@ -91,16 +91,18 @@ class Publisher:
             if full:
                 changes["last_duration"] = time.monotonic() - started
                 changes["samples"] = (state.samples + 1) if state else 1
-            dropped = tracks.dropped_joules
+            dropped, overcount = tracks.dropped_joules, tracks.overcount_joules
             if dropped:
                 changes["energy_dropped_joules"] = dropped
+            if overcount:
+                changes["energy_overcount_joules"] = overcount
             if raw.costs:
                 changes["read_costs"] = raw.costs
+            self._save_due(name, tracks)  # before the totals show: the file holds what they may reach
             now = time.time()
             self.snapshot.update(
                 name, **changes, healthy=True, stale_reason=None, last_success=now, last_attempt_done=now
             )
-            self.save()
         for listener in self.listeners:
             listener(name, new_devices, new_domains, raw.at)
         for power_name, power_raw in derived:
@@ -114,14 +116,28 @@ class Publisher:
         for power in self.derived.get(name, ()):  # its read was this one
             self.fail(power.name, kind, reason)
 
-    def save(self, force: bool = False) -> None:
-        """Save every energy total when a save is due (``force``: now)."""
-        self.state.maybe_save(self._energy_trackers, force=force)
+    def _save_due(self, name: str, tracks: DeviceTracks | DomainTracks) -> None:
+        """Save backend ``name``'s totals, under its lock, when due: first at its first read, then every
+        ``SAVE_EVERY_S``, and at once where a total reached the promise the file holds."""
+        state = self.state
+        if state.due(name) or any(track.tracker.over_promise for track in tracks.energy()):
+            state.record(name, _trackers(tracks))
+            if not state.write():
+                self.snapshot.state_save_errors = state.save_errors
 
-    def _energy_trackers(self) -> Iterator[tuple[str, EnergyTracker]]:
-        for tracks in self.tracks.values():
-            for track in tracks.energy():
-                yield track.key, track.tracker
+    def save_all(self) -> None:
+        """Save every backend's totals as they are, each taken under its lock, promising no more (at
+        stop: nothing is handed out after)."""
+        for name, tracks in self.tracks.items():
+            with self._locks[name]:
+                self.state.record(name, _trackers(tracks), final=True)
+        if not self.state.write():
+            self.snapshot.state_save_errors = self.state.save_errors
+
+
+def _trackers(tracks: DeviceTracks | DomainTracks) -> Iterator[tuple[str, EnergyTracker]]:
+    for track in tracks.energy():
+        yield track.key, track.tracker
 
 
 def _merge(

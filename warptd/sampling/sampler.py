@@ -284,7 +284,7 @@ class Sampler:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         self._deadlines.stop()
-        self.publisher.save(force=True)
+        self.publisher.save_all()
         for name, worker in self._workers.items():
             worker.close()
             backend = self.backends[name]

@@ -50,6 +50,8 @@ class BackendState:
     samples: int = 0
     #: Energy that reset or restored counters claimed beyond their ceiling, left out of the totals.
     energy_dropped_joules: float = 0.0
+    #: Energy restarts added to totals so that none went below what the run before may have handed out.
+    energy_overcount_joules: float = 0.0
     #: The CPU each kind of read took so far, by kind (as of the last read).
     read_costs: dict[str, ReadCost] = field(default_factory=dict)
 
@@ -68,6 +70,8 @@ class Snapshot:
         self._states: dict[str, BackendState] = {}
         self.generation = 0
         self.started = time.time()
+        #: Saves of --state-dir that failed (their promises were given up).
+        self.state_save_errors = 0
 
     def add(self, state: BackendState) -> None:
         with self._lock:

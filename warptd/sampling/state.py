@@ -2,32 +2,43 @@
 
 Without this, a restart re-bases every total on the raw hardware counter; that is continuous for
 NVML (a 64-bit counter since driver load) but drops what RAPL accumulated over its wraps. The
-file is written atomically (temporary file, fsync, rename) every ``SAVE_EVERY_S`` and at stop.
+file is written atomically (temporary file, fsync, rename) at the first reading, every
+``SAVE_EVERY_S`` and at stop. Each entry keeps the total handed out and a promise: the most this
+run hands out before its next save (the total plus the device's power limit times the interval; a
+total about to pass it saves first). A restart after a driver reload or a reboot starts at least
+there, so no total goes back, whenever the run before was killed (:class:`Resumed`).
 
 The file is not trusted: an entry whose numbers are not finite, are negative, or exceed what a
 domain could have drawn (``MAX_PLAUSIBLE_WATTS``) since it began counting (``since``, the boot
-its total started on) or, for this boot's raw counter, since boot, is refused with a warning:
-neither exported nor saved again.
+its total started on; for an entry without one, since warptd first wrote this file) or, for this
+boot's raw counter, since boot, is refused with a warning: neither exported nor saved again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import structlog
 
 from warptd import files
 from warptd.config import SettingsError
-from warptd.sampling.counters import MAX_PLAUSIBLE_WATTS, EnergyTracker, uptime
+from warptd.sampling.counters import MAX_PLAUSIBLE_WATTS, EnergyTracker, Resumed, uptime
 
 log = structlog.get_logger("warptd.state")
 SAVE_EVERY_S = 10.0
+#: No total can have begun counting before warptd first wrote this file (2026-12-02, e18ee4e): an
+#: entry of the versions that kept no ``since`` is bounded by this instead.
+FIRST_STATE_FILE = 1_764_689_734.0
+#: Temporary files of saves that died (a SIGKILL between write and rename) older than this are removed.
+STALE_TEMPORARY_S = 60.0
 #: The largest state file read: some hundred bytes per device or domain ever seen.
 MAX_STATE_BYTES = 16 * 2**20
 _VERSION = 1
@@ -52,38 +63,44 @@ def _number(value: object, name: str) -> float:
 
 def _entry(entry: object, saved_at: float | None, same_boot: bool) -> dict[str, float | None]:
     """One saved counter, checked: ``{\"total\": J, \"raw\": J or None, \"at\": Unix time or None,
-    \"since\": Unix time or None, \"power\": W or None}``; ValueError says what it cannot be.
-    ``at``, when the raw counter was read, is absent from files of earlier versions: the document's
-    ``saved_at`` stands in for it (the raw counter was read no later than it was saved); ``since``
-    and ``power`` too: no bound on their totals, no power before the gap."""
+    \"since\": Unix time, \"power\": W or None, \"published\": J or None, \"promise\": J or None}``;
+    ValueError says what it cannot be. ``at``, when the raw counter was read, is absent from files of
+    earlier versions: the document's ``saved_at`` stands in for it (the raw counter was read no later
+    than it was saved); ``since`` too: :data:`FIRST_STATE_FILE` bounds their totals; ``power``,
+    ``published`` and ``promise`` too: no power before the gap, nothing handed out beyond the total."""
     if not isinstance(entry, dict):
         raise ValueError("not an object")
     raw, at, since = entry.get("raw"), entry.get("at", saved_at), entry.get("since")
-    power = entry.get("power")
+    power, published, promise = entry.get("power"), entry.get("published"), entry.get("promise")
     checked = {
         "total": _number(entry.get("total"), "total"),
         "raw": None if raw is None else _number(raw, "raw"),
         "at": None if at is None else _number(at, "at"),
-        "since": None if since is None else _number(since, "since"),
+        "since": FIRST_STATE_FILE if since is None else _number(since, "since"),
         "power": None if power is None else _number(power, "power"),
+        "published": None if published is None else _number(published, "published"),
+        "promise": None if promise is None else _number(promise, "promise"),
     }
     if checked["power"] is not None and checked["power"] > MAX_PLAUSIBLE_WATTS:
         raise ValueError(f"power {checked['power']:.6g} W: more than {MAX_PLAUSIBLE_WATTS:g} W")
     booted = uptime()
     if same_boot and checked["raw"] is not None and checked["raw"] > MAX_PLAUSIBLE_WATTS * booted:
         raise ValueError(f"raw {checked['raw']:.6g} J: more than {MAX_PLAUSIBLE_WATTS:g} W since boot")
-    if checked["since"] is not None:
-        counting = max(time.time() - checked["since"], booted)
-        if checked["total"] > MAX_PLAUSIBLE_WATTS * counting:
+    counting = max(time.time() - checked["since"], booted)  # type: ignore[operator]
+    for name in ("total", "published", "promise"):
+        joules = checked[name]
+        if joules is not None and joules > MAX_PLAUSIBLE_WATTS * counting:
             raise ValueError(
-                f"total {checked['total']:.6g} J: more than {MAX_PLAUSIBLE_WATTS:g} W over the "
+                f"{name} {joules:.6g} J: more than {MAX_PLAUSIBLE_WATTS:g} W over the "
                 f"{counting:.0f} s since it began"
             )
     return checked
 
 
 class CounterState:
-    """Loads saved totals at start, hands them to new trackers, and saves the live ones."""
+    """Loads saved totals at start, hands them to new trackers, and saves the live ones: each backend's
+    entries taken by its own publisher under its own lock (:meth:`record`), the file written from all
+    of them (:meth:`write`), the trackers' promises kept only once the file holds them."""
 
     def __init__(self, directory: Path | None, procfs: Path = Path("/proc")) -> None:
         self.path = directory / "counters.json" if directory is not None else None
@@ -93,15 +110,23 @@ class CounterState:
         #: lower raw counter now is a wrap. An unknown boot id keeps the raw values, as before,
         #: but a lower one then counts as a reset.
         self.same_boot = False
-        #: The Unix time each total began counting, as saved (None: a file from before this was kept)
-        self._since: dict[str, float | None] = {}
-        self._last_save = time.monotonic()
+        #: The Unix time each total began counting, as saved (FIRST_STATE_FILE where it was not)
+        self._since: dict[str, float] = {}
+        #: What the file holds, or will at the next write: the saved entries, then the live ones.
+        self._entries: dict[str, dict[str, float | None]] = {}
+        #: Promises recorded but not yet in the file: (tracker, the most it may hand out).
+        self._pending: list[tuple[EnergyTracker, float | None]] = []
+        self._recorded: dict[str, float] = {}  # backend -> monotonic time its entries were last recorded
+        self._lock = threading.Lock()  # one record or write at a time, whichever backend's thread
+        self.save_errors = 0  #: writes that failed (the promises they held were given up)
         if self.path is not None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise SettingsError(f"invalid setting state_dir: {exc.strerror or exc}") from None
             self.saved = self._load()
+            self._entries = {key: {**entry} for key, entry in self.saved.items()}
+            self._remove_stale_temporaries()
 
     def _load(self) -> dict[str, dict[str, float | None]]:
         assert self.path is not None
@@ -125,7 +150,7 @@ class CounterState:
             except ValueError as exc:
                 refused = str(key)[:200]
                 log.warning("state_entry_refused", path=str(self.path), counter=refused, error=str(exc))
-        self._since = {key: entry.pop("since") for key, entry in counters.items()}
+        self._since = {key: float(entry.pop("since")) for key, entry in counters.items()}  # type: ignore[arg-type]
         if not same_boot:
             # Hardware counters restarted with the machine: the saved raw values mean nothing now.
             for entry in counters.values():
@@ -133,44 +158,98 @@ class CounterState:
         self.same_boot = same_boot and bool(self.boot_id)
         return counters
 
+    def _remove_stale_temporaries(self) -> None:
+        """Remove what saves killed between their write and their rename left (a daemon writing now, on
+        the same directory, has a fresh one)."""
+        assert self.path is not None
+        cutoff = time.time() - STALE_TEMPORARY_S
+        for leftover in self.path.parent.glob(".counters.*"):
+            try:
+                if leftover.lstat().st_mtime < cutoff:
+                    leftover.unlink()
+            except OSError:
+                continue
+
     def resume(self, key: str, tracker: EnergyTracker) -> None:
         """Give a new tracker its saved total, applied at its first reading."""
         entry = self.saved.get(key)
         if entry is not None and entry.get("total") is not None:
             tracker.resume_from(
-                float(entry["total"]),
-                entry.get("raw"),
-                same_boot=self.same_boot,
-                read_at=entry.get("at"),
-                power=entry.get("power"),
+                Resumed(
+                    float(entry["total"]),  # type: ignore[arg-type]
+                    entry.get("raw"),
+                    same_boot=self.same_boot,
+                    read_at=entry.get("at"),
+                    power=entry.get("power"),
+                    published=entry.get("published"),
+                    promise=entry.get("promise"),
+                )
             )
 
-    def maybe_save(
-        self, trackers: Callable[[], Iterable[tuple[str, EnergyTracker]]], force: bool = False
+    def due(self, backend: str) -> bool:
+        """Whether ``backend``'s totals are to be saved now: never yet, or ``SAVE_EVERY_S`` ago."""
+        if self.path is None:
+            return False
+        last = self._recorded.get(backend)
+        return last is None or time.monotonic() - last >= SAVE_EVERY_S
+
+    def record(
+        self, backend: str, trackers: Iterable[tuple[str, EnergyTracker]], final: bool = False
     ) -> None:
-        """Save the totals of ``trackers()`` (key, tracker), at most every ``SAVE_EVERY_S`` unless
-        ``force``: asked for only when a save is due."""
-        if self.path is None or (not force and time.monotonic() - self._last_save < SAVE_EVERY_S):
+        """Take ``backend``'s totals (key, tracker) for the next write, under its publisher's lock so
+        each total and its raw counter are of one read; each promises at most its total plus its
+        ceiling times ``SAVE_EVERY_S`` before its next save (``final``: at stop, its total)."""
+        if self.path is None:
             return
-        self._last_save = time.monotonic()
         wall_offset = time.time() - time.monotonic()  # trackers keep monotonic reading times
-        live = {key: t.snapshot(wall_offset) for key, t in trackers()}
-        counters = {**self.saved, **{key: s for key, s in live.items() if s["total"] is not None}}
         booted_at = time.time() - uptime()  # where a total first saved on this boot began
-        for key, entry in counters.items():
-            counters[key] = {**entry, "since": self._since.get(key, booted_at)}
-        document = {
-            "version": _VERSION,
-            "boot_id": self.boot_id,
-            "saved_at": time.time(),
-            "counters": counters,
-        }
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=".counters.", dir=self.path.parent)
-            with os.fdopen(fd, "w") as handle:
-                json.dump(document, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            log.warning("state_save_failed", path=str(self.path), error=str(exc))
+        with self._lock:
+            self._recorded[backend] = time.monotonic()
+            for key, tracker in trackers:
+                snapshot = tracker.snapshot(wall_offset)
+                if snapshot["total"] is None:
+                    continue
+                promise = snapshot["published"] if final else tracker.next_promise(SAVE_EVERY_S)
+                snapshot["promise"] = promise
+                self._since.setdefault(key, booted_at)
+                self._entries[key] = snapshot
+                self._pending.append((tracker, promise))
+
+    def write(self) -> bool:
+        """Write every entry recorded so far; the trackers keep their new promises only where it
+        succeeded. A failed write is counted and logged, its temporary file removed, and the promises
+        it held given up (a directory that cannot be written cannot keep them)."""
+        if self.path is None:
+            return True
+        with self._lock:
+            pending, self._pending = self._pending, []
+            since = self._since
+            document = {
+                "version": _VERSION,
+                "boot_id": self.boot_id,
+                "saved_at": time.time(),
+                "counters": {
+                    key: {**entry, "since": since.get(key, FIRST_STATE_FILE)}
+                    for key, entry in self._entries.items()
+                },
+            }
+            tmp = None
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=".counters.", dir=self.path.parent)
+                with os.fdopen(fd, "w") as handle:
+                    json.dump(document, handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                self.save_errors += 1
+                log.warning("state_save_failed", path=str(self.path), error=str(exc))
+                if tmp is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                for tracker, _ in pending:
+                    tracker.promise = None
+                return False
+            for tracker, promise in pending:
+                tracker.promise = promise
+            return True

@@ -61,12 +61,14 @@ def _published(reading: DeviceReading, uuid: str, power: float | None) -> Device
 
 
 class DroppedJoules:
-    """Energy that reset or restored counters of one backend claimed beyond their ceiling."""
+    """Energy that reset or restored counters of one backend claimed beyond their ceiling (``joules``),
+    and that restarts added to stay at or above what the run before may have handed out."""
 
-    __slots__ = ("joules",)
+    __slots__ = ("joules", "overcount")
 
     def __init__(self) -> None:
         self.joules = 0.0
+        self.overcount = 0.0
 
 
 class EnergyTrack:
@@ -96,7 +98,18 @@ class EnergyTrack:
         """Power (W) and monotonic energy (J) of a reading at ``at``: see :meth:`EnergyTracker.update`."""
         tracker = self.tracker
         before = tracker.counter.dropped if tracker.counter is not None else 0.0
+        overcount = tracker.overcount
         result = tracker.update(at, power, energy, wrap_range, limit_watts, average=average)
+        if tracker.overcount != overcount:
+            added = tracker.overcount - overcount
+            self.dropped.overcount += added
+            log.warning(
+                "energy_restart_overcount",
+                counter=self.key,
+                added_joules=round(added, 3),
+                reason="the counter restarted while the daemon was down: the total starts at the most the "
+                "run before promised to hand out before its next save, which it may have reached",
+            )
         if tracker.counter is not None and tracker.counter.dropped != before:
             dropped = tracker.counter.dropped - before
             self.dropped.joules += dropped
@@ -232,6 +245,11 @@ class DeviceTracks:
         """Energy that reset or restored counters of the backend's devices claimed beyond their ceiling."""
         return self._dropped.joules
 
+    @property
+    def overcount_joules(self) -> float:
+        """Energy restarts added to the backend's device totals (:attr:`EnergyTracker.overcount`)."""
+        return self._dropped.overcount
+
     def energy(self) -> Iterator[EnergyTrack]:
         """Every device's energy total, for the saved state."""
         for track in tuple(self._by_identity.values()):
@@ -297,6 +315,11 @@ class DomainTracks:
     def dropped_joules(self) -> float:
         """Energy that reset or restored counters of the domains claimed beyond their ceiling."""
         return self._dropped.joules
+
+    @property
+    def overcount_joules(self) -> float:
+        """Energy restarts added to the domains' totals (:attr:`EnergyTracker.overcount`)."""
+        return self._dropped.overcount
 
     def energy(self) -> Iterator[EnergyTrack]:
         """Every domain's energy total, for the saved state."""
