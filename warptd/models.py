@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +32,32 @@ class Page(WireModel):
     next: str | None = Field(None, description="Path of the next page (offset and limit), null on the last.")
 
 
+class DriverInstance(BaseModel):
+    """What tells one initialisation of a device by its driver from the next, on one boot: a driver
+    reload or a GPU reset restarts the device's counters (NVML's energy counter counts "since the
+    driver was last reloaded"). ``up_since``: CLOCK_BOOTTIME seconds when the driver initialised it
+    (NVML's GPU uptime, R610 and newer), which tells either way. ``sysfs``: the inode numbers of the
+    driver module's and the device's driver link in sysfs, new at each module load or rebind, which
+    tell only a change (not a GPU reset, nor a GPU torn down by its last client)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    up_since: float | None = None
+    sysfs: str | None = None
+
+    #: Seconds two readings of the same initialisation's start may differ by (the uptime is whole seconds).
+    TOLERANCE_S: ClassVar[float] = 2.5
+
+    def same_as(self, earlier: DriverInstance) -> bool | None:
+        """Whether the driver has kept the device initialised since ``earlier`` (of this same boot):
+        True or False where something tells, None where nothing does."""
+        if self.up_since is not None and earlier.up_since is not None:
+            return abs(self.up_since - earlier.up_since) <= self.TOLERANCE_S
+        if self.sysfs is not None and earlier.sysfs is not None and self.sysfs != earlier.sysfs:
+            return False
+        return None
+
+
 class GPUInfo(BaseModel):
     """Identity of one accelerator, as returned by ``AcceleratorBackend.list_devices()``."""
 
@@ -49,6 +75,9 @@ class GPUInfo(BaseModel):
     extra_metrics: dict[str, Any] | None = None
     #: Other IDs device plugins may use for this device, e.g. the ``MIG-<uuid>`` of its MIG instances.
     aliases: list[str] | None = None
+    #: The driver's current initialisation of the device, where something tells it (a reload restarts
+    #: its counters: a restart of warptd carries totals across only the same one).
+    driver_instance: DriverInstance | None = None
 
     @staticmethod
     def memory_fields(total_bytes: int | None) -> dict[str, Any]:

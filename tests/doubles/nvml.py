@@ -260,6 +260,7 @@ class GpuState(ctypes.Structure):
         ("memory_power_mw", _U32),  # at scopeId 2 (the memory); 0: NOT_SUPPORTED
         ("average_lag_ms", _U32),  # the 1 s average ends this many ms before its refresh
         ("pad_lag", _U32),
+        ("driver_loaded_ns", _U64),  # CLOCK_BOOTTIME of the driver's last initialisation of the GPU
     ]
 
 
@@ -547,6 +548,7 @@ class FakeGpu:
         self.nvlink_count = MAX_LINKS  # nv-health: an H100 SXM, without fans, remapping rows
         self.pstate = 0
         self.media_engines = H100_MEDIA_ENGINES
+        self.state.driver_loaded_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)  # loaded now
 
     @classmethod
     def h200(cls, index: int = 0, **properties: Any) -> FakeGpu:
@@ -614,6 +616,7 @@ class FakeGpu:
         (lifetime) ECC counts and the remapped rows stay. The only reset a daemon's restart sees."""
         state = self.state
         state.energy_mj, state.live_since_ns = 0, time.monotonic_ns()
+        state.driver_loaded_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
         ctypes.memset(ctypes.addressof(state.ecc_volatile), 0, ctypes.sizeof(state.ecc_volatile))
         ctypes.memset(ctypes.addressof(state.pcie_bytes), 0, ctypes.sizeof(state.pcie_bytes))
         ctypes.memset(ctypes.addressof(state.nvlink_errors), 0, ctypes.sizeof(state.nvlink_errors))

@@ -117,7 +117,7 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 /* --- nv-fields: functions --- */
 #define NV_FIELDS_FUNCTIONS(X) X(nvmlDeviceGetNvLinkErrorCounter) X(nvmlDeviceGetNvLinkState) \
     X(nvmlDeviceGetGpuInstanceProfileInfoV) X(nvmlDeviceGetPcieThroughput) \
-    X(nvmlDeviceGetGraphicsRunningProcesses_v3)
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3) X(nvmlDeviceGetGpuUptime_v1)
 /* --- end nv-fields --- */
 
 #define AS_ID(name) FN_##name,
@@ -239,6 +239,9 @@ struct gpu {
     /* How late the driver's 1 s average (field 185, nvmlDeviceGetPowerUsage) is besides its refresh:
      * the second it averages ends this many ms before the refresh (0, as modelled for the H200). */
     uint32_t average_lag_ms, pad_lag;
+    /* When the driver last initialised this GPU (CLOCK_BOOTTIME ns): nvmlDeviceGetGpuUptime_v1 counts
+     * from it; a driver reload (FakeGpu.reload_driver) sets it anew. */
+    uint64_t driver_loaded_ns;
 };
 
 struct state {
@@ -622,6 +625,17 @@ int nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) {
     *mw = average_mw(g, POWER_USAGE_REFRESH_NS);
     return SUCCESS;
 }
+
+#ifndef OLD_DRIVER /* nvml.h of CUDA 13.5 (R610) */
+/* nvmlGpuUptime_v1_t: the seconds since the driver initialised the GPU; 0 after a reload. */
+int nvmlDeviceGetGpuUptime_v1(void *h, unsigned int *uptime) {
+    DEVICE_CALL(nvmlDeviceGetGpuUptime_v1, h);
+    if (!uptime) return ERROR_INVALID_ARGUMENT;
+    uint64_t now = now_ns(CLOCK_BOOTTIME);
+    *uptime = now > g->driver_loaded_ns ? (unsigned int)((now - g->driver_loaded_ns) / 1000000000ull) : 0;
+    return SUCCESS;
+}
+#endif
 
 int nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *mw) {
     DEVICE_CALL(nvmlDeviceGetEnforcedPowerLimit, h);

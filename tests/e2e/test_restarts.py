@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.doubles.nvml import reload_driver
-from tests.helpers import http, parse, select, value, wait_until
+from tests.helpers import http, parse, value, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -631,3 +631,45 @@ def test_without_an_average_the_instant_powers_trapezoid_bridges():
     assert tracker.update(0.5, 300.0, None)[1] == pytest.approx(1150.0)
     assert tracker.update(1.0, 500.0, None)[1] == pytest.approx(1350.0)
     assert tracker.update(1.5, 500.0, 1610.0)[1] == 1610.0  # the counter's read anchors it again
+
+
+# -- a driver reload while the daemon was down (issue 38, finding 6) -------------------------------
+def _reloaded(saved_driver, now_driver, energy, promise=None):
+    """A total of 500 J saved 10 s ago at raw 1000 J, 100 W then and now; the counter reads ``energy``."""
+    t = EnergyTracker(driver=now_driver)
+    t.resume_from(
+        Resumed(500.0, 1000.0, same_boot=True, read_at=time.time() - 10.0, power=100.0, promise=promise,
+                driver=saved_driver)
+    )  # fmt: skip
+    return t.update(0.0, 100.0, energy, limit_watts=700.0)[1]
+
+
+def test_a_reload_the_gpus_uptime_tells_is_a_restart_even_where_the_counter_ran_past_the_saved_value():
+    """The driver reloaded 8 s into the gap and its new counter already holds 1,500 J: not 500 J more
+    of the same counter (a total 1 kJ over), but the gap at the power measured around it."""
+    from warptd.models import DriverInstance
+
+    before, reloaded = DriverInstance(up_since=100.0), DriverInstance(up_since=5000.0)
+    total = _reloaded(before, reloaded, 1500.0)
+    assert 500.0 + 100.0 * 10.0 <= total <= 500.0 + 100.0 * 10.5
+    assert _reloaded(before, DriverInstance(up_since=101.0), 1500.0) == pytest.approx(1000.0)  # the same
+
+
+def test_a_module_reload_the_sysfs_nodes_tell_is_a_restart_and_the_same_nodes_tell_nothing():
+    from warptd.models import DriverInstance
+
+    before = DriverInstance(sysfs="10517:20000")
+    assert _reloaded(before, DriverInstance(sysfs="18686:20300"), 1500.0) <= 500.0 + 100.0 * 10.5
+    # the same nodes: a GPU reset or teardown would not show there; the counter's 1,500 J is more than
+    # twice 700 W times 10 s could not have been counted since: 10 kJ it is not, so nothing tells
+    assert _reloaded(before, before, 1500.0, promise=900.0) == pytest.approx(1000.0)  # ran on, as counted
+
+
+def test_where_nothing_tells_a_small_counter_keeps_the_promise_and_a_large_one_ran_on():
+    from warptd.models import DriverInstance
+
+    unknown = DriverInstance()
+    assert _reloaded(unknown, unknown, 1500.0, promise=4000.0) == pytest.approx(4000.0)  # a reload may be
+    assert _reloaded(unknown, unknown, 20_000.0, promise=4000.0) == pytest.approx(
+        500.0 + 7000.0
+    )  # 2 x 700 W x 10 s < 20 kJ: it ran on

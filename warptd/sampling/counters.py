@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from warptd.models import LabelledValues
+from warptd.models import DriverInstance, LabelledValues
 
 log = structlog.get_logger("warptd.counters")
 
@@ -267,8 +267,9 @@ class _Anchor:
 class Resumed:
     """What an earlier run of the daemon saved of one total: the total, the raw counter it was computed
     from (None: not of this boot), whether that run was on this boot, the Unix time of that reading,
-    the power then (W), the most it had handed out (J) and the most it promised to hand out before its
-    next save (J); the last two None in files of earlier versions."""
+    the power then (W), the most it had handed out (J), the most it promised to hand out before its
+    next save (J) and the driver's initialisation of the device then; None in files of earlier
+    versions."""
 
     total: float
     raw: float | None = None
@@ -277,6 +278,7 @@ class Resumed:
     power: float | None = None
     published: float | None = None
     promise: float | None = None
+    driver: DriverInstance | None = None  #: the driver's initialisation the raw value was counted under
 
 
 @dataclass(slots=True)
@@ -311,6 +313,8 @@ class EnergyTracker:
     #: Joules added at a restart after the counter restarted (a driver reload, a reboot), so that the
     #: total is not below what the run before may have handed out after its last save.
     overcount: float = 0.0
+    #: The driver's current initialisation of the device, where its backend tells it.
+    driver: DriverInstance | None = None
 
     def resume_from(self, resumed: Resumed) -> None:
         """Continue from an earlier run's total, applied at the first reading.
@@ -342,7 +346,7 @@ class EnergyTracker:
         """The total handed out last (J)."""
         return self.published.value if self.counter is not None else self.integrated
 
-    def snapshot(self, wall_offset: float = 0.0) -> dict[str, float | None]:
+    def snapshot(self, wall_offset: float = 0.0) -> dict[str, float | str | None]:
         """What a restart needs: the total, the raw counter it was computed from, when that was read
         (``last_time`` plus ``wall_offset``: Unix time when ``last_time`` is monotonic), the power then
         (W), one side of the gap a restart leaves, and the total handed out."""
@@ -351,7 +355,16 @@ class EnergyTracker:
             total, raw = self.counter.total, self.counter.previous
         else:
             total, raw = self.integrated, None
-        return {"total": total, "raw": raw, "at": at, "power": self.last_power, "published": self.total}
+        driver = self.driver or DriverInstance()
+        return {
+            "total": total,
+            "raw": raw,
+            "at": at,
+            "power": self.last_power,
+            "published": self.total,
+            "driver_up_since": driver.up_since,
+            "driver_sysfs": driver.sysfs,
+        }
 
     def next_promise(self, seconds: float) -> float | None:
         """The most to hand out before the next save, ``seconds`` on: the total now plus that long at
@@ -472,9 +485,16 @@ class EnergyTracker:
                 "energy_restore_clock_behind", behind_s=round(behind, 3), bounded_by_s=round(since, 3)
             )
         raw, total = resumed.raw, resumed.total
-        if raw is not None and energy >= raw:  # it ran on: the difference is the gap's energy
-            return total + counter.bounded(energy - raw, ceiling, since)
-        if raw is not None and resumed.same_boot and wrap_range:  # it wrapped while the daemon was down
+        same = self._same_driver(resumed, energy, ceiling, since)
+        if raw is not None and energy >= raw and same is not False:  # it ran on: the gap's energy
+            total += counter.bounded(energy - raw, ceiling, since)
+            if same is None and resumed.promise is not None and resumed.promise > total:
+                # Not told either way: as counted it adds only what the counter says, but a reload may
+                # have come between, so nothing handed out before goes back.
+                self.overcount += resumed.promise - total
+                total = resumed.promise
+            return total
+        if raw is not None and same is not False and resumed.same_boot and wrap_range:  # a wrap
             counter.wraps += 1
             return total + counter.bounded((wrap_range - raw) + energy, ceiling, since)
         # It restarted (a reboot; a reset, or the boot unknown): the gap's power as measured around it.
@@ -488,6 +508,25 @@ class EnergyTracker:
             self.overcount += resumed.promise - total
             total = resumed.promise
         return total
+
+    def _same_driver(
+        self, resumed: Resumed, energy: float, ceiling: float, since: float | None
+    ) -> bool | None:
+        """Whether the counter kept counting across the gap under one initialisation of the device by its
+        driver: what the driver tells (:meth:`DriverInstance.same_as`); else True where the counter now
+        holds more than twice the ceiling times the gap (it cannot have restarted since), False where
+        it went back; None where nothing tells."""
+        if resumed.raw is None:
+            return False  # another boot
+        if self.driver is not None and resumed.driver is not None:
+            same = self.driver.same_as(resumed.driver)
+            if same is not None:
+                return same
+        if energy < resumed.raw:
+            return None  # a wrap or a reset: the counter's own range tells
+        if since is not None and energy > 2 * ceiling * since:
+            return True
+        return None
 
     def gap(self) -> None:
         """The device or domain was not read this time: integrate nothing across the hole.

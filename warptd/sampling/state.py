@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import tempfile
 import threading
 import time
@@ -30,6 +31,7 @@ import structlog
 
 from warptd import files
 from warptd.config import SettingsError
+from warptd.models import DriverInstance
 from warptd.sampling.counters import MAX_PLAUSIBLE_WATTS, EnergyTracker, Resumed, uptime
 
 log = structlog.get_logger("warptd.state")
@@ -37,6 +39,8 @@ SAVE_EVERY_S = 10.0
 #: No total can have begun counting before warptd first wrote this file (2026-12-02, e18ee4e): an
 #: entry of the versions that kept no ``since`` is bounded by this instead.
 FIRST_STATE_FILE = 1_764_689_734.0
+#: What ``driver_sysfs`` holds: two inode numbers (:class:`~warptd.models.DriverInstance`).
+_SYSFS_NODES = re.compile(r"[0-9]{1,20}:[0-9]{1,20}")
 #: Temporary files of saves that died (a SIGKILL between write and rename) older than this are removed.
 STALE_TEMPORARY_S = 60.0
 #: The largest state file read: some hundred bytes per device or domain ever seen.
@@ -61,7 +65,7 @@ def _number(value: object, name: str) -> float:
     return float(value)
 
 
-def _entry(entry: object, saved_at: float | None, same_boot: bool) -> dict[str, float | None]:
+def _entry(entry: object, saved_at: float | None, same_boot: bool) -> dict[str, float | str | None]:
     """One saved counter, checked: ``{\"total\": J, \"raw\": J or None, \"at\": Unix time or None,
     \"since\": Unix time, \"power\": W or None, \"published\": J or None, \"promise\": J or None}``;
     ValueError says what it cannot be. ``at``, when the raw counter was read, is absent from files of
@@ -72,7 +76,10 @@ def _entry(entry: object, saved_at: float | None, same_boot: bool) -> dict[str, 
         raise ValueError("not an object")
     raw, at, since = entry.get("raw"), entry.get("at", saved_at), entry.get("since")
     power, published, promise = entry.get("power"), entry.get("published"), entry.get("promise")
-    checked = {
+    up_since, sysfs = entry.get("driver_up_since"), entry.get("driver_sysfs")
+    if sysfs is not None and not (isinstance(sysfs, str) and _SYSFS_NODES.fullmatch(sysfs)):
+        raise ValueError(f"driver_sysfs is not two inode numbers: {str(sysfs)[:40]!r}")
+    checked: dict[str, float | str | None] = {
         "total": _number(entry.get("total"), "total"),
         "raw": None if raw is None else _number(raw, "raw"),
         "at": None if at is None else _number(at, "at"),
@@ -80,6 +87,8 @@ def _entry(entry: object, saved_at: float | None, same_boot: bool) -> dict[str, 
         "power": None if power is None else _number(power, "power"),
         "published": None if published is None else _number(published, "published"),
         "promise": None if promise is None else _number(promise, "promise"),
+        "driver_up_since": None if up_since is None else _number(up_since, "driver_up_since"),
+        "driver_sysfs": sysfs,
     }
     if checked["power"] is not None and checked["power"] > MAX_PLAUSIBLE_WATTS:
         raise ValueError(f"power {checked['power']:.6g} W: more than {MAX_PLAUSIBLE_WATTS:g} W")
@@ -105,7 +114,7 @@ class CounterState:
     def __init__(self, directory: Path | None, procfs: Path = Path("/proc")) -> None:
         self.path = directory / "counters.json" if directory is not None else None
         self.boot_id = _boot_id(procfs)  # saved with the totals; a running daemon never changes boot
-        self.saved: dict[str, dict[str, float | None]] = {}
+        self.saved: dict[str, dict[str, float | str | None]] = {}
         #: The saved raw counters are from this very boot (both boot ids known and equal), so a
         #: lower raw counter now is a wrap. An unknown boot id keeps the raw values, as before,
         #: but a lower one then counts as a reset.
@@ -113,7 +122,7 @@ class CounterState:
         #: The Unix time each total began counting, as saved (FIRST_STATE_FILE where it was not)
         self._since: dict[str, float] = {}
         #: What the file holds, or will at the next write: the saved entries, then the live ones.
-        self._entries: dict[str, dict[str, float | None]] = {}
+        self._entries: dict[str, dict[str, float | str | None]] = {}
         #: Promises recorded but not yet in the file: (tracker, the most it may hand out).
         self._pending: list[tuple[EnergyTracker, float | None]] = []
         self._recorded: dict[str, float] = {}  # backend -> monotonic time its entries were last recorded
@@ -128,7 +137,7 @@ class CounterState:
             self._entries = {key: {**entry} for key, entry in self.saved.items()}
             self._remove_stale_temporaries()
 
-    def _load(self) -> dict[str, dict[str, float | None]]:
+    def _load(self) -> dict[str, dict[str, float | str | None]]:
         assert self.path is not None
         try:
             document = json.loads(files.read_bytes(self.path, MAX_STATE_BYTES))
@@ -174,15 +183,18 @@ class CounterState:
         """Give a new tracker its saved total, applied at its first reading."""
         entry = self.saved.get(key)
         if entry is not None and entry.get("total") is not None:
+            up_since, sysfs = entry.get("driver_up_since"), entry.get("driver_sysfs")
+            driver = DriverInstance(up_since=up_since, sysfs=sysfs) if self.same_boot else None
             tracker.resume_from(
                 Resumed(
-                    float(entry["total"]),  # type: ignore[arg-type]
-                    entry.get("raw"),
+                    entry["total"],  # type: ignore[arg-type]
+                    entry.get("raw"),  # type: ignore[arg-type]
                     same_boot=self.same_boot,
-                    read_at=entry.get("at"),
-                    power=entry.get("power"),
-                    published=entry.get("published"),
-                    promise=entry.get("promise"),
+                    read_at=entry.get("at"),  # type: ignore[arg-type]
+                    power=entry.get("power"),  # type: ignore[arg-type]
+                    published=entry.get("published"),  # type: ignore[arg-type]
+                    promise=entry.get("promise"),  # type: ignore[arg-type]
+                    driver=driver if driver is not None and (up_since, sysfs) != (None, None) else None,
                 )
             )
 

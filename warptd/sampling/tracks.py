@@ -203,11 +203,14 @@ class DeviceTracks:
 
     def follow(self, listed: list[GPUInfo]) -> None:
         """Take the backend's list of devices (a new list at each rediscovery): each index's track is
-        the one of the device now there."""
+        the one of the device now there, told the driver's current initialisation of it."""
         if listed is self._listed:
             return
         self._listed = listed
-        self._by_index = {info.index: self._track(info.index, info.uuid or "") for info in listed}
+        self._by_index = {}
+        for info in listed:
+            track = self._by_index[info.index] = self._track(info.index, info.uuid or "")
+            track.energy.tracker.driver = info.driver_instance
 
     def track(self, index: int) -> DeviceTrack:
         """The track of the device at ``index``; one the list does not name is known by its index."""

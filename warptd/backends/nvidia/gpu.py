@@ -31,6 +31,7 @@ from warptd.backends.nvidia.fields import FieldSet
 from warptd.backends.nvidia.gpm import GpmContext, GpmSource
 from warptd.backends.nvidia.guard import DeviceGuard
 from warptd.backends.nvidia.health import SlowValues
+from warptd.backends.nvidia.instance import driver_instance
 from warptd.backends.nvidia.mig import mig_device_handles
 from warptd.backends.nvidia.sample import (
     CLOCKS,
@@ -43,7 +44,7 @@ from warptd.backends.nvidia.sample import (
 )
 from warptd.backends.nvidia.session import text
 from warptd.metrics import catalog
-from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
+from warptd.models import DeviceReading, DriverInstance, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -436,6 +437,7 @@ class Gpu:
         uuid = guard.call("uuid", nvml.nvmlDeviceGetUUID, handle)
         cc = guard.call("cc", nvml.nvmlDeviceGetCudaComputeCapability, handle)
         pci = guard.call("pci", nvml.nvmlDeviceGetPciInfo, handle)
+        bus_id = text(pci.busId) if pci is not None else None
         memory = self.memory()
         return GPUInfo(
             index=self.index,
@@ -444,10 +446,18 @@ class Gpu:
             uuid=text(uuid) if uuid is not None else None,
             compute_capability=f"{cc[0]}.{cc[1]}" if cc is not None else None,
             pcie_gen=guard.call("pcie_gen", nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-            pci_bus_id=text(pci.busId) if pci is not None else None,
+            pci_bus_id=bus_id,
             driver_version=driver,
             aliases=self._mig_uuids(),
+            driver_instance=self._driver_instance(bus_id),
         )
+
+    def _driver_instance(self, bus_id: str | None) -> DriverInstance:
+        """The driver's current initialisation of the GPU, the one known before while it is the same
+        (its start, from whole seconds of uptime, varies by a second from one reading to the next)."""
+        now = driver_instance(self._api.nvml, self.guard, self.handle, bus_id, self._context.settings().sysfs)
+        known = self.known.driver_instance if self.known is not None else None
+        return known if known is not None and now.same_as(known) and now.sysfs == known.sysfs else now
 
     def _mig_uuids(self) -> list[str] | None:
         """The ``MIG-…`` UUIDs of the GPU's MIG devices: the IDs NVIDIA's device plugin gives pods that
