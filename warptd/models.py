@@ -171,6 +171,9 @@ class DeviceReading:
     # Further cumulative hardware counters as read (they may reset, e.g. at a driver reload), keyed like
     # ``gauges``; the sampler makes them monotonic totals.
     counters: dict[str, LabelledValues] = field(default_factory=dict)
+    # When the power and energy were read (monotonic), where the backend keeps it: a read of many
+    # devices takes a while, and the energy between two readings is over the time between them.
+    read_at: float | None = None
 
     @property
     def primary_temperature(self) -> tuple[str, float] | None:

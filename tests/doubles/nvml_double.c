@@ -614,8 +614,10 @@ static uint32_t average_mw(const struct gpu *g, uint64_t period) {
         const struct power_point *p = &g->power[(g->power_head + POWER_HISTORY - 1 - k) % POWER_HISTORY];
         uint64_t from = p->t_ns > start ? p->t_ns : start;
         if (k == g->power_count - 1) from = start; /* the oldest value held before the history */
-        if (until > from) weighted += (double)p->mw * (double)(until - from);
-        until = from;
+        if (until > from) { /* a change after the refresh is not seen yet: its segment is skipped */
+            weighted += (double)p->mw * (double)(until - from);
+            until = from;
+        }
     }
     return (uint32_t)(weighted / (double)window + 0.5);
 }
@@ -643,12 +645,24 @@ int nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *mw) {
     return SUCCESS;
 }
 
-/* The counter as of the driver's last refresh: what the GPU drew up to then, at its instant power. */
+/* The counter as of the driver's last refresh: what the GPU drew up to then, at its instant power.
+ * Banked at each change of the power (energy_mj, at live_since_ns), so a change after the refresh
+ * is taken back out: the energy drawn after the refresh, at the powers then, is not yet counted. */
 static uint64_t energy_mj(const struct gpu *g) {
-    uint64_t energy = g->energy_mj, at = refreshed_at(ENERGY_REFRESH_NS);
-    if (g->live && at > g->live_since_ns)
-        energy += (uint64_t)((double)(at - g->live_since_ns) / 1e9 * instant_mw(g));
-    return energy;
+    uint64_t at = refreshed_at(ENERGY_REFRESH_NS);
+    double energy = (double)g->energy_mj;
+    if (!g->live) return g->energy_mj;
+    if (at >= g->live_since_ns) return g->energy_mj + (uint64_t)((double)(at - g->live_since_ns) / 1e9 * instant_mw(g));
+    /* changes of the power after the refresh, newest first: each segment after it is taken out */
+    for (uint32_t k = 0; k + 1 < g->power_count; k++) {
+        const struct power_point *later = &g->power[(g->power_head + POWER_HISTORY - 1 - k) % POWER_HISTORY];
+        const struct power_point *earlier = &g->power[(g->power_head + POWER_HISTORY - 2 - k) % POWER_HISTORY];
+        if (later->t_ns <= at || later->t_ns > g->live_since_ns) break;
+        uint64_t from = earlier->t_ns > at ? earlier->t_ns : at;
+        energy -= (double)(later->t_ns - from) / 1e9 * earlier->mw;
+        if (earlier->t_ns <= at) break;
+    }
+    return energy > 0 ? (uint64_t)(energy + 0.5) : 0;
 }
 
 /* The counter's answer to a read now, kept in the GPU's log of answers. */

@@ -168,8 +168,10 @@ class PowerIntegral:
             total = (
                 tiled + CHAIN_DAMPING * (total + dt * (between or 0.0) - tiled) if dt < window / 2 else tiled
             )
-            if instant is not None and back[2] is not None:  # the window's trapezoid against the average
-                self.lag.learn((trapezoid - back[1]) / window - average, instant - back[2])
+            if dt <= DENSE_S and instant is not None and back[2] is not None:
+                # Read densely, the instant power's trapezoid over the window is the energy drawn in
+                # it: against the average's tile, what the average lags by.
+                self.lag.learn(trapezoid - back[1] - window * average, instant - back[2])
         self._record(now, total, trapezoid, instant, average)
         return total
 
@@ -224,6 +226,10 @@ def _mean(a: float | None, b: float | None) -> float | None:
     return a if b is None else (a + b) / 2
 
 
+#: Readings at most this far apart resolve a window well enough to tell the average's lag from (read
+#: once a second, a step between two readings is anywhere between them: a load in step with the
+#: sampler would look like a lag).
+DENSE_S = 0.25
 #: The most an average's lag may be taken to be (s): beyond, the fit is not of a lag.
 MAX_LAG_S = 0.3
 #: How much of the fit each further reading leaves of the earlier ones.
@@ -232,22 +238,21 @@ LAG_MEMORY = 0.99
 
 @dataclass(slots=True)
 class AverageLag:
-    """How late the driver's average is (s), learnt from the instant power at each reading.
-
-    An average ``lag`` s late differs from the instant power's trapezoid over the last window by about
-    ``lag * (P(t) - P(t - W)) / W``: a least-squares fit of that slope over the readings (older ones
-    fading by :data:`LAG_MEMORY`), within ``[0, MAX_LAG_S]``; 0 until the power has changed. A load
-    changing faster than the sampler makes the trapezoid wrong both ways alike: noise, not a slope.
+    """How late the driver's average is (s), learnt as a least-squares slope (older pairs fading by
+    :data:`LAG_MEMORY`, within ``[0, MAX_LAG_S]``; 0 until the power changed) from two kinds of pairs:
+    at each read of the counter, what it found beyond the average's tiles since its last read against
+    the instant power's change since (the tiles miss the last ``lag`` s and count the ``lag`` s before
+    the earlier read); and read densely, the instant power's trapezoid over the last window beyond its
+    tile against the instant power's change over the window.
     """
 
     seconds: float = 0.0
     _moment: float = 0.0  #: sum of (difference * power change)
     _spread: float = 0.0  #: sum of power change squared
 
-    def learn(self, difference: float, change: float) -> None:
-        """The trapezoid's mean exceeded the average by ``difference`` W, the instant power changed by
-        ``change`` W over the window."""
-        self._moment = self._moment * LAG_MEMORY + difference * change
+    def learn(self, missed: float, change: float) -> None:
+        """The tiles missed ``missed`` J of what was drawn while the instant power changed ``change`` W."""
+        self._moment = self._moment * LAG_MEMORY + missed * change
         self._spread = self._spread * LAG_MEMORY + change * change
         if self._spread > 0:
             self.seconds = min(MAX_LAG_S, max(0.0, self._moment / self._spread))
@@ -261,6 +266,7 @@ class _Anchor:
     at: float | None  #: monotonic time (None: the integral restarted, its next reading anchors)
     estimate: float = 0.0  #: the integral's F then
     power: float | None = None  #: the instant power then (W)
+    counted: bool = False  #: the total is the counter's own, read then
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,14 +445,26 @@ class EnergyTracker:
                 self.counter.rebase(energy, self._resumed_total(energy, power, wrap_range, ceiling))
             elif self.integrated is not None:  # the counter appeared late: continue, don't jump
                 self.counter.rebase(energy, self.integrated)
-        first = self.counter.previous is None
+        first, resets = self.counter.previous is None, self.counter.resets
         delta = self.counter.update(energy, dt, ceiling)
         if power is None and not first and dt:
             power = delta / dt
         self.last_power, self.last_time, self.counter_read_at = power, now, now
         total = self.counter.total or 0.0
+        anchor = self.anchor
+        if (
+            anchor is not None
+            and anchor.counted
+            and estimate is not None
+            and self.counter.resets == resets
+            and power is not None
+            and anchor.power is not None
+        ):  # the counter's own measure of what the tiles missed since its last read
+            self.power.lag.learn((total - anchor.total) - (estimate - anchor.estimate), power - anchor.power)
         at = now if estimate is not None else None  # without a power now, the next one anchors
-        self.anchor = _Anchor(total, at, estimate or 0.0, power if estimate is not None else None)
+        self.anchor = _Anchor(
+            total, at, estimate or 0.0, power if estimate is not None else None, counted=True
+        )
         if self.resumed is not None:  # nothing the earlier run handed out goes back
             self.published.value, self.resumed = max(total, self.resumed.published or 0.0), None
         return power, self._kept(self.published.to(total))

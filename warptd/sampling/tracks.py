@@ -162,7 +162,7 @@ class DeviceTrack:
             return DeviceSample(reading if reading.uuid == uuid else replace(reading, uuid=uuid))
         tracker = self.energy.tracker
         power, energy = self.energy.update_energy(
-            at,
+            reading.read_at or at,
             reading.power_watts,
             reading.energy_counter_joules,
             limit_watts=reading.power_limit_watts,

@@ -3,6 +3,7 @@ this read's values and what its full batch decoded into; the driver's time on th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,8 @@ class FieldBatch:
         #: Kept across NVML reopens (handed to the next device object); None before the first answer.
         self.totals = totals
         self.values: dict[FieldKey, float] = {}  # this read's values
+        #: When this read's batch was sent (monotonic): its powers are as of the driver's refresh before.
+        self.read_at: float | None = None
         self.unsupported: set[FieldKey] = set()  # fields this GPU lacks: not asked again
         self.plan: FieldPlan | None = None  # the full batch (its NVLinks known)
         self._requests: dict[str, FieldRequest] = {}  # the last batch by kind (full, power, energy …)
@@ -88,11 +91,13 @@ class FieldBatch:
         failed now."""
         self.values = values = {}
         self.steady = None
+        self.read_at = None
         field_ids = plan.keys if plan is not None else self.field_set.kinds[kind]
         request = self._request(kind, plan, field_ids)
         if request is None:
             return True
         guard, nvml = self._guard, self._api.nvml
+        self.read_at = time.monotonic()
         answers = guard.call("fields", request.send, self._handle)
         if answers is None:
             if "fields" in guard.unsupported:  # a driver without field values

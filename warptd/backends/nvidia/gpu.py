@@ -220,6 +220,7 @@ class Gpu:
             throttle_counter_seconds=self.throttle_counters(),
             gauges=self.gauges(answers[PSTATE]),
             counters=self.counters(),
+            read_at=self.batch.read_at,
         )
 
     def _read_gpm(self, watched: bool) -> None:
