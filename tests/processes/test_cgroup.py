@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from warptd.processes.cgroup import NONE, Attribution, CgroupPath, kube_pod, parse_cgroup, split_path
+from warptd.processes.cgroup import (
+    NONE,
+    Attribution,
+    CgroupPath,
+    kube_pod,
+    parse_cgroup,
+    read_attribution,
+    split_path,
+)
 
 UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
 SLICE_UID = UID.replace("-", "_")
@@ -63,3 +71,18 @@ def test_split_path_keeps_only_a_leading_climb():
 
 def test_the_kubelet_s_own_still_count():
     assert parse_cgroup(f"0::/{KUBELET_SYSTEMD}\n") == Attribution(UID, CID)
+
+
+def test_a_line_added_by_a_newline_in_a_name_names_no_pod(tmp_path):
+    """On cgroup v1, kernels before June 2021 let a cgroup be renamed to a name holding a newline, and
+    its processes' /proc/PID/cgroup then held whatever line followed it."""
+    proc = tmp_path / "proc"
+    host = "3:memory:/\n1:name=systemd:/init.scope\n"
+    added = f"9:name=x:/kubepods/pod{UID}/{CID}\n"  # a fresh hierarchy, so that nothing is listed twice
+    for pid, text in ((1, host), (7, f"3:memory:/user.slice\n1:name=systemd:{MANAGER}/y\n{added}")):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(text)
+    assert read_attribution(proc, 7) == NONE
+    assert read_attribution(proc, 1) == NONE
+    assert parse_cgroup(f"3:memory:/kubepods/pod{UID}/{CID}\n3:memory:/x\n") == NONE  # a hierarchy twice
+    assert parse_cgroup(f"3:memory:/x\n4:memory:/kubepods/pod{UID}/{CID}\n") == NONE  # a controller twice

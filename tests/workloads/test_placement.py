@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from warptd.workloads.placement import MAX_ID_CHARS, CpuCgroup, Placement, WorkloadKey, place, user_name
+from warptd.workloads.placement import (
+    MAX_ID_CHARS,
+    CpuCgroup,
+    Placement,
+    WorkloadKey,
+    place,
+    read_placement,
+    user_name,
+)
 
 ROOTS = "a" * 64  # root's container, whose id every user can read in /proc/PID/cgroup
 OTHER = "b" * 64
@@ -198,3 +206,32 @@ def test_a_path_under_an_unknown_root_is_placed_by_the_rules_that_hold_partway()
     slurm = "0::/../system.slice/slurmstepd.scope/job_7/step_0\n"  # a job's roots hold only from the top
     assert placed(slurm, 0, root="/../../..") == ("user", user_name(0))
     assert placed(slurm.replace("/..", "/../../.."), 0, root="/../../..") == ("slurm_job", "7")
+
+
+# -- a name holding a newline: a line the kernel did not write ---------------------------------------
+#: A cgroup v1 host's hierarchies, as host init lists them.
+V1_HOST = "4:cpu,cpuacct:/\n3:memory:/\n1:name=systemd:/init.scope\n"
+#: Alice's process in a cgroup of her manager (name=systemd is delegated to her) that she renamed to
+#: ``x\n<a line>``, as kernels before June 2021 allowed.
+GENUINE = f"4:cpu,cpuacct:/user.slice\n3:memory:/user.slice\n1:name=systemd:{MANAGER}/x\n"
+ADDED = [
+    f"0::/system.slice/docker-{ROOTS}.scope\n",  # a unified line, which goes before systemd's
+    f"9:cpuacct:/system.slice/docker-{ROOTS}.scope\n",  # a second cpuacct line, which goes first
+]
+
+
+@pytest.mark.parametrize("added", ADDED)
+def test_a_line_added_by_a_newline_in_a_name_names_nothing(tmp_path, added):
+    proc = tmp_path / "proc"
+    for pid, text in ((1, V1_HOST), (7, GENUINE + added)):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(text)
+    (proc / "7" / "status").write_text("Uid:\t1000\t1000\t1000\t1000\n")
+    assert read_placement(proc, 7) == Placement(WorkloadKey(*ALICE), 1000)
+    assert place(GENUINE, 1000) == Placement(WorkloadKey(*ALICE), 1000)  # the kernel's own: the same
+
+
+def test_each_hierarchy_and_controller_once_even_where_init_s_file_is_unread():
+    assert place(GENUINE + ADDED[1], 1000) == Placement(WorkloadKey(*ALICE), 1000)  # cpuacct twice
+    twice = f"0::{MANAGER}/x\n0::/system.slice/docker-{ROOTS}.scope\n"
+    assert place(twice, 1000) == Placement(WorkloadKey(*ALICE), 1000)

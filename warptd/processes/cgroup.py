@@ -59,16 +59,47 @@ NONE = Attribution()
 UNRESOLVED = Attribution(resolved=False)
 
 
-def parse_cgroup(text: str) -> Attribution:
-    """Pod UID and container ID from the lines of a /proc/<pid>/cgroup file (v1, v2 or hybrid)."""
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        found = _parse_path(parts[2])
+def parse_cgroup(text: str, host: Hierarchies | None = None) -> Attribution:
+    """Pod UID and container ID from the lines of a /proc/<pid>/cgroup file (v1, v2 or hybrid);
+    ``host``: the hierarchies every process lists (:func:`kernel_lines`)."""
+    for _, _, path in kernel_lines(text, host) or ():
+        found = _parse_path(path)
         if found is not NONE:
             return found
     return NONE
+
+
+#: A host's cgroup hierarchies, (id, controllers) each: every process's /proc/<pid>/cgroup lists them.
+Hierarchies = frozenset[tuple[str, str]]
+
+
+def kernel_lines(text: str, host: Hierarchies | None = None) -> list[tuple[str, str, str]] | None:
+    """The (hierarchy id, controllers, path) lines of a /proc/<pid>/cgroup text, or None where the
+    kernel cannot have written them: a hierarchy or a controller twice, or a hierarchy that not every
+    process lists (``host``, where known). A cgroup v1 renamed to a name holding a newline (refused
+    since Linux 5.13 and the stable kernels of June 2021) adds such a line."""
+    lines = [
+        (parts[0], parts[1], parts[2])
+        for parts in (line.split(":", 2) for line in text.splitlines())
+        if len(parts) == 3
+    ]
+    ids = [line[0] for line in lines]
+    controllers = [name for line in lines for name in line[1].split(",") if name]
+    if len(set(ids)) < len(ids) or len(set(controllers)) < len(controllers):
+        return None
+    if host is not None and not {line[:2] for line in lines} <= host:
+        return None
+    return lines
+
+
+def read_hierarchies(procfs: Path) -> Hierarchies | None:
+    """The hierarchies every process lists, as host init's ``<procfs>/1/cgroup`` does; None where
+    it cannot be read."""
+    try:
+        lines = kernel_lines(read_text(procfs / "1" / "cgroup"))
+    except OSError:
+        return None
+    return None if lines is None else frozenset(line[:2] for line in lines)
 
 
 @dataclass(frozen=True)
@@ -135,7 +166,7 @@ def _parse_path(path: str) -> Attribution:
 def read_attribution(procfs: Path, pid: int) -> Attribution | None:
     """The process' attribution, or None when it is gone (or unreadable) between two reads."""
     try:
-        return parse_cgroup(read_text(procfs / str(pid) / "cgroup"))
+        return parse_cgroup(read_text(procfs / str(pid) / "cgroup"), read_hierarchies(procfs))
     except OSError:
         return None
 

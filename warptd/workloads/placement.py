@@ -44,7 +44,16 @@ from warptd.config import SLURM_ROOTS
 from warptd.config import WORKLOAD_KINDS as KINDS
 from warptd.config import WorkloadKind as Kind
 from warptd.files import read_text
-from warptd.processes.cgroup import CONTAINER, CgroupPath, kube_pod, slice_run, split_path
+from warptd.processes.cgroup import (
+    CONTAINER,
+    CgroupPath,
+    Hierarchies,
+    kernel_lines,
+    kube_pod,
+    read_hierarchies,
+    slice_run,
+    split_path,
+)
 from warptd.workloads.cgroupns import absolute
 
 __all__ = [
@@ -66,7 +75,7 @@ _STEP = re.compile(r"step_([A-Za-z0-9_]{1,32})")
 _UID = re.compile(f"uid_({ID})")
 _USER_SERVICE = re.compile(f"user@({ID})\\.service")
 _USER_SLICE = re.compile(f"user-({ID})\\.slice")
-#: A service's name as systemd allows it (unit_name_is_valid: ASCII letters, digits, ``:-_.\\@``).
+#: A service's name as systemd allows it (unit_name_is_valid: ASCII letters, digits and ``:-_.\@``).
 _UNIT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,247}\.service")
 #: The longest workload id: a unit name is at most 255 characters, a user's has ``user@U.service/``.
 MAX_ID_CHARS = 256
@@ -116,13 +125,19 @@ class Placement:
 
 
 def place(
-    cgroup_text: str, uid: int | None, root: str = "/", slurm: SlurmRoots = _DEFAULT_ROOTS
+    cgroup_text: str,
+    uid: int | None,
+    root: str = "/",
+    slurm: SlurmRoots = _DEFAULT_ROOTS,
+    host: Hierarchies | None = None,
 ) -> Placement:
     """The workload of a process with this /proc/<pid>/cgroup text and real uid; ``root`` is where
     warptd's own cgroup namespace sits in the host's tree (:mod:`warptd.workloads.cgroupns`);
-    ``slurm``: where slurmd puts jobs."""
-    lines = [line.split(":", 2) for line in cgroup_text.splitlines()]
-    lines = [parts for parts in lines if len(parts) == 3]
+    ``slurm``: where slurmd puts jobs; ``host``: the hierarchies every process lists. A text the
+    kernel cannot have written names no workload: the process is its uid's user."""
+    lines = kernel_lines(cgroup_text, host)
+    if lines is None:
+        return _user(uid, None)
     # CPU accounting where the kernel keeps it: v1 cpuacct if mounted (legacy, hybrid), else unified.
     ordered = sorted(lines, key=lambda p: 0 if "cpuacct" in p[1].split(",") else 1 if p[0] == "0" else 2)
     for hierarchy, controllers, seen in ordered:
@@ -268,4 +283,4 @@ def read_placement(
         text = read_text(procfs / str(pid) / "cgroup")
     except OSError:
         return None
-    return place(text, read_uid(procfs, pid), root, slurm)
+    return place(text, read_uid(procfs, pid), root, slurm, read_hierarchies(procfs))
