@@ -50,7 +50,8 @@ def test_the_namespace_root_is_the_cgroup_at_init_s_depth_that_lists_warptd(tmp_
     assert namespace_root(node.proc.root, node.cgroupfs) == "/"  # host namespace: no /proc/1/cgroup climb
     in_a_pod(node)
     assert namespace_root(node.proc.root, node.cgroupfs) == POD
-    assert namespace_root(node.proc.root, node.cgroupfs, pid=999_999) == "/"  # listed nowhere: unknown
+    # listed nowhere: where it is is unknown, how deep it is is not
+    assert namespace_root(node.proc.root, node.cgroupfs, pid=999_999) == "/../../.."
 
 
 def test_paths_seen_from_the_pod_place_their_workload_and_its_host_cgroup():
@@ -62,8 +63,12 @@ def test_paths_seen_from_the_pod_place_their_workload_and_its_host_cgroup():
     assert neighbour.cpu == CpuCgroup(
         f"/kubepods.slice/kubepods-pod0b.slice/cri-containerd-{NEIGHBOUR_ID}.scope"
     )
-    unknown_root = place(JOB_TASK, 1000)  # the root was not found: the workload, but no CPU file
-    assert unknown_root.key == WorkloadKey("slurm_job", "77") and unknown_root.cpu is None
+    # the root was not found, its depth was: a path that climbs all of it is the host's, CPU file and all
+    unknown_root = place(JOB_TASK, 1000, root="/../../..")
+    assert unknown_root.key == WorkloadKey("slurm_job", "77") and unknown_root.cpu == job.cpu
+    # one that climbs less hangs under an unknown ancestor: named, but no CPU file
+    neighbour = place(NEIGHBOUR, 0, root="/../../..")
+    assert neighbour.key == WorkloadKey("container", NEIGHBOUR_ID) and neighbour.cpu is None
 
 
 @pytest.fixture

@@ -55,6 +55,8 @@ V1_JOB = "/slurm/uid_1000/job_4242"
 V2_JOB = "/system.slice/slurmstepd.scope/job_4243"
 JUPYTER = "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service"
 USER_1000 = ("user", user_name(1000))
+#: A user's own unit: named under its manager, so that it merges with no other user's or the system's.
+JUPYTER_UNIT = ("systemd_unit", "user@1000.service/jupyter.service")
 
 
 @pytest.mark.parametrize(
@@ -82,7 +84,7 @@ USER_1000 = ("user", user_name(1000))
             CpuCgroup(f"/system.slice/nerdctl-{CID}.scope"),
         ),
         (f"0::/docker/{CID}\n", 0, ("container", CID), None, CpuCgroup(f"/docker/{CID}")),  # cgroupfs driver
-        (USER_SERVICE, 1000, ("systemd_unit", "jupyter.service"), None, CpuCgroup(JUPYTER)),
+        (USER_SERVICE, 1000, JUPYTER_UNIT, None, CpuCgroup(JUPYTER)),
         (USER, 1000, USER_1000, None, CpuCgroup("/user.slice/user-1000.slice")),
         (
             "0::/user.slice/user-1000.slice/user@1000.service/init.scope\n", 1000, USER_1000, None,
@@ -435,7 +437,7 @@ def test_cpu_packages_split_by_cgroup_cpu_time_idle_unattributed(rig, node, fake
         ("slurm_job", "4242"): CpuCgroup(V1_JOB, "cpu,cpuacct"),  # cpuacct.usage, ns
         ("slurm_job", "4243"): CpuCgroup(V2_JOB),  # cpu.stat, µs
         USER_1000: CpuCgroup("/user.slice/user-1000.slice"),
-        ("systemd_unit", "jupyter.service"): CpuCgroup(JUPYTER),
+        JUPYTER_UNIT: CpuCgroup(JUPYTER),
     }
     start = {key: 5e6 for key in cgroups}
     for key, cgroup in cgroups.items():
@@ -445,7 +447,7 @@ def test_cpu_packages_split_by_cgroup_cpu_time_idle_unattributed(rig, node, fake
         ("slurm_job", "4242"): 2.0e6,
         ("slurm_job", "4243"): 1.0e6,
         ("user", user_name(1000)): 3.0e6,
-        ("systemd_unit", "jupyter.service"): 1.0e6,
+        JUPYTER_UNIT: 1.0e6,
     }
     for key, cgroup in cgroups.items():
         node.cpu(cgroup, start[key] + spent[key])
@@ -501,24 +503,31 @@ def test_series_are_promtool_clean_and_name_no_command_line(rig, node, fake_nvml
     assert value(samples, ENERGY, source="accelerator", **service) == pytest.approx(2.5)
 
 
-def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_one(
-    node, fake_nvml, tmp_path, capsys
-):
-    """End to end: --workloads on a real daemon (its threads poll, sample and serve over loopback)."""
-    from tests.helpers import http, wait_until
-    from warptd.cli import main
+def workloads_daemon(node: Node, tmp_path: Path):
+    """A real daemon started with --workloads over the fixture node and the NVML double (stop it)."""
     from warptd.config import load_settings
     from warptd.daemon import Daemon
 
-    node.add(1001, SLURM_V1, uid=0)
-    gpu0 = fake_nvml.gpus[0]
-    gpu0.processes = [(1001, GIB)]
     settings = load_settings(
         listen="127.0.0.1:0", backends=["nvidia"], interval=0.1, procfs=node.proc.root,
         cgroupfs=node.cgroupfs, sysfs=tmp_path, workloads=True,
     )  # fmt: skip
     daemon = Daemon(settings)
     daemon.start()
+    return daemon
+
+
+def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_one(
+    node, fake_nvml, tmp_path, capsys
+):
+    """End to end: --workloads on a real daemon (its threads poll, sample and serve over loopback)."""
+    from tests.helpers import http, wait_until
+    from warptd.cli import main
+
+    node.add(1001, SLURM_V1, uid=0)
+    gpu0 = fake_nvml.gpus[0]
+    gpu0.processes = [(1001, GIB)]
+    daemon = workloads_daemon(node, tmp_path)
     try:
         assert daemon.process_monitor is not None
         assert not select(

@@ -6,7 +6,8 @@ nodes) reads other processes' ``/proc/PID/cgroup`` relative to its own namespace
 time is under the host's cgroupfs at the absolute path, which takes the namespace root to rebuild.
 The kernel shows only how far up the root is (host init's path climbs that many ``..``); which
 directory it is, warptd finds once: the one at that depth whose ``cgroup.procs`` lists warptd itself
-(with the host pid namespace, the pid the host knows).
+(with the host pid namespace, the pid the host knows). Where none does, the depth is still known: a
+path that climbs all of it starts at the host's root, and only the others' place is unknown.
 """
 
 from __future__ import annotations
@@ -45,19 +46,22 @@ def climb(path: str) -> int:
 
 def absolute(path: str, root: str) -> str | None:
     """A namespaced cgroup path as the host's cgroupfs has it, or None where it climbs above the
-    host's root (so ``root`` is not the namespace's) or holds ``..`` past its leading run."""
+    host's root (so ``root`` is not the namespace's), holds ``..`` past its leading run, or hangs
+    under a part of the root that is not known (``..`` in ``root``: :func:`namespace_root`)."""
     up = climb(path)
     base = [element for element in root.split("/") if element]
     rest = [element for element in path.split("/") if element][up:]
-    if up > len(base) or ".." in rest:  # the kernel writes ".." only as a leading run
+    kept = base[: len(base) - up]
+    if up > len(base) or ".." in rest or ".." in kept:  # the kernel writes ".." only as a leading run
         return None
-    return "/" + "/".join(base[: len(base) - up] + rest)
+    return "/" + "/".join(kept + rest)
 
 
 def namespace_root(procfs: Path, cgroupfs: Path, pid: int | None = None) -> str:
     """``/`` in the host's cgroup namespace (or on a v1-only host), else the absolute path of this
-    process's namespace root; ``/`` with a warning where it cannot be found (relative paths then
-    give no CPU share)."""
+    process's namespace root; where it cannot be found, a warning and its depth alone, as ``..``
+    for each unknown level (``/../../..``): paths that climb all of it are the host's, the others
+    give no CPU share."""
     try:
         depth = climb(unified_path(read_text(procfs / "1" / "cgroup")) or "")
     except OSError:
@@ -74,9 +78,10 @@ def namespace_root(procfs: Path, cgroupfs: Path, pid: int | None = None) -> str:
     log.warning(
         "cgroup_namespace_root_unknown",
         depth=depth,
-        reason="no cgroup at that depth of --cgroupfs lists this process: workloads' CPU time unread",
+        reason="no cgroup at that depth of --cgroupfs lists this process: the CPU time of workloads "
+        "beside warptd's own (sharing its ancestors) unread",
     )
-    return "/"
+    return "/" + "/".join([".."] * depth)
 
 
 def _at_depth(cgroupfs: Path, depth: int) -> Iterator[Path]:

@@ -1,27 +1,40 @@
 """Which workload a process belongs to, from ``<procfs>/<pid>/cgroup``, and where its CPU time is kept.
 
-In order, the first that a cgroup path names:
+A workload is recognised only where its owner's manager puts it, walking each path from the cgroup
+tree's root, and the first (outermost) thing named owns everything below it, whatever the names
+there: below a container, a unit or a user's ``user@U.service`` its owner may make cgroups and name
+them anything. In order:
 
 - a Slurm job (and step), only where slurmd puts jobs (:data:`~warptd.config.SLURM_ROOTS`, or the
-  roots ``--workload-slurm-roots`` names), so that no one else's cgroup named ``job_J`` is charged
-  as a job: cgroup v1 ``/slurm/uid_U/job_J/step_S[/task_T]`` (``/slurm_<node>/…`` with several
-  slurmd on one host), cgroup v2 (Slurm 22.05 and newer)
+  roots ``--workload-slurm-roots`` names): cgroup v1 ``/slurm/uid_U/job_J/step_S[/task_T]``
+  (``/slurm_<node>/…`` with several slurmd on one host), cgroup v2 (Slurm 22.05 and newer)
   ``/system.slice/slurmstepd.scope/job_J/step_S/user/task_T`` (``<node>_slurmstepd.scope``);
-- a container: ``docker-``, ``libpod-`` (Podman), ``nerdctl-``, ``cri-containerd-``/``crio-`` (a
-  Kubernetes pod's container) ``<64 hex>.scope``, or a bare ``<64 hex>`` directory (cgroupfs drivers);
-- a systemd unit: the last ``*.service`` in the path (a user's own ``user@U.service`` is the user);
+- a user's slice ``user-U.slice`` in the run of systemd slices from the top (systemd alone makes
+  slices, as root): everything in it is user U's. In U's own manager (``user-U.slice/user@U.service``,
+  delegated to U), past the manager's slices, a container scope is U's container
+  (``container``, id ``user@U.service/<id>``: rootless Podman or Docker), a ``*.service`` U's unit
+  (``systemd_unit``, id ``user@U.service/<unit>``), anything else U;
+- past the top's run of slices, the first other element: a container (``docker-``, ``libpod-``,
+  ``nerdctl-``, ``cri-containerd-``, ``crio-`` ``<64 hex>.scope``: ``system.slice``, ``machine.slice``,
+  the kubelet's QoS and pod slices) or a system unit (``*.service``);
+- a cgroupfs driver's container: ``/<dir>/<64 hex>`` (``/docker/<id>``, containerd's
+  ``/<namespace>/<id>``, ``/libpod_parent/libpod-<id>``) or the kubelet's
+  ``/kubepods/[<qos>/]pod<uid>/<id>``;
 - else the user, by the process's real uid.
 
-Ids are ASCII digits, at most a 32-bit number's ten (``int()`` takes ``²`` and ``٤٢`` too). The
-workload's CPU time is its cgroup's: the path cut after the element that named it (the job, not
-the step, so every step counts), or the user's ``user-U.slice``.
+A path seen through a private cgroup namespace (:mod:`warptd.workloads.cgroupns`) is rebuilt from
+warptd's namespace root; where that root's place is unknown, a path hanging under it is placed by
+the rules that hold partway down (slices, units, containers, the kubelet's chain), without a CPU
+cgroup. Ids are ASCII digits, at most a 32-bit number's ten (``int()`` takes ``²`` and ``٤٢`` too);
+unit names systemd's characters. The workload's CPU time is its cgroup's: the path cut after the
+element that named it (the job, not the step, so every step counts), or the user's ``user-U.slice``.
 """
 
 from __future__ import annotations
 
 import pwd
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -31,18 +44,41 @@ from warptd.config import SLURM_ROOTS
 from warptd.config import WORKLOAD_KINDS as KINDS
 from warptd.config import WorkloadKind as Kind
 from warptd.files import read_text
-from warptd.workloads.cgroupns import absolute, climb
+from warptd.processes.cgroup import (
+    CONTAINER,
+    CgroupPath,
+    Hierarchies,
+    kernel_lines,
+    kube_pod,
+    read_hierarchies,
+    slice_run,
+    split_path,
+)
+from warptd.workloads.cgroupns import absolute
 
-__all__ = ["KINDS", "Kind", "Placement", "SlurmRoots", "WorkloadKey", "place", "read_placement", "user_name"]
+__all__ = [
+    "KINDS",
+    "MAX_ID_CHARS",
+    "Kind",
+    "Placement",
+    "SlurmRoots",
+    "WorkloadKey",
+    "place",
+    "read_placement",
+    "user_name",
+]
 
 #: A job id or a uid: ASCII digits, no more than a 32-bit number has.
 ID = "[0-9]{1,10}"
 _JOB = re.compile(f"job_({ID})")
 _STEP = re.compile(r"step_([A-Za-z0-9_]{1,32})")
 _UID = re.compile(f"uid_({ID})")
-_CONTAINER = re.compile(r"(?:(?:docker|libpod|nerdctl|cri-containerd|crio)-)?([0-9a-f]{64})(?:\.scope)?")
 _USER_SERVICE = re.compile(f"user@({ID})\\.service")
 _USER_SLICE = re.compile(f"user-({ID})\\.slice")
+#: A service's name as systemd allows it (unit_name_is_valid: ASCII letters, digits and ``:-_.\@``).
+_UNIT = re.compile(r"[A-Za-z0-9:_.\\@-]{1,247}\.service")
+#: The longest workload id: a unit name is at most 255 characters, a user's has ``user@U.service/``.
+MAX_ID_CHARS = 256
 #: Where slurmd puts jobs, each root as its path's elements (``fnmatch`` patterns, one element each).
 SlurmRoots = tuple[tuple[str, ...], ...]
 
@@ -89,37 +125,59 @@ class Placement:
 
 
 def place(
-    cgroup_text: str, uid: int | None, root: str = "/", slurm: SlurmRoots = _DEFAULT_ROOTS
+    cgroup_text: str,
+    uid: int | None,
+    root: str = "/",
+    slurm: SlurmRoots = _DEFAULT_ROOTS,
+    host: Hierarchies | None = None,
 ) -> Placement:
     """The workload of a process with this /proc/<pid>/cgroup text and real uid; ``root`` is where
     warptd's own cgroup namespace sits in the host's tree (:mod:`warptd.workloads.cgroupns`);
-    ``slurm``: where slurmd puts jobs."""
-    lines = [line.split(":", 2) for line in cgroup_text.splitlines()]
-    lines = [parts for parts in lines if len(parts) == 3]
+    ``slurm``: where slurmd puts jobs; ``host``: the hierarchies every process lists. A text the
+    kernel cannot have written names no workload: the process is its uid's user."""
+    lines = kernel_lines(cgroup_text, host)
+    if lines is None:
+        return _user(uid, None)
     # CPU accounting where the kernel keeps it: v1 cpuacct if mounted (legacy, hybrid), else unified.
     ordered = sorted(lines, key=lambda p: 0 if "cpuacct" in p[1].split(",") else 1 if p[0] == "0" else 2)
     for hierarchy, controllers, seen in ordered:
         v1 = controllers if "cpuacct" in controllers.split(",") else ""
         keeps_cpu = v1 if v1 or controllers == "" else None
-        path = seen
-        if climb(seen):  # seen from a private cgroup namespace: rebuilt from its root (v2 only)
-            host_path = absolute(seen, root) if hierarchy == "0" else None
-            path, keeps_cpu = (host_path, keeps_cpu) if host_path else (seen, None)
-        found = _classify(path, uid, keeps_cpu, slurm)
-        if found is not None:
-            return found
+        found = _host_path(seen, hierarchy == "0", root)
+        if found is None:
+            continue
+        path, anchored = found
+        placement = _classify(path, anchored, uid, keeps_cpu if anchored else None, slurm)
+        if placement is not None:
+            return placement
     return _user(uid, None)
 
 
-def _classify(path: str, uid: int | None, v1: str | None, slurm: SlurmRoots) -> Placement | None:
-    """The workload this cgroup path names, or None where it names none but a user; ``v1`` None: the
-    line's hierarchy keeps no CPU time (a v1 controller other than cpuacct)."""
-    elements = [e for e in path.split("/") if e and e != ".."]
+def _host_path(seen: str, unified: bool, root: str) -> tuple[CgroupPath, bool] | None:
+    """The path as the host's tree has it and True, or as seen and False where its place in the
+    host's tree is not known (it hangs under warptd's namespace root or one of its ancestors); None
+    for a path the kernel does not write."""
+    host = absolute(seen, root) if root != "/" and unified else None  # a private cgroup namespace
+    parsed = split_path(host or seen)
+    if parsed is None:
+        return None
+    return parsed, host is not None or (root == "/" and parsed.climbed == 0)
+
+
+def _classify(
+    path: CgroupPath, anchored: bool, uid: int | None, v1: str | None, slurm: SlurmRoots
+) -> Placement | None:
+    """The workload this cgroup path names, or None where it names none but the process's user;
+    ``anchored``: the path starts at the host tree's root (else only the rules that hold partway
+    down apply); ``v1`` None: no CPU time is read there (a v1 controller other than cpuacct)."""
+    elements = path.elements
+    if not anchored and path.climbed == 0:  # inside warptd's own namespace root: nothing to go by
+        return None
 
     def cpu(upto: int) -> CpuCgroup | None:
         return None if v1 is None else CpuCgroup("/" + "/".join(elements[: upto + 1]), v1)
 
-    job = slurm_job(elements, slurm)
+    job = slurm_job(elements, slurm) if anchored else None
     if job is not None:
         position, job_id, slurm_uid = job
         step = _STEP.fullmatch(elements[position + 1]) if position + 1 < len(elements) else None
@@ -127,18 +185,51 @@ def _classify(path: str, uid: int | None, v1: str | None, slurm: SlurmRoots) -> 
         return Placement(
             key, slurm_uid if slurm_uid is not None else uid, step and step.group(1), cpu(position)
         )
-    for position in range(len(elements) - 1, -1, -1):
-        container = _CONTAINER.fullmatch(elements[position])
-        if container is not None:
-            return Placement(WorkloadKey("container", container.group(1)), uid, None, cpu(position))
-    for position in range(len(elements) - 1, -1, -1):
-        element = elements[position]
-        if element.endswith(".service") and not _USER_SERVICE.fullmatch(element):
-            return Placement(WorkloadKey("systemd_unit", element), uid, None, cpu(position))
-    for position, element in enumerate(elements):
-        if _USER_SLICE.fullmatch(element):
-            return _user(uid, cpu(position))
+    run = slice_run(elements)
+    for position in range(run):
+        owner = _USER_SLICE.fullmatch(elements[position])
+        if owner is not None:
+            return _users_own(elements, position, int(owner.group(1)), cpu)
+    named = _named(elements[run], uid, cpu(run)) if run < len(elements) else None
+    if named is not None or run:
+        return named
+    # cgroupfs drivers: /<dir>/<id>, the kubelet's /kubepods/[<qos>/]pod<uid>/<id> (or partway down)
+    pod = kube_pod(path)
+    at = pod[1] + 1 if pod is not None else 1 if anchored else len(elements)
+    return _container(elements[at], uid, cpu(at), "") if at < len(elements) else None
+
+
+def _users_own(
+    elements: Sequence[str], at: int, owner: int, cpu: Callable[[int], CpuCgroup | None]
+) -> Placement:
+    """A process in user ``owner``'s slice (at ``at``): its own unit or container in the user's
+    manager, named under ``user@U.service/`` so that it merges with no one else's, else the user."""
+    manager = at + 1
+    if manager < len(elements) and elements[manager] == f"user@{owner}.service":
+        below = manager + 1 + slice_run(elements[manager + 1 :])
+        if below < len(elements):
+            named = _named(elements[below], owner, cpu(below), f"{elements[manager]}/")
+            if named is not None:
+                return named
+    return _user(owner, cpu(at))
+
+
+def _named(element: str, uid: int | None, cpu: CpuCgroup | None, owner: str = "") -> Placement | None:
+    """The container or unit one element names (None for neither), its id after ``owner``."""
+    container = _container(element, uid, cpu, owner)
+    if container is not None:
+        return container
+    unit = f"{owner}{element}"
+    if _UNIT.fullmatch(element) and not _USER_SERVICE.fullmatch(element) and len(unit) <= MAX_ID_CHARS:
+        return Placement(WorkloadKey("systemd_unit", unit), uid, None, cpu)
     return None
+
+
+def _container(element: str, uid: int | None, cpu: CpuCgroup | None, owner: str) -> Placement | None:
+    container = CONTAINER.fullmatch(element)
+    if container is None:
+        return None
+    return Placement(WorkloadKey("container", f"{owner}{container.group(1)}"), uid, None, cpu)
 
 
 def slurm_job(elements: Sequence[str], slurm: SlurmRoots) -> tuple[int, str, int | None] | None:
@@ -192,4 +283,4 @@ def read_placement(
         text = read_text(procfs / str(pid) / "cgroup")
     except OSError:
         return None
-    return place(text, read_uid(procfs, pid), root, slurm)
+    return place(text, read_uid(procfs, pid), root, slurm, read_hierarchies(procfs))

@@ -1,0 +1,88 @@
+"""A pod only where the kubelet puts it: a user who names their own cgroups after a pod (its UID and
+container id are readable by everyone in /proc/PID/cgroup) gets no pod label and no part of its energy."""
+
+from __future__ import annotations
+
+import pytest
+
+from warptd.processes.cgroup import (
+    NONE,
+    Attribution,
+    CgroupPath,
+    kube_pod,
+    parse_cgroup,
+    read_attribution,
+    split_path,
+)
+
+UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
+SLICE_UID = UID.replace("-", "_")
+CID = "a" * 64
+MANAGER = "/user.slice/user-1000.slice/user@1000.service"
+POD_SLICE = f"kubepods-burstable-pod{SLICE_UID}.slice"
+KUBELET_SYSTEMD = f"kubepods.slice/kubepods-burstable.slice/{POD_SLICE}/cri-containerd-{CID}.scope"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{MANAGER}/app.slice/{KUBELET_SYSTEMD}",
+        f"{MANAGER}/{KUBELET_SYSTEMD}",
+        f"{MANAGER}/app.slice/kubepods/burstable/pod{UID}/{CID}",
+        f"{MANAGER}/app.slice/pod{UID}/{CID}",
+        f"/system.slice/docker-{'b' * 64}.scope/{KUBELET_SYSTEMD}",  # a kubelet inside a container (kind)
+        f"/system.slice/ci.service/kubepods/pod{UID}/{CID}",
+        f"/../../..{MANAGER}/app.slice/{KUBELET_SYSTEMD}",  # the same, seen from warptd's pod
+        f"/../../..{MANAGER}/app.slice/kubepods/pod{UID}/{CID}",
+        f"/pod{UID}/{CID}",  # the cgroupfs driver's chain starts at /kubepods
+        f"/burstable/pod{UID}/{CID}",
+        f"/kubepods.slice/../kubepods.slice/{POD_SLICE}/crio-{CID}.scope",  # never written
+    ],
+)
+def test_a_pod_named_anywhere_else_is_no_pod(path):
+    for text in (f"0::{path}\n", f"4:memory:{path}\n1:name=systemd:/user.slice\n"):
+        assert parse_cgroup(text) == NONE, text
+
+
+@pytest.mark.parametrize(
+    ("path", "pod"),
+    [
+        (f"/{KUBELET_SYSTEMD}", (UID, 2)),
+        (f"/kubelet.slice/kubelet-kubepods.slice/kubelet-{POD_SLICE}/x", (UID, 2)),  # --cgroup-root
+        (f"/kubepods/pod{UID}/{CID}", (UID, 1)),
+        (f"/kubepods/besteffort/pod{UID}", (UID, 2)),
+        (f"/../../{POD_SLICE}/crio-{CID}.scope", (UID, 0)),  # partway down
+        (f"/../besteffort/pod{UID}/{CID}", (UID, 1)),
+        (f"/../pod{UID}/{CID}", (UID, 0)),
+        (f"/kubepods/besteffort/guaranteed/pod{UID}", None),  # no such QoS class
+        (f"/kubepods.slice/{POD_SLICE}/extra.slice/crio-{CID}.scope", None),  # not the last slice
+    ],
+)  # fmt: skip
+def test_where_the_kubelet_puts_pods(path, pod):
+    parsed = split_path(path)
+    assert parsed is not None and kube_pod(parsed) == pod
+
+
+def test_split_path_keeps_only_a_leading_climb():
+    assert split_path("/../../a.slice/b") == CgroupPath(2, ("a.slice", "b"))
+    assert split_path("/a.slice/../b") is None and split_path("/a/./b") is None
+    assert split_path("/") == CgroupPath(0, ())
+
+
+def test_the_kubelet_s_own_still_count():
+    assert parse_cgroup(f"0::/{KUBELET_SYSTEMD}\n") == Attribution(UID, CID)
+
+
+def test_a_line_added_by_a_newline_in_a_name_names_no_pod(tmp_path):
+    """On cgroup v1, kernels before June 2021 let a cgroup be renamed to a name holding a newline, and
+    its processes' /proc/PID/cgroup then held whatever line followed it."""
+    proc = tmp_path / "proc"
+    host = "3:memory:/\n1:name=systemd:/init.scope\n"
+    added = f"9:name=x:/kubepods/pod{UID}/{CID}\n"  # a fresh hierarchy, so that nothing is listed twice
+    for pid, text in ((1, host), (7, f"3:memory:/user.slice\n1:name=systemd:{MANAGER}/y\n{added}")):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(text)
+    assert read_attribution(proc, 7) == NONE
+    assert read_attribution(proc, 1) == NONE
+    assert parse_cgroup(f"3:memory:/kubepods/pod{UID}/{CID}\n3:memory:/x\n") == NONE  # a hierarchy twice
+    assert parse_cgroup(f"3:memory:/x\n4:memory:/kubepods/pod{UID}/{CID}\n") == NONE  # a controller twice

@@ -1,0 +1,237 @@
+"""Who owns a process's workload: each kind only where its owner's manager puts it, the outermost owner
+owning everything below it. Every name a local user can give their own delegated cgroups
+(``user@UID.service``'s subtree) is tried as an attacker would, in cgroup v1 and v2 lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from warptd.workloads.placement import (
+    MAX_ID_CHARS,
+    CpuCgroup,
+    Placement,
+    WorkloadKey,
+    place,
+    read_placement,
+    user_name,
+)
+
+ROOTS = "a" * 64  # root's container, whose id every user can read in /proc/PID/cgroup
+OTHER = "b" * 64
+POD_UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
+POD_SLICE = f"kubepods-pod{POD_UID.replace('-', '_')}.slice"
+BESTEFFORT_QOS = "kubepods-besteffort.slice"
+BESTEFFORT = f"kubepods-besteffort-pod{POD_UID.replace('-', '_')}.slice"
+USER_SLICE = "/user.slice/user-1000.slice"
+MANAGER = f"{USER_SLICE}/user@1000.service"
+ALICE = ("user", user_name(1000))
+ALICES = "user@1000.service/"  # her own units' and containers' ids start so
+
+
+def placed(cgroup: str, uid: int | None = 1000, **options) -> tuple[str, str]:
+    return tuple(vars(place(cgroup, uid, **options).key).values())  # type: ignore[return-value]
+
+
+# -- where each manager puts what it runs: these are theirs -----------------------------------------
+@pytest.mark.parametrize(
+    ("path", "uid", "workload", "cpu"),
+    [
+        # container runtimes, systemd drivers: their scopes past the top's slices
+        (f"/system.slice/docker-{ROOTS}.scope", 0, ("container", ROOTS), None),
+        (f"/system.slice/nerdctl-{ROOTS}.scope", 0, ("container", ROOTS), None),
+        (f"/gpu.slice/docker-{ROOTS}.scope", 0, ("container", ROOTS), None),  # a --cgroup-parent slice
+        (  # rootful Podman, its processes one level down
+            f"/machine.slice/libpod-{ROOTS}.scope/container", 0, ("container", ROOTS),
+            f"/machine.slice/libpod-{ROOTS}.scope",
+        ),
+        (f"/machine.slice/machine-libpod_pod_0123.slice/libpod-{ROOTS}.scope", 0, ("container", ROOTS), None),
+        # the kubelet's QoS and pod slices (systemd driver); guaranteed pods have no QoS slice
+        (f"/kubepods.slice/{BESTEFFORT_QOS}/{BESTEFFORT}/crio-{ROOTS}.scope", 0, ("container", ROOTS), None),
+        (f"/kubepods.slice/{POD_SLICE}/cri-containerd-{ROOTS}.scope", 0, ("container", ROOTS), None),
+        # cgroupfs drivers, from the top
+        (f"/docker/{ROOTS}", 0, ("container", ROOTS), None),
+        (f"/k8s.io/{ROOTS}", 0, ("container", ROOTS), None),  # containerd's namespace
+        (f"/libpod_parent/libpod-{ROOTS}", 0, ("container", ROOTS), None),
+        (f"/kubepods/burstable/pod{POD_UID}/{ROOTS}", 0, ("container", ROOTS), None),
+        (f"/kubepods/pod{POD_UID}/{ROOTS}", 0, ("container", ROOTS), None),
+        # system units past the top's slices, a template's instance in its own slice
+        ("/system.slice/ollama.service", 998, ("systemd_unit", "ollama.service"), None),
+        ("/system.slice/system-ollama.slice/ollama@0.service", 9, ("systemd_unit", "ollama@0.service"), None),
+        # a user's own: rootless Podman and Docker, and user units, under the user's manager
+        (
+            f"{MANAGER}/user.slice/libpod-{ROOTS}.scope/container", 1000, ("container", ALICES + ROOTS),
+            f"{MANAGER}/user.slice/libpod-{ROOTS}.scope",
+        ),
+        (f"{MANAGER}/user.slice/docker-{ROOTS}.scope", 1000, ("container", ALICES + ROOTS), None),
+        (f"{MANAGER}/app.slice/jupyter.service", 1000, ("systemd_unit", ALICES + "jupyter.service"), None),
+        # the user: sessions, the manager itself, a unit's own scopes
+        (f"{USER_SLICE}/session-3.scope", 1000, ALICE, USER_SLICE),
+        (f"{MANAGER}/init.scope", 1000, ALICE, USER_SLICE),
+        (f"{MANAGER}/app.slice/app-firefox-42.scope", 1000, ALICE, USER_SLICE),
+    ],
+)  # fmt: skip
+def test_each_manager_s_place(path, uid, workload, cpu):
+    expected = Placement(WorkloadKey(*workload), uid, None, CpuCgroup(cpu or path))
+    assert place(f"0::{path}\n", uid) == expected
+
+
+# -- names a user gives their own cgroups: never anyone else's ---------------------------------------
+@pytest.mark.parametrize(
+    ("below_manager", "workload"),
+    [
+        # root's container id (every user can read it) as a runtime's scope, or a bare directory
+        (f"app.slice/docker-{ROOTS}.scope", ("container", ALICES + ROOTS)),
+        (f"app.slice/{ROOTS}", ("container", ALICES + ROOTS)),  # issue 39's case
+        (f"app.slice/foo.scope/docker-{ROOTS}.scope", ALICE),
+        # the system's slices and units, and the kubelet's, by name
+        ("system.slice/ollama.service", ("systemd_unit", ALICES + "ollama.service")),
+        ("app.slice/ollama.service/system.slice/sshd.service", ("systemd_unit", ALICES + "ollama.service")),
+        (f"kubepods.slice/{POD_SLICE}/cri-containerd-{ROOTS}.scope", ("container", ALICES + ROOTS)),
+        (f"kubepods/besteffort/pod{POD_UID}/{ROOTS}", ALICE),
+        (f"docker/{ROOTS}", ALICE),
+        ("slurm/uid_0/job_7", ALICE),
+        ("system.slice/slurmstepd.scope/job_7/step_0", ALICE),
+        # another user's slice and manager, root's manager
+        ("user.slice/user-1001.slice/user@1001.service/app.slice/jupyter.service", ALICE),
+        ("app.slice/user@0.service/app.slice/x.service", ALICE),
+        # names systemd never gives a unit: look-alikes, controls, spaces, too long for an id
+        ("app.slice/\uff4aupyter.service", ALICE),  # fullwidth j
+        ("app.slice/jupyter\u200b.service", ALICE),  # zero-width space
+        ("app.slice/a b.service", ALICE),
+        ("app.slice/\x1b[31mred.service", ALICE),
+        (f"app.slice/{'x' * 240}.service", ALICE),  # 248 characters: 273 with user@1000.service/
+        # deep nesting: only the first non-slice element counts
+        ("/".join(["a.slice"] * 200) + "/deep.service", ("systemd_unit", ALICES + "deep.service")),
+    ],
+)  # fmt: skip
+def test_a_user_s_own_names_stay_theirs(below_manager, workload):
+    for uid in (1000, 0):  # the manager's owner, or a root process moved into its tree
+        assert placed(f"0::{MANAGER}/{below_manager}\n", uid) == workload
+        v1 = f"4:cpu,cpuacct:/user.slice\n1:name=systemd:{MANAGER}/{below_manager}\n"
+        assert placed(v1, uid) == workload  # cgroup v1: the names in systemd's own hierarchy
+        delegated = f"4:cpu,cpuacct:{MANAGER}/{below_manager}\n"  # or in cpuacct's, delegated too
+        assert placed(delegated, uid) == workload
+
+
+def test_the_user_s_own_unit_and_container_are_charged_to_the_user():
+    unit = place(f"0::{MANAGER}/app.slice/ollama.service\n", 0)  # even a root process in the user's tree
+    assert unit.uid == 1000 and unit.key == WorkloadKey("systemd_unit", "user@1000.service/ollama.service")
+    assert len(f"user@{2**32 - 1}.service/{'x' * 224}.service") == MAX_ID_CHARS
+    longest = place(f"0::/user.slice/user-4294967295.slice/user@4294967295.service/{'x' * 224}.service\n", 7)
+    assert longest.key.kind == "systemd_unit" and longest.uid == 2**32 - 1
+
+
+@pytest.mark.parametrize(
+    ("path", "uid", "workload"),
+    [
+        # the outermost owner owns what its delegate makes below: a container in a container
+        (f"/system.slice/docker-{OTHER}.scope/system.slice/docker-{ROOTS}.scope", 0, ("container", OTHER)),
+        (f"/system.slice/docker-{OTHER}.scope/docker/{ROOTS}", 0, ("container", OTHER)),
+        # a unit delegated to a user (Delegate=yes, User=): the unit, whatever the user made in it
+        (f"/system.slice/ci.service/docker-{ROOTS}.scope", 1000, ("systemd_unit", "ci.service")),
+        ("/system.slice/ci.service/sshd.service", 1000, ("systemd_unit", "ci.service")),
+        # an unprivileged LXC container's own systemd tree, under LXC's top-level cgroup
+        (f"/lxc.payload.c1/system.slice/docker-{ROOTS}.scope", 100000, ("user", user_name(100000))),
+        # a cgroupfs driver's id only right under a top-level directory
+        (f"/docker/x/{ROOTS}", 5, ("user", user_name(5))),
+        (f"/system.slice/foo.scope/{ROOTS}", 5, ("user", user_name(5))),
+        # user@U.service only in user-U.slice, and only U's
+        ("/system.slice/user@0.service/app.slice/x.service", 5, ("user", user_name(5))),
+        (f"{USER_SLICE}/user@0.service/app.slice/x.service", 5, ALICE),
+        # a uid in a slice's name is ASCII digits, ten at most
+        ("/user.slice/user-\u0661.slice/user@\u0661.service/app.slice/x.service", 5, ("user", user_name(5))),
+        (f"/user.slice/user-{'1' * 11}.slice/session-1.scope", 5, ("user", user_name(5))),
+    ],
+)  # fmt: skip
+def test_the_outermost_owner_owns_everything_below(path, uid, workload):
+    assert placed(f"0::{path}\n", uid) == workload
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{MANAGER}/app.slice/../../../../system.slice/docker-{ROOTS}.scope",
+        f"{MANAGER}/app.slice/./../../../../system.slice/ollama.service",
+        f"/system.slice/../system.slice/docker-{ROOTS}.scope",
+    ],
+)
+def test_a_path_the_kernel_never_writes_names_nothing(path):
+    """The kernel writes ``..`` only as a leading run (a private namespace's climb) and no cgroup can be
+    named ``..`` or ``.``: such a line is no one's, and the process counts as its uid's user."""
+    assert place(f"0::{path}\n", 1000) == Placement(WorkloadKey("user", user_name(1000)), 1000)
+
+
+def test_a_process_in_a_user_s_slice_is_the_user_s_whatever_its_uid():
+    """``sudo`` in alice's session: a root process in her slice is hers, as the slice's CPU time is."""
+    assert place(f"0::{USER_SLICE}/session-3.scope\n", 0) == Placement(
+        WorkloadKey(*ALICE), 1000, None, CpuCgroup(USER_SLICE)
+    )
+
+
+# -- seen through a private cgroup namespace (warptd in a pod) ---------------------------------------
+POD = "/kubepods.slice/kubepods-pod0a.slice/cri-containerd-" + "c" * 64 + ".scope"  # warptd's, depth 3
+
+
+@pytest.mark.parametrize("root", [POD, "/../../.."])  # the root found, or only its depth
+def test_a_user_s_names_seen_from_a_pod_stay_theirs(root):
+    user = f"0::/../../..{MANAGER}/app.slice/docker-{ROOTS}.scope\n"
+    assert place(user, 1000, root=root) == Placement(
+        WorkloadKey("container", ALICES + ROOTS),
+        1000,
+        None,
+        CpuCgroup(f"{MANAGER}/app.slice/docker-{ROOTS}.scope"),
+    )
+    unit = (
+        f"0::/../../..{MANAGER}/app.slice/kubepods-pod{POD_UID.replace('-', '_')}.slice/crio-{ROOTS}.scope\n"
+    )
+    assert placed(unit, 1000, root=root) == ("container", f"user@1000.service/{ROOTS}")
+
+
+def test_a_path_under_an_unknown_root_is_placed_by_the_rules_that_hold_partway():
+    """Where warptd's namespace root was not found, a neighbour pod's path hangs under one of its
+    ancestors: its container is named, without a CPU cgroup; a path inside warptd's own root names
+    nothing (what is above it is not known), and neither does one climbing in the host's namespace."""
+    neighbour = f"0::/../../{POD_SLICE}/cri-containerd-{ROOTS}.scope\n"
+    assert place(neighbour, 0, root="/../../..") == Placement(WorkloadKey("container", ROOTS), 0)
+    assert place(f"0::/../pod{POD_UID}/{ROOTS}\n", 0, root="/../../..").key == WorkloadKey("container", ROOTS)
+    assert placed(f"0::/docker-{ROOTS}.scope\n", 0, root="/../../..") == ("user", user_name(0))
+    assert placed(f"0::/../../../docker/{ROOTS}\n", 0, root=POD) == (
+        "container",
+        ROOTS,
+    )  # known: from the top
+    assert placed(f"0::/../docker/{ROOTS}\n", 0, root="/../../..") == (
+        "user",
+        user_name(0),
+    )  # not from the top
+    slurm = "0::/../system.slice/slurmstepd.scope/job_7/step_0\n"  # a job's roots hold only from the top
+    assert placed(slurm, 0, root="/../../..") == ("user", user_name(0))
+    assert placed(slurm.replace("/..", "/../../.."), 0, root="/../../..") == ("slurm_job", "7")
+
+
+# -- a name holding a newline: a line the kernel did not write ---------------------------------------
+#: A cgroup v1 host's hierarchies, as host init lists them.
+V1_HOST = "4:cpu,cpuacct:/\n3:memory:/\n1:name=systemd:/init.scope\n"
+#: Alice's process in a cgroup of her manager (name=systemd is delegated to her) that she renamed to
+#: ``x\n<a line>``, as kernels before June 2021 allowed.
+GENUINE = f"4:cpu,cpuacct:/user.slice\n3:memory:/user.slice\n1:name=systemd:{MANAGER}/x\n"
+ADDED = [
+    f"0::/system.slice/docker-{ROOTS}.scope\n",  # a unified line, which goes before systemd's
+    f"9:cpuacct:/system.slice/docker-{ROOTS}.scope\n",  # a second cpuacct line, which goes first
+]
+
+
+@pytest.mark.parametrize("added", ADDED)
+def test_a_line_added_by_a_newline_in_a_name_names_nothing(tmp_path, added):
+    proc = tmp_path / "proc"
+    for pid, text in ((1, V1_HOST), (7, GENUINE + added)):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(text)
+    (proc / "7" / "status").write_text("Uid:\t1000\t1000\t1000\t1000\n")
+    assert read_placement(proc, 7) == Placement(WorkloadKey(*ALICE), 1000)
+    assert place(GENUINE, 1000) == Placement(WorkloadKey(*ALICE), 1000)  # the kernel's own: the same
+
+
+def test_each_hierarchy_and_controller_once_even_where_init_s_file_is_unread():
+    assert place(GENUINE + ADDED[1], 1000) == Placement(WorkloadKey(*ALICE), 1000)  # cpuacct twice
+    twice = f"0::{MANAGER}/x\n0::/system.slice/docker-{ROOTS}.scope\n"
+    assert place(twice, 1000) == Placement(WorkloadKey(*ALICE), 1000)
