@@ -1093,7 +1093,7 @@ struct newer {
 };
 
 static uint32_t open_newer(struct newer *c, const struct gpu *g, uint64_t last_seen) {
-    c->g = g, c->last_seen = last_seen, c->count = 0, c->n_active = 0;
+    c->g = g, c->last_seen = last_seen, c->first_window = 0, c->count = 0, c->n_active = 0;
     uint64_t w = g->util_window_us;
     if (!w) {
         for (uint32_t i = 0; i < g->util_sample_count && i < MAX_UTIL_SAMPLES; i++) c->count += g->util_samples[i].t_us > last_seen;

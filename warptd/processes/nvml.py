@@ -11,6 +11,7 @@ A poll that finds a GPU's list as it was and reads no utilization hands on what 
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ import structlog
 
 from warptd.backends.nvidia import session as nvml_session
 from warptd.errors import BackendUnavailableError
+from warptd.processes.buffered import BufferedCall
 from warptd.processes.cadence import UtilizationCadence
 from warptd.processes.cgroup import Attribution, CgroupResolver
 from warptd.processes.shares import DeviceProcesses
@@ -29,8 +31,23 @@ from warptd.processes.utilization import ENGINES, ProcessSample, UtilizationRead
 
 log = structlog.get_logger("warptd.processes")
 
-_LIST = "nvmlDeviceGetComputeRunningProcesses"  # the newest struct version this nvidia-ml-py knows
-_LIST_V2 = "nvmlDeviceGetComputeRunningProcesses_v2"  # for drivers without that version (< 510)
+#: The process list: (C function, its struct in nvidia-ml-py, the public wrapper calling it), the
+#: version nvidia-ml-py's ``nvmlDeviceGetComputeRunningProcesses`` calls, then the one for drivers
+#: without it (< 510).
+_LISTS = (
+    (
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "c_nvmlProcessInfo_v3_t",
+        "nvmlDeviceGetComputeRunningProcesses",
+    ),
+    (
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "c_nvmlProcessInfo_v2_t",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+    ),
+)
+#: Processes a GPU's list holds at first (it grows where more run).
+_FIRST_CAPACITY = 64
 _UNKNOWN_MEMORY = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, where nvidia-ml-py does not map it to None
 #: The calls a GPU may refuse for good, as its monitor remembers (and logs) them.
 _PROCESSES, _UTILIZATION = "processes", "process_utilization"
@@ -112,6 +129,7 @@ class _Gpu:
         self.index = index
         self.uuid: str | None = None
         self.calls = DeviceCalls(backend, index)
+        self.listing: BufferedCall[tuple[int, int | None]] | None = None  # its process list call
         self.cadence = UtilizationCadence()
         self.utilization: _Utilization | None = None  # None: not read yet, or the last read failed
         self.made: _Made | None = None
@@ -141,7 +159,7 @@ class ProcessMonitor(ProcessPoller):
         self._lease = nvml_session.lease()
         self._session = self._lease.session
         self._nvml = nvml = self._session.nvml
-        self._list_name = _LIST
+        self._list_version = 0  # in _LISTS
         mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)  # nvidia-ml-py >= 12.550
         self._version_errors: tuple[type[BaseException], ...] = (
             nvml.NVMLError_FunctionNotFound,
@@ -228,7 +246,7 @@ class ProcessMonitor(ProcessPoller):
                 try:
                     if gpu.uuid is None:
                         gpu.uuid = nvml_session.text(nvml.nvmlDeviceGetUUID(handle))
-                    memory = _memory_by_pid(self._running(handle))
+                    memory = _memory_by_pid(self._running(gpu, handle))
                     gpu.calls.answered(_PROCESSES)
                     utilization = self._read_utilization(gpu, handle, frozenset(memory), now)
                     listed.append((gpu, _Listed(gpu.index, gpu.uuid, memory, utilization)))
@@ -259,14 +277,20 @@ class ProcessMonitor(ProcessPoller):
         gpu.utilization = _Utilization.of(samples)
         return gpu.utilization
 
-    def _running(self, handle: Any) -> list[Any]:
+    def _running(self, gpu: _Gpu, handle: Any) -> list[tuple[int, int | None]]:
+        """The GPU's compute processes as (pid, used memory, None where unknown), one per context."""
         try:
-            return getattr(self._nvml, self._list_name)(handle)
+            if gpu.listing is None:
+                gpu.listing = _listing(self._nvml, handle, self._list_version)
+            return gpu.listing()
         except self._version_errors:
-            if self._list_name == _LIST_V2 or not hasattr(self._nvml, _LIST_V2):
+            if self._list_version == len(_LISTS) - 1 or not hasattr(self._nvml, _LISTS[-1][2]):
                 raise self._nvml.NVMLError(self._nvml.NVML_ERROR_NOT_SUPPORTED) from None
-            self._list_name = _LIST_V2
-            return getattr(self._nvml, _LIST_V2)(handle)
+            self._list_version = len(_LISTS) - 1  # the driver lacks the newer version: for good
+            for other in self._gpus:
+                other.listing = None
+            gpu.listing = _listing(self._nvml, handle, self._list_version)
+            return gpu.listing()
 
     def _note_cap(self, index: int, dropped: int) -> None:
         """Log when the number of processes left out on a device changes (not at every poll)."""
@@ -297,14 +321,38 @@ class ProcessMonitor(ProcessPoller):
 _IDLE = dict.fromkeys(ENGINES, 0.0)
 
 
-def _memory_by_pid(running: list[Any]) -> dict[int, int | None]:
+def _listing(nvml: Any, handle: Any, version: int) -> BufferedCall[tuple[int, int | None]]:
+    """A GPU's process list call, in one C call: ``(count, array)`` as nvidia-ml-py's wrapper fills them."""
+    name, struct, public = _LISTS[version]
+    count = ctypes.c_uint(0)
+
+    def make(function: Any, buffer: Any, capacity: int, _: Any) -> tuple[int, int]:
+        count.value = capacity
+        return function(handle, ctypes.byref(count), buffer), count.value
+
+    return BufferedCall(
+        nvml,
+        name,
+        getattr(nvml, struct, None) or nvml.c_nvmlProcessInfo_v2_t,
+        ("pid", "usedGpuMemory"),
+        make=make,
+        read=_process,
+        public=lambda _: getattr(nvml, public)(handle),
+        capacity=_FIRST_CAPACITY,
+    )
+
+
+def _process(values: tuple[Any, ...]) -> tuple[int, int | None]:
+    pid, used = values
+    return int(pid), None if used is None or used >= _UNKNOWN_MEMORY else int(used)
+
+
+def _memory_by_pid(running: list[tuple[int, int | None]]) -> dict[int, int | None]:
     """Memory per pid, summed where a pid is listed per MIG instance or context; None if unknown."""
     memory: dict[int, int | None] = {}
-    for process in running:
-        used = process.usedGpuMemory
-        used = None if used is None or used >= _UNKNOWN_MEMORY else int(used)
-        known = memory.get(process.pid)
-        memory[process.pid] = used if known is None else known + (used or 0)
+    for pid, used in running:
+        known = memory.get(pid)
+        memory[pid] = used if known is None else known + (used or 0)
     return memory
 
 
