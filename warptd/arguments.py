@@ -178,7 +178,7 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {
                 "type": _number,
                 "metavar": "SECONDS",
-                "help": "between two reads of a GPU's per-process utilization, 1 to 15",
+                "help": "between two reads of a GPU's per-process utilization, 1 to 10",
             },
         ),
         (

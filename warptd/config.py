@@ -132,12 +132,12 @@ class Settings(BaseSettings):
     process_utilization_interval: float = Field(
         1.0,
         ge=1.0,
-        le=15.0,
+        le=10.0,
         description="Seconds between two reads of a GPU's per-process utilization (--processes, --workloads; "
         "NVML's costs 2.1 ms of CPU a read on an H200) while its processes stay the same, at least 1 (the "
-        "driver's longest sampling window) and at most 15 (it keeps its last 100 windows, 16 s at 1/6 s "
-        "each): a read returns every sample since the last. A GPU that lists no process is not read; a "
-        "new process is read at once and a second later",
+        "driver's longest sampling window) and at most 10 (it keeps its last 72 to 100 windows, 12 s and "
+        "more at 1/6 s each): a read returns every sample since the last. A GPU that lists no process is "
+        "not read; a new process is read at once and a second later",
     )
     compat: Literal["dcgm-exporter"] | None = Field(
         None,

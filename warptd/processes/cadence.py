@@ -1,6 +1,7 @@
 """When a GPU's per-process utilization is read: at a cadence of its own, not at every process poll.
 
-The driver keeps the samples of its last 100 sampling windows (1/6 s to 1 s each), and a read returns
+The driver keeps the samples of its last 100 sampling windows (72 in older drivers; NVML documents
+1/6 s to 1 s for its utilization samples), and a read returns
 every one newer than the last read's, so a read every few seconds loses nothing of a process's mean
 share; each read is a firmware round trip (2.1 ms of CPU on an H200). A GPU is read:
 

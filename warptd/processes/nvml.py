@@ -63,13 +63,15 @@ class GpuProcess:
     memory_bytes: int | None
     pod_uid: str = ""
     container_id: str = ""
-    #: Engine (sm, memory, encoder, decoder) -> mean share over the poll's samples; 0 without one.
+    #: Engine (sm, memory, encoder, decoder) -> mean share over its samples in the latest read's span;
+    #: 0 without one.
     utilization: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
 class SmUsage:
-    """A GPU's SM use in one poll period: the sum of the samples' SM ratios per pod and container."""
+    """A GPU's SM use as the latest read of it tells: the sum of the SM ratios of the samples of the
+    processes listed at the poll, per pod and container."""
 
     polled_at: float  # time.monotonic() of the poll
     by_attribution: dict[Attribution, float]
