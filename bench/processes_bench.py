@@ -251,7 +251,9 @@ def listener_cost(gpus: int, rounds: int) -> list[dict[str, object]]:
         fake = FakeNvml([FakeGpu(index=i, live=True) for i in range(gpus)])
         for gpu in fake.gpus:
             gpu.processes = [(_pid(gpu.index, n), 2**30) for n in range(PER_GPU)]
-        settings = load_settings(listen="127.0.0.1:0", backends=["nvidia"], sysfs=Path(tmp))
+        settings = load_settings(
+            listen="127.0.0.1:0", backends=["nvidia"], sysfs=Path(tmp), sample_timeout=60
+        )  # a shared machine: no sample given up on
         with fake.installed():
             rig = Rig(settings)
             monitor = ProcessMonitor(procfs, interval=3600)  # polled once: the shares stay fresh
