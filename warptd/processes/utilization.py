@@ -11,6 +11,7 @@ sized for the driver's whole sample buffer, where nvidia-ml-py's wrappers make t
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,16 +108,7 @@ def _info_call(nvml: Any, handle: Any) -> BufferedCall[ProcessSample]:
         info.lastSeenTimeStamp = last_seen
         return function(handle, ctypes.byref(info)), info.processSamplesCount
 
-    return BufferedCall(
-        nvml,
-        _INFO,
-        nvml.c_nvmlProcessUtilizationInfo_v1_t,
-        _FIELDS,
-        make=make,
-        read=_sample,
-        public=lambda last_seen: nvml.nvmlDeviceGetProcessesUtilizationInfo(handle, last_seen),
-        capacity=FIRST_CAPACITY,
-    )
+    return _reading(nvml, handle, _INFO, nvml.c_nvmlProcessUtilizationInfo_v1_t, make)
 
 
 def _samples_call(nvml: Any, handle: Any) -> BufferedCall[ProcessSample]:
@@ -127,13 +119,20 @@ def _samples_call(nvml: Any, handle: Any) -> BufferedCall[ProcessSample]:
         count.value = capacity
         return function(handle, buffer, ctypes.byref(count), ctypes.c_ulonglong(last_seen)), count.value
 
+    return _reading(nvml, handle, _SAMPLES, nvml.c_nvmlProcessUtilizationSample_t, make)
+
+
+def _reading(
+    nvml: Any, handle: Any, name: str, struct: Any, make: Callable[[Any, Any, int, int], tuple[int, int]]
+) -> BufferedCall[ProcessSample]:
+    """The call ``name`` of one GPU, whose public wrapper takes the handle and the timestamp."""
     return BufferedCall(
         nvml,
-        _SAMPLES,
-        nvml.c_nvmlProcessUtilizationSample_t,
+        name,
+        struct,
         _FIELDS,
         make=make,
         read=_sample,
-        public=lambda last_seen: nvml.nvmlDeviceGetProcessUtilization(handle, last_seen),
+        public=lambda last_seen: getattr(nvml, name)(handle, last_seen),
         capacity=FIRST_CAPACITY,
     )
