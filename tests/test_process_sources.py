@@ -30,7 +30,7 @@ def test_nvml_a_refused_device_is_asked_again_after_nvml_reopened(fake_nvml, pro
     try:
         monitor.poll()
         monitor.poll()
-        assert fake_nvml.calls(NVML_LIST) == 1 + 2 * 2  # GPU 0 once; GPU 1 its size, then its list
+        assert fake_nvml.calls(NVML_LIST) == 1 + 2  # GPU 0 once; GPU 1 once a poll
         gpu0.unsupported = set()  # e.g. a driver update: the reopened NVML answers for it
         gpu0.processes = [(1003, 2 * GIB)]
         assert monitor._session.reopen()

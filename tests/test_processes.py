@@ -174,8 +174,8 @@ def test_a_driver_without_the_newest_struct_falls_back_to_v2(proc):
             monitor.poll()
             monitor.poll()
             assert value(scrape(monitor), METRIC, device="1", pid="1003") == GIB
-            # per poll: GPU 0 once (no processes), GPU 1 twice (its size, then its list)
-            assert fake.calls("nvmlDeviceGetComputeRunningProcesses_v2") == 6
+            # one call per poll and GPU, into an array sized for the list (nvidia-ml-py asks its size first)
+            assert fake.calls("nvmlDeviceGetComputeRunningProcesses_v2") == 4
         finally:
             monitor.stop()
     fake.close()
@@ -188,8 +188,8 @@ def test_unsupported_device_asked_once_and_lost_device_skipped(monitor, fake_nvm
     proc.add(1003, HOST)
     monitor.poll()
     monitor.poll()
-    # GPU 0 asked once; GPU 1 twice a poll (its size, then its list)
-    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3") == 5
+    # GPU 0 asked once; GPU 1 once a poll (into an array sized for its list)
+    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3") == 3
     assert [s.labels["device"] for s in select(scrape(monitor), METRIC)] == ["1"]
     gpu1.lost = True  # its processes drop out while it does not answer
     monitor.poll()

@@ -174,6 +174,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
             {"action": "store_const", "const": True, "help": "export per-process memory (NVIDIA)"},
         ),
         (
+            ("--process-utilization-interval",),
+            {
+                "type": _number,
+                "metavar": "SECONDS",
+                "help": "between two reads of a GPU's per-process utilization, 1 to 10",
+            },
+        ),
+        (
             ("--workloads",),
             {
                 "action": "store_const",

@@ -129,6 +129,16 @@ class Settings(BaseSettings):
         False, description="Add namespace/pod/container labels to the device series of allocated devices"
     )
     processes: bool = Field(False, description="Export per-process device memory (NVIDIA compute processes)")
+    process_utilization_interval: float = Field(
+        1.0,
+        ge=1.0,
+        le=10.0,
+        description="Seconds between two reads of a GPU's per-process utilization (--processes, --workloads; "
+        "NVML's costs 2.1 ms of CPU a read on an H200) while its processes stay the same, at least 1 (the "
+        "driver's longest sampling window) and at most 10 (it keeps its last 72 to 100 windows, 12 s and "
+        "more at 1/6 s each): a read returns every sample since the last. A GPU that lists no process is "
+        "not read; a new process is read at once and a second later",
+    )
     compat: Literal["dcgm-exporter"] | None = Field(
         None,
         description="Also serve dcgm-exporter's default series (names, units, labels) beside warptd's own",
@@ -470,6 +480,7 @@ RELOADABLE = frozenset(
         *BACKEND_LIVE_SETTINGS,
         "log_level",
         "log_format",
+        "process_utilization_interval",
         "carbon_intensity",
         "energy_price",
         "stress_history",

@@ -141,7 +141,11 @@ class Daemon:
             from warptd.processes.nvml import open_process_monitor
 
             self.process_monitor = open_process_monitor(
-                settings.procfs, "nvidia", settings.interval, on_change=self.snapshot.touch
+                settings.procfs,
+                "nvidia",
+                settings.interval,
+                on_change=self.snapshot.touch,
+                utilization_interval=settings.process_utilization_interval,
             )
             if self.process_monitor is not None and settings.processes:
                 self.exposition.registry.register(ProcessesCollector(self.process_monitor))
@@ -351,6 +355,7 @@ class Daemon:
         self.sampler.reconfigure(new)
         if self.process_monitor is not None:
             self.process_monitor.interval = new.interval
+            self.process_monitor.utilization_interval = new.process_utilization_interval
         if self.amd_processes is not None:
             self.amd_processes.interval = new.interval
         self.snapshot.stale_after = new.stale_after

@@ -105,7 +105,7 @@ class _Event(ctypes.Structure):
 
 
 class _Process(ctypes.Structure):
-    _fields_ = [("pid", _U32), ("pad", _U32), ("used", _U64)]
+    _fields_ = [("pid", _U32), ("sm", _U32), ("used", _U64)]
 
 
 # --- nv-processes: per-process utilization samples ---
@@ -204,7 +204,7 @@ class GpuState(ctypes.Structure):
         ("field_unsupported", ctypes.c_uint8 * MAX_FIELD),
         # --- nv-processes ---
         ("util_sample_count", _U32),
-        ("util_pad", _U32),
+        ("util_window_us", _U32),
         ("util_samples", _UtilSample * MAX_UTIL_SAMPLES),
         # --- nv-gpm: GPM and MIG instances ---
         ("gpm_supported", _U32),
@@ -743,12 +743,26 @@ class FakeGpu:
         return [(p.pid, None if p.used == _UNKNOWN_MEMORY else p.used) for p in listed]
 
     @processes.setter
-    def processes(self, processes: list[tuple[int, int | None]]) -> None:
+    def processes(self, processes: list[tuple[int, int | None] | tuple[int, int | None, int]]) -> None:
+        """(pid, memory) or (pid, memory, SM percent it keeps busy: its live samples, see
+        :attr:`process_window_us`)."""
         if len(processes) > MAX_PROCS:
             raise AssertionError(f"the double holds at most {MAX_PROCS} processes per GPU")
-        for slot, (pid, used) in zip(self.state.processes, processes, strict=False):
+        for slot, (pid, used, *sm) in zip(self.state.processes, processes, strict=False):
             slot.pid, slot.used = pid, _UNKNOWN_MEMORY if used is None else used
+            slot.sm = sm[0] if sm else 0
         self.state.process_count = len(processes)
+
+    @property
+    def process_window_us(self) -> int:
+        """0: the driver answers :attr:`process_samples`. Else it samples live: every this many µs of
+        CLOCK_REALTIME it closes a window with one sample per listed process given an SM percent,
+        and keeps its last 100 windows."""
+        return self.state.util_window_us
+
+    @process_window_us.setter
+    def process_window_us(self, window_us: int) -> None:
+        self.state.util_window_us = window_us
 
     # --- nv-processes: what nvmlDeviceGetProcess(es)Utilization(Info) answer ---
     @property

@@ -1,17 +1,20 @@
 """Compute processes per NVIDIA GPU (opt-in), with the pod and container each one's cgroup names.
 
-A thread polls ``nvmlDeviceGetComputeRunningProcesses`` and the per-process utilization samples
-every interval over the shared NVML session; a scrape only reads the latest poll. Series exist for
-the processes of the latest poll only, at most ``max_per_device`` per GPU (the largest by memory),
-so ended processes leave no label churn behind. Each poll's SM use per pod and container is kept
-per GPU for the split of pod energy (:mod:`warptd.k8s.shares`).
+A thread polls ``nvmlDeviceGetComputeRunningProcesses`` every interval over the shared NVML session,
+and the per-process utilization samples at their own cadence (:mod:`warptd.processes.cadence`); a
+scrape only reads the latest poll. Series exist for the processes of the latest poll only, at most
+``max_per_device`` per GPU (the largest by memory), so ended processes leave no label churn behind.
+The SM use per pid, pod and container of the latest read, of the processes listed now, is kept per
+GPU for the split of pod and workload energy (:mod:`warptd.k8s.shares`, :mod:`warptd.workloads.energy`).
+A poll that finds a GPU's list as it was and reads no utilization hands on what the last one made.
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,8 @@ import structlog
 
 from warptd.backends.nvidia import session as nvml_session
 from warptd.errors import BackendUnavailableError
+from warptd.processes.buffered import BufferedCall
+from warptd.processes.cadence import UtilizationCadence
 from warptd.processes.cgroup import Attribution, CgroupResolver
 from warptd.processes.shares import DeviceProcesses
 from warptd.processes.source import DeviceCalls, ProcessPoller
@@ -26,8 +31,23 @@ from warptd.processes.utilization import ENGINES, ProcessSample, UtilizationRead
 
 log = structlog.get_logger("warptd.processes")
 
-_LIST = "nvmlDeviceGetComputeRunningProcesses"  # the newest struct version this nvidia-ml-py knows
-_LIST_V2 = "nvmlDeviceGetComputeRunningProcesses_v2"  # for drivers without that version (< 510)
+#: The process list: (C function, its struct in nvidia-ml-py, the public wrapper calling it), the
+#: version nvidia-ml-py's ``nvmlDeviceGetComputeRunningProcesses`` calls, then the one for drivers
+#: without it (< 510).
+_LISTS = (
+    (
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "c_nvmlProcessInfo_v3_t",
+        "nvmlDeviceGetComputeRunningProcesses",
+    ),
+    (
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "c_nvmlProcessInfo_v2_t",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+    ),
+)
+#: Processes a GPU's list holds at first (it grows where more run).
+_FIRST_CAPACITY = 64
 _UNKNOWN_MEMORY = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, where nvidia-ml-py does not map it to None
 #: The calls a GPU may refuse for good, as its monitor remembers (and logs) them.
 _PROCESSES, _UTILIZATION = "processes", "process_utilization"
@@ -43,35 +63,78 @@ class GpuProcess:
     memory_bytes: int | None
     pod_uid: str = ""
     container_id: str = ""
-    #: Engine (sm, memory, encoder, decoder) -> mean share over the poll's samples; 0 without one.
+    #: Engine (sm, memory, encoder, decoder) -> mean share over its samples in the latest read's span;
+    #: 0 without one.
     utilization: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
 class SmUsage:
-    """A GPU's SM use in one poll period: the sum of the samples' SM ratios per pod and container."""
+    """A GPU's SM use as the latest read of it tells: the sum of the SM ratios of the samples of the
+    processes listed at the poll, per pod and container."""
 
     polled_at: float  # time.monotonic() of the poll
     by_attribution: dict[Attribution, float]
 
 
 @dataclass(frozen=True)
+class _Utilization:
+    """What a GPU's latest read of per-process utilization told: each sampled pid's mean share per
+    engine, and its SM weight (the sum of its SM ratios: busy in more of the driver's windows, more)."""
+
+    shares: dict[int, dict[str, float]]
+    sm: dict[int, float]
+
+    @classmethod
+    def of(cls, samples: list[ProcessSample]) -> _Utilization:
+        return cls(_mean_ratios(samples), _sm_by_pid(samples))
+
+
+#: No process listed: nobody to attribute a sample to, and nobody used the GPU.
+_NOBODY = _Utilization({}, {})
+
+
+@dataclass(frozen=True)
 class _Listed:
-    """What one poll read from one GPU: its running processes and, where it can tell, utilization."""
+    """What one poll read from one GPU: device memory per pid and, where it can tell, the latest
+    utilization (a new read or the last one, which covered every pid listed now)."""
 
     index: int
     uuid: str
-    running: list[Any]
-    samples: list[ProcessSample] | None
+    memory: dict[int, int | None]
+    utilization: _Utilization | None
+
+    def same(self, other: _Listed) -> bool:
+        """The same list of the same GPU, with the same utilization read (not read again since)."""
+        return (
+            self.utilization is other.utilization
+            and self.memory == other.memory
+            and (self.index, self.uuid) == (other.index, other.uuid)
+        )
+
+
+@dataclass(frozen=True)
+class _Made:
+    """What a poll made of one GPU's list, handed on by the next while the list and utilization stand."""
+
+    listed: _Listed
+    processes: list[GpuProcess]
+    sm_usage: dict[Attribution, float] | None
+    devices: DeviceProcesses
 
 
 class _Gpu:
-    """One GPU of the session as this monitor knows it: its UUID once read, what it answered."""
+    """One GPU of the session as this monitor knows it: its UUID once read, what it answered, when
+    its utilization was read and what that told, and what the last poll made of it."""
 
     def __init__(self, backend: str, index: int) -> None:
         self.index = index
         self.uuid: str | None = None
         self.calls = DeviceCalls(backend, index)
+        self.listing: BufferedCall[tuple[int, int | None]] | None = None  # its process list call
+        self.cadence = UtilizationCadence()
+        self.utilization: _Utilization | None = None  # None: not read yet, or the last read failed
+        self.made: _Made | None = None
 
 
 class ProcessMonitor(ProcessPoller):
@@ -84,14 +147,21 @@ class ProcessMonitor(ProcessPoller):
         interval: float = 1.0,
         max_per_device: int = 64,
         on_change: Callable[[], None] | None = None,
+        *,
+        utilization_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Acquire the NVML session; raises BackendUnavailableError where NVML is absent."""
         self.max_per_device = max_per_device
+        #: Seconds between two reads of a GPU's per-process utilization while its processes stay (see
+        #: :mod:`warptd.processes.cadence`); may be changed while running, as ``interval``.
+        self.utilization_interval = utilization_interval
+        self._clock = clock
         self._on_change = on_change
         self._lease = nvml_session.lease()
         self._session = self._lease.session
         self._nvml = nvml = self._session.nvml
-        self._list_name = _LIST
+        self._list_version = 0  # in _LISTS
         mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)  # nvidia-ml-py >= 12.550
         self._version_errors: tuple[type[BaseException], ...] = (
             nvml.NVMLError_FunctionNotFound,
@@ -108,20 +178,22 @@ class ProcessMonitor(ProcessPoller):
     # -- polling ------------------------------------------------------------------------------
     def poll(self) -> None:
         """List every GPU's processes, resolve their pods, and publish them for the next scrape."""
+        now = self._clock()
         found: list[GpuProcess] = []
         sm_usage: dict[str, SmUsage] = {}
         devices: dict[str, DeviceProcesses] = {}
-        now = time.monotonic()
-        polled = self._list_all()
-        where = _Resolved(self._resolver)  # one /proc read per pid and poll
-        for listed in polled:
-            memory = _memory_by_pid(listed.running)
-            found += self._device_processes(listed, memory, where)
-            if listed.samples is not None:
-                sm_usage[listed.uuid] = SmUsage(now, _sm_by_attribution(listed.samples, where))
-            sm_by_pid = None if listed.samples is None else _sm_by_pid(listed.samples)
-            devices[listed.uuid] = DeviceProcesses(now, listed.index, memory, sm_by_pid)
-        self._resolver.retain(set(where))
+        where = _Resolved(self._resolver)  # one /proc read per pid and poll that makes anything new
+        listed_pids: set[int] = set()
+        for gpu, listed in self._list_all(now):
+            made = gpu.made
+            if made is None or not made.listed.same(listed):  # else its pids stay resolved as they were
+                made = gpu.made = self._make(listed, now, where)
+            listed_pids.update(listed.memory)
+            found += made.processes
+            if made.sm_usage is not None:
+                sm_usage[listed.uuid] = SmUsage(now, made.sm_usage)
+            devices[listed.uuid] = replace(made.devices, polled_at=now)
+        self._resolver.retain(listed_pids)
         with self._lock:
             changed, self._latest = found != self._latest, found
             self._sm_usage = sm_usage
@@ -129,17 +201,28 @@ class ProcessMonitor(ProcessPoller):
         if changed and self._on_change is not None:
             self._on_change()
 
-    def _device_processes(
-        self, listed: _Listed, memory: dict[int, int | None], where: dict[int, Attribution]
-    ) -> list[GpuProcess]:
+    def _make(self, listed: _Listed, now: float, where: dict[int, Attribution]) -> _Made:
+        """One GPU's processes, and its SM use per pod and container and per pid, from a new list or a
+        new read of its utilization."""
+        utilization = listed.utilization
+        sm_by_pid = None
+        if utilization is not None:  # the weights of the processes listed now: who left has none
+            sm_by_pid = {pid: sm for pid, sm in utilization.sm.items() if pid in listed.memory}
+        sm_usage = None if sm_by_pid is None else _sm_by_attribution(sm_by_pid, where)
+        processes = self._device_processes(listed, where)
+        return _Made(
+            listed, processes, sm_usage, DeviceProcesses(now, listed.index, listed.memory, sm_by_pid)
+        )
+
+    def _device_processes(self, listed: _Listed, where: dict[int, Attribution]) -> list[GpuProcess]:
         """One GPU's processes, the largest by memory first, with their pods and utilization."""
-        ranked = sorted(memory.items(), key=lambda item: (-(item[1] or 0), item[0]))
+        ranked = sorted(listed.memory.items(), key=lambda item: (-(item[1] or 0), item[0]))
         self._note_cap(listed.index, len(ranked) - self.max_per_device)
-        shares = None if listed.samples is None else _mean_ratios(listed.samples)
+        shares = None if listed.utilization is None else listed.utilization.shares
         processes = []
         for pid, used in ranked[: self.max_per_device]:
             pod_uid, container_id = where[pid].pod_uid, where[pid].container_id
-            utilization = None if shares is None else shares.get(pid, dict(_IDLE))
+            utilization = None if shares is None else shares.get(pid) or dict(_IDLE)
             processes.append(
                 GpuProcess(listed.index, listed.uuid, pid, used, pod_uid, container_id, utilization)
             )
@@ -152,7 +235,7 @@ class ProcessMonitor(ProcessPoller):
         self._gpus = []
         self._utilization.forget()
 
-    def _list_all(self) -> list[_Listed]:
+    def _list_all(self, now: float) -> list[tuple[_Gpu, _Listed]]:
         nvml, listed = self._nvml, []
         with self._session.lock:
             self.reopened()  # NVML reopened: new handles
@@ -165,34 +248,51 @@ class ProcessMonitor(ProcessPoller):
                 try:
                     if gpu.uuid is None:
                         gpu.uuid = nvml_session.text(nvml.nvmlDeviceGetUUID(handle))
-                    running = self._running(handle)
+                    memory = _memory_by_pid(self._running(gpu, handle))
                     gpu.calls.answered(_PROCESSES)
-                    samples = self._samples(gpu, handle)
-                    listed.append(_Listed(gpu.index, gpu.uuid, running, samples))
+                    utilization = self._read_utilization(gpu, handle, frozenset(memory), now)
+                    listed.append((gpu, _Listed(gpu.index, gpu.uuid, memory, utilization)))
                 except nvml.NVMLError as exc:  # lost or failing: its processes drop out this poll
                     gpu.calls.failed(_PROCESSES, self._session.classify(exc), exc)
         return listed
 
-    def _samples(self, gpu: _Gpu, handle: Any) -> list[ProcessSample] | None:
-        """The device's utilization samples since the last poll, or None where it cannot tell."""
+    def _read_utilization(
+        self, gpu: _Gpu, handle: Any, pids: frozenset[int], now: float
+    ) -> _Utilization | None:
+        """The GPU's utilization as its latest read tells it, reading the samples since the last read
+        where that is due; None where it cannot tell (unsupported, or this poll's read failed)."""
         if not gpu.calls.asks(_UTILIZATION):
             return None
+        due = gpu.cadence.due(pids, now, self.utilization_interval, self.interval)
+        if not pids:
+            return _NOBODY
+        if not due and gpu.utilization is not None:
+            return gpu.utilization
         try:
             samples = self._utilization.read(gpu.index, handle)
         except self._nvml.NVMLError as exc:  # this poll only: the processes and their memory stay
             gpu.calls.failed(_UTILIZATION, self._session.classify(exc), exc)
+            gpu.utilization = None
             return None
         gpu.calls.answered(_UTILIZATION)
-        return samples
+        gpu.cadence.read(pids, now)
+        gpu.utilization = _Utilization.of(samples)
+        return gpu.utilization
 
-    def _running(self, handle: Any) -> list[Any]:
+    def _running(self, gpu: _Gpu, handle: Any) -> list[tuple[int, int | None]]:
+        """The GPU's compute processes as (pid, used memory, None where unknown), one per context."""
         try:
-            return getattr(self._nvml, self._list_name)(handle)
+            if gpu.listing is None:
+                gpu.listing = _listing(self._nvml, handle, self._list_version)
+            return gpu.listing()
         except self._version_errors:
-            if self._list_name == _LIST_V2 or not hasattr(self._nvml, _LIST_V2):
+            if self._list_version == len(_LISTS) - 1 or not hasattr(self._nvml, _LISTS[-1][2]):
                 raise self._nvml.NVMLError(self._nvml.NVML_ERROR_NOT_SUPPORTED) from None
-            self._list_name = _LIST_V2
-            return getattr(self._nvml, _LIST_V2)(handle)
+            self._list_version = len(_LISTS) - 1  # the driver lacks the newer version: for good
+            for other in self._gpus:
+                other.listing = None
+            gpu.listing = _listing(self._nvml, handle, self._list_version)
+            return gpu.listing()
 
     def _note_cap(self, index: int, dropped: int) -> None:
         """Log when the number of processes left out on a device changes (not at every poll)."""
@@ -223,14 +323,38 @@ class ProcessMonitor(ProcessPoller):
 _IDLE = dict.fromkeys(ENGINES, 0.0)
 
 
-def _memory_by_pid(running: list[Any]) -> dict[int, int | None]:
+def _listing(nvml: Any, handle: Any, version: int) -> BufferedCall[tuple[int, int | None]]:
+    """A GPU's process list call, in one C call: ``(count, array)`` as nvidia-ml-py's wrapper fills them."""
+    name, struct, public = _LISTS[version]
+    count = ctypes.c_uint(0)
+
+    def make(function: Any, buffer: Any, capacity: int, _: Any) -> tuple[int, int]:
+        count.value = capacity
+        return function(handle, ctypes.byref(count), buffer), count.value
+
+    return BufferedCall(
+        nvml,
+        name,
+        getattr(nvml, struct, None) or nvml.c_nvmlProcessInfo_v2_t,
+        ("pid", "usedGpuMemory"),
+        make=make,
+        read=_process,
+        public=lambda _: getattr(nvml, public)(handle),
+        capacity=_FIRST_CAPACITY,
+    )
+
+
+def _process(values: tuple[Any, ...]) -> tuple[int, int | None]:
+    pid, used = values
+    return int(pid), None if used is None or used >= _UNKNOWN_MEMORY else int(used)
+
+
+def _memory_by_pid(running: list[tuple[int, int | None]]) -> dict[int, int | None]:
     """Memory per pid, summed where a pid is listed per MIG instance or context; None if unknown."""
     memory: dict[int, int | None] = {}
-    for process in running:
-        used = process.usedGpuMemory
-        used = None if used is None or used >= _UNKNOWN_MEMORY else int(used)
-        known = memory.get(process.pid)
-        memory[process.pid] = used if known is None else known + (used or 0)
+    for pid, used in running:
+        known = memory.get(pid)
+        memory[pid] = used if known is None else known + (used or 0)
     return memory
 
 
@@ -261,12 +385,12 @@ def _mean_ratios(samples: list[ProcessSample]) -> dict[int, dict[str, float]]:
 
 
 def _sm_by_attribution(
-    samples: list[ProcessSample], where: dict[int, Attribution]
+    sm_by_pid: dict[int, float], where: dict[int, Attribution]
 ) -> dict[Attribution, float]:
-    """The samples' SM ratios summed per pod and container."""
+    """The pids' SM weights summed per pod and container."""
     used: dict[Attribution, float] = {}
-    for sample in samples:
-        used[where[sample.pid]] = used.get(where[sample.pid], 0.0) + sample.sm_ratio
+    for pid, sm in sm_by_pid.items():
+        used[where[pid]] = used.get(where[pid], 0.0) + sm
     return used
 
 
@@ -284,10 +408,14 @@ def open_process_monitor(
     interval: float = 1.0,
     on_change: Callable[[], None] | None = None,
     max_per_device: int = 64,
+    *,
+    utilization_interval: float = 1.0,
 ) -> ProcessMonitor | None:
     """A monitor (``start()`` it to poll on its own thread), or None where NVML is absent."""
     try:
-        monitor = ProcessMonitor(procfs, backend, interval, max_per_device, on_change)
+        monitor = ProcessMonitor(
+            procfs, backend, interval, max_per_device, on_change, utilization_interval=utilization_interval
+        )
     except BackendUnavailableError as exc:
         log.debug("processes_unavailable", backend=backend, reason=str(exc))
         return None
