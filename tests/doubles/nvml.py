@@ -64,7 +64,7 @@ _UNKNOWN_MEMORY = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 #: 251-253 on an R575/R580 driver, 269-271 from R590, none before (75 aliases the SW thermal one).
 CLOCK_EVENT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 #: STATE_VERSION of nvml_double.c: the library refuses a state file of another layout.
-STATE_VERSION = 5
+STATE_VERSION = 6
 # The array sizes of nvml_double.c.
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
@@ -258,6 +258,8 @@ class GpuState(ctypes.Structure):
         ("energy_answers", _EnergyAnswer * ENERGY_ANSWERS),
         ("module_power_mw", _U32),  # fields 185/186 at scopeId 1 (a Grace Hopper module); 0: NOT_SUPPORTED
         ("memory_power_mw", _U32),  # at scopeId 2 (the memory); 0: NOT_SUPPORTED
+        ("jpeg_util", _U32),  # nvmlDeviceGetJpgUtilization: percent, every NVJPG averaged
+        ("ofa_util", _U32),  # nvmlDeviceGetOfaUtilization: percent, every OFA averaged
     ]
 
 
@@ -442,7 +444,7 @@ _SCALARS = (
     "supported_events", "handle_error", "mig_mode", "field_latency_us",
     # nv-health
     "retires_pages", "pcie_replays", "recovery_action", "nvlink_count", "encoder_util", "decoder_util",
-    "pstate", "power_smoothing", "module_power_mw", "memory_power_mw",
+    "pstate", "power_smoothing", "module_power_mw", "memory_power_mw", "jpeg_util", "ofa_util",
 )  # fmt: skip
 #: nv-health: the health and traffic arrays of ``struct gpu``, read and written in place
 #: (``gpu.ecc_volatile[1] = 2``): ECC SBE/DBE, remapped rows (cor, unc, pending, failure), retired pages
@@ -895,6 +897,26 @@ class FakeGpu:
         for link, (rx, tx) in (nvlink or {}).items():
             counters.nvlink[link][0] += rx
             counters.nvlink[link][1] += tx
+
+    def busy_engines(self, busy: dict[str, int], cycles: int = 1_000_000) -> None:
+        """The first ``busy[kind]`` media engines of each kind (``nvdec``, ``nvjpg``, ``ofa``, ``nvenc``)
+        run flat out for ``cycles`` of the GPM counters, the others idle; and the driver's utilization
+        of each kind is what it then reports, the busy ones over every engine of the kind the GPU has,
+        in whole percent (2 of 7 NVDECs: 29), as a real GH200's and TU106's were seen to."""
+        first = {
+            "nvdec": pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL,
+            "nvjpg": pynvml.NVML_GPM_METRIC_NVJPG_0_UTIL,
+            "ofa": pynvml.NVML_GPM_METRIC_NVOFA_0_UTIL,
+            "nvenc": pynvml.NVML_GPM_METRIC_NVENC_0_UTIL,
+        }
+        engines = self.media_engines
+        activity = {first[kind] + i: 1.0 for kind, n in busy.items() for i in range(n)}
+        self.advance_gpm(cycles, activity)
+        for kind, attribute in (
+            ("nvdec", "decoder_util"), ("nvjpg", "jpeg_util"), ("ofa", "ofa_util"), ("nvenc", "encoder_util")
+        ):  # fmt: skip
+            count = engines[kind]
+            setattr(self, attribute, round(100 * busy.get(kind, 0) / count) if count else 0)
 
     @property
     def mig_devices(self) -> list[FakeMig]:

@@ -61,7 +61,7 @@
 /* --- end nv-health --- */
 #define ENERGY_ANSWERS 32 /* the energy counter's answers kept for tests */
 #define STATE_MAGIC 0x4e564d4cu /* "NVML" */
-#define STATE_VERSION 5u
+#define STATE_VERSION 6u
 
 /* Return codes and constants, as nvml.h defines them. */
 enum {
@@ -110,7 +110,8 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 /* --- nv-health: functions --- */
 #define NV_HEALTH_FUNCTIONS(X)                                                                    \
     X(nvmlDeviceGetNumFans) X(nvmlDeviceGetFanSpeed_v2) X(nvmlDeviceGetEncoderUtilization)         \
-    X(nvmlDeviceGetDecoderUtilization) X(nvmlDeviceGetPerformanceState)                           \
+    X(nvmlDeviceGetDecoderUtilization) X(nvmlDeviceGetJpgUtilization) X(nvmlDeviceGetOfaUtilization) \
+    X(nvmlDeviceGetPerformanceState)                                                              \
     X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetRemappedRows) NV_FIELDS_FUNCTIONS(X)
 /* --- end nv-health --- */
 /* --- nv-fields: functions --- */
@@ -235,6 +236,9 @@ struct gpu {
     /* Power of the module (a Grace Hopper's, CPU included) and of the memory, which fields 185/186
      * answer with scopeId NVML_POWER_SCOPE_MODULE (1) / _MEMORY (2); 0: NOT_SUPPORTED (an x86 H200). */
     uint32_t module_power_mw, memory_power_mw;
+    /* nvmlDeviceGetJpgUtilization, nvmlDeviceGetOfaUtilization: percent, each kind's engines averaged
+     * (as encoder_util and decoder_util); FakeGpu.busy_engines sets the four as the driver counts them */
+    uint32_t jpeg_util, ofa_util;
 };
 
 struct state {
@@ -1373,16 +1377,32 @@ int nvmlDeviceGetFanSpeed_v2(void *h, unsigned int fan, unsigned int *percent) {
     return SUCCESS;
 }
 
+/* The media engines' utilization: each kind averaged over every engine of it, NOT_SUPPORTED on a
+ * MIG-enabled GPU (nvml.h), 0 for a kind the GPU lacks (a real H200's encoder). */
+static int media_utilization(struct gpu *g, uint32_t value, unsigned int *percent, unsigned int *period_us) {
+    if (g->mig_mode) return ERROR_NOT_SUPPORTED;
+    *percent = value, *period_us = 167000;
+    return SUCCESS;
+}
+
 int nvmlDeviceGetEncoderUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
     DEVICE_CALL(nvmlDeviceGetEncoderUtilization, h);
-    *percent = g->encoder_util, *period_us = 167000;
-    return SUCCESS;
+    return media_utilization(g, g->encoder_util, percent, period_us);
 }
 
 int nvmlDeviceGetDecoderUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
     DEVICE_CALL(nvmlDeviceGetDecoderUtilization, h);
-    *percent = g->decoder_util, *period_us = 167000;
-    return SUCCESS;
+    return media_utilization(g, g->decoder_util, percent, period_us);
+}
+
+int nvmlDeviceGetJpgUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
+    DEVICE_CALL(nvmlDeviceGetJpgUtilization, h);
+    return media_utilization(g, g->jpeg_util, percent, period_us);
+}
+
+int nvmlDeviceGetOfaUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
+    DEVICE_CALL(nvmlDeviceGetOfaUtilization, h);
+    return media_utilization(g, g->ofa_util, percent, period_us);
 }
 
 int nvmlDeviceGetPerformanceState(void *h, int *pstate) {
