@@ -17,9 +17,6 @@ from warptd.metrics import catalog as m
 from warptd.metrics.selection import DEFAULT_EXCLUDE, EVERYTHING, matching, select
 from warptd.metrics.series_counts import MODELS, SERIES_PER_GPU
 
-#: docs/metrics.md's bound for a plain `warptd serve` (issue 35).
-MAX_SERIES_PER_GPU = 60
-
 
 def test_the_default_leaves_out_only_its_list_and_an_include_brings_one_back():
     default = select()
@@ -117,15 +114,6 @@ def _rendered(daemon, selection) -> str:
 
 def _gpm_in(body: str) -> bool:
     return len(series_by_family(body).get(m.SM_ACTIVE.name, {})) == 8  # GPM needs two samples
-
-
-def test_a_plain_serve_exports_at_most_60_series_per_gpu_on_an_h200_without_nvlink(settings, h200s):
-    settings.backends = ["nvidia"]
-    with serving(settings) as daemon:
-        assert wait_until(lambda: _gpm_in(_scrape(daemon.port)), timeout=10)
-        per_gpu = series_per_gpu(_scrape(daemon.port))
-    assert set(per_gpu) == {gpu.uuid for gpu in h200s.gpus}
-    assert max(per_gpu.values()) <= MAX_SERIES_PER_GPU, per_gpu
 
 
 def test_the_default_leaves_out_the_engines_and_the_sampled_throttle_flags(settings, h200s):
