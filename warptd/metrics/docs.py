@@ -70,9 +70,11 @@ does not start, and without the three `warptd_pod_energy_*` families no device's
 between pods. On NVIDIA GPUs: no GPM sample at all without any GPM family (and only the metrics of
 those exported: the default asks no media engine nor SM occupancy), no duration field without
 `warptd_device_throttle_seconds_total`, and the health fields, fans and media engines of the
-families exported only. A value not read is absent from `/devices` and recordings too. What the
-dcgm-exporter compat series (`--compat dcgm-exporter`) are made of is read whatever the selection
-exports.
+families exported only. Each link's NVLink fields and calls are read where either their per-link
+family or its sum over links is exported (the default: the sums; leave out
+`warptd_device_nvlink_*` for neither). A value not read is absent from `/devices` and recordings
+too. What the dcgm-exporter compat series (`--compat dcgm-exporter`) are made of is read whatever
+the selection exports.
 """
 
 
