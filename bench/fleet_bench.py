@@ -8,7 +8,9 @@ tests/fleet_nodes.py) twice, a plain serve and ``--metrics-include '*'``, each s
 a Prometheus in agent mode with deploy/prometheus/agent.yml (remote-writing to a receiving
 Prometheus). Series per node are counted from each node's /metrics; samples per second per node are
 what the agent sent over ``--window`` seconds, divided by the nodes, and scaled to the 15 s and 60 s
-scrape intervals (a sample per series per scrape). The nodes' CPU over the window is beside.
+scrape intervals (a sample per series per scrape). The nodes' CPU over the window is beside, and the
+series per node docs/deploy.md gives for an H200 node (from warptd/metrics/series_counts.py: every
+media engine busy, where these nodes' are idle: each kind's average absent, 3 series a GPU fewer).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, cpu_seconds, emit, free_port, get, stop, wait_http
 
 from tests.fleet import series_per_gpu
+from warptd.metrics.docs import fleet_figures
 
 GPUS = 8
 
@@ -131,6 +134,9 @@ def measure(nodes: int, window: float, include_all: bool, work: Path) -> dict[st
             "fleet_series_1k_nodes": median * 1_000,
             "fleet_series_10k_nodes": median * 10_000,
             "node_cpu_pct_of_core": cpu * 100,
+            "docs_series_per_node_busy": fleet_figures()["H200 PCIe, no NVLink"][
+                "every" if include_all else "default"
+            ]["node"],
         }
     finally:
         for proc in reversed(started):

@@ -1,7 +1,8 @@
-"""Fleet-sized helpers: an H200 without NVLink in the NVML double, and series counted per GPU.
+"""Fleet-sized helpers: an H200 without NVLink in the NVML double, and series counted per GPU and per
+node.
 
 Shared by tests/test_metric_selection.py, tests/test_fleet.py and bench/series_bench.py, so the
-figures docs/metrics.md gives come from the same counting as the tests' bound.
+figures docs/metrics.md and docs/deploy.md give come from the same counting as the tests' bound.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from warptd.metrics import catalog as m
 
 #: What nvidia-smi calls an H200 (141 GB HBM3e), as ../shared/notes/real-h200.md ran it.
 H200 = "NVIDIA H200"
+#: Every kind of media engine an H100 or H200 has, all of them busy (FakeGpu.busy_engines): the
+#: measured figures count each kind's average, which a GPU with MIG off shows once the kind is busy.
+BUSY_ENGINES = {"nvdec": 7, "nvjpg": 7, "ofa": 1}
 
 
 #: The catalog by the names prometheus_client's parser gives a family (counters without _total).
@@ -48,3 +52,15 @@ def series_per_gpu(body: str, backend: str = "nvidia") -> Counter[str]:
     for per_device in series_by_family(body, backend).values():
         total.update(per_device)
     return total
+
+
+def node_series(body: str, backend: str = "nvidia") -> Counter[str]:
+    """The series of each family that belong to no device of ``backend``: the node's own (backends'
+    sample health, errors by kind, windows, build info, ``process_*``)."""
+    found: Counter[str] = Counter()
+    for family in text_string_to_metric_families(body):
+        spec = _SPECS.get((family.name, family.type))
+        for sample in family.samples:
+            if not (sample.labels.get("backend") == backend and "device" in sample.labels):
+                found[spec.name if spec else family.name] += 1
+    return found

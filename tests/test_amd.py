@@ -473,7 +473,7 @@ def test_exposition_passes_promtool(rig, fake):
     fake.advance(1.0)
     rig.tick()
     body = rig.exposition.render(None, None)[0]
-    for family in ("ecc_errors_total", "nvlink_bytes_total", "engine_active_ratio", "fan_speed_ratio"):
+    for family in ("ecc_errors_total", "nvlink_link_bytes_total", "engine_active_ratio", "fan_speed_ratio"):
         assert f"# TYPE warptd_device_{family} ".encode() in body, family
     assert_promtool_clean(body)
 
@@ -491,8 +491,8 @@ def test_health_activity_and_traffic_in_base_units(rig, fake):
     assert ecc == {"corrected": 5, "uncorrected": 0}  # the deferred count is not exported
     assert value(samples, "warptd_device_pcie_replays_total", **DEV0) == 2
     assert value(samples, "warptd_device_pcie_replays_total", **DEV1) == 0
-    rx = _by(samples, "warptd_device_nvlink_bytes_total", "link", direction="rx", **DEV0)
-    tx = _by(samples, "warptd_device_nvlink_bytes_total", "link", direction="tx", **DEV0)
+    rx = _by(samples, "warptd_device_nvlink_link_bytes_total", "link", direction="rx", **DEV0)
+    tx = _by(samples, "warptd_device_nvlink_link_bytes_total", "link", direction="tx", **DEV0)
     assert rx == {"0": 1_000 * 1024, "1": 2_000 * 1024, **dict.fromkeys("23456", 0)}  # KB; link 7: N/A
     assert tx["0"] == 4_000 * 1024 and tx["1"] == 8_000 * 1024 and len(tx) == 7
     vcn = _by(samples, "warptd_device_engine_active_ratio", "instance", engine="vcn", **DEV0)
@@ -504,7 +504,7 @@ def test_health_activity_and_traffic_in_base_units(rig, fake):
     assert value(samples, "warptd_device_fan_speed_ratio", fan="0", **DEV1) == pytest.approx(102 / 255)
     assert _by(samples, "warptd_device_engine_active_ratio", "instance", **DEV1) == {"0": 0.1}
     assert not select(samples, "warptd_device_ecc_errors_total", **DEV1)
-    assert not select(samples, "warptd_device_nvlink_bytes_total", **DEV1)
+    assert not select(samples, "warptd_device_nvlink_link_bytes_total", **DEV1)
     assert value(samples, "warptd_sample_errors_total", backend="amd", kind="invalid_value") == 0
 
 
@@ -551,7 +551,7 @@ def test_health_and_traffic_counters_stay_monotonic_across_a_driver_reload(rig, 
             (
                 value(samples, "warptd_device_ecc_errors_total", kind="corrected", **DEV0),
                 value(samples, "warptd_device_pcie_replays_total", **DEV0),
-                value(samples, "warptd_device_nvlink_bytes_total", link="0", direction="rx", **DEV0),
+                value(samples, "warptd_device_nvlink_link_bytes_total", link="0", direction="rx", **DEV0),
             )
         )
     assert totals == [
@@ -566,7 +566,7 @@ def test_lost_gpu_drops_its_health_series(rig, fake):
     rig.tick()
     fake.gpus[0].lost = True
     samples = rig.tick()
-    for name in ("warptd_device_ecc_errors_total", "warptd_device_nvlink_bytes_total"):
+    for name in ("warptd_device_ecc_errors_total", "warptd_device_nvlink_link_bytes_total"):
         assert not select(samples, name, **DEV0), name
     assert value(samples, "warptd_device_pcie_replays_total", **DEV1) == 0
 
@@ -704,7 +704,7 @@ def test_partitions_are_devices_by_uuid_and_partition_id(settings):
             energy = select(samples, "warptd_device_energy_joules_total", backend="amd")
             assert {s.labels["device"]: s.value for s in energy} == {"0": 5000, "4": 5000}
             xgmi = select(
-                samples, "warptd_device_nvlink_bytes_total", link="0", direction="rx", backend="amd"
+                samples, "warptd_device_nvlink_link_bytes_total", link="0", direction="rx", backend="amd"
             )
             assert {s.labels["device"] for s in xgmi} == {"0", "4"}
             throttled = select(samples, "warptd_device_throttle_active", backend="amd", reason="sw_power_cap")

@@ -239,7 +239,7 @@ def test_nvlink_errors_of_all_18_links(branch_rig, driver_version):
     gpu.nvlink_errors[17][3] = 6  # link 17 recovery
     rig, fake = branch_rig(driver_version, [gpu])
     samples = rig.tick()
-    errors = "warptd_device_nvlink_errors_total"
+    errors = "warptd_device_nvlink_link_errors_total"
     assert value(samples, errors, **DEV0, link="7", kind="replay") == 3
     assert value(samples, errors, **DEV0, link="11", kind="crc_data") == 4
     assert value(samples, errors, **DEV0, link="15", kind="crc_data") == 5
@@ -250,13 +250,48 @@ def test_nvlink_errors_of_all_18_links(branch_rig, driver_version):
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
 
 
+def test_the_gpus_nvlink_totals_sum_every_link_and_never_drop_when_a_link_misses_a_read(settings, branch_rig):
+    """Issue 39 #14: the GPU's totals (the default's) are every link's summed, links 12-17 (read by a
+    call of their own) included; a link whose call fails for one read keeps its last total in the sum,
+    so the sum never goes down (a drop would read as a counter reset: increase() would add it all)."""
+    settings.interval = settings.health_interval = 0.05
+    gpu = FakeGpu(index=0)
+    gpu.nvlink_errors[3][2] = 3  # link 3 replay: a per-link field
+    gpu.nvlink_errors[14][2] = 5  # link 14 replay: nvmlDeviceGetNvLinkErrorCounter
+    gpu.nvlink_errors[15][0] = 40  # link 15 CRC flit
+    gpu.nvlink_kib[2][0], gpu.nvlink_kib[16][1] = 10, 7  # link 2 tx, link 16 rx
+    rig, _ = branch_rig("580.65.06", [gpu])
+    totals, bytes_ = "warptd_device_nvlink_errors_total", "warptd_device_nvlink_bytes_total"
+    samples = rig.tick("nvidia")
+    assert value(samples, totals, **DEV0, kind="replay") == 8
+    assert value(samples, totals, **DEV0, kind="crc_flit") == 40
+    assert value(samples, totals, **DEV0, kind="recovery") == 0
+    assert value(samples, bytes_, **DEV0, direction="tx") == 10 * 1024
+    assert value(samples, bytes_, **DEV0, direction="rx") == 7 * 1024
+    labels = {frozenset(s.labels) for s in select(samples, totals, **DEV0)}
+    assert labels == {frozenset({*DEV0, "uuid", "kind"})}
+    gpu.nvlink_error_code[14] = pynvml.NVML_ERROR_UNKNOWN  # link 14's call fails this read
+    gpu.nvlink_errors[3][2] = 4
+    samples = rig.tick("nvidia")
+    assert not select(samples, "warptd_device_nvlink_link_errors_total", **DEV0, link="14")
+    assert value(samples, totals, **DEV0, kind="replay") == 9  # link 14's 5 kept, link 3's new one added
+    gpu.nvlink_error_code[14] = 0
+    gpu.nvlink_errors[14][2] = 0  # one link's counters reset (nvmlDeviceResetNvLinkErrorCounters)
+    samples = rig.tick("nvidia")
+    assert value(samples, totals, **DEV0, kind="replay") == 9  # that link's reset adds nothing
+    gpu.nvlink_errors[14][2] = 2
+    samples = rig.tick("nvidia")
+    assert value(samples, totals, **DEV0, kind="replay") == 11
+
+
 def test_nvlink_error_calls_follow_the_health_interval(settings, branch_rig):
     settings.interval, settings.health_interval = 0.05, 60.0
     rig, fake = branch_rig("580.65.06")
     for _ in range(4):
         samples = rig.tick("nvidia")
     assert fake.calls("nvmlDeviceGetNvLinkErrorCounter") == 6 * 4  # the one health read
-    assert len(select(samples, "warptd_device_nvlink_errors_total", **DEV0)) == 18 * 4  # reported between
+    links = "warptd_device_nvlink_link_errors_total"
+    assert len(select(samples, links, **DEV0)) == 18 * 4  # reported between
 
 
 def test_an_nvlink_error_counter_one_link_does_not_support_leaves_the_other_links(settings, branch_rig):
@@ -270,7 +305,7 @@ def test_an_nvlink_error_counter_one_link_does_not_support_leaves_the_other_link
     gpu.nvlink_error_code[14] = pynvml.NVML_ERROR_NOT_SUPPORTED
     gpu.nvlink_error_code[16] = pynvml.NVML_ERROR_INVALID_ARGUMENT
     rig, fake = branch_rig("580.65.06", [gpu])
-    errors = "warptd_device_nvlink_errors_total"
+    errors = "warptd_device_nvlink_link_errors_total"
     samples = rig.tick("nvidia")
     assert not select(samples, errors, **DEV0, link="14")
     assert not select(samples, errors, **DEV0, link="16")
@@ -341,8 +376,8 @@ def test_recovery_action_before_r570_comes_from_the_status_fields(branch_rig):
     samples = rig.tick()
     drained = {s.labels["action"]: s.value for s in select(samples, "warptd_device_recovery_action", **DEV0)}
     reset = {s.labels["action"]: s.value for s in select(samples, "warptd_device_recovery_action", **DEV1)}
-    assert drained["drain_and_reset"] == 1 and sum(drained.values()) == 1
-    assert reset["gpu_reset"] == 1 and sum(reset.values()) == 1
+    assert drained == {"drain_and_reset": 1}
+    assert reset == {"gpu_reset": 1}
     fake.gpus[0].recovery_action = 0
     samples = rig.tick()
     assert value(samples, "warptd_device_recovery_action", **DEV0, action="none") == 1

@@ -24,7 +24,7 @@ ACTIVITY_SERIES = (
     "warptd_device_engine_active_ratio",
 )
 # Traffic from GPM stands in only where the driver keeps no byte counter field (see the traffic test).
-TRAFFIC_SERIES = ("warptd_device_pcie_bytes_total", "warptd_device_nvlink_bytes_total")
+TRAFFIC_SERIES = ("warptd_device_pcie_bytes_total", "warptd_device_nvlink_link_bytes_total")
 # NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES and NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX: the driver's counters.
 TRAFFIC_FIELDS = {197, 198, 138, 139}
 
@@ -213,8 +213,8 @@ def test_metrics_a_gpu_lacks_are_absent_and_dropped_from_its_request(rig, fake_n
 
     assert nvdec_instances(DEV1) == {"0", "3"}  # 5 answers NOT_SUPPORTED there; 1, 2 idle: not shown
     assert nvdec_instances(DEV0) == {"0", "3", "5"}  # GPU 0 has 5
-    assert not select(samples, "warptd_device_nvlink_bytes_total", link="17", direction="rx", **DEV1)
-    assert select(samples, "warptd_device_nvlink_bytes_total", link="17", direction="tx", **DEV1)
+    assert not select(samples, "warptd_device_nvlink_link_bytes_total", link="17", direction="rx", **DEV1)
+    assert select(samples, "warptd_device_nvlink_link_bytes_total", link="17", direction="tx", **DEV1)
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
 
 
@@ -250,10 +250,10 @@ def test_traffic_counters_grow_by_rate_times_period(rig, fake_nvml):
         )
         assert grown == pytest.approx(3 * nbytes, rel=0.01)
     for direction, nbytes in link_moved.items():
-        grown = value(samples, "warptd_device_nvlink_bytes_total", link="5", direction=direction, **DEV0)
-        grown -= value(before, "warptd_device_nvlink_bytes_total", link="5", direction=direction, **DEV0)
+        grown = value(samples, "warptd_device_nvlink_link_bytes_total", link="5", direction=direction, **DEV0)
+        grown -= value(before, "warptd_device_nvlink_link_bytes_total", link="5", direction=direction, **DEV0)
         assert grown == pytest.approx(3 * nbytes, rel=0.01)
-    assert value(samples, "warptd_device_nvlink_bytes_total", link="4", direction="rx", **DEV0) == 0
+    assert value(samples, "warptd_device_nvlink_link_bytes_total", link="4", direction="rx", **DEV0) == 0
     assert value(samples, "warptd_device_pcie_bytes_total", direction="tx", **DEV1) == 0  # idle GPU 1
 
 
@@ -289,7 +289,7 @@ def test_promtool_clean(rig, fake_nvml):
             gpu.advance_gpm(activity=ACTIVITY, pcie=(MIB, MIB), nvlink={0: (MIB, MIB)})
         rig.tick_gpm()
     body = rig.exposition.render(None, None)[0]
-    assert b"warptd_device_sm_active_ratio" in body and b"warptd_device_nvlink_bytes_total" in body
+    assert b"warptd_device_sm_active_ratio" in body and b"warptd_device_nvlink_link_bytes_total" in body
     assert_promtool_clean(body)
 
 
@@ -419,7 +419,7 @@ def test_a_window_beside_the_regular_job_pairs_no_samples_under_100_ms(settings)
         moved = value(samples, "warptd_device_pcie_bytes_total", direction=direction, **DEV0)
         assert moved == pytest.approx(rate * 1.0, rel=0.005)
     assert value(
-        samples, "warptd_device_nvlink_bytes_total", link="3", direction="rx", **DEV0
+        samples, "warptd_device_nvlink_link_bytes_total", link="3", direction="rx", **DEV0
     ) == pytest.approx(2**30, rel=0.005)
 
 
@@ -454,5 +454,6 @@ def test_a_nan_or_negative_throughput_leaves_the_byte_totals_counting(rig, fake_
     after = rig.tick_gpm()
     assert value(after, "warptd_device_pcie_bytes_total", **tx) == pytest.approx(600 * MIB, rel=1e-3)
     links = {"link": "2", "direction": "rx", **DEV0}
-    assert value(after, "warptd_device_nvlink_bytes_total", **links) == pytest.approx(150 * MIB, rel=1e-3)
+    link_bytes = value(after, "warptd_device_nvlink_link_bytes_total", **links)
+    assert link_bytes == pytest.approx(150 * MIB, rel=1e-3)
     assert value(after, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") == 1

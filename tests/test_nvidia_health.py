@@ -47,7 +47,7 @@ def test_ecc_counter_reset_at_a_driver_reload_stays_monotonic(rig, fake_nvml):
     samples = rig.tick()
     assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 44
     assert value(samples, "warptd_device_pcie_replays_total", **DEV0) == 6
-    assert value(samples, "warptd_device_nvlink_errors_total", **DEV0, link="3", kind="replay") == 13
+    assert value(samples, "warptd_device_nvlink_link_errors_total", **DEV0, link="3", kind="replay") == 13
 
 
 def test_row_remapping_and_page_retirement(rig, fake_nvml):
@@ -90,7 +90,7 @@ def test_nvlink_errors_per_link_and_kind(rig, fake_nvml):
     gpu.nvlink_errors[6][2] = 3  # link 6 replay: id 108 (the second block)
     gpu.nvlink_errors[11][3] = 4  # link 11 recovery: id 119
     samples = rig.tick()
-    errors = "warptd_device_nvlink_errors_total"
+    errors = "warptd_device_nvlink_link_errors_total"
     assert value(samples, errors, **DEV0, link="0", kind="crc_flit") == 1
     assert value(samples, errors, **DEV0, link="5", kind="crc_data") == 2
     assert value(samples, errors, **DEV0, link="6", kind="replay") == 3
@@ -106,7 +106,7 @@ def test_traffic_counters_in_bytes(rig, fake_nvml):
     samples = rig.tick()
     assert value(samples, "warptd_device_pcie_bytes_total", **DEV0, direction="tx") == 5_000_000
     assert value(samples, "warptd_device_pcie_bytes_total", **DEV0, direction="rx") == 7_000_000
-    nvlink = "warptd_device_nvlink_bytes_total"
+    nvlink = "warptd_device_nvlink_link_bytes_total"
     assert value(samples, nvlink, **DEV0, link="17", direction="tx") == 300 * KIB  # KiB in the field
     assert value(samples, nvlink, **DEV0, link="17", direction="rx") == 500 * KIB
     assert len(select(samples, nvlink, **DEV0)) == 18 * 2
@@ -115,7 +115,7 @@ def test_traffic_counters_in_bytes(rig, fake_nvml):
 def test_only_the_links_the_gpu_has_are_asked(rig, fake_nvml):
     fake_nvml.gpus[1].nvlink_count = 0  # a PCIe card
     samples = rig.tick()
-    for name in ("warptd_device_nvlink_bytes_total", "warptd_device_nvlink_errors_total"):
+    for name in ("warptd_device_nvlink_link_bytes_total", "warptd_device_nvlink_link_errors_total"):
         assert not select(samples, name, **DEV1)
         assert select(samples, name, **DEV0)
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
@@ -124,15 +124,18 @@ def test_only_the_links_the_gpu_has_are_asked(rig, fake_nvml):
     assert fake_nvml.calls("nvmlDeviceGetFieldValues") - before == 2  # one batch per GPU, links included
 
 
-def test_recovery_action_is_one_hot(rig, fake_nvml):
+def test_recovery_action_is_one_series_naming_the_action_now(rig, fake_nvml):
+    """One series per GPU, not one per action: the seven others would be constant 0s (issue 39 #14)."""
     fake_nvml.gpus[0].recovery_action = 2  # NVML_GPU_RECOVERY_ACTION_NODE_REBOOT
     fake_nvml.gpus[1].recovery_action = 99  # an action newer than warptd: absent, not a guess
     samples = rig.tick()
     actions = {s.labels["action"]: s.value for s in select(samples, "warptd_device_recovery_action", **DEV0)}
-    assert actions["node_reboot"] == 1
-    assert sum(actions.values()) == 1
-    assert {"none", "gpu_reset", "drain_p2p", "drain_and_reset"} <= actions.keys()
+    assert actions == {"node_reboot": 1}
     assert not select(samples, "warptd_device_recovery_action", **DEV1)
+    fake_nvml.gpus[0].recovery_action = 0
+    samples = rig.tick()
+    actions = {s.labels["action"]: s.value for s in select(samples, "warptd_device_recovery_action", **DEV0)}
+    assert actions == {"none": 1}
 
 
 def test_memory_temperature_fans_media_and_pstate(rig, fake_nvml):
@@ -178,7 +181,7 @@ def test_a_failing_field_is_counted_and_asked_again(rig, fake_nvml):
     del fake_nvml.gpus[0].raises["nvmlDeviceGetFieldValues"]
     samples = rig.tick()
     assert select(samples, "warptd_device_ecc_errors_total", **DEV0)
-    assert select(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="17")
+    assert select(samples, "warptd_device_nvlink_link_bytes_total", **DEV0, link="17")
 
 
 def test_r470_driver_lacks_the_newer_fields(make_rig):
@@ -192,7 +195,7 @@ def test_r470_driver_lacks_the_newer_fields(make_rig):
             "warptd_device_ecc_errors_total",
             "warptd_device_remapped_rows",
             "warptd_device_pcie_replays_total",
-            "warptd_device_nvlink_bytes_total",
+            "warptd_device_nvlink_link_bytes_total",
         ):
             assert select(samples, name, **DEV0), name
         assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
@@ -205,7 +208,7 @@ def test_exposition_is_promtool_clean(rig, fake_nvml):
     fake_nvml.gpus[0].ecc_volatile[0] = 1
     rig.tick()
     body = rig.exposition.render(None, None)[0]
-    assert b"warptd_device_nvlink_bytes_total{" in body
+    assert b"warptd_device_nvlink_link_bytes_total{" in body
     assert_promtool_clean(body)
 
 
@@ -246,10 +249,11 @@ def test_a_field_failing_after_steady_reads_drops_only_its_series(rig, fake_nvml
     assert not select(samples, "warptd_device_remapped_rows", **DEV0, kind="uncorrectable")
     assert select(samples, "warptd_device_remapped_rows", **DEV0, kind="correctable")
     assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 5
-    assert value(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="4", direction="rx") == 77 * KIB
+    link4 = {"link": "4", "direction": "rx", **DEV0}
+    assert value(samples, "warptd_device_nvlink_link_bytes_total", **link4) == 77 * KIB
     gpu.nvlink_kib[4][1] = 78
     samples = rig.tick()  # steady again without the field
-    assert value(samples, "warptd_device_nvlink_bytes_total", **DEV0, link="4", direction="rx") == 78 * KIB
+    assert value(samples, "warptd_device_nvlink_link_bytes_total", **link4) == 78 * KIB
     assert not select(samples, "warptd_device_remapped_rows", **DEV0, kind="uncorrectable")
 
 
@@ -325,7 +329,7 @@ def test_slow_values_are_read_every_health_interval_and_reported_between(setting
     assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 5  # the last read
     assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV0) == 0.3
     assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 700
-    assert select(samples, "warptd_device_nvlink_bytes_total", **DEV0)  # still there between reads
+    assert select(samples, "warptd_device_nvlink_link_bytes_total", **DEV0)  # still there between reads
 
     slow_reads = rig.sampler.backends["nvidia"].gpus[0].cadence
     time.sleep(0.4)  # the health interval

@@ -175,8 +175,8 @@ def test_an_h200_without_nvlink_exports_no_link_series_and_no_absent_engine(h200
     rig.tick()
     gpu.advance_gpm(activity={ENGINE_IDS[("nvdec", 2)]: 0.5, pynvml.NVML_GPM_METRIC_SM_UTIL: 0.3})
     samples = rig.tick_gpm()
-    assert not select(samples, "warptd_device_nvlink_bytes_total")
-    assert not select(samples, "warptd_device_nvlink_errors_total")
+    assert not select(samples, "warptd_device_nvlink_link_bytes_total")
+    assert not select(samples, "warptd_device_nvlink_link_errors_total")
     engines = {
         (s.labels["engine"], s.labels["instance"])
         for s in select(samples, "warptd_device_engine_active_ratio")
@@ -216,7 +216,7 @@ def test_a_gpu_with_nvlink_exports_each_of_its_links(settings, make_rig):
         fake.gpus[0].advance_gpm(nvlink={1: (1000, 2000)})
         samples = rig.tick_gpm()
     fake.close()
-    links = {s.labels["link"] for s in select(samples, "warptd_device_nvlink_errors_total")}
+    links = {s.labels["link"] for s in select(samples, "warptd_device_nvlink_link_errors_total")}
     assert links == {"0", "1", "2", "3"}
 
 
@@ -228,7 +228,7 @@ def test_without_the_gpm_families_no_gpm_sample_and_without_throttle_seconds_no_
         "warptd_device_dram_bandwidth_ratio",
         "warptd_device_graphics_engine_active_ratio",
         "warptd_device_pcie_bytes_total",
-        "warptd_device_nvlink_bytes_total",
+        "warptd_device_nvlink_*bytes_total",  # the GPU's total is made of each link's
         "warptd_device_throttle_seconds_total",
     ]
     rig, fake = h200_rig(interval=0.1, health_interval=0.1, metrics_exclude=gpm)
@@ -287,4 +287,4 @@ def test_a_mig_gpu_instance_has_no_nvlink_series_of_its_own(settings, make_rig):
         samples = rig.tick_gpm()
     fake.close()
     assert select(samples, "warptd_device_sm_active_ratio", backend="nvidia_mig")
-    assert not select(samples, "warptd_device_nvlink_bytes_total")
+    assert not select(samples, "warptd_device_nvlink_link_bytes_total")

@@ -111,7 +111,8 @@ enum { VALUE_UINT = 1, VALUE_ULL = 3 };
 /* --- nv-health: functions --- */
 #define NV_HEALTH_FUNCTIONS(X)                                                                    \
     X(nvmlDeviceGetNumFans) X(nvmlDeviceGetFanSpeed_v2) X(nvmlDeviceGetEncoderUtilization)         \
-    X(nvmlDeviceGetDecoderUtilization) X(nvmlDeviceGetPerformanceState)                           \
+    X(nvmlDeviceGetDecoderUtilization) X(nvmlDeviceGetJpgUtilization) X(nvmlDeviceGetOfaUtilization) \
+    X(nvmlDeviceGetPerformanceState)                                                              \
     X(nvmlDeviceGetPcieReplayCounter) X(nvmlDeviceGetRemappedRows) NV_FIELDS_FUNCTIONS(X)
 /* --- end nv-health --- */
 /* --- nv-fields: functions --- */
@@ -243,6 +244,9 @@ struct gpu {
     /* When the driver last initialised this GPU (CLOCK_BOOTTIME ns): nvmlDeviceGetGpuUptime_v1 counts
      * from it; a driver reload (FakeGpu.reload_driver) sets it anew. */
     uint64_t driver_loaded_ns;
+    /* nvmlDeviceGetJpgUtilization, nvmlDeviceGetOfaUtilization: percent, each kind's engines averaged
+     * (as encoder_util and decoder_util); FakeGpu.busy_engines sets the four as the driver counts them */
+    uint32_t jpeg_util, ofa_util;
 };
 
 struct state {
@@ -1449,16 +1453,32 @@ int nvmlDeviceGetFanSpeed_v2(void *h, unsigned int fan, unsigned int *percent) {
     return SUCCESS;
 }
 
+/* The media engines' utilization: each kind averaged over every engine of it, NOT_SUPPORTED on a
+ * MIG-enabled GPU (nvml.h), 0 for a kind the GPU lacks (a real H200's encoder). */
+static int media_utilization(struct gpu *g, uint32_t value, unsigned int *percent, unsigned int *period_us) {
+    if (g->mig_mode) return ERROR_NOT_SUPPORTED;
+    *percent = value, *period_us = 167000;
+    return SUCCESS;
+}
+
 int nvmlDeviceGetEncoderUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
     DEVICE_CALL(nvmlDeviceGetEncoderUtilization, h);
-    *percent = g->encoder_util, *period_us = 167000;
-    return SUCCESS;
+    return media_utilization(g, g->encoder_util, percent, period_us);
 }
 
 int nvmlDeviceGetDecoderUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
     DEVICE_CALL(nvmlDeviceGetDecoderUtilization, h);
-    *percent = g->decoder_util, *period_us = 167000;
-    return SUCCESS;
+    return media_utilization(g, g->decoder_util, percent, period_us);
+}
+
+int nvmlDeviceGetJpgUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
+    DEVICE_CALL(nvmlDeviceGetJpgUtilization, h);
+    return media_utilization(g, g->jpeg_util, percent, period_us);
+}
+
+int nvmlDeviceGetOfaUtilization(void *h, unsigned int *percent, unsigned int *period_us) {
+    DEVICE_CALL(nvmlDeviceGetOfaUtilization, h);
+    return media_utilization(g, g->ofa_util, percent, period_us);
 }
 
 int nvmlDeviceGetPerformanceState(void *h, int *pstate) {

@@ -9,6 +9,7 @@ import pytest
 
 from warptd.models import CLOCK_EVENT_REASONS, DeviceReading
 from warptd.sampling.counters import (
+    CounterTotals,
     EnergyTracker,
     MonotonicCounter,
     Resumed,
@@ -673,3 +674,19 @@ def test_where_nothing_tells_a_small_counter_keeps_the_promise_and_a_large_one_r
     assert _reloaded(unknown, unknown, 20_000.0, promise=4000.0) == pytest.approx(
         500.0 + 7000.0
     )  # 2 x 700 W x 10 s < 20 kJ: it ran on
+
+
+def test_a_sum_over_links_adds_each_links_total_and_keeps_a_link_a_read_misses():
+    """catalog.SUMS (issue 39 #14): the GPU's NVLink errors are every link's monotonic total summed;
+    a link absent from one read keeps its last total, and one link's counter reset adds nothing."""
+    links, total = "warptd_device_nvlink_link_errors_total", "warptd_device_nvlink_errors_total"
+    totals = CounterTotals()
+    first = totals.update({links: {("0", "replay"): 5.0, ("1", "replay"): 2.0, ("0", "crc_flit"): 1.0}})
+    assert first[total] == {("replay",): 7.0, ("crc_flit",): 1.0}
+    missing = totals.update({links: {("0", "replay"): 6.0, ("0", "crc_flit"): 1.0}})
+    assert missing[total] == {("replay",): 8.0, ("crc_flit",): 1.0}  # link 1's 2 kept
+    reset = totals.update({links: {("0", "replay"): 0.0, ("1", "replay"): 3.0, ("0", "crc_flit"): 1.0}})
+    assert reset[total] == {("replay",): 9.0, ("crc_flit",): 1.0}  # link 0 restarted: +0; link 1: +1
+    assert totals.update({"warptd_device_ecc_errors_total": {("corrected",): 1.0}}).keys() == {
+        "warptd_device_ecc_errors_total"
+    }  # no links read now: no sum made of nothing

@@ -67,6 +67,8 @@ class SnapshotCollector(Collector):
             families.add(m.SAMPLE_ERRORS, [name, str(kind)], state.errors.get(kind, 0))
         families.add(m.ENERGY_DROPPED, [name], state.energy_dropped_joules)
         families.add(m.ENERGY_OVERCOUNT, [name], state.energy_overcount_joules)
+        reads = [s.energy_read_at for s in state.devices if s.energy_read_at is not None]
+        families.add(m.ENERGY_READ_OLDEST, [name], min(reads) if reads else None)
         for kind, cost in state.read_costs.items():
             families.add(m.READ_CPU, [name, kind], cost.cpu_seconds)
             families.add(m.READS, [name, kind], cost.reads)

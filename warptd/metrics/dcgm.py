@@ -244,7 +244,7 @@ RULES_ONLY: tuple[CompatMetric, ...] = tuple(
         "- in bytes per second.",
         "B/s",
         _one(m.PCIE_BYTES, direction),
-        rate_window="1m",
+        rate_window="2m",  # 4 reads of the byte counter at a 30 s --health-interval (metrics.cadence)
     )
     for direction, verb in (("tx", "transmitted"), ("rx", "received"))
 )
@@ -252,7 +252,7 @@ RULES_ONLY: tuple[CompatMetric, ...] = tuple(
 NOT_SERVED: dict[str, str] = {
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "DCGM documents no unit for this counter ('bandwidth counters "
     "for all lanes'), so no factor from warptd's bytes is defensible; warptd_device_nvlink_bytes_total "
-    "counts bytes per link and direction.",
+    "counts the GPU's NVLink bytes by direction (warptd_device_nvlink_link_bytes_total per link).",
     "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU licensing is a property of a vGPU guest's driver; warptd "
     "reads no vGPU state.",
     **{

@@ -1,10 +1,17 @@
-"""Generates docs/metrics.md from the catalog: ``python -m warptd.metrics.docs > docs/metrics.md``."""
+"""Generates docs/metrics.md from the catalog: ``python -m warptd.metrics.docs > docs/metrics.md``; and
+the fleet figures of docs/deploy.md (``python -m warptd.metrics.docs fleet``, pasted between its
+markers) from the same measured series counts."""
 
 from __future__ import annotations
 
+import math
+import sys
+from collections.abc import Callable
+
+from warptd.metrics import cadence
 from warptd.metrics.catalog import EVERY, MetricSpec
 from warptd.metrics.selection import DEFAULT_EXCLUDE
-from warptd.metrics.series_counts import MODELS, SERIES_PER_GPU
+from warptd.metrics.series_counts import GPUS_PER_NODE, MODELS, NODE_SERIES, SERIES_PER_GPU
 
 _HEADER = """# warptd metrics
 
@@ -20,25 +27,35 @@ come from prometheus_client.
 Families the default leaves out are marked *opt-in*: `--metrics-include NAME` exports one
 ([below](#families-you-choose)).
 
-| metric | type | labels | meaning |
-|---|---|---|---|
+The *read* column says how often a family's values change on `/metrics`: every sample
+(`--interval`), every GPM period (`--interval`, 1 s at least), every read of the slow values
+(`--health-interval`), every kubelet poll, or when it happens. A counter steps at that cadence, so
+every shipped rule, panel and example takes `rate()` or `increase()` over at least 4 of its steps
+(`--health-interval`'s 30 s: 2 minutes); over a window of `w` seconds a counter read every `c`
+seconds is off by up to about `c`/`w` (one step more or less in the window). Set a longer
+`--health-interval` and lengthen your own windows with it ([dashboard.md](dashboard.md#rate-windows)).
+
+| metric | type | labels | read | meaning |
+|---|---|---|---|---|
 """
 _CHOOSING = """
 ## Families you choose
 
 `--metrics-exclude GLOB` leaves families out and `--metrics-include GLOB` brings them back
 ([configuration.md](configuration.md)). The default leaves out per-instance detail beside a family
-it keeps, so that a GPU costs a fleet's Prometheus at most 60 series: an H200 without NVLink. A GPU
-with NVLinks adds its links' series (108 on an H100 SXM's 18 links); leave out
-`warptd_device_nvlink_errors_total` or `warptd_device_nvlink_bytes_total` where NVLink health or
-traffic is watched elsewhere.
+it keeps, so that a GPU costs a fleet's Prometheus at most 60 series on every GPU the NVML double
+models, NVLink included, and each MIG device as many again at most: NVLink errors and bytes per
+link are opt-in, their sums over the GPU's links stay. An XID that happens adds its code's series
+(beyond the nine the shipped alerts watch) and `warptd_device_last_xid_timestamp_seconds`.
 
 Series per GPU, from `python bench/series_bench.py --write` (8 GPUs of each kind in the NVML double,
-every family exported; 0: none on that GPU), for each family a GPU's series belong to. The double
-answers as the real H200 did: GPM rates of 0 for 18 NVLinks and the media engines the GPU lacks, and
-none of those is exported (hardware that is not there has no series: docs/hardware.md). An idle media
-engine NVML gives no count of (MIG off) shows once it reports activity: 0 here, up to 15 on an H200
-decoding (7 NVDEC, 7 NVJPG, 1 OFA).
+every family exported, every media engine busy; 0: none on that GPU), for each family a GPU's series
+belong to. The double answers as the real H200 did: GPM rates of 0 for 18 NVLinks and the media
+engines the GPU lacks, and none of those is exported (hardware that is not there has no series:
+docs/hardware.md). With MIG off NVML gives no count of the media engines: an engine shows once it
+reports activity, and each kind's average over all of them
+(`warptd_device_{encoder,decoder,jpeg,ofa}_utilization_ratio`, the driver's) once that kind has been
+busy; an idle GPU shows up to 3 series fewer on these two models.
 
 """
 _READS = """
@@ -53,10 +70,17 @@ does not start, and without the three `warptd_pod_energy_*` families no device's
 between pods. On NVIDIA GPUs: no GPM sample at all without any GPM family (and only the metrics of
 those exported: the default asks no media engine nor SM occupancy), no duration field without
 `warptd_device_throttle_seconds_total`, and the health fields, fans and media engines of the
-families exported only. A value not read is absent from `/devices` and recordings too. What the
-dcgm-exporter compat series (`--compat dcgm-exporter`) are made of is read whatever the selection
-exports.
+families exported only. Each link's NVLink fields and calls are read where either their per-link
+family or its sum over links is exported (the default: the sums; leave out
+`warptd_device_nvlink_*` for neither). A value not read is absent from `/devices` and recordings
+too. What the dcgm-exporter compat series (`--compat dcgm-exporter`) are made of is read whatever
+the selection exports.
 """
+
+
+def _default(counts: dict[str, tuple[int, ...]]) -> list[int]:
+    """Series per GPU (or per node) of the families the default exports, on each model."""
+    return [sum(c[i] for n, c in counts.items() if n not in DEFAULT_EXCLUDE) for i in range(len(MODELS))]
 
 
 def _choosing() -> str:
@@ -70,9 +94,7 @@ def _choosing() -> str:
         default = f"opt-in: {DEFAULT_EXCLUDE[spec.name]}" if spec.name in DEFAULT_EXCLUDE else "yes"
         rows.append(f"| `{spec.name}` | {default} | " + " | ".join(map(str, counts)) + " |")
     totals = [sum(c[i] for c in SERIES_PER_GPU.values()) for i in range(len(MODELS))]
-    kept = [
-        sum(c[i] for n, c in SERIES_PER_GPU.items() if n not in DEFAULT_EXCLUDE) for i in range(len(MODELS))
-    ]
+    kept = _default(SERIES_PER_GPU)
     rows.append("| **every family** | | " + " | ".join(map(str, totals)) + " |")
     rows.append("| **the default** | | " + " | ".join(map(str, kept)) + " |")
     return _CHOOSING + header + "\n".join(rows) + "\n" + _READS
@@ -88,11 +110,100 @@ def _buckets(spec: MetricSpec) -> str:
 def render_markdown() -> str:
     rows = [
         f"| `{spec.name}` | {spec.type} | {', '.join(f'`{label}`' for label in spec.labels)} | "
+        f"{cadence.DESCRIBED[spec.cadence]} | "
         f"{'*opt-in.* ' if spec.name in DEFAULT_EXCLUDE else ''}{spec.help}{_buckets(spec)} |"
         for spec in EVERY
     ]
     return _HEADER + "\n".join(rows) + "\n" + _choosing()
 
 
+# -- docs/deploy.md's fleet figures ---------------------------------------------------------------------
+FLEET_BEGIN = "<!-- fleet-figures: generated by python -m warptd.metrics.docs fleet -->"
+FLEET_END = "<!-- end fleet-figures -->"
+#: The scrape intervals and fleet sizes the figures are given for.
+SCRAPES_S = (15, 60)
+FLEETS = (1_000, 10_000)
+#: deploy/prometheus/agent.yml's sizing: nodes per agent, its scrape interval, the slowest round trip to
+#: the store it keeps up at, and the headroom to catch up after an outage (samples sent twice as fast
+#: as they come).
+AGENT_NODES, AGENT_SCRAPE_S, STORE_ROUND_TRIP_S, CATCH_UP = 1_000, 15, 1.0, 2
+_SELECTIONS = ("default", "every")
+Figures = dict[str, dict[str, dict[str, int]]]
+
+
+def fleet_figures() -> Figures:
+    """Per model and selection ("default", "every"): series per GPU, a node's own, and per node."""
+    figures: Figures = {}
+    for i, model in enumerate(MODELS):
+        gpu = {"default": _default(SERIES_PER_GPU)[i], "every": sum(c[i] for c in SERIES_PER_GPU.values())}
+        figures[model] = {}
+        for j, which in enumerate(_SELECTIONS):
+            own = sum(counts[i][j] for counts in NODE_SERIES.values())
+            figures[model][which] = {"gpu": gpu[which], "own": own, "node": GPUS_PER_NODE * gpu[which] + own}
+    return figures
+
+
+def agent_samples_per_s() -> dict[str, float]:
+    """What deploy/prometheus/agent.yml is sized for: the samples a second its nodes send at its scrape
+    interval, with the default and with every family, of the largest node measured."""
+    nodes = fleet_figures().values()
+    return {
+        which: max(node[which]["node"] for node in nodes) * AGENT_NODES / AGENT_SCRAPE_S
+        for which in _SELECTIONS
+    }
+
+
+def shards_needed(samples_per_s: float, max_samples_per_send: int) -> int:
+    """Remote-write shards that send ``samples_per_s`` :data:`CATCH_UP` times over, one request of
+    ``max_samples_per_send`` in flight each, at :data:`STORE_ROUND_TRIP_S` a request."""
+    return math.ceil(CATCH_UP * samples_per_s * STORE_ROUND_TRIP_S / max_samples_per_send)
+
+
+def about(n: float) -> str:
+    """``n`` to three significant figures, as the docs say it: 34,700; 1.63 M."""
+    rounded = float(f"{n:.3g}")
+    return f"{rounded / 1e6:.3g} M" if rounded >= 1e6 else f"{round(rounded):,}"
+
+
+_FLEET_TEXT = """
+The default's figures, and in brackets every family's (`--metrics-include '*'`), from the series
+`bench/series_bench.py` measured with every media engine busy ([metrics.md](metrics.md#families-you-choose)
+has them by family). A node's own series are the NVIDIA backend's (its sample health, errors by
+kind, the energy-window histogram, stress runs, build info, `process_*`); the host CPU backend adds
+its device and RAPL domains. An agent scraping {nodes} such nodes every {scrape} s sends about
+{default} samples a second with the default, {every} with every family.
+"""
+
+
+def render_fleet() -> str:
+    """docs/deploy.md's figures, between :data:`FLEET_BEGIN` and :data:`FLEET_END`."""
+    figures = fleet_figures()
+
+    def row(label: str, cell: Callable[[dict[str, int]], str]) -> str:
+        cells = [f"{cell(figures[m]['default'])} ({cell(figures[m]['every'])})" for m in MODELS]
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    rows = [
+        f"| per node of {GPUS_PER_NODE} GPUs | " + " | ".join(MODELS) + " |",
+        "|---|" + "---|" * len(MODELS),
+        row("series per GPU", lambda f: str(f["gpu"])),
+        row("a node's own series", lambda f: str(f["own"])),
+        row("series per node", lambda f: f"{f['node']:,}"),
+    ]
+    for s in SCRAPES_S:
+        rows.append(row(f"samples/s per node at a {s} s scrape", lambda f, s=s: f"{f['node'] / s:.1f}"))
+    for n in FLEETS:
+        rows.append(row(f"series of {n:,} nodes", lambda f, n=n: about(n * f["node"])))
+    agent = agent_samples_per_s()
+    text = _FLEET_TEXT.format(
+        nodes=f"{AGENT_NODES:,}",
+        scrape=AGENT_SCRAPE_S,
+        default=about(agent["default"]),
+        every=about(agent["every"]),
+    )
+    return f"{FLEET_BEGIN}\n" + "\n".join(rows) + f"\n{text}{FLEET_END}\n"
+
+
 if __name__ == "__main__":
-    print(render_markdown(), end="")
+    which = sys.argv[1] if len(sys.argv) > 1 else "markdown"
+    print({"markdown": render_markdown, "fleet": render_fleet}[which](), end="")

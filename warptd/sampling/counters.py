@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from warptd.metrics.catalog import SUMS
 from warptd.models import DriverInstance, LabelledValues
 
 log = structlog.get_logger("warptd.counters")
@@ -633,7 +634,9 @@ class ThrottleSeconds:
 class CounterTotals:
     """A device's further hardware counters (by metric, then by the values of its own labels) made
     monotonic: a decrease is a reset (driver reload). Health counters mostly stand still: a reading's
-    counters, or a metric's values, as last time keep last time's totals (one C-level comparison)."""
+    counters, or a metric's values, as last time keep last time's totals (one C-level comparison).
+    The catalog's sums (a GPU's NVLink totals) add up each instance's total, the last one kept for an
+    instance this reading lacks, so that a link missing from one read does not take the sum down."""
 
     __slots__ = ("_last", "_last_by_metric", "_series")
 
@@ -664,5 +667,13 @@ class CounterTotals:
                 counter.update(raw)
                 metric_totals[labels] = counter.total or 0.0
             self._last_by_metric[metric] = (values, metric_totals)
+        for total in SUMS:
+            of = total.of.name
+            if of in totals:
+                last_sum = self._last_by_metric.get(total.total.name)
+                if last_sum is None or last_sum[0] is not totals[of]:
+                    kept = {labels: counter.total or 0.0 for labels, counter in self._series[of].items()}
+                    last_sum = self._last_by_metric[total.total.name] = (totals[of], total.series(kept))
+                totals[total.total.name] = last_sum[1]
         self._last = (counters, totals)
         return totals

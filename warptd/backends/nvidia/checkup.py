@@ -34,6 +34,7 @@ from warptd.backends.checkup import (
 )
 from warptd.backends.costs import thread_time
 from warptd.backends.nvidia import calls, fields
+from warptd.backends.nvidia.engines import MEDIA_UTILIZATION
 from warptd.backends.nvidia.fields import FieldKey, FieldRequest
 from warptd.backends.nvidia.gpm import MIN_SAMPLE_GAP_S, GpmContext, GpmSource, sample_gap
 from warptd.backends.nvidia.gpu import AVERAGING_SINCE, Gpu, read_kind
@@ -67,6 +68,9 @@ _POLLED = {
 }
 #: What each kind of field batch is charged as (``read_costs``), by :meth:`Gpu.begin`.
 _CHARGED = {"full": "health"}
+
+#: The NVLink families: each link's and the GPU's totals.
+_NVLINK = (catalog.NVLINK_ERRORS, catalog.NVLINK_LINK_ERRORS, catalog.NVLINK_BYTES, catalog.NVLINK_LINK_BYTES)
 
 
 def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendCheckup:
@@ -459,19 +463,18 @@ class _Probe:
 
         plan = batch.plan
         if plan is not None and plan.links == 0:
-            add((catalog.NVLINK_BYTES, catalog.NVLINK_ERRORS), f"no NVLink: {self._links_answer()}")
+            add(_NVLINK, f"no NVLink: {self._links_answer()}")
         presence = gpu.presence()
         if presence is not None and presence.counts is None:
             add(
-                (catalog.ENGINE_ACTIVE, catalog.ENCODER_UTILIZATION, catalog.DECODER_UTILIZATION),
+                (catalog.ENGINE_ACTIVE, *MEDIA_UTILIZATION.values()),
                 "media engines: NVML gives no count with MIG off (GPU instance profiles NOT_SUPPORTED); "
-                "an engine's series shows once it reports activity",
+                "an engine's series, and its kind's average, shows once it reports activity",
             )
         elif presence is not None and presence.counts is not None:
             lacking = {engine: n for engine, n in presence.counts.items()}
             families = [catalog.ENGINE_ACTIVE]
-            families += [catalog.ENCODER_UTILIZATION] if lacking.get("nvenc") == 0 else []
-            families += [catalog.DECODER_UTILIZATION] if lacking.get("nvdec") == 0 else []
+            families += [spec for engine, spec in MEDIA_UTILIZATION.items() if lacking.get(engine) == 0]
             counts = ", ".join(f"{n} {engine.upper()}" for engine, n in lacking.items())
             add(families, f"media engines beyond the GPU's own ({counts}, its whole-GPU instance profile)")
         missing: dict[str, list[int]] = {}

@@ -1,23 +1,44 @@
-"""Which media engines and NVLinks a GPU has, so that hardware it lacks gets no series.
+"""Which media engines and NVLinks a GPU has, so that hardware it lacks gets no series; and each kind
+of engine's average over every engine of it, as the driver gives it.
 
 GPM answers 0 with SUCCESS for every engine and link id it numbers, present or not (a real H200: all
 18 links' rates while its NVLinks answer NOT_SUPPORTED, 4 NVENC, an 8th NVDEC and NVJPG, a second OFA),
 and ``nvmlDeviceGetEncoderUtilization`` answers 0 on a GPU without an encoder. NVML gives engine counts
-in one place only: a GPU instance profile (``nvmlDeviceGetGpuInstanceProfileInfo``: decoderCount,
-jpegCount, ofaCount, encoderCount); the largest profile is the whole GPU. nvml.h says the call answers
-NOT_SUPPORTED where MIG mode is off. Without that source nothing is guessed: an engine is shown once it
-has reported activity, which no absent engine does.
+in two places, both for MIG only: a GPU instance profile (``nvmlDeviceGetGpuInstanceProfileInfo``:
+decoderCount, jpegCount, ofaCount, encoderCount; the largest profile is the whole GPU, and nvml.h says
+the call answers NOT_SUPPORTED where MIG mode is off) and ``nvmlDeviceGetAttributes_v2`` (shared engine
+counts, "currently only supports MIG device handles"). Without a count nothing is guessed: an engine is
+shown once it has reported activity, which no absent engine does, so with MIG off the engines shown
+are not every engine the GPU has and an average over them is not the GPU's.
+
+The GPU's own average per kind comes from the driver: ``nvmlDeviceGet{Encoder,Decoder,Jpg,Ofa}Utilization``
+(the last two from R525 and in nvidia-ml-py 12+; all four NOT_SUPPORTED on a MIG-enabled GPU, nvml.h).
+It covers every engine of the kind: one NVDEC of a GH200's seven busy reads about 14 % (NVIDIA/DALI
+issue 6387), one of a TU106's three 33 % (keylase/nvidia-patch issue 310). It is exported as it is, once
+above 0 where the GPU's engines are not counted (the driver answers 0 for a kind the GPU lacks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from warptd.backends.nvidia.guard import DeviceGuard
+from warptd.metrics import catalog
+from warptd.models import LabelledValues
 
 #: An engine as the series label it (GPM's ``engine`` label) -> the profile's count of it.
 PROFILE_COUNTS = {"nvdec": "decoderCount", "nvjpg": "jpegCount", "ofa": "ofaCount", "nvenc": "encoderCount"}
+#: Each kind's average over every engine of it the GPU has, and the call answering it ([percent,
+#: sampling period in µs]).
+AVERAGES: dict[str, tuple[catalog.MetricSpec, str]] = {
+    "nvenc": (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization"),
+    "nvdec": (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization"),
+    "nvjpg": (catalog.JPEG_UTILIZATION, "nvmlDeviceGetJpgUtilization"),
+    "ofa": (catalog.OFA_UTILIZATION, "nvmlDeviceGetOfaUtilization"),
+}
+#: The average's family of each kind of engine.
+MEDIA_UTILIZATION: dict[str, catalog.MetricSpec] = {engine: spec for engine, (spec, _) in AVERAGES.items()}
 #: NVML_GPU_INSTANCE_PROFILE_1_SLICE (0) to _1_SLICE_REV1 (7): the ids every MIG driver numbers (R470
 #: on), the whole GPU's among them (7_SLICE = 4 on Hopper and Blackwell, 8_SLICE = 5, 6_SLICE = 6); a
 #: later id an older driver does not know would answer INVALID_ARGUMENT, an error counted each time.
@@ -67,3 +88,24 @@ class Presence:
             self.seen.add(key)
             return True
         return key in self.seen
+
+
+def averages(
+    get: Callable[[str, str], Any], presence: Presence | None, reads: Callable[[str], bool]
+) -> tuple[dict[str, LabelledValues], list[str]]:
+    """Each kind's average (:data:`AVERAGES`) the GPU has (by ``presence``) and some output ``reads``,
+    through ``get(what, function name)``; and the families whose call answered nothing now."""
+    gauges: dict[str, LabelledValues] = {}
+    unanswered = []
+    for engine, (spec, function) in AVERAGES.items():
+        present = presence.engine(engine, 0) if presence is not None else None
+        if present is False or not reads(spec.name):
+            continue
+        answer = get(spec.name, function)
+        if answer is None:
+            unanswered.append(spec.name)
+            continue
+        ratio = answer[0] / 100
+        if presence is None or presence.shown((engine,), present, ratio):
+            gauges[spec.name] = {(): ratio}
+    return gauges, unanswered

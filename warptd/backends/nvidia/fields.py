@@ -252,6 +252,8 @@ class FieldSet:
 
 
 _NVLINK_DIRECTIONS = ((FI_NVLINK_THROUGHPUT_DATA_TX, "tx"), (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"))
+#: The per-link families (the GPU's totals, every link's summed, are made from them: catalog.SUMS).
+_LINK_ERRORS, _LINK_BYTES = catalog.NVLINK_LINK_ERRORS.name, catalog.NVLINK_LINK_BYTES.name
 Decoded = tuple[dict[str, LabelledValues], dict[str, LabelledValues]]  # gauges, raw counters
 
 
@@ -264,14 +266,12 @@ def nvlink(links: int) -> tuple[FieldSpec, ...]:
         if link < NVLINK_ERROR_LINKS:
             for kind, (first, later) in NVLINK_ERROR_IDS.items():
                 field_id = first + link if link < 6 else later + link - 6
-                specs.append(FieldSpec(field_id, catalog.NVLINK_ERRORS.name, (name, kind), 1.0, True, link))
+                specs.append(FieldSpec(field_id, _LINK_ERRORS, (name, kind), 1.0, True, link))
         for field_id, direction in (
             (FI_NVLINK_THROUGHPUT_DATA_TX, "tx"),
             (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"),
         ):
-            specs.append(
-                FieldSpec(field_id, catalog.NVLINK_BYTES.name, (name, direction), KIB, True, scope_id=link)
-            )
+            specs.append(FieldSpec(field_id, _LINK_BYTES, (name, direction), KIB, True, scope_id=link))
     return tuple(specs)
 
 
@@ -313,7 +313,7 @@ class FieldPlan:
             (link, kind, counter)
             for link in range(NVLINK_ERROR_LINKS, links)
             for kind, counter in NVLINK_ERROR_COUNTERS.items()
-            if reads(catalog.NVLINK_ERRORS.name)
+            if reads(catalog.NVLINK_LINK_ERRORS.name)
         )
         return cls(groups, (*base, *specs), specs, calls, links)  # a metric's fields side by side: see runs
 
@@ -344,19 +344,22 @@ class FieldPlan:
         return tuple(runs)
 
 
+#: Each action's one series, made once (a reading's dicts are never changed).
+_ACTIONS = tuple({(name,): 1.0} for name in RECOVERY_ACTIONS)
+
+
 def _recovery_action(gauges: dict[str, LabelledValues], values: Mapping[FieldKey, float]) -> None:
-    """One-hot from field 230, else from the status fields it replaced (226/227 before R570), which
-    say only "reset", "drain, then reset" or neither."""
+    """The action now, as one series labelled with it: from field 230, else from the status fields it
+    replaced (226/227 before R570), which say only "reset", "drain, then reset" or neither. The seven
+    others are not exported as 0s: seven constant series per GPU that no alert needs."""
     action = values.get((FI_GPU_RECOVERY_ACTION, 0))
     if action is None:
         reset, drain = values.get((FI_RESET_STATUS, 0)), values.get((FI_DRAIN_AND_RESET_STATUS, 0))
         if reset is None and drain is None:
             return
         action = RECOVERY_ACTIONS.index("drain_and_reset" if drain else "gpu_reset" if reset else "none")
-    if action is not None and 0 <= action < len(RECOVERY_ACTIONS):  # a newer action: unknown, absent
-        gauges[catalog.RECOVERY_ACTION.name] = {
-            (name,): float(code == action) for code, name in enumerate(RECOVERY_ACTIONS)
-        }
+    if action in range(len(RECOVERY_ACTIONS)):  # a newer action (or no integer): unknown, absent
+        gauges[catalog.RECOVERY_ACTION.name] = _ACTIONS[int(action)]
 
 
 # -- reading the answers ---------------------------------------------------------------------------

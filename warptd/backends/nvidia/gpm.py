@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from warptd.backends.costs import ReadCosts, thread_time
 from warptd.backends.nvidia import calls
 from warptd.metrics import catalog
+from warptd.metrics.cadence import GPM_PERIOD_FLOOR_S
 from warptd.models import LabelledValues
 
 if TYPE_CHECKING:
@@ -41,8 +42,9 @@ FIRST_HEADER_METRIC_MAX = 98
 MIN_SAMPLE_GAP_S = 0.11
 
 
-#: The shortest period of a source outside windows: GPM activity is a dashboard's, read once a second.
-UNWATCHED_PERIOD_S = 1.0
+#: The shortest period of a source outside windows: GPM activity is a dashboard's, read once a second
+#: (the catalog's "gpm" cadence).
+UNWATCHED_PERIOD_S = GPM_PERIOD_FLOOR_S
 
 
 def sample_gap(settings: Settings, watched: bool = False) -> float:
@@ -79,7 +81,7 @@ _MIB_PER_S: dict[str, tuple[str, tuple[str, ...]]] = {
     "NVML_GPM_METRIC_PCIE_RX_PER_SEC": (catalog.PCIE_BYTES.name, ("rx",)),
     **{
         f"NVML_GPM_METRIC_NVLINK_L{link}_{direction.upper()}_PER_SEC": (
-            catalog.NVLINK_BYTES.name,
+            catalog.NVLINK_LINK_BYTES.name,
             (str(link), direction),
         )
         for link in range(18)  # NVLink 4 (Hopper): 18 links per GPU
@@ -407,7 +409,7 @@ class GpmSource:
 
 
 _ENGINE = catalog.ENGINE_ACTIVE.name
-_LINK_BYTES = catalog.NVLINK_BYTES.name
+_LINK_BYTES = catalog.NVLINK_LINK_BYTES.name
 
 
 def _present(metric: GpmMetric, presence: Presence | None) -> bool | None:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 AVERAGING_SINCE = (8, 6)
 _LAST_PSTATE = 15  # NVML_PSTATE_15
 #: Byte counters the driver may keep in fields, which GPM throughput otherwise stands in for.
-_TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_BYTES.name)
+_TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_LINK_BYTES.name)
 _NO_SCOPES: dict[str, float] = {}
 
 

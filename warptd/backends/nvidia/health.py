@@ -1,5 +1,5 @@
 """One GPU's slow values, read every ``--health-interval`` (:mod:`~warptd.backends.cadence`): the
-enforced power limit, fans, encoder and decoder utilization; and the calls that stand in for the
+enforced power limit, fans, the media engines' utilization; and the calls that stand in for the
 health fields a GPU lacks (PCIe replays, remapped rows, error counters of NVLinks 12-17)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.api import NvmlApi
 from warptd.backends.nvidia.batch import FieldBatch
-from warptd.backends.nvidia.engines import Presence
+from warptd.backends.nvidia.engines import Presence, averages
 from warptd.backends.nvidia.fields import Decoded, FieldPlan
 from warptd.backends.nvidia.guard import DeviceGuard
 from warptd.metrics import catalog
@@ -28,7 +28,7 @@ class SlowValues:
         self._api, self._guard, self._handle = api, guard, handle
         self._reads = reads  # whether some output reads a family: fans and media engines only if so
         self.power_limit: float | None = None  # W, enforced
-        #: nvidia-smi's gauges besides the performance state: fans, encoder, decoder.
+        #: nvidia-smi's gauges besides the performance state: fans, the media engines' utilization.
         self.gauges: dict[str, LabelledValues] = {}
         self.fans: int | None = None  # fans of the board, asked once
 
@@ -36,9 +36,9 @@ class SlowValues:
         return self._api.get(self._guard, self._handle, what, name, *args)
 
     def read(self, presence: Presence | None = None) -> bool:
-        """Read the power limit, fans, encoder and decoder (those the GPU has, by ``presence``: NVML
-        answers 0 on a GPU without an encoder). False when one failed now (rather than being
-        unsupported)."""
+        """Read the power limit, fans, the media engines' utilization (of the kinds the GPU has, by
+        ``presence``: NVML answers 0 on a GPU without an encoder). False when one failed now (rather
+        than being unsupported)."""
         unsupported = self._guard.unsupported
         milliwatts = self._get("power_limit", "nvmlDeviceGetEnforcedPowerLimit")
         self.power_limit = milliwatts / 1000 if milliwatts is not None else None
@@ -49,20 +49,9 @@ class SlowValues:
             fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds().items()}
         if fans:
             gauges[catalog.FAN_SPEED.name] = fans
-        for metric, fn_name, engine in (
-            (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization", "nvenc"),
-            (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization", "nvdec"),
-        ):
-            present = presence.engine(engine, 0) if presence is not None else None
-            if present is False or not self._reads(metric.name):
-                continue
-            answer = self._get(metric.name, fn_name)  # [percent, sampling period in µs]
-            if answer is not None:
-                ratio = answer[0] / 100
-                if presence is None or presence.shown((engine,), present, ratio):
-                    gauges[metric.name] = {(): ratio}
-            elif metric.name not in unsupported:
-                answered = False
+        media, unanswered = averages(self._get, presence, self._reads)
+        gauges.update(media)
+        answered = answered and all(name in unsupported for name in unanswered)
         self.gauges = gauges
         return answered
 
@@ -93,7 +82,8 @@ class SlowValues:
                 counters[catalog.PCIE_REPLAYS.name] = {(): float(replays)}
         errors = self._nvlink_error_calls(plan)
         if errors:
-            counters[catalog.NVLINK_ERRORS.name] = {**counters.get(catalog.NVLINK_ERRORS.name, {}), **errors}
+            name = catalog.NVLINK_LINK_ERRORS.name
+            counters[name] = {**counters.get(name, {}), **errors}
         if all(batch.lacks(field_id) for field_id in fields.FI_REMAPPED_ROWS):
             rows = self._get("remapped_rows", "nvmlDeviceGetRemappedRows")
             if rows is not None:

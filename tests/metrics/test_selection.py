@@ -1,0 +1,89 @@
+"""The default selection's bound (issue 39 #14): at most 60 series per GPU on every GPU model the
+doubles know, NVLink included, busy (every media engine kind decoding, so each kind's average shows)
+as well as idle; each MIG device counts apart. An XID that happens adds its series beyond the bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.doubles.amdsmi import FakeAmdsmi
+from tests.doubles.amdsmi import FakeGpu as AmdGpu
+from tests.doubles.nvml import GIB, FakeGpu, FakeMig, FakeNvml
+from tests.fleet import series_by_family, series_per_gpu
+from tests.helpers import http, serving, wait_until
+from warptd.metrics import catalog as m
+
+#: README.md and docs/metrics.md: what a GPU costs Prometheus at the defaults.
+MAX_SERIES_PER_GPU = 60
+SLICES = [
+    FakeMig("MIG-aaaaaaaa-1111-5222-8333-444444444444", gpu_instance=1, memory_total=40 * GIB),
+    FakeMig("MIG-bbbbbbbb-1111-5222-8333-444444444444", gpu_instance=2, memory_total=10 * GIB),
+]
+#: Every kind of media engine an H100 or H200 has, each busy: the averages of all three show.
+BUSY = {"nvdec": 7, "nvjpg": 7, "ofa": 1}
+
+
+def _h100_with_mig(index: int) -> FakeGpu:
+    gpu = FakeGpu(index=index)
+    gpu.mig_devices = SLICES if index == 0 else []
+    return gpu
+
+
+NVIDIA = {
+    "H100 SXM, 18 NVLinks": lambda index: FakeGpu(index=index),
+    "H200, no NVLink": FakeGpu.h200,
+    "H100 SXM, MIG on one GPU": _h100_with_mig,
+}
+
+
+def _scrape(port: int) -> str:
+    return http(port, "GET", "/metrics")[2].decode()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", list(NVIDIA))
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+def test_every_nvidia_model_of_the_double_costs_at_most_60_series_per_gpu(settings, model, busy):
+    gpus = [NVIDIA[model](i) for i in range(2)]
+    for gpu in gpus:
+        if busy and not gpu.mig_devices:  # the averages are not supported with MIG on (nvml.h)
+            gpu.busy_engines(BUSY)
+    fake = FakeNvml(gpus)
+    settings.backends = ["nvidia", "nvidia_mig"]
+    with fake.installed(), serving(settings) as daemon:
+
+        def settled() -> bool:  # GPM needs two samples; the averages come with the slow values
+            found = series_by_family(_scrape(daemon.port))
+            ready = len(found.get(m.SM_ACTIVE.name, {})) >= 1
+            return ready and (not busy or len(found.get(m.OFA_UTILIZATION.name, {})) >= 1)
+
+        assert wait_until(settled, timeout=15)
+        body = _scrape(daemon.port)
+    fake.close()
+    per_gpu, per_mig = series_per_gpu(body), series_per_gpu(body, "nvidia_mig")
+    assert set(per_gpu) == {gpu.uuid for gpu in gpus}
+    assert max(per_gpu.values()) <= MAX_SERIES_PER_GPU, per_gpu
+    if gpus[0].mig_devices:
+        assert set(per_mig) == {device.uuid for device in SLICES}
+        assert max(per_mig.values()) <= MAX_SERIES_PER_GPU, per_mig
+    families = series_by_family(body)
+    assert m.NVLINK_LINK_ERRORS.name not in families and m.NVLINK_LINK_BYTES.name not in families
+    if gpus[1].nvlink_count:
+        assert max(families[m.NVLINK_ERRORS.name].values()) == 4  # every link's, by kind
+        assert max(families[m.NVLINK_BYTES.name].values()) == 2
+    if busy:
+        for spec in (m.DECODER_UTILIZATION, m.JPEG_UTILIZATION, m.OFA_UTILIZATION):
+            assert gpus[1].uuid in families[spec.name], spec.name
+
+
+@pytest.mark.slow
+def test_the_amd_double_s_mi300x_costs_at_most_60_series_per_gpu_with_its_xgmi_links_summed(settings):
+    fake = FakeAmdsmi([AmdGpu(index=0), AmdGpu(index=1)])
+    settings.backends = ["amd"]
+    with fake.installed(), serving(settings) as daemon:
+        assert wait_until(lambda: series_per_gpu(_scrape(daemon.port), "amd"), timeout=10)
+        body = _scrape(daemon.port)
+    per_gpu, families = series_per_gpu(body, "amd"), series_by_family(body, "amd")
+    assert len(per_gpu) == 2 and max(per_gpu.values()) <= MAX_SERIES_PER_GPU, per_gpu
+    assert max(families[m.NVLINK_BYTES.name].values()) == 2  # the 7 XGMI links summed, by direction
+    assert m.NVLINK_LINK_BYTES.name not in families
