@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from warptd import __version__
-from warptd.config import Settings
+from warptd.config import DEFAULT_PORT, Settings
 from warptd.stress.torch_device import DTYPES
 
 
@@ -351,8 +351,10 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
     profile = sub.add_parser(
         "profile",
         help="run a command and record the devices' energy while it runs",
-        description="Run CMD and record every selected device while it runs (through the local daemon "
-        "when one answers, else with its own samplers). Exits with CMD's exit code.",
+        description="Run CMD and record every selected device while it runs: through the local daemon "
+        f"when one answers (http://127.0.0.1:{DEFAULT_PORT}, or the port of listen in the config file "
+        "or WARPTD_LISTEN), else with its own samplers; it says which on stderr, and what it measures, "
+        "before CMD runs. Exits with CMD's exit code.",
         usage="warptd profile [options] -- CMD [ARGS...]",
     )
     profile.add_argument(
@@ -367,7 +369,8 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
     profile.add_argument(
         "--output",
         metavar="FILE",
-        help="also write an HTML report (report extra), and the recording's JSON beside it (FILE.json)",
+        help="FILE.json: save the recording's JSON there (as --save); any other name: write the HTML "
+        "report (report extra) there, and the recording's JSON beside it (run.html: run.json)",
     )
     profile.add_argument(
         "--save", metavar="FILE", help="save the recording's JSON to FILE (for warptd report later)"
@@ -377,7 +380,8 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
         "--url",
         metavar="URL",
         help="the daemon to record through, which must answer (default $WARPTD_URL, which must too, "
-        "else http://127.0.0.1:PORT when a daemon answers there)",
+        f"else http://127.0.0.1:{DEFAULT_PORT} when a daemon answers there: the port of listen in the "
+        "config file or WARPTD_LISTEN)",
     )
     where.add_argument(
         "--local", action="store_true", help="sample with this process's own samplers, never a daemon"
@@ -480,8 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     workload.add_argument(
         "--report",
         metavar="FILE",
-        help="write the workload's HTML report (report extra), and its recording's JSON beside it "
-        "(FILE.json) unless --json FILE names where",
+        help="write the workload's HTML report there (report extra), and its recording's JSON beside it "
+        "(job.html: job.json) unless --json FILE names where",
     )
     profile = _profile_parser(sub)
     doctor = sub.add_parser(
