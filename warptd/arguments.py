@@ -424,7 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="matmul, memory or tt_matmul (default matmul, tt_matmul on Tenstorrent chips)",
     )
     stress.add_argument(
-        "--device", metavar="BACKEND:INDEX", help="BACKEND:INDEX (default: first accelerator, else cpu:0)"
+        "--device",
+        metavar="BACKEND:INDEX",
+        help="BACKEND:INDEX (default: the first accelerator; without one, name the CPU: cpu:0)",
     )
     stress.add_argument(
         "--duration", type=_number, default=10.0, metavar="SECONDS", help="seconds (default 10)"
