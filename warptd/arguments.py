@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -12,8 +13,25 @@ from warptd.config import DEFAULT_PORT, Settings
 from warptd.stress.torch_device import DTYPES
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, wrapped without breaking a flag or a variable at its hyphens."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        words = " ".join(text.split())
+        return textwrap.fill(
+            words, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+        )
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose mistakes are one line and exit 2, without the usage block."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message.removeprefix('argument ')}\n")
@@ -54,6 +72,7 @@ def _integer(text: str) -> int:
 #: Every command loads backends and logs; serve, sample and stress also sample.
 LOADING = "backends and logging"
 SAMPLING = "sampling"
+RECORDING = "recording"
 SERVING = "serving"
 METRICS = "metric selection"
 _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
@@ -253,6 +272,8 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 "help": "between two reads of a device's energy counter, at least 1",
             },
         ),
+    ],
+    RECORDING: [
         (
             ("--window-interval",),
             {
@@ -295,24 +316,61 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         ),
     ],
 }
+#: The groups each command takes: those whose settings it uses, and no other (``sample`` records
+#: nothing, so it takes no recording flag).
 _COMMAND_GROUPS = {
-    "serve": (SERVING, METRICS, SAMPLING, LOADING),
+    "serve": (SERVING, METRICS, SAMPLING, RECORDING, LOADING),
     "list": (LOADING,),
     "sample": (SAMPLING, LOADING),
-    "stress": (SAMPLING, LOADING),
+    "stress": (SAMPLING, RECORDING, LOADING),
     "report": (),
-    "profile": (SAMPLING, LOADING),
+    "profile": (SAMPLING, RECORDING, LOADING),
     "workload": (),
     "doctor": (METRICS, SAMPLING, LOADING),
 }
 
 
 def _add_flags(parser: argparse.ArgumentParser, command: str, default: object) -> None:
-    """The shared flags ``command`` uses, after its own; a subcommand's must not reset earlier ones."""
+    """The shared flags ``command`` uses, after its own; a subcommand's must not reset earlier ones.
+    The help ends with how each of them is also a ``WARPTD_*`` variable and a config file key."""
     for title in _COMMAND_GROUPS[command]:
         group = parser.add_argument_group(f"{title} options")
         for names, options in _FLAGS[title]:
             group.add_argument(*names, default=default, **_with_default(names[0], options))
+    if _COMMAND_GROUPS[command]:
+        parser.epilog = environment_help(command)
+
+
+def environment_help(command: str) -> str:
+    """What ``--help`` says of the other ways to give ``command``'s settings: the rule that names
+    each flag's ``WARPTD_*`` variable, every flag the rule does not name, and (for the daemon) the
+    settings no flag sets. Made from the flags themselves, so it names every variable it promises."""
+    flags = [(names[0], options) for title in _COMMAND_GROUPS[command] for names, options in _FLAGS[title]]
+    otherwise = []
+    for flag, options in flags:
+        setting = flag_setting(flag, options)
+        variable = f"WARPTD_{setting.upper()}"
+        if options.get("const") is False:
+            otherwise.append(f"{flag}: {variable}=false")
+        elif setting != flag.removeprefix("--").replace("-", "_"):
+            otherwise.append(f"{flag}: {variable}")
+    flag, options = next((f, o) for f, o in flags if "metavar" in o and "dest" not in o and f != "--config")
+    value, setting = options["metavar"], flag_setting(flag, options)
+    switch = next((f for f, o in flags if o.get("const") is True), None)
+    switched = f"; a switch: WARPTD_{flag_setting(switch, {}).upper()}=true" if switch else ""
+    text = (
+        "Every option of the groups above is also a WARPTD_* environment variable, its name in "
+        f"capitals with underscores ({flag} {value}: WARPTD_{setting.upper()}={value}{switched}; a "
+        "repeatable one: a comma-separated list), and a key of the --config TOML file "
+        f'({setting} = "{value}"); a flag wins over a variable, a variable over the file.'
+    )
+    if otherwise:
+        text += f" Named otherwise: {'; '.join(otherwise)}."
+    if command == "serve":
+        flagged = {flag_setting(flag, options) for flag, options in flags}
+        rest = [f"WARPTD_{name.upper()}" for name in Settings.model_fields if name not in flagged]
+        text += f" Without a flag: {', '.join(rest)}."
+    return text + " docs/configuration.md describes each."
 
 
 def flag_setting(flag: str, options: dict[str, Any]) -> str:
