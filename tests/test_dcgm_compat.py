@@ -167,7 +167,7 @@ def identity(fake: FakeNvml, index: int, node: str) -> dict[str, str]:
         "device": f"nvidia{index}",
         "modelName": gpu.name,
         "pci_bus_id": gpu.pci_bus_id,
-        "Hostname": node,
+        "hostname": node,  # the current release's label (issue 39, finding 21)
         "DCGM_FI_DRIVER_VERSION": DRIVER,
         "GPU_I_ID": "",
         "GPU_I_PROFILE": "",

@@ -234,6 +234,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 "default counters, names, units and labels",
             },
         ),
+        (
+            ("--dcgm-exporter-release",),
+            {
+                "metavar": "RELEASE",
+                "help": "the dcgm-exporter release --compat replaces, as its images are tagged: its labels "
+                "(4.5.3-4.8.2 and earlier name the node Hostname, later ones hostname)",
+            },
+        ),
         *(
             (
                 (f"--metrics-{which}",),

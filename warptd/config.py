@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from warptd import files
+from warptd.metrics import dcgm
 from warptd.metrics.selection import MetricSelection, check_glob, select
 
 #: A window name: also a label value of warptd_window_energy_joules_total.
@@ -132,6 +133,12 @@ class Settings(BaseSettings):
     compat: Literal["dcgm-exporter"] | None = Field(
         None,
         description="Also serve dcgm-exporter's default series (names, units, labels) beside warptd's own",
+    )
+    dcgm_exporter_release: str = Field(
+        dcgm.LATEST,
+        description="The dcgm-exporter release --compat replaces, whose labels its series carry: latest "
+        f"(the node's label is hostname), or its version ({dcgm.LAST_HOSTNAME_CAPITALISED} and earlier: "
+        "Hostname)",
     )
     workloads: bool = Field(
         False,
@@ -294,6 +301,11 @@ class Settings(BaseSettings):
                     f"not a cgroup path: {root[:80]!r} (absolute, elements of letters, digits, _ . : @ * -)"
                 )
         return value
+
+    @field_validator("dcgm_exporter_release")
+    @classmethod
+    def _check_release(cls, value: str) -> str:
+        return dcgm.check_release(value)
 
     @field_validator("window_energy_names")
     @classmethod

@@ -98,7 +98,9 @@ class Daemon:
             from warptd.exporter.dcgm import DcgmCompatCollector
 
             self.exposition.registry.register(
-                DcgmCompatCollector(self.snapshot, settings.node, self.pods, self.xid_monitor)
+                DcgmCompatCollector(
+                    self.snapshot, settings.node, self.pods, self.xid_monitor, settings.dcgm_exporter_release
+                )
             )
         if self.pods is not None:
             self._add_pod_energy(self.pods, settings)
