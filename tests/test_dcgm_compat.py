@@ -176,7 +176,7 @@ def identity(fake: FakeNvml, index: int, node: str) -> dict[str, str]:
 
 def test_every_served_series_equals_the_double_in_dcgm_exporter_s_units_and_labels(settings, fake_nvml):
     script(fake_nvml)
-    time.sleep(1.05)  # nvmlDeviceGetPowerUsage averages the last second: let it hold the new level
+    time.sleep(1.15)  # the 1 s average (field 185 refreshed every 100 ms): let it hold the new level
     rig = compat_rig(settings, "nvidia")
     try:
         rig.tick()

@@ -172,7 +172,7 @@ def test_sm_activity_on_a_gpu_utilization_calls_idle_disagrees_and_a_busy_gpu_is
     code, table = doctor([idle, busy], "580.159.04")
     assert code == 1
     assert "DISAGREE, device 0: SM active 40.0%, utilization 0 %" in table
-    assert "skipped on 1: the GPU is busy (utilization 35%)" in table
+    assert "skipped on 1: the GPU is busy (utilization 35% during the GPM pair)" in table
     assert "field numbering: driver 580.159.04 is in 580.82 on (R590 too)" in table
 
 

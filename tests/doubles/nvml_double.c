@@ -29,8 +29,8 @@
  *  - every call charges what a real H200 (driver 580.159.04, GSP firmware) charged for it, as CPU
  *    burned in the calling thread (a firmware round trip is system time in the caller, not a wait):
  *    2.9 ms for the energy counter, 0.58 ms per throttle-time group ... (see "prices" below and
- *    shared/notes/real-h200.md); the energy counter and the instant power refresh every 100 ms,
- *    nvmlDeviceGetPowerUsage every 50 ms, so a read between two refreshes sees the last one.
+ *    shared/notes/real-h200.md); the energy counter, the instant power and field 185 refresh every
+ *    100 ms, nvmlDeviceGetPowerUsage every 50 ms, so a read between two refreshes sees the last one.
  */
 #include <math.h>
 #include <stdint.h>
@@ -328,7 +328,8 @@ static uint64_t call_price(int fn) {
 /* How often the driver refreshes a reading: a read between two refreshes sees the last one. */
 #define ENERGY_REFRESH_NS 100000000ull     /* the energy counter (field 83, ...TotalEnergyConsumption) */
 #define INSTANT_REFRESH_NS 100000000ull    /* the instant power (field 186) */
-#define AVERAGE_REFRESH_NS 50000000ull     /* nvmlDeviceGetPowerUsage, field 185 */
+#define FIELD_AVERAGE_REFRESH_NS 100000000ull /* the 1 s average power as field 185 */
+#define AVERAGE_REFRESH_NS 50000000ull     /* the same average as nvmlDeviceGetPowerUsage */
 
 static uint64_t refreshed_at(uint64_t period) {
     uint64_t now = now_ns(CLOCK_MONOTONIC);
@@ -594,10 +595,13 @@ static uint32_t refreshed_instant_mw(const struct gpu *g) {
     return instant_mw_at(g, refreshed_at(INSTANT_REFRESH_NS));
 }
 
-/* The time-weighted mean of the instant power over the last second: what Ampere+ drivers report. */
-static uint32_t average_mw(const struct gpu *g) {
+/* The time-weighted mean of the instant power over the second before the driver's last refresh of
+ * the reading (``period``): what Ampere+ drivers report. The real H200 refreshed it every 50 ms for
+ * nvmlDeviceGetPowerUsage and every 100 ms for field 185 (shared/notes/real-h200.md): during a ramp
+ * the two differ by what the average moved in between. */
+static uint32_t average_mw(const struct gpu *g, uint64_t period) {
     if (!g->power_count) return 0;
-    uint64_t now = refreshed_at(AVERAGE_REFRESH_NS), window = 1000000000ull, start = now - window;
+    uint64_t now = refreshed_at(period), window = 1000000000ull, start = now - window;
     double weighted = 0;
     uint64_t until = now;
     for (uint32_t k = 0; k < g->power_count && until > start; k++) {
@@ -612,7 +616,7 @@ static uint32_t average_mw(const struct gpu *g) {
 
 int nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) {
     DEVICE_CALL(nvmlDeviceGetPowerUsage, h);
-    *mw = average_mw(g);
+    *mw = average_mw(g, AVERAGE_REFRESH_NS);
     return SUCCESS;
 }
 
@@ -832,7 +836,7 @@ static int field(struct gpu *g, struct field_value *v) {
     }
     switch (id) {
     case FI_POWER_INSTANT: v->value = refreshed_instant_mw(g); return SUCCESS;
-    case FI_POWER_AVERAGE: v->value = average_mw(g); return SUCCESS;
+    case FI_POWER_AVERAGE: v->value = average_mw(g, FIELD_AVERAGE_REFRESH_NS); return SUCCESS;
     case FI_MEMORY_TEMP: v->value = g->memory_temperature; return SUCCESS;
     }
     v->value_type = VALUE_ULL;
