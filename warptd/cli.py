@@ -58,7 +58,7 @@ def _with_backends(command: str, args: argparse.Namespace, settings: Settings, l
     if command == "sample":
         return _sample(settings, loaded, args.json)
     if command == "doctor":
-        from warptd.doctor import run_doctor
+        from warptd.doctor.examine import run_doctor
 
         return run_doctor(settings, loaded, args.json, args.quick)
     if command == "stress":

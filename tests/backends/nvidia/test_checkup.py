@@ -16,7 +16,7 @@ from tests.doubles.nvml import FakeGpu, FakeNvml
 from warptd.backends.nvidia import checkup
 from warptd.backends.nvidia.checkup import ACTIVITY_PAIR, AVERAGE_SHARE, POWER_PAIR
 from warptd.cli import main
-from warptd.doctor import DoctorReport
+from warptd.doctor.report import DoctorReport
 
 LOW_MW, HIGH_MW = 100_000, 700_000
 

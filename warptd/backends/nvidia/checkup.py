@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from warptd.backends.cadence import DeviceCadence
 from warptd.backends.checkup import (
+    EACH_SAMPLE,
     Absent,
     Agreement,
     BackendCheckup,
@@ -49,6 +50,12 @@ if TYPE_CHECKING:
 ENERGY_PAIR = "field 83 = nvmlDeviceGetTotalEnergyConsumption"
 POWER_PAIR = "field 185 = nvmlDeviceGetPowerUsage"
 ACTIVITY_PAIR = "GPM SM activity = utilization, idle"
+#: The value each pair reads, in plain words.
+_VALUES = {
+    ENERGY_PAIR: "the energy counter",
+    POWER_PAIR: "the 1 s average power",
+    ACTIVITY_PAIR: "SM activity on an idle GPU",
+}
 #: The energy counter refreshes every 100 ms: two reads of it may be one refresh apart.
 ENERGY_REFRESH_S = 0.1
 #: How often the driver refreshes the two reads of its 1 s average power (shared/notes/real-h200.md):
@@ -81,6 +88,17 @@ _POLLED = {
 }
 #: What each kind of field batch is charged as (``read_costs``), by :meth:`Gpu.begin`.
 _CHARGED = {"full": "health"}
+#: A prepared call of a sample, by what it is guarded as, in plain words.
+_CALLED = {
+    "memory_v2": "memory",
+    "pstate": "performance state",
+    "clock_graphics": "graphics clock",
+    "clock_sm": "SM clock",
+    "clock_memory": "memory clock",
+    "clock_video": "video clock",
+    "clocks_event_Current": "clock-event reasons",
+    "clocks_throttle_Current": "clock-event reasons",
+}
 
 
 def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendCheckup:
@@ -248,10 +266,11 @@ def _gpm(
             metrics, cpu = len(source.metrics), spent[index]
             price = ReadPrice(
                 read=f"GPM sample + metrics ({metrics})",
+                what=f"GPM activity ({metrics} metrics)",
                 charged_as="gpm",
                 cpu_seconds=statistics.median(cpu) if cpu else 0.0,
                 measured=len(cpu),
-                cadence="at most once a second (in a window: every --interval)",
+                cadence="once a second",
                 per_second={key: rate.get("gpm", 0.0) for key, rate in rates.items()},
             )
             active = source.gauges.get(catalog.SM_ACTIVE.name, {}).get(())
@@ -352,12 +371,21 @@ class _Probe:
         """The median CPU of each read of the plan: every kind of field batch and the full one, the
         prepared calls of a sample, the slow values, the energy call."""
         gpu, batch, prices = self.gpu, self.gpu.batch, []
-        cadences = {
-            "power": ("every sample but these two", "power"),
-            "energy": (f"every --energy-interval ({settings.energy_interval:g} s)", "energy"),
-            "edge": ("at the edges of windows, profiles, stress jobs", None),
-            "full": (f"every --health-interval ({settings.health_interval:g} s)", "health"),
-            "scopes": ("nvml: every sample, where a GPU measures a part apart", None),
+        health = f"every {settings.health_interval:g} s"
+        plainly = {  # kind: (what it reads, how often, which rate of the plan)
+            "power": ("power fields", "each sample that reads no energy", "power"),
+            "energy": (
+                "power fields and the energy counter",
+                f"every {settings.energy_interval:g} s",
+                "energy",
+            ),
+            "edge": (
+                "every counter at once",
+                "at the start and end of a window, profile or stress run",
+                None,
+            ),
+            "full": ("health and link fields", health, "health"),
+            "scopes": ("module and memory power", "each sample of nvml alone", None),
         }
         for kind in (*batch.field_set.kinds, "full"):
             request = batch.request(kind)
@@ -367,10 +395,9 @@ class _Probe:
             if cost is None:
                 continue
             ids = " ".join(map(_key_text, request.keys)) if kind != "full" else f"{len(request.keys)} ids"
-            cadence, planned = cadences.get(kind, ("not in the plan", None))
-            prices.append(
-                self._price(f"fields {kind}: {ids}", _CHARGED.get(kind, kind), cost, cadence, planned)
-            )
+            what, cadence, planned = plainly.get(kind, (f"{kind} fields", "not made", None))
+            price = self._price(f"fields {kind}: {ids}", _CHARGED.get(kind, kind), cost, cadence, planned)
+            prices.append(price.model_copy(update={"what": what}))
         for versions in gpu.calls.slots:
             what, call, _ = next(
                 (v for v in versions if v[0] not in gpu.guard.unsupported), (None, None, None)
@@ -378,20 +405,25 @@ class _Probe:
             cost = self._median(call) if call is not None else None
             if cost is not None and call is not None and what is not None:
                 name = f"{call.name} ({what})" if what.startswith("clock_") else call.name
-                prices.append(self._price(name, None, cost, "every sample", "sample"))  # charged to none
+                price = self._price(name, None, cost, EACH_SAMPLE, "sample")  # charged to none
+                update = {"what": _CALLED.get(what, what.replace("_", " ")), "per_sample_call": True}
+                prices.append(price.model_copy(update=update))
         slow = self._median(lambda: (gpu.slow.health(batch), gpu.slow.read(gpu.presence())))
         if slow is not None:
             read = "slow values: limit, fans, encoder, decoder, stand-ins"
-            prices.append(self._price(read, "health", slow, cadences["full"][0], "health"))
+            price = self._price(read, "health", slow, health, "health")
+            prices.append(price.model_copy(update={"what": "power limit, fans, media engines"}))
         energy = self._median(self.energy_call)
         if energy is not None:
             lacks = batch.lacks(fields.FI_TOTAL_ENERGY)
-            cadence = "with each energy read (no field 83)" if lacks else "not in the plan: field 83 is"
+            cadence = "with each energy read (no field 83)" if lacks else "never (field 83 reads the counter)"
             price = self._price("nvmlDeviceGetTotalEnergyConsumption", "energy", energy, cadence, None)
+            update: dict[str, object] = {"what": "the energy counter's own call"}
             if lacks:
-                per_second = {k: r.get("energy", 0.0) + r.get("health", 0.0) for k, r in self.rates.items()}
-                price = price.model_copy(update={"per_second": per_second})
-            prices.append(price)
+                update["per_second"] = {
+                    k: r.get("energy", 0.0) + r.get("health", 0.0) for k, r in self.rates.items()
+                }
+            prices.append(price.model_copy(update=update))
         return prices
 
     def _price(
@@ -475,7 +507,13 @@ class _Probe:
         }
 
     def pair(self, pair: str, status: str, detail: str) -> Agreement:
-        return Agreement(pair=pair, device=self.index, status=status, detail=detail)  # type: ignore[arg-type]
+        return Agreement(
+            pair=pair,
+            value=_VALUES[pair],
+            device=self.index,
+            status=status,
+            detail=detail,  # type: ignore[arg-type]
+        )
 
     def compute(self) -> float | None:
         """The GPU's utilization now (``nvmlDeviceGetUtilizationRates``), None where it did not answer."""
