@@ -558,17 +558,15 @@ def build_parser() -> argparse.ArgumentParser:
     profile = _profile_parser(sub)
     doctor = sub.add_parser(
         "doctor",
-        help="check warptd on this node: versions, prices and cadence of each read, paths that must "
-        "agree, the series it exports",
-        description="Check every backend here, without the daemon: the SDK and driver versions, the field "
-        "numbering chosen, each read's CPU and cadence, how often values change, paths to one value that "
-        "must agree, the series exported and those absent, the CPU expected at --interval 1 and 0.1. "
-        "Exits 1 where two paths disagree.",
+        help="is warptd right here, and what does it cost here?",
+        description="Check every backend here, without the daemon, and answer first: is warptd right here "
+        "(values read two ways agree), and what does it cost here (the CPU of its reads, the series "
+        "Prometheus gets). Then the details: the SDK and driver versions, the field numbering chosen, each "
+        "read's CPU and how often it is made, how often values change, the series exported and those "
+        "absent (docs/hardware.md#warptd-doctor). Exits 1 where two paths disagree.",
     )
     doctor.add_argument("--json", action="store_true", help="print JSON")
-    doctor.add_argument(
-        "--quick", action="store_true", help="fewer reads and a shorter poll (about a second)"
-    )
+    doctor.add_argument("--quick", action="store_true", help="fewer reads and a shorter poll (a few seconds)")
     _add_flags(parser, "serve", None)  # `warptd` alone serves
     commands = (
         ("serve", serve),
