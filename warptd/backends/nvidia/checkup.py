@@ -323,10 +323,10 @@ def _activity_pairs(probes: Sequence[_Probe], gpm: dict[int, _GpmResult]) -> dic
 
 def _power_pairs(probes: Sequence[_Probe]) -> dict[int, Agreement]:
     """Field 185 and ``nvmlDeviceGetPowerUsage`` on every GPU: the instant power watched for
-    :data:`POWER_WATCH_S` (the GPUs together), then the field, the call and the field back to back. A
-    steady load leaves them :data:`AVERAGE_SHARE` and a watt apart at most; a changing one (a ramp) also
-    what its average moves in :data:`AVERAGE_REFRESH_APART_S`, the span of the instant power watched
-    over a second, which the two reads' refreshes may be apart."""
+    :data:`POWER_WATCH_S` (the GPUs together), then the field, the call and the field back to back. On a
+    steady load they agree within :data:`AVERAGE_SHARE` and a watt; on a changing one (a ramp) also
+    within what the 1 s average can move in the :data:`AVERAGE_REFRESH_APART_S` their refreshes may
+    be apart: that time over a second, times what the instant power spanned."""
     found = {probe.index: skip for probe in probes if (skip := probe.power_skip()) is not None}
     watched = [probe for probe in probes if probe.index not in found]
     seen: dict[int, list[float]] = {probe.index: [] for probe in watched}
