@@ -209,3 +209,29 @@ def test_every_flags_help_default_is_its_settings_default():
             continue
         assert len(shown) == 1, f"{where} shows no default: {action.help!r}"
         assert load_settings(**{action.dest: shown[0]}).model_dump()[action.dest] == default, where
+
+
+# -- issue 39, finding 20: what a one-shot command prints means something there ------------------------
+def test_sample_prints_the_devices_and_not_its_own_one_second_process(tmp_path, capsys):
+    paths = ["--sysfs", str(tmp_path), "--procfs", str(tmp_path)]
+    assert main(["--backend", "cpu", *paths, "sample"]) == 0
+    families = set(re.findall(r"^# TYPE (\S+)", capsys.readouterr().out, flags=re.MULTILINE))
+    assert "warptd_device_up" in families and "warptd_backend_up" in families
+    assert not {name for name in families if name.startswith("process_")}
+
+
+def test_list_verbose_says_each_reason_once(capsys):
+    from warptd.cli import unavailable_lines
+
+    driver = "libnvidia-ml.so.1 not found: no NVIDIA driver on this host"
+    unavailable = {"nvml": driver, "nvidia": driver, "rapl": "no RAPL zones", "nvidia_mig": driver}
+    assert unavailable_lines(unavailable) == [
+        ("nvidia, nvidia_mig, nvml", driver),
+        ("rapl", "no RAPL zones"),
+    ]
+
+
+def test_list_verbose_on_this_node_repeats_no_reason(tmp_path, capsys):
+    assert main(["--sysfs", str(tmp_path), "--log-level", "error", "list", "--verbose"]) == 0
+    notes = [line.split(": ", 1)[1] for line in capsys.readouterr().err.splitlines() if line.startswith("# ")]
+    assert notes and len(notes) == len(set(notes))

@@ -164,3 +164,68 @@ def test_reloadable_settings_are_settings_and_the_shape_of_the_process_is_not():
 
     assert set(RELOADABLE) <= set(Settings.model_fields)
     assert not {"listen", "backends", "sysfs", "stress", "node", "procfs"} & RELOADABLE
+
+
+# -- issue 39, finding 7: a config error never shows a file's contents, nor a secret ------------------
+SHADOW_TOML = 'root = "$6$saltsalt$hashhashhash"\ndaemon = "*"\n'
+
+
+@pytest.mark.parametrize(
+    ("content", "said", "secrets"),
+    [
+        (
+            'password = "hunter2"\napi_key = "k-123"\ndb_credential = "c-456"\n',
+            "invalid setting password: no such setting; api_key: no such setting; "
+            "db_credential: no such setting",
+            ("hunter2", "k-123", "c-456"),
+        ),
+        (SHADOW_TOML, "invalid setting root: no such setting; daemon: no such setting", ("$6$", "hash")),
+        (  # keys that are no names: a file of another kind; not one of them is named
+            '"admin:$6$saltsalt$hash:19000" = 1\n"x y" = 2\n',
+            "2 key(s) in {config} that are no setting's name (is it warptd's config file?)",
+            ("admin", "$6$", "saltsalt", "x y"),
+        ),
+        (  # a setting's bad value read from the file: what is wrong, not the value
+            'interval = "every-hour-please"\nstress_token_file = 5\n',
+            "interval: Input should be a valid number",
+            ("every-hour-please", "=5"),
+        ),
+        ('[database]\npassword = "hunter2"\n', "invalid setting database: no such setting", ("hunter2",)),
+    ],
+)
+def test_a_config_file_error_names_what_is_wrong_never_its_contents(tmp_path, capsys, content, said, secrets):
+    config = tmp_path / "c.toml"
+    config.write_text(content)
+    with pytest.raises(SettingsError) as info:
+        load_settings(config=config)
+    message = str(info.value)
+    assert said.format(config=config) in message and "\n" not in message
+    for secret in secrets:
+        assert secret not in message
+    assert main(["--config", str(config), "list"]) == 2  # what the start prints: the same line
+    printed = capsys.readouterr().err
+    assert printed == f"warptd: {message}\n"
+
+
+def test_a_value_typed_by_flag_or_variable_is_shown_unless_it_is_a_secret(monkeypatch, tmp_path):
+    with pytest.raises(SettingsError, match=r"interval=-1: "):
+        load_settings(interval=-1)
+    monkeypatch.setenv("WARPTD_LISTEN", "nowhere")
+    with pytest.raises(SettingsError, match=r"listen='nowhere': "):
+        load_settings()
+    monkeypatch.delenv("WARPTD_LISTEN")
+    monkeypatch.setenv("WARPTD_STRESS_TOKEN_FILE", "")  # a secret's path: never shown either
+    (tmp_path / "c.toml").write_text("stress_token = 12345\n")
+    with pytest.raises(SettingsError) as info:
+        load_settings(config=tmp_path / "c.toml")
+    message = str(info.value)
+    assert "12345" not in message and "stress_token: Input should be a valid string" in message
+
+
+def test_a_file_of_hundreds_of_wrong_keys_is_still_one_short_line(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("".join(f"key{i} = {i}\n" for i in range(300)))
+    with pytest.raises(SettingsError) as info:
+        load_settings(config=config)
+    message = str(info.value)
+    assert message.endswith("; and 295 more") and len(message) < 200

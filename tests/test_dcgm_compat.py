@@ -167,7 +167,7 @@ def identity(fake: FakeNvml, index: int, node: str) -> dict[str, str]:
         "device": f"nvidia{index}",
         "modelName": gpu.name,
         "pci_bus_id": gpu.pci_bus_id,
-        "Hostname": node,
+        "hostname": node,  # the current release's label (issue 39, finding 21)
         "DCGM_FI_DRIVER_VERSION": DRIVER,
         "GPU_I_ID": "",
         "GPU_I_PROFILE": "",
@@ -176,7 +176,7 @@ def identity(fake: FakeNvml, index: int, node: str) -> dict[str, str]:
 
 def test_every_served_series_equals_the_double_in_dcgm_exporter_s_units_and_labels(settings, fake_nvml):
     script(fake_nvml)
-    time.sleep(1.05)  # nvmlDeviceGetPowerUsage averages the last second: let it hold the new level
+    time.sleep(1.15)  # the 1 s average (field 185 refreshed every 100 ms): let it hold the new level
     rig = compat_rig(settings, "nvidia")
     try:
         rig.tick()

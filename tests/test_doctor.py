@@ -14,7 +14,7 @@ from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import run_python
 from warptd.backends.nvidia.checkup import ACTIVITY_PAIR, ENERGY_PAIR, POWER_PAIR
 from warptd.cli import main
-from warptd.doctor import DoctorReport
+from warptd.doctor.report import DoctorReport
 
 NVLINK = ("warptd_device_nvlink_bytes_total", "warptd_device_nvlink_errors_total")
 
@@ -163,7 +163,7 @@ def test_paths_that_agree_exit_0_and_an_energy_call_off_its_field_exits_1(doctor
     assert [a.status for a in _pairs(report, POWER_PAIR)] == ["agree", "agree"]
     assert [a.status for a in _pairs(report, ACTIVITY_PAIR)] == ["agree", "agree"]  # both idle: ~0
     code, table = doctor([FakeGpu.h200(0)], "580.159.04")
-    assert code == 0 and "every pair of paths agrees" in table
+    assert code == 0 and "Is warptd right here? Yes, as far as it can tell." in table
 
 
 def test_sm_activity_on_a_gpu_utilization_calls_idle_disagrees_and_a_busy_gpu_is_skipped(doctor):
@@ -173,8 +173,8 @@ def test_sm_activity_on_a_gpu_utilization_calls_idle_disagrees_and_a_busy_gpu_is
     code, table = doctor([idle, busy], "580.159.04")
     assert code == 1
     assert "DISAGREE, device 0: SM active 40.0%, utilization 0 %" in table
-    assert "skipped on 1: the GPU is busy (utilization 35%)" in table
-    assert "field numbering: driver 580.159.04 is in 580.82 on (R590 too)" in table
+    assert "Not compared on 1: the GPU is busy (utilization 35% during the GPM pair)" in table
+    assert "Field ids: driver 580.159.04 is in 580.82 on (R590 too)." in table
 
 
 # -- no GPU --------------------------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def test_the_cpu_backend_alone_is_priced_from_its_own_samples(doctor):
     cpu = report.backends[0]
     prices = {price.read: price for price in cpu.prices}
     assert {"times", "memory"} <= set(prices)
-    assert prices["times"].cadence == "every sample"
+    assert prices["times"].cadence == "each sample"
     assert prices["times"].per_second == pytest.approx({"1": 1.0, "0.1": 10.0})
     assert 0 < prices["times"].cpu_seconds < 0.01
     assert cpu.devices[0].series["warptd_device_up"] == 1

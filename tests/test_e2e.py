@@ -134,7 +134,7 @@ def test_sigint_ends_a_running_stress_and_stops_within_5_seconds(tmp_path):
     proc, port = start_daemon("--backend", "cpu", "--interval", "0.2", "--sysfs", str(tmp_path))
     try:
         assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
-        body = json.dumps({"test": "matmul", "duration_s": 600, "size": 256}).encode()
+        body = json.dumps({"test": "matmul", "device": "cpu:0", "duration_s": 600, "size": 256}).encode()
         status, _, raw = http(port, "POST", "/stress", body, {"Content-Type": "application/json"})
         assert status == 202
         job_id = json.loads(raw)["id"]

@@ -28,6 +28,9 @@ FAULTS = {
 
 
 def post(port: int, payload: object, headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:
+    """POST /stress; a dict without a device names the CPU's, as a node without an accelerator needs."""
+    if isinstance(payload, dict):
+        payload = {"device": "cpu:0", **payload}
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     status, head, raw = http(
         port, "POST", "/stress", body, {"Content-Type": "application/json", **(headers or {})}

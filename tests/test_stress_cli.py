@@ -45,7 +45,7 @@ def test_stress_cli_json():
 
 
 def test_stress_cli_table_and_progress():
-    result = _run("--test", "memory", "--duration", "2", "--size", "16")
+    result = _run("--test", "memory", "--device", "cpu:0", "--duration", "2", "--size", "16")
     assert result.returncode == 0, result.stderr
     assert "throughput" in result.stdout and "B/s" in result.stdout and "succeeded" in result.stdout
     assert "/2 s" in result.stderr  # progress lines (no TTY: one every 2 s)

@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from warptd import __version__
-from warptd.config import Settings
+from warptd.config import DEFAULT_PORT, Settings
 from warptd.stress.torch_device import DTYPES
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, wrapped without breaking a flag or a variable at its hyphens."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        words = " ".join(text.split())
+        return textwrap.fill(
+            words, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+        )
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse whose mistakes are one line and exit 2, without the usage block."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message.removeprefix('argument ')}\n")
@@ -54,6 +72,7 @@ def _integer(text: str) -> int:
 #: Every command loads backends and logs; serve, sample and stress also sample.
 LOADING = "backends and logging"
 SAMPLING = "sampling"
+RECORDING = "recording"
 SERVING = "serving"
 METRICS = "metric selection"
 _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
@@ -223,6 +242,14 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 "default counters, names, units and labels",
             },
         ),
+        (
+            ("--dcgm-exporter-release",),
+            {
+                "metavar": "RELEASE",
+                "help": "the dcgm-exporter release --compat replaces, as its images are tagged: its labels "
+                "(4.5.3-4.8.2 and earlier name the node Hostname, later ones hostname)",
+            },
+        ),
         *(
             (
                 (f"--metrics-{which}",),
@@ -261,6 +288,8 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
                 "help": "between two reads of a device's energy counter, at least 1",
             },
         ),
+    ],
+    RECORDING: [
         (
             ("--window-interval",),
             {
@@ -311,24 +340,61 @@ _FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
         ),
     ],
 }
+#: The groups each command takes: those whose settings it uses, and no other (``sample`` records
+#: nothing, so it takes no recording flag).
 _COMMAND_GROUPS = {
-    "serve": (SERVING, METRICS, SAMPLING, LOADING),
+    "serve": (SERVING, METRICS, SAMPLING, RECORDING, LOADING),
     "list": (LOADING,),
     "sample": (SAMPLING, LOADING),
-    "stress": (SAMPLING, LOADING),
+    "stress": (SAMPLING, RECORDING, LOADING),
     "report": (),
-    "profile": (SAMPLING, LOADING),
+    "profile": (SAMPLING, RECORDING, LOADING),
     "workload": (),
     "doctor": (METRICS, SAMPLING, LOADING),
 }
 
 
 def _add_flags(parser: argparse.ArgumentParser, command: str, default: object) -> None:
-    """The shared flags ``command`` uses, after its own; a subcommand's must not reset earlier ones."""
+    """The shared flags ``command`` uses, after its own; a subcommand's must not reset earlier ones.
+    The help ends with how each of them is also a ``WARPTD_*`` variable and a config file key."""
     for title in _COMMAND_GROUPS[command]:
         group = parser.add_argument_group(f"{title} options")
         for names, options in _FLAGS[title]:
             group.add_argument(*names, default=default, **_with_default(names[0], options))
+    if _COMMAND_GROUPS[command]:
+        parser.epilog = environment_help(command)
+
+
+def environment_help(command: str) -> str:
+    """What ``--help`` says of the other ways to give ``command``'s settings: the rule that names
+    each flag's ``WARPTD_*`` variable, every flag the rule does not name, and (for the daemon) the
+    settings no flag sets. Made from the flags themselves, so it names every variable it promises."""
+    flags = [(names[0], options) for title in _COMMAND_GROUPS[command] for names, options in _FLAGS[title]]
+    otherwise = []
+    for flag, options in flags:
+        setting = flag_setting(flag, options)
+        variable = f"WARPTD_{setting.upper()}"
+        if options.get("const") is False:
+            otherwise.append(f"{flag}: {variable}=false")
+        elif setting != flag.removeprefix("--").replace("-", "_"):
+            otherwise.append(f"{flag}: {variable}")
+    flag, options = next((f, o) for f, o in flags if "metavar" in o and "dest" not in o and f != "--config")
+    value, setting = options["metavar"], flag_setting(flag, options)
+    switch = next((f for f, o in flags if o.get("const") is True), None)
+    switched = f"; a switch: WARPTD_{flag_setting(switch, {}).upper()}=true" if switch else ""
+    text = (
+        "Every option of the groups above is also a WARPTD_* environment variable, its name in "
+        f"capitals with underscores ({flag} {value}: WARPTD_{setting.upper()}={value}{switched}; a "
+        "repeatable one: a comma-separated list), and a key of the --config TOML file "
+        f'({setting} = "{value}"); a flag wins over a variable, a variable over the file.'
+    )
+    if otherwise:
+        text += f" Named otherwise: {'; '.join(otherwise)}."
+    if command == "serve":
+        flagged = {flag_setting(flag, options) for flag, options in flags}
+        rest = [f"WARPTD_{name.upper()}" for name in Settings.model_fields if name not in flagged]
+        text += f" Without a flag: {', '.join(rest)}."
+    return text + " docs/configuration.md describes each."
 
 
 def flag_setting(flag: str, options: dict[str, Any]) -> str:
@@ -367,8 +433,10 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
     profile = sub.add_parser(
         "profile",
         help="run a command and record the devices' energy while it runs",
-        description="Run CMD and record every selected device while it runs (through the local daemon "
-        "when one answers, else with its own samplers). Exits with CMD's exit code.",
+        description="Run CMD and record every selected device while it runs: through the local daemon "
+        f"when one answers (http://127.0.0.1:{DEFAULT_PORT}, or the port of listen in the config file "
+        "or WARPTD_LISTEN), else with its own samplers; it says which on stderr, and what it measures, "
+        "before CMD runs. Exits with CMD's exit code.",
         usage="warptd profile [options] -- CMD [ARGS...]",
     )
     profile.add_argument(
@@ -383,7 +451,8 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
     profile.add_argument(
         "--output",
         metavar="FILE",
-        help="also write an HTML report (report extra), and the recording's JSON beside it (FILE.json)",
+        help="FILE.json: save the recording's JSON there (as --save); any other name: write the HTML "
+        "report (report extra) there, and the recording's JSON beside it (run.html: run.json)",
     )
     profile.add_argument(
         "--save", metavar="FILE", help="save the recording's JSON to FILE (for warptd report later)"
@@ -393,7 +462,8 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
         "--url",
         metavar="URL",
         help="the daemon to record through, which must answer (default $WARPTD_URL, which must too, "
-        "else http://127.0.0.1:PORT when a daemon answers there)",
+        f"else http://127.0.0.1:{DEFAULT_PORT} when a daemon answers there: the port of listen in the "
+        "config file or WARPTD_LISTEN)",
     )
     where.add_argument(
         "--local", action="store_true", help="sample with this process's own samplers, never a daemon"
@@ -436,7 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="matmul, memory or tt_matmul (default matmul, tt_matmul on Tenstorrent chips)",
     )
     stress.add_argument(
-        "--device", metavar="BACKEND:INDEX", help="BACKEND:INDEX (default: first accelerator, else cpu:0)"
+        "--device",
+        metavar="BACKEND:INDEX",
+        help="BACKEND:INDEX (default: the first accelerator; without one, name the CPU: cpu:0)",
     )
     stress.add_argument(
         "--duration", type=_number, default=10.0, metavar="SECONDS", help="seconds (default 10)"
@@ -496,23 +568,21 @@ def build_parser() -> argparse.ArgumentParser:
     workload.add_argument(
         "--report",
         metavar="FILE",
-        help="write the workload's HTML report (report extra), and its recording's JSON beside it "
-        "(FILE.json) unless --json FILE names where",
+        help="write the workload's HTML report there (report extra), and its recording's JSON beside it "
+        "(job.html: job.json) unless --json FILE names where",
     )
     profile = _profile_parser(sub)
     doctor = sub.add_parser(
         "doctor",
-        help="check warptd on this node: versions, prices and cadence of each read, paths that must "
-        "agree, the series it exports",
-        description="Check every backend here, without the daemon: the SDK and driver versions, the field "
-        "numbering chosen, each read's CPU and cadence, how often values change, paths to one value that "
-        "must agree, the series exported and those absent, the CPU expected at --interval 1 and 0.1. "
-        "Exits 1 where two paths disagree.",
+        help="is warptd right here, and what does it cost here?",
+        description="Check every backend here, without the daemon, and answer first: is warptd right here "
+        "(values read two ways agree), and what does it cost here (the CPU of its reads, the series "
+        "Prometheus gets). Then the details: the SDK and driver versions, the field numbering chosen, each "
+        "read's CPU and how often it is made, how often values change, the series exported and those "
+        "absent (docs/hardware.md#warptd-doctor). Exits 1 where two paths disagree.",
     )
     doctor.add_argument("--json", action="store_true", help="print JSON")
-    doctor.add_argument(
-        "--quick", action="store_true", help="fewer reads and a shorter poll (about a second)"
-    )
+    doctor.add_argument("--quick", action="store_true", help="fewer reads and a shorter poll (a few seconds)")
     _add_flags(parser, "serve", None)  # `warptd` alone serves
     commands = (
         ("serve", serve),

@@ -58,7 +58,7 @@ def _with_backends(command: str, args: argparse.Namespace, settings: Settings, l
     if command == "sample":
         return _sample(settings, loaded, args.json)
     if command == "doctor":
-        from warptd.doctor import run_doctor
+        from warptd.doctor.examine import run_doctor
 
         return run_doctor(settings, loaded, args.json, args.quick)
     if command == "stress":
@@ -120,9 +120,18 @@ def _list(loaded: Loaded, as_json: bool, verbose: bool) -> int:
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     sys.stdout.flush()  # the table, whole, before the notes: a pipe's buffer would put them first
-    for name, reason in sorted(loaded.unavailable.items()) if verbose else ():
-        print(f"# {name}: {reason}", file=sys.stderr)
+    for names, reason in unavailable_lines(loaded.unavailable) if verbose else ():
+        print(f"# {names}: {reason}", file=sys.stderr)
     return 0
+
+
+def unavailable_lines(unavailable: dict[str, str]) -> list[tuple[str, str]]:
+    """Why backends did not load, one line per reason: backends over one SDK (``nvidia``,
+    ``nvidia_mig`` and ``nvml``) say theirs once, together."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in sorted(unavailable.items()):
+        by_reason.setdefault(reason, []).append(name)
+    return [(", ".join(names), reason) for reason, names in by_reason.items()]
 
 
 def _sample(settings: Settings, loaded: Loaded, as_json: bool) -> int:
@@ -140,8 +149,9 @@ def _sample(settings: Settings, loaded: Loaded, as_json: bool) -> int:
         from warptd.sampling.export import snapshot_json
 
         print(json.dumps(snapshot_json(snapshot), indent=2))
-    else:
-        sys.stdout.write(Exposition(snapshot, node=settings.node).render(None, None)[0].decode())
+    else:  # the devices and backends; this one-second process's own process_* would mean nothing
+        exposition = Exposition(snapshot, node=settings.node, process_metrics=False)
+        sys.stdout.write(exposition.render(None, None)[0].decode())
     sampler.stop()
     return 0
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from warptd import __version__
 from warptd.config import RELOADABLE, Settings, SettingsError
 from warptd.events.collector import XidCollector
-from warptd.events.xid import XidMonitor, open_xid_monitor
+from warptd.events.xid import XidMonitor, open_xid_monitor, xid_events_wanted
 from warptd.exporter.exposition import Exposition
 from warptd.http.app import Router
 from warptd.http.limits import HttpLimits, favour_the_event_loop, raise_nofile_limit, return_large_buffers
@@ -98,7 +98,9 @@ class Daemon:
             from warptd.exporter.dcgm import DcgmCompatCollector
 
             self.exposition.registry.register(
-                DcgmCompatCollector(self.snapshot, settings.node, self.pods, self.xid_monitor)
+                DcgmCompatCollector(
+                    self.snapshot, settings.node, self.pods, self.xid_monitor, settings.dcgm_exporter_release
+                )
             )
         if self.pods is not None:
             self._add_pod_energy(self.pods, settings)
@@ -132,7 +134,7 @@ class Daemon:
 
     def _add_nvidia_extras(self, settings: Settings) -> None:
         """XID events (on by default) and per-process memory (--processes), each on its own thread."""
-        if settings.xid_events and settings.metric_selection.reads(m.XID_ERRORS.name, m.LAST_XID.name):
+        if xid_events_wanted(settings):
             self.xid_monitor = open_xid_monitor("nvidia", on_change=self.snapshot.touch)
             if self.xid_monitor is not None:
                 self.exposition.registry.register(XidCollector(self.xid_monitor))

@@ -34,6 +34,8 @@ SDK_DISTRIBUTIONS = {
 }
 #: Where an expected CPU is given: the default ``--interval`` and a fast one.
 INTERVALS = (1.0, 0.1)
+#: The cadence of a read every sample makes.
+EACH_SAMPLE = "each sample"
 
 
 def interval_key(interval: float) -> str:
@@ -47,14 +49,18 @@ class Frozen(BaseModel):
 
 class ReadPrice(Frozen):
     """One read: its median CPU (the reading thread's, ``time.thread_time``) and how often the plan makes
-    it, in reads a second by ``--interval`` (``{"1": 0.9, "0.1": 0.9}``)."""
+    it, in reads a second by ``--interval`` (``{"1": 0.9, "0.1": 0.9}``). ``read`` names it exactly (the
+    SDK call, the field ids); ``what`` and ``cadence`` say it in plain words, for a person."""
 
     read: str
+    what: str = ""
     charged_as: str | None = None  # its ``read`` label of warptd_backend_read_cpu_seconds_total
     cpu_seconds: float
     measured: int  # reads the median is of
     cadence: str
     per_second: dict[str, float]
+    #: One of the calls every sample makes besides the field batch (the doctor's table sums them).
+    per_sample_call: bool = False
 
 
 class Refresh(Frozen):
@@ -70,9 +76,11 @@ class Refresh(Frozen):
 
 
 class Agreement(Frozen):
-    """Two paths to one value, read back to back on one device."""
+    """Two paths to one value, read on one device over what both cover; ``value``: the value both read,
+    in plain words."""
 
     pair: str
+    value: str = ""
     device: int
     status: Literal["agree", "disagree", "skipped"]
     detail: str
@@ -219,9 +227,7 @@ def sampled_prices(
                 charged_as=kind,
                 cpu_seconds=statistics.median(cost.cpu_seconds / cost.reads for cost in read),
                 measured=sum(cost.reads for cost in read),
-                cadence=f"every --health-interval ({settings.health_interval:g} s)"
-                if slow
-                else "every sample",
+                cadence=f"every {settings.health_interval:g} s" if slow else EACH_SAMPLE,
                 per_second=per_second,
             )
         )

@@ -13,12 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from warptd.backends.nvidia import session as nvml_session
 from warptd.errors import BackendUnavailableError, ErrorKind
+from warptd.metrics import catalog as m
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
 
 log = structlog.get_logger("warptd.xid")
 
@@ -216,6 +220,12 @@ class XidMonitor:
             with self._session.lock:
                 self._free_set()
             self._lease.release()
+
+
+def xid_events_wanted(settings: Settings) -> bool:
+    """XID events are counted (the daemon's, and so what ``warptd doctor`` counts): on, and a family
+    of theirs exported."""
+    return settings.xid_events and settings.metric_selection.reads(m.XID_ERRORS.name, m.LAST_XID.name)
 
 
 def open_xid_monitor(

@@ -44,9 +44,8 @@ class _Values:
             self.by_key[(spec.name, tuple(labels))] = value
 
 
-def _family(metric: dcgm.CompatMetric, pods: bool) -> Metric:
+def _family(metric: dcgm.CompatMetric, labels: tuple[str, ...]) -> Metric:
     """A family whose samples carry dcgm-exporter's name as is: its counters have no ``_total``."""
-    labels = dcgm.labels_of(metric, pods)
     if metric.type == "gauge":
         return GaugeMetricFamily(metric.name, metric.help, labels=labels)
     return Metric(metric.name, metric.help, "counter")
@@ -61,17 +60,21 @@ class DcgmCompatCollector(Collector):
         node: str,
         attribution: PodOwners | None = None,
         xid: XidMonitor | None = None,
+        release: str = dcgm.LATEST,
     ) -> None:
+        """``release``: the dcgm-exporter release whose labels the series carry
+        (``--dcgm-exporter-release``)."""
         self.snapshot = snapshot
         self.node = node
+        self.release = release
         #: With pod attribution: one series per container holding the device.
         self.attribution = attribution
         self.xid = xid
 
     def collect(self) -> Iterator[Metric]:
         pods = self.attribution is not None
-        families = {metric.name: _family(metric, pods) for metric in dcgm.COMPAT}
-        names = {metric.name: dcgm.labels_of(metric, pods) for metric in dcgm.COMPAT}
+        names = {metric.name: dcgm.labels_of(metric, pods, self.release) for metric in dcgm.COMPAT}
+        families = {metric.name: _family(metric, names[metric.name]) for metric in dcgm.COMPAT}
         states = {s.name: s for s in self.snapshot.states() if s.name in dcgm.BACKENDS}
         fresh = {name: s for name, s in states.items() if self.snapshot.is_fresh(s)}
         gpus = {info.uuid: info for info in states["nvidia"].devices_info} if "nvidia" in states else {}
@@ -101,7 +104,7 @@ class DcgmCompatCollector(Collector):
     def _identity(
         self, state: BackendState, sample: DeviceSample, info: GPUInfo, gpus: dict[str | None, GPUInfo]
     ) -> list[str] | None:
-        """gpu, UUID, pci_bus_id, device, modelName, Hostname, driver, GPU_I_PROFILE, GPU_I_ID: on a MIG
+        """gpu, UUID, pci_bus_id, device, modelName, hostname, driver, GPU_I_PROFILE, GPU_I_ID: on a MIG
         device those of its parent GPU (as dcgm-exporter labels a GPU instance) and its instance's."""
         profile = instance = ""
         gpu = info

@@ -39,12 +39,16 @@ class Exposition:
         node: str = "",
         pod_labels: PodLabels | None = None,
         selection: MetricSelection = EVERYTHING,
+        process_metrics: bool = True,
     ) -> None:
+        """``process_metrics``: this process's ``process_*`` series (a daemon's; not a one-shot
+        command's)."""
         self.snapshot = snapshot
         self.selection = selection
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(snapshot, node, pod_labels))
-        ProcessCollector(namespace="", registry=self.registry)
+        if process_metrics:
+            ProcessCollector(namespace="", registry=self.registry)
         self._cache: dict[str, Rendered] = {}
         self._lock = threading.Lock()
 

@@ -89,8 +89,8 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
     def start(request: Request) -> Response:
         authorize(request, token())
         body = parse_request(request)
-        params = manager.parameters(body.test, body.device, body.duration_s, body.dtype, body.size)
-        try:
+        try:  # the default device too may be refused: a node without an accelerator has none
+            params = manager.parameters(body.test, body.device, body.duration_s, body.dtype, body.size)
             job = manager.start(params)
         except StressError as exc:
             raise HttpError(exc.status, str(exc)) from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import ssl
 import threading
 from collections import OrderedDict
@@ -26,7 +27,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, ValidationError
 
 from warptd import files
-from warptd.config import SettingsError, plain_message
+from warptd.config import SettingsError, key_text, plain_message, problems_text
 from warptd.install import install_command
 from warptd.models import WireModel
 
@@ -79,8 +80,7 @@ def load_web_config(path: Path) -> WebConfig:
     except RecursionError:
         raise SettingsError(f"invalid setting web_config_file: {path} is nested too deep") from None
     except ValidationError as exc:
-        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {plain_message(e)}" for e in exc.errors())
-        raise SettingsError(f"invalid setting web_config_file: {problem}") from None
+        raise SettingsError(f"invalid setting web_config_file: {_problems(exc, path)}") from None
     if config.tls_server_config is not None:
         ssl_context(config.tls_server_config)  # unreadable or mismatched key/cert: fail now
     if config.basic_auth_users:
@@ -98,13 +98,37 @@ def load_web_config(path: Path) -> WebConfig:
     return config
 
 
+def _problems(exc: ValidationError, path: Path) -> str:
+    """What is wrong with the file, key by key, without its contents: a key is named only where it
+    looks like one (the file may be any file the daemon can read, ``/etc/shadow`` included), and no
+    value is ever shown (pydantic's messages hold none)."""
+    problems, strangers = [], 0
+    for error in exc.errors():
+        name = key_text(tuple(error["loc"]))
+        if name is None:
+            strangers += 1
+        elif error["type"] == "extra_forbidden":
+            problems.append(f"{name}: not a web config key")
+        else:
+            problems.append(f"{name or 'the file'}: {plain_message(error)}")
+    if strangers:
+        kind = "an exporter-toolkit web config"
+        problems.append(f"{strangers} key(s) that are no web config key's name (is {path} {kind}?)")
+    return problems_text(problems)
+
+
 def _yaml_problem(exc: Exception) -> str:
-    """A YAML error in one line: what is wrong and where (PyYAML's own message spans several)."""
+    """A YAML error in one line: what is wrong and where (PyYAML's own message spans several), with
+    what PyYAML quotes of the file left out: the file's contents never reach the log."""
     problem = getattr(exc, "problem", None)
     mark = getattr(exc, "problem_mark", None)
     if problem and mark is not None:
-        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-    return " ".join(str(exc).split())
+        return f"{_QUOTED.sub('…', problem)} at line {mark.line + 1}, column {mark.column + 1}"
+    return "not YAML"
+
+
+#: What PyYAML's problems quote of the file (a character, an alias, a tag).
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 def ssl_context(tls: TLSServerConfig) -> ssl.SSLContext:

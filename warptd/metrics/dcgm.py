@@ -3,11 +3,14 @@ compat collector, docs/migrating-from-dcgm-exporter.md, the recording rules and 
 
 Names, types, help texts and units are those of dcgm-exporter's etc/default-counters.csv; label names
 those of its collector (``toMetric`` in internal/pkg/collector/gpu_collector.go) at commit
-:data:`RELEASE`, with the default ``UUID`` spelling (``uuid`` only under its --use-old-namespace).
+:data:`RELEASE`, with the default ``UUID`` spelling (``uuid`` only under its --use-old-namespace). The
+node's label is the one of the release a user replaces (:func:`node_label`): ``hostname`` since that
+commit, ``Hostname`` before.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,21 +19,62 @@ from warptd.metrics import catalog as m
 #: The dcgm-exporter source whose names and labels these are (NVIDIA/dcgm-exporter, main, 2026-05-12;
 #: its README's image then: 4.4.0-4.5.0).
 RELEASE = "NVIDIA/dcgm-exporter d5e5f510a1b6b393f39a43293ccd9dc985defc79"
+#: ``--dcgm-exporter-release`` by default: the current release.
+LATEST = "latest"
+#: The last release whose node label is ``Hostname`` (DCGM 4.5.3, dcgm-exporter 4.8.2): the releases
+#: after it carry PR #655 (commit d5e5f51), which renamed it ``hostname``.
+LAST_HOSTNAME_CAPITALISED = "4.5.3-4.8.2"
+#: A release as its images are tagged, ``4.5.3-4.8.2`` (DCGM's version, then dcgm-exporter's), with
+#: the image's distribution or not (``-ubuntu22.04``), or dcgm-exporter's own version alone.
+_RELEASE = re.compile(r"(?:\d+\.\d+\.\d+-)?(\d+)\.(\d+)\.(\d+)(?:-[a-z][a-z0-9.]*)?")
 MIB = 2**20
-#: Labels of every series, in dcgm-exporter's order: the GPU's index, UUID, PCI address, device node,
-#: model, the node's name, the driver version (DCGM_FI_DRIVER_VERSION is a label in its default CSV),
-#: and on a MIG device its GPU instance's profile and id (empty on a whole GPU, so absent in Prometheus).
-IDENTITY_LABELS = (
-    "gpu",
-    "UUID",
-    "pci_bus_id",
-    "device",
-    "modelName",
-    "Hostname",
-    "DCGM_FI_DRIVER_VERSION",
-    "GPU_I_PROFILE",
-    "GPU_I_ID",
-)
+
+
+def exporter_version(release: str) -> tuple[int, int, int]:
+    """dcgm-exporter's own version in a release (``4.5.3-4.8.2``: 4.8.2); ValueError naming the forms
+    it takes otherwise."""
+    match = _RELEASE.fullmatch(release.strip())
+    if match is None:
+        raise ValueError(
+            f"not a dcgm-exporter release: {release[:40]!r} ({LATEST}, or its image's version: "
+            f"{LAST_HOSTNAME_CAPITALISED}, or dcgm-exporter's own: 4.8.2)"
+        )
+    major, minor, patch = (int(part) for part in match.groups())
+    return major, minor, patch
+
+
+def check_release(release: str) -> str:
+    """``release`` as given, once known to be :data:`LATEST` or a release."""
+    if release != LATEST:
+        exporter_version(release)
+    return release
+
+
+def node_label(release: str = LATEST) -> str:
+    """The node's label in ``release``'s series: ``hostname``, or ``Hostname`` up to 4.5.3-4.8.2."""
+    if release != LATEST and exporter_version(release) <= exporter_version(LAST_HOSTNAME_CAPITALISED):
+        return "Hostname"
+    return "hostname"
+
+
+def identity_labels(release: str = LATEST) -> tuple[str, ...]:
+    """Labels of every series, in dcgm-exporter's order: the GPU's index, UUID, PCI address, device
+    node, model, the node's name (:func:`node_label`), the driver version (DCGM_FI_DRIVER_VERSION is a
+    label in its default CSV), and on a MIG device its GPU instance's profile and id (empty on a whole
+    GPU, so absent in Prometheus)."""
+    return (
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        node_label(release),
+        "DCGM_FI_DRIVER_VERSION",
+        "GPU_I_PROFILE",
+        "GPU_I_ID",
+    )
+
+
 #: With pod attribution on: the container holding the GPU (one series per container on a shared GPU).
 POD_LABELS = ("pod", "namespace", "container")
 #: The backends whose devices dcgm-exporter would see: NVIDIA GPUs and their MIG devices.
@@ -266,6 +310,7 @@ NOT_SERVED: dict[str, str] = {
 AS_LABELS = frozenset({"DCGM_FI_DRIVER_VERSION"})
 
 
-def labels_of(metric: CompatMetric, pods: bool) -> tuple[str, ...]:
-    """The label names of a compat series: identity, the metric's own, and the pod's when attributed."""
-    return (*IDENTITY_LABELS, *metric.extra_labels, *(POD_LABELS if pods else ()))
+def labels_of(metric: CompatMetric, pods: bool, release: str = LATEST) -> tuple[str, ...]:
+    """The label names of a compat series as ``release`` names them: identity, the metric's own, and
+    the pod's when attributed."""
+    return (*identity_labels(release), *metric.extra_labels, *(POD_LABELS if pods else ()))

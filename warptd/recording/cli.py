@@ -28,6 +28,11 @@ def _load(source: str, carbon_intensity: float | None, energy_price: float | Non
         raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         raise _Unreadable(f"cannot read {source}: {exc.strerror or exc}") from None
+    if raw.lstrip()[:1] == b"<":  # a report given back as its own source: say which file to give
+        raise _Unreadable(
+            f"{source} is an HTML report, not a recording's JSON: give the JSON saved with it "
+            "(warptd profile's --save FILE, or the .json beside its --output FILE.html)"
+        )
     try:
         recording = parse_recording(raw)
     except ValueError as exc:

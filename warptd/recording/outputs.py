@@ -35,17 +35,34 @@ class Outputs:
 
 @dataclass(frozen=True)
 class Flags:
-    """What the command calls its two outputs, for its messages."""
+    """What the command calls its two outputs, for its messages, and what a ``.json`` name given to
+    the report's flag means: the recording's JSON (``warptd profile --output r.json``), or a mistake
+    that is refused (``warptd workload --report``, which has ``--json FILE`` for that)."""
 
     report: str = "--output"
     save: str = "--save"
+    json_is_recording: bool = True
 
 
 def plan(report: str | None, save: str | None, flags: Flags = Flags()) -> Outputs:
     """The outputs of ``--output`` and ``--save`` (``flags``), each checked writable; a report needs
-    the ``report`` extra and always gets its recording saved too: at ``--save``, else beside it."""
+    the ``report`` extra and always gets its recording saved too: at ``--save``, else beside it. The
+    name decides: a report's name ending in ``.json`` is where the recording goes (or is refused), so
+    that no ``.json`` file ever holds HTML."""
     report_path = Path(report) if report else None
     recording_path = Path(save) if save else None
+    if report_path is not None and report_path.suffix.lower() == ".json":
+        if not flags.json_is_recording:
+            raise OutputError(
+                f"{flags.report} writes an HTML report: name it {report_path.with_suffix('.html')} "
+                f"({flags.save} {report_path} saves the recording's JSON)"
+            )
+        if recording_path is not None:
+            raise OutputError(
+                f"{flags.report} {report_path} and {flags.save} {recording_path} both name the "
+                "recording's JSON: give one (a report's name ends in .html)"
+            )
+        report_path, recording_path = None, report_path
     if report_path is not None:
         check_report_extra(flags.report)
         if recording_path is None:
@@ -60,9 +77,8 @@ def plan(report: str | None, save: str | None, flags: Flags = Flags()) -> Output
 
 
 def beside(report: Path) -> Path:
-    """The recording saved beside its report: ``run.html`` -> ``run.json``."""
-    if report.suffix.lower() == ".json":
-        return report.with_name(report.name + ".recording.json")
+    """The recording saved beside its report: ``run.html`` -> ``run.json`` (a report is never named
+    ``.json``: :func:`plan`)."""
     return report.with_suffix(".json")
 
 

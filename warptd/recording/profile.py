@@ -28,7 +28,7 @@ from warptd.recording import child as children
 from warptd.recording import command as cmd
 from warptd.recording import outputs
 from warptd.recording.recorder import Recorder, with_carbon_and_cost
-from warptd.recording.schema import Recording
+from warptd.recording.schema import Recording, TargetRecording
 from warptd.recording.selection import UnknownTarget, select_targets
 
 if TYPE_CHECKING:
@@ -85,6 +85,35 @@ def run_child(command: list[str]) -> int:
     return children.exit_code(child.returncode)
 
 
+def announce(where: str, recording: Recording, out: TextIO) -> None:
+    """One line before CMD runs: where the recording is made, how often it samples, and what it
+    measures, so that a recording through a daemon other than the one meant shows at once."""
+    every = f", every {recording.interval_seconds:g} s" if recording.interval_seconds else ""
+    out.write(f"warptd profile: {where}{every}: {targets_text(recording.targets)}\n")
+    out.flush()
+
+
+def targets_text(targets: list[TargetRecording]) -> str:
+    """The targets as a person reads them: ``nvidia:0-7 (NVIDIA H200), rapl:package-0``."""
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    for target in targets:
+        groups.setdefault((target.backend, target.model), []).append(target.id)
+    parts = []
+    for (backend, model), ids in groups.items():
+        indices = [i.removeprefix(f"{backend}:") for i in ids]
+        if len(ids) > 2 and all(i.isdigit() for i in indices) and _consecutive(indices):
+            named = f"{backend}:{indices[0]}-{indices[-1]}"
+        else:
+            named = ", ".join(ids)
+        parts.append(f"{named} ({model})" if model else named)
+    return ", ".join(parts) or "nothing"
+
+
+def _consecutive(indices: list[str]) -> bool:
+    numbers = [int(i) for i in indices]
+    return numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+
 def _through_daemon(url: str, token: str | None, profile: Profile) -> tuple[int, Recording | None] | None:
     """Record through the daemon's windows; None when it has them turned off. The recording is None
     when the daemon could not end the window (it went away): CMD's exit code still counts."""
@@ -96,6 +125,8 @@ def _through_daemon(url: str, token: str | None, profile: Profile) -> tuple[int,
         if exc.status == 404 and "--no-windows" in str(exc):
             return None
         raise ProfileError(str(exc)) from None
+    where = f"recording through the daemon at {url} (its window {opened['id']}; --local samples here)"
+    announce(where, Recording.model_validate(opened), sys.stderr)
     code: int | None = None
     try:
         code = run_child(profile.command)
@@ -140,8 +171,9 @@ class Recorded:
     energy_reasons: tuple[str, ...] = ()
 
 
-def _with_own_samplers(settings: Settings, interval: float, profile: Profile) -> Recorded:
-    """Load the backends here, sample them at ``interval`` while CMD runs, read them once more at its end."""
+def _with_own_samplers(settings: Settings, interval: float, profile: Profile, why: str) -> Recorded:
+    """Load the backends here, sample them at ``interval`` while CMD runs, read them once more at its
+    end; ``why`` not through a daemon, for the line that says where it records."""
     from warptd.registry import load_backends
     from warptd.sampling.sampler import Sampler
     from warptd.sampling.snapshot import Snapshot
@@ -169,6 +201,7 @@ def _with_own_samplers(settings: Settings, interval: float, profile: Profile) ->
         )
         sampler.listeners.append(recorder.on_sample)
         recorder.start()
+        announce(f"sampling here ({why})", recorder.recording_now(), sys.stderr)
         sampler.sample_all(edge=True)  # the first sample at the start, every counter read exactly
         sampler.start()
         try:
@@ -214,7 +247,7 @@ def _sampled(settings: Settings, args: argparse.Namespace, profile: Profile) -> 
     A daemon named with ``--url`` or ``$WARPTD_URL`` must answer: falling back would hide that."""
     interval = settings.interval if "interval" in settings.model_fields_set else settings.window_interval
     if args.local:
-        return _with_own_samplers(settings, interval, profile)
+        return _with_own_samplers(settings, interval, profile, "--local")
     url = daemon_url(settings, args.url)
     named = "--url" if args.url else "$WARPTD_URL" if os.environ.get("WARPTD_URL") else None
     if daemon_answers(url):
@@ -228,11 +261,12 @@ def _sampled(settings: Settings, args: argparse.Namespace, profile: Profile) -> 
                 f"the daemon at {url} ({named}) has windows turned off (--no-windows); use --local to "
                 "sample here"
             )
-    elif named is not None:
+        return _with_own_samplers(settings, interval, profile, f"the daemon at {url} has windows off")
+    if named is not None:
         raise ProfileError(
             f"no warptd daemon answers at {url} ({named}); start it, or use --local to sample here"
         )
-    return _with_own_samplers(settings, interval, profile)
+    return _with_own_samplers(settings, interval, profile, f"no daemon answers at {url}")
 
 
 def run_profile(settings: Settings, args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

@@ -75,8 +75,9 @@ def print_table(view: JobView, out: TextIO) -> None:
 def run_stress(settings: Settings, loaded: Loaded, args: argparse.Namespace) -> int:
     snapshot = Snapshot(stale_after=settings.stale_after)
     sampler = Sampler(settings, snapshot, loaded.accelerators, loaded.power)
-    manager = make_job_manager(settings, loaded, snapshot, sampler)
+    manager = make_job_manager(settings, loaded, snapshot, sampler, in_daemon=False)
     sampler.listeners.append(manager.on_sample)
+    sampler.sample_all()  # the devices known before the default one is chosen
     sampler.start()
     try:
         params = manager.parameters(args.test, args.device, args.duration, args.dtype, args.size)

@@ -50,10 +50,13 @@ class JobManager:
         unwatch: Callable[[str], None] | None = None,
         edge: Callable[[set[tuple[str, int]], set[str]], None] | None = None,
         carbon: Callable[[Recording], Recording] | None = None,
+        in_daemon: bool = True,
     ) -> None:
         """``watch``/``unwatch``: the sampler's, so a running job's device is sampled faster;
         ``edge``: reads a job's device and power domains with every counter exact, as its run begins
-        and ends; ``carbon`` adds carbon and cost to a finished run's recording."""
+        and ends; ``carbon`` adds carbon and cost to a finished run's recording; ``in_daemon``: the
+        daemon's manager, whose refusals go to API clients (else ``warptd stress``'s, run here)."""
+        self.in_daemon = in_daemon
         self.devices = {d.key: d for d in devices}
         #: Re-reads the device list (after a backend re-discovered its devices) before each start.
         self._refresh = refresh
@@ -112,8 +115,22 @@ class JobManager:
             self.devices = {d.key: d for d in self._refresh()}
 
     def default_device(self) -> str:
+        """The first accelerator. A node without one has no default: a stress of its CPU is asked for
+        by name, so that a request meant for a GPU (whose driver failed to load, say) never loads the
+        CPU instead."""
         accelerators = [key for key, ref in self.devices.items() if ref.is_accelerator]
-        return accelerators[0] if accelerators else next(iter(self.devices), "cpu:0")
+        if accelerators:
+            return accelerators[0]
+        named = ""
+        for key, ref in self.devices.items():  # the CPU's device, named as the request names it
+            if not ref.is_accelerator:
+                asked = f'"device": "{key}"' if self.in_daemon else f"--device {key}"
+                named = f"; to stress the CPU, name it: {asked}"
+                break
+        raise StressError(
+            422,
+            f"no accelerator on this node (warptd list --verbose says why each backend did not load){named}",
+        )
 
     def start(self, params: StressParameters) -> Job:
         """Validate, then spawn; raises :class:`StressError` and starts nothing on bad input."""
@@ -175,14 +192,18 @@ class JobManager:
         self._on_change()
         return job
 
-    @staticmethod
-    def _check_torch() -> None:
-        """503 without torch, naming the extra that adds it; the pip command with this server's
-        paths goes to the log only."""
+    def _check_torch(self) -> None:
+        """503 without torch, naming the extra that adds it. The daemon's client is told the extra as
+        this warptd was installed, and the pip command with the server's paths goes to the log only;
+        ``warptd stress``, run here, is told that command."""
         if torch_installed():
             return
         from warptd.install import client_install_command, install_command
 
+        if not self.in_daemon:
+            raise StressError(
+                503, f"torch is not installed: install the stress extra: {install_command('stress')}"
+            )
         log.warning("stress_needs_torch", install=install_command("stress"))
         raise StressError(
             503,

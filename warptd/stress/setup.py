@@ -13,10 +13,15 @@ from warptd.stress.jobs import JobManager
 
 
 def make_job_manager(
-    settings: Settings, loaded: Loaded, snapshot: Snapshot, sampler: Sampler | None = None
+    settings: Settings,
+    loaded: Loaded,
+    snapshot: Snapshot,
+    sampler: Sampler | None = None,
+    in_daemon: bool = True,
 ) -> JobManager:
     """A stress job manager over every device of every loaded accelerator backend; with ``sampler``,
-    a running job's device is sampled at ``--window-interval``."""
+    a running job's device is sampled at ``--window-interval``; ``in_daemon``: the daemon's (else
+    ``warptd stress``'s)."""
 
     def devices() -> list[DeviceRef]:
         """From the snapshot's current identities, so a re-discovered GPU is stressed by its UUID."""
@@ -62,4 +67,5 @@ def make_job_manager(
         unwatch=sampler.unwatch if sampler is not None else None,
         edge=sampler.read_edges if sampler is not None else None,
         carbon=lambda r: with_carbon_and_cost(r, settings.carbon_intensity, settings.energy_price),
+        in_daemon=in_daemon,
     )

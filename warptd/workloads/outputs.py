@@ -20,7 +20,7 @@ def save_workload(kind: str, workload_id: str, url: str | None, report: str | No
     """Write the workload's recording to ``save`` and/or its report to ``report`` (its JSON beside it
     when ``save`` is None). 2: an output that cannot be written; 1: the daemon refused or failed."""
     try:
-        outputs = plan(report, save, Flags("--report", "--json"))
+        outputs = plan(report, save, Flags("--report", "--json", json_is_recording=False))
     except OutputError as exc:
         print(f"warptd workload: {exc}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from warptd.backends.cadence import DeviceCadence
 from warptd.backends.checkup import (
+    EACH_SAMPLE,
     Absent,
     Agreement,
     BackendCheckup,
@@ -50,12 +51,32 @@ if TYPE_CHECKING:
 ENERGY_PAIR = "field 83 = nvmlDeviceGetTotalEnergyConsumption"
 POWER_PAIR = "field 185 = nvmlDeviceGetPowerUsage"
 ACTIVITY_PAIR = "GPM SM activity = utilization, idle"
+#: The value each pair reads, in plain words.
+_VALUES = {
+    ENERGY_PAIR: "the energy counter",
+    POWER_PAIR: "the 1 s average power",
+    ACTIVITY_PAIR: "SM activity on an idle GPU",
+}
 #: The energy counter refreshes every 100 ms: two reads of it may be one refresh apart.
 ENERGY_REFRESH_S = 0.1
+#: How often the driver refreshes the two reads of its 1 s average power (shared/notes/real-h200.md):
+#: field 185 every 100 ms, nvmlDeviceGetPowerUsage every 50 ms. Read back to back, what they hold may
+#: be as old as the longer period apart, and the average moves meanwhile: by that time, a second
+#: (its window), times what the instant power spanned.
+AVERAGE_REFRESH_APART_S = 0.1
+#: So the instant power (field 186) is watched this long before the two are compared (the second both
+#: averages cover, and a refresh), this often (it refreshes every 100 ms).
+POWER_WATCH_S = 1.2
+POWER_WATCH_EVERY_S = 0.02
 #: Two reads of the 1 s average power agree within this share of it (and a watt).
 AVERAGE_SHARE = 0.03
 #: SM activity an idle GPU may show (a tick of the driver's own work).
 IDLE_SM = 0.02
+#: nvml.h: utilization is over "the past sample period", between 1/6 s and 1 s by product. A reading
+#: stays that long at least, so reads this often see every period; the last one covering a span is
+#: read by the longest period after it.
+UTILIZATION_POLL_S = 0.1
+UTILIZATION_LONGEST_PERIOD_S = 1.0
 #: The most reads :func:`plan_rates` simulates (an --interval of a millisecond: 200 s of them).
 _MOST_TICKS = 200_000
 _ENERGY: FieldKey = (fields.FI_TOTAL_ENERGY, 0)
@@ -68,6 +89,17 @@ _POLLED = {
 }
 #: What each kind of field batch is charged as (``read_costs``), by :meth:`Gpu.begin`.
 _CHARGED = {"full": "health"}
+#: A prepared call of a sample, by what it is guarded as, in plain words.
+_CALLED = {
+    "memory_v2": "memory",
+    "pstate": "performance state",
+    "clock_graphics": "graphics clock",
+    "clock_sm": "SM clock",
+    "clock_memory": "memory clock",
+    "clock_video": "video clock",
+    "clocks_event_Current": "clock-event reasons",
+    "clocks_throttle_Current": "clock-event reasons",
+}
 
 #: The NVLink families: each link's and the GPU's totals.
 _NVLINK = (catalog.NVLINK_ERRORS, catalog.NVLINK_LINK_ERRORS, catalog.NVLINK_BYTES, catalog.NVLINK_LINK_BYTES)
@@ -85,10 +117,12 @@ def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendC
     for probe in probes:
         probe.gpu.batch.full_plan()  # built by the first full read; asked here where it failed then
     gpm = _gpm(probes, backend, api, plan, rates)
+    activity = _activity_pairs(probes, gpm)  # at once: utilization must still cover the GPM pair
     refresh = [r for probe in _first_of_each_model(probes) for r in probe.poll(plan)]
+    power = _power_pairs(probes)
     agreements = []
     for probe in probes:
-        agreements += [probe.energy_pair(), probe.power_pair(), probe.activity_pair(gpm.get(probe.index))]
+        agreements += [probe.energy_pair(), power[probe.index], activity[probe.index]]
     devices = [
         DeviceCheckup(
             index=probe.index,
@@ -172,12 +206,19 @@ def _key_text(key: FieldKey) -> str:
 
 
 class _GpmResult:
-    """One GPU's GPM pairs as measured: their price, and the SM activity of the last one (or why not)."""
+    """One GPU's GPM pairs as measured: their price, the SM activity of the last one (or why not), the
+    GPU's utilization read with each of that pair's two samples, and when the pair ended (monotonic)."""
 
     def __init__(
-        self, prices: tuple[ReadPrice, ...] = (), sm_active: float | None = None, why: str = ""
+        self,
+        prices: tuple[ReadPrice, ...] = (),
+        sm_active: float | None = None,
+        why: str = "",
+        utilization: tuple[float | None, ...] = (),
+        ended_at: float = 0.0,
     ) -> None:
         self.prices, self.sm_active, self.why = prices, sm_active, why
+        self.utilization, self.ended_at = utilization, ended_at
 
 
 def _gpm(
@@ -212,6 +253,9 @@ def _gpm(
         else:
             sources[probe.index] = (probe, source)
     spent: dict[int, list[float]] = {index: [] for index in sources}
+    #: Utilization read right after each GPU's samples: the last pair's two say whether it was idle.
+    busy: dict[int, list[float | None]] = {index: [] for index in sources}
+    ended: dict[int, float] = {}
     try:
         for pair in range(plan.gpm_pairs + 1):
             began = time.monotonic()
@@ -219,24 +263,97 @@ def _gpm(
                 started = thread_time()
                 if source.sample(probe.gpu.guard, "doctor_gpm_sample") and pair:
                     spent[index].append(thread_time() - started)
+                busy[index].append(probe.compute())
+                ended[index] = time.monotonic()
             time.sleep(max(0.0, began + MIN_SAMPLE_GAP_S + 0.005 - time.monotonic()))
         for index, (_, source) in sources.items():
             metrics, cpu = len(source.metrics), spent[index]
             price = ReadPrice(
                 read=f"GPM sample + metrics ({metrics})",
+                what=f"GPM activity ({metrics} metrics)",
                 charged_as="gpm",
                 cpu_seconds=statistics.median(cpu) if cpu else 0.0,
                 measured=len(cpu),
-                cadence="at most once a second (in a window: every --interval)",
+                cadence="once a second",
                 per_second={key: rate.get("gpm", 0.0) for key, rate in rates.items()},
             )
             active = source.gauges.get(catalog.SM_ACTIVE.name, {}).get(())
             why = "" if active is not None else f"{catalog.SM_ACTIVE.name} is not read or did not answer"
-            results[index] = _GpmResult((price,) if cpu else (), active, why)
+            last = tuple(busy[index][-2:])
+            results[index] = _GpmResult((price,) if cpu else (), active, why, last, ended[index])
     finally:
         for _, source in sources.values():
             source.close()
     return results
+
+
+def _activity_pairs(probes: Sequence[_Probe], gpm: dict[int, _GpmResult]) -> dict[int, Agreement]:
+    """GPM's SM activity against utilization over the same span, by GPU. Utilization read with the
+    pair's samples and not 0 (a job ran, or just ended): skipped. SM activity that would disagree is
+    confirmed first: utilization is read on every :data:`UTILIZATION_POLL_S` until the driver's longest
+    period has passed since the pair, so a period covering it that saw a kernel is seen (the GPUs
+    together, at most a second, only then)."""
+    found: dict[int, Agreement] = {}
+    doubtful: list[_Probe] = []
+    for probe in probes:
+        result = gpm.get(probe.index)
+        verdict = probe.activity_pair(result)
+        if verdict is None and result is not None:
+            doubtful.append(probe)
+        else:
+            found[probe.index] = verdict or probe.pair(ACTIVITY_PAIR, "skipped", "GPM not measured")
+    if not doubtful:
+        return found
+    until = max(gpm[probe.index].ended_at for probe in doubtful) + UTILIZATION_LONGEST_PERIOD_S
+    seen: dict[int, float] = dict.fromkeys((probe.index for probe in doubtful), 0.0)
+    while True:
+        for probe in doubtful:
+            seen[probe.index] = max(seen[probe.index], probe.compute() or 0.0)
+        if time.monotonic() >= until:
+            break
+        time.sleep(min(UTILIZATION_POLL_S, max(0.0, until - time.monotonic())))
+    for probe in doubtful:
+        active = gpm[probe.index].sm_active or 0.0
+        if seen[probe.index] > 0:
+            why = (
+                f"the GPU was busy around the GPM pair (utilization {seen[probe.index]:.0%} within a second)"
+            )
+            found[probe.index] = probe.pair(ACTIVITY_PAIR, "skipped", why)
+        else:
+            said = f"SM active {active:.1%}, utilization 0 % from the pair to a second after it"
+            found[probe.index] = probe.pair(ACTIVITY_PAIR, "disagree", said)
+    return found
+
+
+def _power_pairs(probes: Sequence[_Probe]) -> dict[int, Agreement]:
+    """Field 185 and ``nvmlDeviceGetPowerUsage`` on every GPU: the instant power watched for
+    :data:`POWER_WATCH_S` (the GPUs together), then the field, the call and the field back to back. On a
+    steady load they agree within :data:`AVERAGE_SHARE` and a watt; on a changing one (a ramp) also
+    within what the 1 s average can move in the :data:`AVERAGE_REFRESH_APART_S` their refreshes may
+    be apart: that time over a second, times what the instant power spanned."""
+    found = {probe.index: skip for probe in probes if (skip := probe.power_skip()) is not None}
+    watched = [probe for probe in probes if probe.index not in found]
+    seen: dict[int, list[float]] = {probe.index: [] for probe in watched}
+    until = time.monotonic() + POWER_WATCH_S
+    while watched:
+        for probe in watched:
+            try:
+                instant = probe.instant()
+            except probe.api.nvml.NVMLError:
+                continue
+            if instant is not None:
+                seen[probe.index].append(instant)
+        if time.monotonic() >= until:
+            break
+        time.sleep(POWER_WATCH_EVERY_S)
+    for probe in watched:
+        try:
+            before, called, after = probe.average(), float(probe.power_call()), probe.average()
+        except probe.api.nvml.NVMLError as exc:
+            found[probe.index] = probe.pair(POWER_PAIR, "skipped", f"not answered: {exc}")
+            continue
+        found[probe.index] = probe.power_verdict(before, called, after, seen[probe.index])
+    return found
 
 
 class _Probe:
@@ -258,12 +375,21 @@ class _Probe:
         """The median CPU of each read of the plan: every kind of field batch and the full one, the
         prepared calls of a sample, the slow values, the energy call."""
         gpu, batch, prices = self.gpu, self.gpu.batch, []
-        cadences = {
-            "power": ("every sample but these two", "power"),
-            "energy": (f"every --energy-interval ({settings.energy_interval:g} s)", "energy"),
-            "edge": ("at the edges of windows, profiles, stress jobs", None),
-            "full": (f"every --health-interval ({settings.health_interval:g} s)", "health"),
-            "scopes": ("nvml: every sample, where a GPU measures a part apart", None),
+        health = f"every {settings.health_interval:g} s"
+        plainly = {  # kind: (what it reads, how often, which rate of the plan)
+            "power": ("power fields", "each sample that reads no energy", "power"),
+            "energy": (
+                "power fields and the energy counter",
+                f"every {settings.energy_interval:g} s",
+                "energy",
+            ),
+            "edge": (
+                "every counter at once",
+                "at the start and end of a window, profile or stress run",
+                None,
+            ),
+            "full": ("health and link fields", health, "health"),
+            "scopes": ("module and memory power", "each sample of nvml alone", None),
         }
         for kind in (*batch.field_set.kinds, "full"):
             request = batch.request(kind)
@@ -273,10 +399,9 @@ class _Probe:
             if cost is None:
                 continue
             ids = " ".join(map(_key_text, request.keys)) if kind != "full" else f"{len(request.keys)} ids"
-            cadence, planned = cadences.get(kind, ("not in the plan", None))
-            prices.append(
-                self._price(f"fields {kind}: {ids}", _CHARGED.get(kind, kind), cost, cadence, planned)
-            )
+            what, cadence, planned = plainly.get(kind, (f"{kind} fields", "not made", None))
+            price = self._price(f"fields {kind}: {ids}", _CHARGED.get(kind, kind), cost, cadence, planned)
+            prices.append(price.model_copy(update={"what": what}))
         for versions in gpu.calls.slots:
             what, call, _ = next(
                 (v for v in versions if v[0] not in gpu.guard.unsupported), (None, None, None)
@@ -284,20 +409,25 @@ class _Probe:
             cost = self._median(call) if call is not None else None
             if cost is not None and call is not None and what is not None:
                 name = f"{call.name} ({what})" if what.startswith("clock_") else call.name
-                prices.append(self._price(name, None, cost, "every sample", "sample"))  # charged to none
+                price = self._price(name, None, cost, EACH_SAMPLE, "sample")  # charged to none
+                update = {"what": _CALLED.get(what, what.replace("_", " ")), "per_sample_call": True}
+                prices.append(price.model_copy(update=update))
         slow = self._median(lambda: (gpu.slow.health(batch), gpu.slow.read(gpu.presence())))
         if slow is not None:
             read = "slow values: limit, fans, encoder, decoder, stand-ins"
-            prices.append(self._price(read, "health", slow, cadences["full"][0], "health"))
+            price = self._price(read, "health", slow, health, "health")
+            prices.append(price.model_copy(update={"what": "power limit, fans, media engines"}))
         energy = self._median(self.energy_call)
         if energy is not None:
             lacks = batch.lacks(fields.FI_TOTAL_ENERGY)
-            cadence = "with each energy read (no field 83)" if lacks else "not in the plan: field 83 is"
+            cadence = "with each energy read (no field 83)" if lacks else "never (field 83 reads the counter)"
             price = self._price("nvmlDeviceGetTotalEnergyConsumption", "energy", energy, cadence, None)
+            update: dict[str, object] = {"what": "the energy counter's own call"}
             if lacks:
-                per_second = {k: r.get("energy", 0.0) + r.get("health", 0.0) for k, r in self.rates.items()}
-                price = price.model_copy(update={"per_second": per_second})
-            prices.append(price)
+                update["per_second"] = {
+                    k: r.get("energy", 0.0) + r.get("health", 0.0) for k, r in self.rates.items()
+                }
+            prices.append(price.model_copy(update=update))
         return prices
 
     def _price(
@@ -380,8 +510,27 @@ class _Probe:
             if code == nvml.NVML_SUCCESS and value is not None
         }
 
-    def _pair(self, pair: str, status: str, detail: str) -> Agreement:
-        return Agreement(pair=pair, device=self.index, status=status, detail=detail)  # type: ignore[arg-type]
+    def pair(self, pair: str, status: str, detail: str) -> Agreement:
+        return Agreement(
+            pair=pair,
+            value=_VALUES[pair],
+            device=self.index,
+            status=status,
+            detail=detail,  # type: ignore[arg-type]
+        )
+
+    def compute(self) -> float | None:
+        """The GPU's utilization now (``nvmlDeviceGetUtilizationRates``), None where it did not answer."""
+        utilization = self.gpu.utilization()
+        return utilization.compute if utilization is not None else None
+
+    def average(self) -> float | None:
+        """Field 185 now, mW."""
+        return self._fields((_AVERAGE,)).get(_AVERAGE)
+
+    def instant(self) -> float | None:
+        """Field 186 now, mW."""
+        return self._fields((_INSTANT,)).get(_INSTANT)
 
     def energy_pair(self) -> Agreement:
         """Field 83 and ``nvmlDeviceGetTotalEnergyConsumption``, one counter, read back to back: equal,
@@ -389,66 +538,75 @@ class _Probe:
         time between the reads and one 100 ms refresh."""
         gpu, nvml = self.gpu, self.api.nvml
         if gpu.batch.lacks(fields.FI_TOTAL_ENERGY):
-            return self._pair(ENERGY_PAIR, "skipped", "the GPU lacks field 83: the call stands in for it")
+            return self.pair(ENERGY_PAIR, "skipped", "the GPU lacks field 83: the call stands in for it")
         try:
             with _timed() as field_at:
                 values = self._fields((_INSTANT, _ENERGY))
             with _timed() as call_at:
                 called = float(self.energy_call())
         except nvml.NVMLError as exc:
-            return self._pair(ENERGY_PAIR, "skipped", f"not answered: {exc}")
+            return self.pair(ENERGY_PAIR, "skipped", f"not answered: {exc}")
         field = values.get(_ENERGY)
         if field is None:
-            return self._pair(ENERGY_PAIR, "skipped", "field 83 did not answer")
+            return self.pair(ENERGY_PAIR, "skipped", "field 83 did not answer")
         instant = values.get(_INSTANT, 0.0) / 1000
         watts = max(instant, gpu.slow.power_limit or 0.0) or 1000.0  # the most it may draw meanwhile
         apart = call_at.middle - field_at.middle
         allowed, off = watts * (apart + ENERGY_REFRESH_S), abs(called - field) / 1000
         said = f"field {field / 1000:.3f} J, call {called / 1000:.3f} J, {apart * 1e3:.1f} ms apart"
         if off == 0:
-            return self._pair(ENERGY_PAIR, "agree", f"{said}: equal")
+            return self.pair(ENERGY_PAIR, "agree", f"{said}: equal")
         status = "agree" if off <= allowed else "disagree"
-        return self._pair(
+        return self.pair(
             ENERGY_PAIR, status, f"{said}: {off:.3f} J apart, {allowed:.3f} J allowed at {watts:.0f} W"
         )
 
-    def power_pair(self) -> Agreement:
-        """Field 185 and ``nvmlDeviceGetPowerUsage``, one 1 s average refreshed every 50 ms: the call,
-        read between two reads of the field, within a few % of one of them."""
-        gpu, nvml = self.gpu, self.api.nvml
+    def power_skip(self) -> Agreement | None:
+        """Why field 185 and ``nvmlDeviceGetPowerUsage`` are not compared on this GPU, or None."""
+        gpu = self.gpu
         if not gpu.batch.field_set.numbering.power or gpu.batch.lacks(fields.FI_POWER_AVERAGE):
-            return self._pair(POWER_PAIR, "skipped", "no field 185 (a driver before R535, or this GPU)")
+            return self.pair(POWER_PAIR, "skipped", "no field 185 (a driver before R535, or this GPU)")
         capability = gpu.known.compute_capability if gpu.known is not None else None
         if capability and tuple(int(part) for part in capability.split(".")) < AVERAGING_SINCE:
-            return self._pair(
+            return self.pair(
                 POWER_PAIR, "skipped", "nvmlDeviceGetPowerUsage is the instant power before Ampere"
             )
-        try:
-            before = self._fields((_AVERAGE,)).get(_AVERAGE)
-            called = float(self.power_call())
-            after = self._fields((_AVERAGE,)).get(_AVERAGE)
-        except nvml.NVMLError as exc:
-            return self._pair(POWER_PAIR, "skipped", f"not answered: {exc}")
-        if before is None or after is None:
-            return self._pair(POWER_PAIR, "skipped", "field 185 did not answer")
-        low, high = min(before, after), max(before, after)
-        agree = low * (1 - AVERAGE_SHARE) - 1000 <= called <= high * (1 + AVERAGE_SHARE) + 1000
-        detail = f"field {before / 1000:.1f} W, call {called / 1000:.1f} W, field {after / 1000:.1f} W"
-        return self._pair(POWER_PAIR, "agree" if agree else "disagree", detail)
+        return None
 
-    def activity_pair(self, gpm: _GpmResult | None) -> Agreement:
-        """GPM's SM activity and ``nvmlDeviceGetUtilizationRates`` on an idle GPU: both about 0."""
+    def power_verdict(
+        self, before: float | None, called: float | None, after: float | None, instant: Sequence[float]
+    ) -> Agreement:
+        """The call against the field read before and after it (mW), given the instant power over the
+        second before (:func:`_power_pairs`; none answered: the power limit stands for its span)."""
+        if before is None or after is None or called is None:
+            return self.pair(POWER_PAIR, "skipped", "field 185 did not answer")
+        limit = (self.gpu.slow.power_limit or 0.0) * 1000
+        spread = max(instant) - min(instant) if instant else limit
+        moved = spread * AVERAGE_REFRESH_APART_S  # the most the 1 s average moves meanwhile, mW
+        low, high = min(before, after), max(before, after)
+        agree = (
+            low * (1 - AVERAGE_SHARE) - 1000 - moved <= called <= high * (1 + AVERAGE_SHARE) + 1000 + moved
+        )
+        detail = f"field {before / 1000:.1f} W, call {called / 1000:.1f} W, field {after / 1000:.1f} W"
+        if moved:
+            detail += f" (load spanning {spread / 1000:.0f} W: {moved / 1000:.1f} W more allowed)"
+        return self.pair(POWER_PAIR, "agree" if agree else "disagree", detail)
+
+    def activity_pair(self, gpm: _GpmResult | None) -> Agreement | None:
+        """GPM's SM activity and ``nvmlDeviceGetUtilizationRates`` read with the pair's two samples: both
+        about 0 on an idle GPU. None: SM activity above idle while utilization read 0, to be confirmed
+        over the driver's utilization periods (:func:`_activity_pairs`)."""
         if gpm is None or gpm.sm_active is None:
-            return self._pair(ACTIVITY_PAIR, "skipped", gpm.why if gpm is not None else "GPM not measured")
-        utilization = self.gpu.utilization()
-        if utilization is None or utilization.compute is None:
-            return self._pair(ACTIVITY_PAIR, "skipped", "utilization did not answer")
-        if utilization.compute > 0:
-            return self._pair(
-                ACTIVITY_PAIR, "skipped", f"the GPU is busy (utilization {utilization.compute:.0%})"
-            )
-        status = "agree" if gpm.sm_active <= IDLE_SM else "disagree"
-        return self._pair(ACTIVITY_PAIR, status, f"SM active {gpm.sm_active:.1%}, utilization 0 %")
+            return self.pair(ACTIVITY_PAIR, "skipped", gpm.why if gpm is not None else "GPM not measured")
+        if not gpm.utilization or None in gpm.utilization:
+            return self.pair(ACTIVITY_PAIR, "skipped", "utilization did not answer")
+        busiest = max(value or 0.0 for value in gpm.utilization)
+        if busiest > 0:
+            why = f"the GPU is busy (utilization {busiest:.0%} during the GPM pair)"
+            return self.pair(ACTIVITY_PAIR, "skipped", why)
+        if gpm.sm_active <= IDLE_SM:
+            return self.pair(ACTIVITY_PAIR, "agree", f"SM active {gpm.sm_active:.1%}, utilization 0 %")
+        return None
 
     # -- what has no series --------------------------------------------------------------------------------
     def absent(self, reads: Callable[..., bool]) -> tuple[Absent, ...]:
