@@ -127,7 +127,7 @@ class PowerIntegral:
     average) to a span.
     """
 
-    __slots__ = ("_history", "_last", "lag", "window")
+    __slots__ = ("_history", "_last", "lag", "tiled_from", "window")
 
     def __init__(self, window: float = AVERAGE_WINDOW_S) -> None:
         self.window = window
@@ -136,6 +136,9 @@ class PowerIntegral:
         self._history: deque[tuple[float, float, float, float | None]] = deque()
         #: The last reading: time, F, trapezoid, instant power, average power (None: unknown)
         self._last: tuple[float, float, float, float | None, float | None] | None = None
+        #: When F began to be tiled from the average (None: not yet since the start or a gap): what F
+        #: counts from then on owes nothing to the first window's trapezoid.
+        self.tiled_from: float | None = None
 
     def add(self, now: float, instant: float | None, average: float | None) -> float | None:
         """F at ``now`` given this reading's powers (W); None where neither is known (nothing added)."""
@@ -163,6 +166,8 @@ class PowerIntegral:
         elif back is None:  # the history does not reach a window back at this pace yet
             total += dt * (between or 0.0)
         else:
+            if self.tiled_from is None:
+                self.tiled_from = now
             tiled = back[0] + window * average
             # Read several times a window, each reading starts a chain of tiles of its own, whose
             # offsets (from where each began) are drawn toward the trapezoid's steps, so they fade.
@@ -218,7 +223,7 @@ class PowerIntegral:
     def restart(self) -> None:
         """Forget the history (a gap in readings): the next reading starts anew. The lag is kept."""
         self._history.clear()
-        self._last = None
+        self._last = self.tiled_from = None
 
 
 def _mean(a: float | None, b: float | None) -> float | None:
@@ -233,18 +238,24 @@ def _mean(a: float | None, b: float | None) -> float | None:
 DENSE_S = 0.25
 #: The most an average's lag may be taken to be (s): beyond, the fit is not of a lag.
 MAX_LAG_S = 0.3
+#: W² of power change the fit leans on toward no lag before it moves: one pair of readings alone
+#: (a step of 100 W) moves it halfway.
+LAG_PRIOR = 100.0**2
 #: How much of the fit each further reading leaves of the earlier ones.
 LAG_MEMORY = 0.99
 
 
 @dataclass(slots=True)
 class AverageLag:
-    """How late the driver's average is (s), learnt as a least-squares slope (older pairs fading by
-    :data:`LAG_MEMORY`, within ``[0, MAX_LAG_S]``; 0 until the power changed) from two kinds of pairs:
-    at each read of the counter, what it found beyond the average's tiles since its last read against
-    the instant power's change since (the tiles miss the last ``lag`` s and count the ``lag`` s before
-    the earlier read); and read densely, the instant power's trapezoid over the last window beyond its
-    tile against the instant power's change over the window.
+    """How late the driver's average is (s): a least-squares slope (within ``[0, MAX_LAG_S]``, leaning on
+    :data:`LAG_PRIOR` toward none, older pairs fading by :data:`LAG_MEMORY`) of what the tiles missed
+    against how much the instant power changed, from two kinds of pairs. At each read of the counter,
+    what it found since its last read beyond the tiles of that time, against the instant power's change
+    since (an average ``lag`` s late misses the last ``lag`` s before the later read and counts those
+    before the earlier one). Read densely (:data:`DENSE_S` apart at most), the instant power's
+    trapezoid over the last window beyond its tile, against the instant power's change over the window
+    (read once a second, a step between two readings could be anywhere between them: a load in step
+    with the sampler would look like a lag).
     """
 
     seconds: float = 0.0
@@ -255,8 +266,7 @@ class AverageLag:
         """The tiles missed ``missed`` J of what was drawn while the instant power changed ``change`` W."""
         self._moment = self._moment * LAG_MEMORY + missed * change
         self._spread = self._spread * LAG_MEMORY + change * change
-        if self._spread > 0:
-            self.seconds = min(MAX_LAG_S, max(0.0, self._moment / self._spread))
+        self.seconds = min(MAX_LAG_S, max(0.0, self._moment / (self._spread + LAG_PRIOR)))
 
 
 @dataclass(slots=True)
@@ -267,7 +277,7 @@ class _Anchor:
     at: float | None  #: monotonic time (None: the integral restarted, its next reading anchors)
     estimate: float = 0.0  #: the integral's F then
     power: float | None = None  #: the instant power then (W)
-    counted: bool = False  #: the total is the counter's own, read then
+    counted: bool = False  #: the total is the counter's own, read then (not a reset's, nor held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,20 +458,13 @@ class EnergyTracker:
                 self.counter.rebase(energy, self.integrated)
         first, resets = self.counter.previous is None, self.counter.resets
         delta = self.counter.update(energy, dt, ceiling)
+        if self.counter.resets != resets and self.anchor is not None:
+            self.anchor.counted = False  # a reset between: no measure of the tiles
         if power is None and not first and dt:
             power = delta / dt
         self.last_power, self.last_time, self.counter_read_at = power, now, now
         total = self.counter.total or 0.0
-        anchor = self.anchor
-        if (
-            anchor is not None
-            and anchor.counted
-            and estimate is not None
-            and self.counter.resets == resets
-            and power is not None
-            and anchor.power is not None
-        ):  # the counter's own measure of what the tiles missed since its last read
-            self.power.lag.learn((total - anchor.total) - (estimate - anchor.estimate), power - anchor.power)
+        self._learn_lag(total, estimate, power)
         at = now if estimate is not None else None  # without a power now, the next one anchors
         self.anchor = _Anchor(
             total, at, estimate or 0.0, power if estimate is not None else None, counted=True
@@ -469,6 +472,24 @@ class EnergyTracker:
         if self.resumed is not None:  # nothing the earlier run handed out goes back
             self.published.value, self.resumed = max(total, self.resumed.published or 0.0), None
         return power, self._kept(self.published.to(total))
+
+    def _learn_lag(self, total: float, estimate: float | None, power: float | None) -> None:
+        """What the counter found since its last read beyond the tiles (their energy since then, all of
+        it tiled: none from the first window's trapezoid, no reset between), against the instant power's
+        change since: the average's lag by the counter's own measure (:class:`AverageLag`)."""
+        anchor, tiled_from = self.anchor, self.power.tiled_from
+        if (
+            anchor is None
+            or anchor.at is None
+            or not anchor.counted
+            or tiled_from is None
+            or anchor.at < tiled_from
+            or estimate is None
+            or power is None
+            or anchor.power is None
+        ):
+            return
+        self.power.lag.learn((total - anchor.total) - (estimate - anchor.estimate), power - anchor.power)
 
     def _bridged(self, now: float, estimate: float | None) -> float:
         """The anchor's total plus the energy the power drew since; held where this reading has no
