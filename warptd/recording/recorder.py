@@ -425,10 +425,12 @@ class Recorder:
     def add_device(
         self, target: Target, sample: DeviceSample, at: float, attributed: float | None = None
     ) -> bool:
-        """Record one device sample; True when it was counted (its point may have been kept).
+        """Record one device sample, read at ``at`` (or when its backend says it read it: a read of
+        many devices takes a while); True when it was counted (its point may have been kept).
         ``attributed``: a workload's share of the device's energy so far, kept beside the readings."""
         if not sample.reading.up:
             return self._lost(target, at, attributed)
+        at = sample.reading.read_at or at
         seen = _digest(sample)
         with self._lock:
             state = self._states[(target.kind, target.backend, target.key)]
