@@ -9,8 +9,9 @@ other over the same GPUs: at 1 Hz and at 10 Hz, reading the counter every 10 s a
 (30 s); ``--old DIR`` adds another checkout's daemon at ``--energy-interval 10`` (``git archive aebfaa6
 | tar -x -C DIR``: the bridge of issue 32). Every daemon is scraped once a second; every span of 15 s
 and of 60 s between two scrapes is compared with the driver's counter at the times of the samples the
-scrapes read (``warptd_last_sample_timestamp_seconds`` less the sample's duration: when its field
-batch was read). Targets: 90 % of the 15 s spans within 2 %, every one within 5 %; every 60 s span
+scrapes read (each daemon has a double of its own, whose GPUs draw the same load: the last field
+batch it saw from its daemon before ``warptd_last_sample_timestamp_seconds`` is when the sample read
+the GPU). Targets: 90 % of the 15 s spans within 2 %, every one within 5 %; every 60 s span
 within 1 %.
 
 A window recorded at 10 Hz on a daemon of its own (the defaults) gives the per-second figure: each
@@ -40,44 +41,47 @@ LOW_MW, HIGH_MW = 100_000, 500_000
 
 
 class SquareWave:
-    """Every GPU alternating between 100 W and 500 W every ``turn`` s (each from its own phase), and
-    the driver's counter history: what it answered at any past time is known."""
+    """``gpus`` (of one double or several) alternating between 100 W and 500 W every ``turn`` s, every
+    other one from the other level, and each one's counter history: what its driver's counter
+    answered at any past time is known."""
 
-    def __init__(self, fake: FakeNvml, turn: float) -> None:
-        self.fake, self.turn = fake, turn
-        self.history: list[list[tuple[int, int, int, int]]] = [[] for _ in fake.gpus]
+    def __init__(self, gpus: list[FakeGpu], turn: float) -> None:
+        self.gpus, self.turn = gpus, turn
+        self.history: dict[int, list[tuple[int, int, int, int]]] = {id(gpu): [] for gpu in gpus}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> None:
-        for index, gpu in enumerate(self.fake.gpus):
-            gpu.power_mw = LOW_MW if index % 2 else HIGH_MW
-            self._note(index)
+        for gpu in self.gpus:
+            gpu.power_mw = LOW_MW if gpu.index % 2 else HIGH_MW
+            self._note(gpu)
         self._thread.start()
 
-    def _note(self, index: int) -> None:
-        gpu = self.fake.gpus[index]
+    def _note(self, gpu: FakeGpu) -> None:
         state = gpu.state
-        self.history[index].append((time.monotonic_ns(), state.energy_mj, state.live_since_ns, gpu.power_mw))
+        self.history[id(gpu)].append(
+            (time.monotonic_ns(), state.energy_mj, state.live_since_ns, gpu.power_mw)
+        )
 
     def _run(self) -> None:
         turns, start = 0, time.monotonic()
         while not self._stop.is_set():
             turns += 1
             time.sleep(max(0.0, start + turns * self.turn - time.monotonic()))
-            for index, gpu in enumerate(self.fake.gpus):
+            for gpu in self.gpus:
                 gpu.power_mw = HIGH_MW if gpu.power_mw == LOW_MW else LOW_MW
-                self._note(index)
+                self._note(gpu)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
-    def counter_j(self, gpu: int, monotonic_s: float) -> float:
-        """What the driver's energy counter answered at ``monotonic_s`` (refreshed every 100 ms)."""
+    def counter_j(self, gpu: FakeGpu, monotonic_s: float) -> float:
+        """What ``gpu``'s energy counter answered at ``monotonic_s`` (refreshed every 100 ms)."""
         at = int(monotonic_s * 1e9)
         at -= at % REFRESH_NS
-        _, banked, since, milliwatts = max((h for h in self.history[gpu] if h[0] <= at), default=(0,) * 4)
+        history = self.history[id(gpu)]
+        _, banked, since, milliwatts = max((h for h in history if h[0] <= at), default=(0,) * 4)
         return (banked + max(0, at - since) / 1e9 * milliwatts) / 1000
 
 
@@ -86,33 +90,38 @@ def daemon(port: int, *flags: str) -> list[str]:
             "--log-level", "warning", "--no-xid-events", *flags]  # fmt: skip
 
 
-def scrape(port: int) -> tuple[float, dict[int, float]]:
-    """When the daemon's last sample read its GPUs (monotonic) and each GPU's energy total then."""
+def scrape(port: int, fake: FakeNvml) -> dict[int, tuple[float, float]]:
+    """Each GPU's energy total and when the sample it is from read the GPU (monotonic): the last field
+    batch the double saw from this daemon before it published the sample."""
     body = get(port)[1].decode()
-    totals, sampled, duration = {}, None, 0.0
+    totals, published = {}, None
     for line in body.splitlines():
         if line.startswith("warptd_device_energy_joules_total{"):
             device = line.split('device="', 1)[1].split('"', 1)[0]
             totals[int(device)] = float(line.rsplit(" ", 1)[1])
         elif line.startswith('warptd_last_sample_timestamp_seconds{backend="nvidia"}'):
-            sampled = float(line.rsplit(" ", 1)[1])
-        elif line.startswith('warptd_sample_duration_seconds{backend="nvidia"}'):
-            duration = float(line.rsplit(" ", 1)[1])
-    assert sampled is not None
-    return sampled - duration - (time.time() - time.monotonic()), totals
+            published = float(line.rsplit(" ", 1)[1]) - (time.time() - time.monotonic())
+    assert published is not None
+    read = {gpu: max(t for t in fake.gpus[gpu].batch_times() if t <= published) for gpu in totals}
+    return {gpu: (read[gpu], total) for gpu, total in totals.items()}
 
 
-def span_errors(load: SquareWave, scrapes: list[tuple[float, dict[int, float]]], span: int) -> list[float]:
+def span_errors(
+    load: SquareWave, fake: FakeNvml, scrapes: list[dict[int, tuple[float, float]]], span: int
+) -> list[float]:
     """Percent off the counter of every ``span``-scrape increase of every GPU."""
     errors = []
-    for (t0, first), (t1, last) in zip(scrapes, scrapes[span:], strict=False):
-        for gpu, total in last.items():
-            truth = load.counter_j(gpu, t1) - load.counter_j(gpu, t0)
-            errors.append(100 * ((total - first[gpu]) - truth) / truth)
+    for first, last in zip(scrapes, scrapes[span:], strict=False):
+        for gpu, (t1, total) in last.items():
+            t0, before = first[gpu]
+            truth = load.counter_j(fake.gpus[gpu], t1) - load.counter_j(fake.gpus[gpu], t0)
+            errors.append(100 * ((total - before) - truth) / truth)
     return errors
 
 
-def window_errors(load: SquareWave, port: int, seconds: float) -> tuple[list[float], list[float]]:
+def window_errors(
+    load: SquareWave, fake: FakeNvml, port: int, seconds: float
+) -> tuple[list[float], list[float]]:
     """Record a window of ``seconds`` at 10 Hz: percent off the counter of each of its seconds from
     its edge (the samples that read the counter: the first a second or more on, less half a sample),
     and of every pair of its points about one second apart."""
@@ -126,7 +135,8 @@ def window_errors(load: SquareWave, port: int, seconds: float) -> tuple[list[flo
         points = [(p["t"], p["energy_joules"]) for p in target["points"] if p["energy_joules"] is not None]
 
         def error(a: tuple[float, float], b: tuple[float, float], gpu: int = gpu) -> float:
-            truth = load.counter_j(gpu, started + b[0]) - load.counter_j(gpu, started + a[0])
+            device = fake.gpus[gpu]
+            truth = load.counter_j(device, started + b[0]) - load.counter_j(device, started + a[0])
             return 100 * ((b[1] - a[1]) - truth) / truth
 
         edges = [points[0]]
@@ -146,12 +156,6 @@ def within(errors: list[float], limit: float) -> float:
 
 
 def run(args: argparse.Namespace, turn: float, lag_ms: int) -> tuple[list[dict], list[dict]]:
-    fake = FakeNvml([FakeGpu.h200(i, live=True) for i in range(args.gpus)], driver_version="580.159.04")
-    for gpu in fake.gpus:
-        gpu.average_lag_ms = lag_ms
-    load = SquareWave(fake, turn)
-    load.start()
-    env = {**os.environ, **fake.environment(), "PYTHONPATH": str(ROOT)}
     flags = {
         "1 Hz, counter every 10 s": ("--energy-interval", "10"),
         "1 Hz, default (30 s)": (),
@@ -166,45 +170,58 @@ def run(args: argparse.Namespace, turn: float, lag_ms: int) -> tuple[list[dict],
         ):
             flags[name] = (*extra, "--energy-interval", "10")
             roots[name] = args.old
-    ports = {name: free_port() for name in flags}
-    window_port = free_port()
-    procs = {
-        name: subprocess.Popen(
-            daemon(ports[name], *flags[name]),
-            cwd=roots[name],
-            env={**env, "PYTHONPATH": str(roots[name])},
+    # One double each (their GPUs drawing the same load): each knows when its daemon read it.
+    fakes = {
+        name: FakeNvml([FakeGpu.h200(i, live=True) for i in range(args.gpus)], driver_version="580.159.04")
+        for name in (*flags, "window")
+    }
+    for fake in fakes.values():
+        for gpu in fake.gpus:
+            gpu.average_lag_ms = lag_ms
+    load = SquareWave([gpu for fake in fakes.values() for gpu in fake.gpus], turn)
+    load.start()
+    ports = {name: free_port() for name in (*flags, "window")}
+
+    def start(name: str, root: Path, *extra: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **fakes[name].environment(), "PYTHONPATH": str(root)}
+        return subprocess.Popen(
+            daemon(ports[name], *extra),
+            cwd=root,
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for name in flags
-    }
-    procs["window"] = subprocess.Popen(
-        daemon(window_port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+
+    procs = {name: start(name, roots[name], *flags[name]) for name in flags}
     try:
-        for port in (*ports.values(), window_port):
-            wait_http(port, "/readyz")
+        for name in flags:
+            wait_http(ports[name], "/readyz")
         time.sleep(3)  # past start-up
-        scrapes: dict[str, list[tuple[float, dict[int, float]]]] = {name: [] for name in ports}
-        window: list[tuple[list[float], list[float]]] = []
-        recorder = threading.Thread(target=lambda: window.append(window_errors(load, window_port, 20.0)))
-        recorder.start()
+        scrapes: dict[str, list[dict[int, tuple[float, float]]]] = {name: [] for name in flags}
         deadline = time.monotonic() + args.seconds
         while time.monotonic() < deadline:
             tick = time.monotonic()
-            for name, port in ports.items():
-                scrapes[name].append(scrape(port))
+            for name in flags:
+                scrapes[name].append(scrape(ports[name], fakes[name]))
             time.sleep(max(0.0, tick + 1.0 - time.monotonic()))
-        recorder.join()
     finally:
         for proc in procs.values():
             stop(proc)
+    # The window on a daemon of its own, alone: the span daemons are gone.
+    window_proc = start("window", ROOT)
+    try:
+        wait_http(ports["window"], "/readyz")
+        time.sleep(3)
+        window = [window_errors(load, fakes["window"], ports["window"], 20.0)]
+    finally:
+        stop(window_proc)
         load.stop()
-        fake.close()
+        for fake in fakes.values():
+            fake.close()
     load_name = f"{turn:g} s turns, average {lag_ms} ms late"
     rows = []
     for name, taken in scrapes.items():
-        fifteen, sixty = span_errors(load, taken, 15), span_errors(load, taken, 60)
+        fifteen, sixty = span_errors(load, fakes[name], taken, 15), span_errors(load, fakes[name], taken, 60)
         rows.append(
             {
                 "load": load_name,

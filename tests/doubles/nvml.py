@@ -63,6 +63,8 @@ _UNKNOWN_MEMORY = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 #: The clock-event reason durations the driver keeps, by the state array position they live at: fields
 #: 251-253 on an R575/R580 driver, 269-271 from R590, none before (75 aliases the SW thermal one).
 CLOCK_EVENT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+#: The times of the last field batches the double keeps (BATCH_TIMES).
+BATCH_TIMES = 64
 #: STATE_VERSION of nvml_double.c: the library refuses a state file of another layout.
 STATE_VERSION = 6
 # The array sizes of nvml_double.c.
@@ -263,6 +265,9 @@ class GpuState(ctypes.Structure):
         ("driver_loaded_ns", _U64),  # CLOCK_BOOTTIME of the driver's last initialisation of the GPU
         ("jpeg_util", _U32),  # nvmlDeviceGetJpgUtilization: percent, every NVJPG averaged
         ("ofa_util", _U32),  # nvmlDeviceGetOfaUtilization: percent, every OFA averaged
+        ("batch_head", _U32),  # the times of the last field batches, newest at head - 1
+        ("pad_batches", _U32),
+        ("batch_ns", _U64 * BATCH_TIMES),
     ]
 
 
@@ -578,6 +583,13 @@ class FakeGpu:
             state.energy_answers[slot % ENERGY_ANSWERS] for slot in range(max(0, head - ENERGY_ANSWERS), head)
         ]
         return [(answer.t_ns / 1e9, answer.mj / 1000) for answer in kept]
+
+    def batch_times(self) -> list[float]:
+        """When the last field batches were read (monotonic seconds), oldest first: what a reader's
+        published values were as of."""
+        state = self.state
+        head = state.batch_head
+        return [state.batch_ns[slot % BATCH_TIMES] / 1e9 for slot in range(max(0, head - BATCH_TIMES), head)]
 
     def counter_answers(self, since: float, until: float) -> set[float]:
         """What the energy counter answered reads made between two monotonic times (J); with the last

@@ -61,6 +61,7 @@
 #define MAX_FANS 4
 /* --- end nv-health --- */
 #define ENERGY_ANSWERS 32 /* the energy counter's answers kept for tests */
+#define BATCH_TIMES 64    /* the times of the last field batches kept for benchmarks */
 #define STATE_MAGIC 0x4e564d4cu /* "NVML" */
 #define STATE_VERSION 6u
 
@@ -247,6 +248,10 @@ struct gpu {
     /* nvmlDeviceGetJpgUtilization, nvmlDeviceGetOfaUtilization: percent, each kind's engines averaged
      * (as encoder_util and decoder_util); FakeGpu.busy_engines sets the four as the driver counts them */
     uint32_t jpeg_util, ofa_util;
+    /* When the last field batches were read (CLOCK_MONOTONIC ns), newest at batch_head - 1: what the
+     * values a reader published were as of, for benchmarks comparing them with the load. */
+    uint32_t batch_head, pad_batches;
+    uint64_t batch_ns[BATCH_TIMES];
 };
 
 struct state {
@@ -907,6 +912,7 @@ int nvmlDeviceGetFieldValues(void *h, int n, struct field_value *values) {
     const struct numbering *numbered = numbering();
     int64_t now_us = (int64_t)(now_ns(CLOCK_REALTIME) / 1000), latency_us = 0;
     uint64_t price_us = 0;
+    g->batch_ns[__atomic_fetch_add(&g->batch_head, 1, __ATOMIC_RELAXED) % BATCH_TIMES] = now_ns(CLOCK_MONOTONIC);
     unsigned queried = 0; /* the firmware queries this batch made, each charged once */
     for (int i = 0; i < n; i++) { /* the call succeeds; each value carries its own return code */
         values[i].value = 0;
