@@ -190,8 +190,9 @@ class PowerIntegral:
 
     def _at(self, t: float, within: float) -> tuple[float, float, float | None] | None:
         """F, the trapezoid and the instant power at time ``t`` between two readings of the history, one
-        of them at most ``within`` s from it; None where it does not reach back, or only across a wider
-        gap (read sparsely then: what fell between is not known at this reading's pace)."""
+        of them at most ``within`` s from it (or the oldest reading, that close after it: a read a
+        little early); None where it does not reach back, or only across a wider gap (read sparsely
+        then: what fell between is not known at this reading's pace)."""
         later = None
         for at, total, trapezoid, power in reversed(self._history):
             if at <= t:
@@ -203,6 +204,8 @@ class PowerIntegral:
                 between = power if power is None or later[3] is None else power + (later[3] - power) * share
                 return total + (later[1] - total) * share, trapezoid + (later[2] - trapezoid) * share, between
             later = (at, total, trapezoid, power)
+        if later is not None and later[0] - t <= within:
+            return later[1], later[2], later[3]
         return None
 
     def _record(
