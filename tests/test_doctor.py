@@ -132,20 +132,20 @@ def test_each_read_costs_what_the_driver_charged_and_the_plan_makes_it_as_often_
     assert _price(device, "fields power:").cpu_seconds < 0.3e-3  # 7 µs of power fields
     assert _price(device, "nvmlDeviceGetMemoryInfo_v2").cpu_seconds < 0.3e-3
     assert _price(device, "GPM").charged_as == "gpm"
-    # how often the plan makes each read, by --interval (energy every second, health every ten)
+    # how often the plan makes each read, by --interval (the energy counter and health every 30 s, together)
     rates = {
         read: _price(device, read).per_second
         for read in ("fields power:", "fields energy", "fields full", "nvmlDeviceGetUtilizationRates", "GPM")
     }
-    assert rates["fields power:"] == pytest.approx({"1": 0.0, "0.1": 9.0})
-    assert rates["fields energy"] == pytest.approx({"1": 0.9, "0.1": 0.9})
-    assert rates["fields full"] == pytest.approx({"1": 0.1, "0.1": 0.1})
+    assert rates["fields power:"] == pytest.approx({"1": 1 - 1 / 30, "0.1": 10 - 1 / 30})
+    assert rates["fields energy"] == pytest.approx({"1": 0.0, "0.1": 0.0})  # the health batch reads it
+    assert rates["fields full"] == pytest.approx({"1": 1 / 30, "0.1": 1 / 30})
     assert rates["nvmlDeviceGetUtilizationRates"] == pytest.approx({"1": 1.0, "0.1": 10.0})
     assert rates["GPM"] == pytest.approx({"1": 1.0, "0.1": 1.0})
     assert energy_call.per_second == {"1": 0.0, "0.1": 0.0}  # field 83 reads the counter
     expected = sum(p.cpu_seconds * p.per_second["1"] for p in device.prices)
     assert report.cpu_per_second["1"] == pytest.approx(expected, rel=0.05)  # the CPU backend: ~0
-    assert 0.9 * 2.9e-3 < expected < 0.02
+    assert 2.9e-3 / 30 < expected < 0.005
     # the energy counter changes every 100 ms, as the H200's
     energy = next(r for r in _nvidia(report).refresh if r.value.startswith("energy counter"))
     assert energy.median_seconds == pytest.approx(0.1, abs=0.03)
