@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime, timedelta
@@ -43,7 +43,7 @@ from warptd.sampling.reads import Raw, Reader
 from warptd.sampling.snapshot import BackendState, Snapshot
 from warptd.sampling.state import CounterState
 from warptd.sampling.watches import Watches
-from warptd.sampling.workers import HandOffExecutor, Worker
+from warptd.sampling.workers import HandedRead, HandOffExecutor, Worker
 
 if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
@@ -222,18 +222,16 @@ class Sampler:
             wanted = sorted(indices if indices is not None else self.watches.devices(name))
             if not wanted:
                 return True
-        started = time.monotonic()
-        future = self._workers[name].submit(lambda: self._reader.read(name, wanted, edge=edge))
-        self._fast_inflight[name] = future
+        read = self._read_on_worker(name, lambda: self._reader.read(name, wanted, edge=edge), full=False)
+        self._fast_inflight[name] = read.future
         try:
-            raw = future.result(timeout=self.settings.sample_timeout)
+            read.wait(self.settings.sample_timeout)
         except FutureTimeout:
             log.debug("fast_sample_timeout", backend=name)
             return False
         except Exception as exc:
             log.error("fast_sample_failed", backend=name, error=repr(exc))
             return False
-        self.publisher.publish(name, raw, started, full=False)
         return True
 
     def read_edges(self, devices: Iterable[tuple[str, int]], power: Iterable[str] = ()) -> None:
@@ -343,19 +341,34 @@ class Sampler:
         if previous is not None and not previous.done():
             self._fail(name, ErrorKind.HUNG, "hung")
             return
-        started = time.monotonic()
-        future = self._workers[name].submit(lambda: self._reader.read(name, edge=edge))
-        self._inflight[name] = future
+        read = self._read_on_worker(name, lambda: self._reader.read(name, edge=edge), full=True)
+        self._inflight[name] = read.future
         try:
-            raw = future.result(timeout=self.settings.sample_timeout)
+            read.wait(self.settings.sample_timeout)
         except FutureTimeout:
             self._timed_out(name)
-            return
         except Exception as exc:  # a backend bug outside its guarded SDK calls
             log.error("sample_failed", backend=name, error=repr(exc))
             self._fail(name, ErrorKind.UNEXPECTED, "error")
-            return
-        self.publisher.publish(name, raw, started, full=True)
+
+    def _read_on_worker(self, name: str, read: Callable[[], Raw], *, full: bool) -> HandedRead:
+        """Hand ``read`` to backend ``name``'s worker, which publishes it there, in the order the
+        worker reads: an edge read is never published after a read queued behind it (which would drop
+        it as older). A read its caller gave up waiting for is not published."""
+        started = time.monotonic()
+        handed = HandedRead()
+
+        def job() -> None:
+            raw = read()
+            if not handed.publishing():
+                return  # given up on
+            try:
+                self.publisher.publish(name, raw, started, full=full)
+            except Exception as exc:  # a listener's bug: the worker goes on
+                log.error("publish_failed", backend=name, error=repr(exc))
+
+        handed.future = self._workers[name].submit(job)
+        return handed
 
     def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
         self.publisher.fail(name, kind, reason)

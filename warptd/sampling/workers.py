@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,38 @@ class Worker:
 
     def close(self) -> None:
         self._queue.put(None)
+
+
+class HandedRead:
+    """A read handed to a worker that publishes it there, and its caller, who waits for it at most a
+    timeout: whichever of the two comes first decides whether it is published."""
+
+    __slots__ = ("_decided", "_lock", "future")
+
+    def __init__(self) -> None:
+        self.future: Future[None] = Future()
+        self._lock = threading.Lock()
+        self._decided: bool | None = None  # True: published; False: given up on
+
+    def publishing(self) -> bool:
+        """On the worker, once read: True when it is to be published (its caller still waits)."""
+        with self._lock:
+            if self._decided is None:
+                self._decided = True
+            return self._decided
+
+    def wait(self, timeout: float) -> None:
+        """Wait for the read and its publication; raises ``TimeoutError`` when it was given up on
+        (then it is not published), or the read's own error."""
+        try:
+            self.future.result(timeout=timeout)
+        except FutureTimeout:
+            with self._lock:
+                if self._decided is None:
+                    self._decided = False
+            if not self._decided:
+                raise
+            self.future.result()  # being published now: a listener's work, not an SDK call
 
 
 class HandOffExecutor(BaseExecutor):  # type: ignore[misc]
