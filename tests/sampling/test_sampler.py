@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import ClassVar
 
-from tests.helpers import Rig, wait_until
+import pytest
+
+from tests.helpers import Rig, parse, select, value, wait_until
+from warptd.backends.base import AcceleratorBackend
+from warptd.exporter.exposition import Exposition
+from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
+from warptd.sampling.sampler import Sampler
+from warptd.sampling.snapshot import Snapshot
 
 
 def test_an_edge_read_is_published_before_the_read_queued_behind_it(settings, fake_nvml):
@@ -30,7 +38,7 @@ def test_an_edge_read_is_published_before_the_read_queued_behind_it(settings, fa
     sampler.tick("nvidia")
     published.clear()
     gate = threading.Event()
-    worker.submit(gate.wait)  # the worker is busy: the edge read and the scheduled one queue up
+    worker.submit(lambda lane: gate.wait())  # busy: the edge read and the scheduled one queue up
     edge = threading.Thread(target=sampler.sample_watched, args=("nvidia", {0, 1}), kwargs={"edge": True})
     edge.start()
     assert wait_until(lambda: worker._queue.qsize() == 1, timeout=5)
@@ -42,3 +50,115 @@ def test_an_edge_read_is_published_before_the_read_queued_behind_it(settings, fa
     assert edge_at < tick_at  # published in the order read
     assert edge_devices == 2 and tick_devices == 2  # neither dropped as older
     rig.close()
+
+
+class GatedBackend(AcceleratorBackend):
+    """Three devices whose reads block while their gate is shut, and a set-up that may block too:
+    any backend, not NVIDIA's, since holding a hung device apart is the sampler's."""
+
+    name: ClassVar[str] = "gated"
+    source: ClassVar[str] = "test"
+
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.gates = {i: threading.Event() for i in range(3)}
+        self.setup = threading.Event()
+        for gate in (*self.gates.values(), self.setup):
+            gate.set()
+        self.power = 100.0
+
+    def begin_sample(self) -> None:
+        self.setup.wait(30)
+
+    def read_device(self, index: int) -> DeviceReading:
+        self.gates[index].wait(30)
+        return DeviceReading(index=index, power_watts=self.power + index)
+
+    def is_available(self) -> bool:
+        return True
+
+    def get_device_count(self) -> int:
+        return 3
+
+    def list_devices(self) -> list[GPUInfo]:
+        return [GPUInfo(index=i, model="Gated", uuid=f"G-{i}") for i in range(3)]
+
+    def get_driver_version(self) -> str | None:
+        return None
+
+    def get_pytorch_device_string(self, device_id: int) -> str:
+        return "cpu"
+
+    def get_memory_usage(self, index: int) -> MemoryUsage | None:
+        return None
+
+    def get_utilization(self, index: int) -> Utilization | None:
+        return None
+
+    def get_temperatures(self, index: int) -> dict[str, float]:
+        return {}
+
+    def get_power_usage(self, index: int) -> float | None:
+        return None
+
+
+def _power(samples, device: str) -> list[float]:
+    return [s.value for s in select(samples, "warptd_device_power_watts", backend="gated", device=device)]
+
+
+@pytest.fixture
+def gated(settings):
+    settings.interval, settings.sample_timeout = 0.05, 0.3
+    backend = GatedBackend(settings)
+    snapshot = Snapshot(stale_after=settings.stale_after)
+    sampler = Sampler(settings, snapshot, [backend], [])
+    exposition = Exposition(snapshot)
+    yield backend, sampler, lambda: parse(exposition.render(None, None)[0].decode())
+    for gate in (*backend.gates.values(), backend.setup):
+        gate.set()
+    sampler.stop()
+
+
+def test_a_device_whose_read_hangs_is_held_apart_and_the_others_stay_current(gated):
+    """Issue 39 #3, in the sampling layer: a device's read that blocks is cut at --sample-timeout;
+    the device reads down (counted under its index) while the backend's other devices are read every
+    sample, and it is read again once its call returns."""
+    backend, sampler, scrape = gated
+    sampler.start()
+    assert wait_until(lambda: (sampler.snapshot.get("gated").samples or 0) >= 2, timeout=5)
+    backend.gates[1].clear()
+    assert wait_until(lambda: sampler._workers["gated"].held() == {1}, timeout=5)
+    backend.power = 200.0  # read every sample: the others follow it
+    assert wait_until(lambda: _power(scrape(), "2") == [202], timeout=5)
+    samples = scrape()
+    assert value(samples, "warptd_backend_up", backend="gated") == 1
+    assert value(samples, "warptd_device_power_watts", backend="gated", device="0") == 200
+    assert value(samples, "warptd_device_up", backend="gated", device="1") == 0
+    assert not select(samples, "warptd_device_power_watts", backend="gated", device="1")
+    hung = {"backend": "gated", "device": "1"}
+    assert value(samples, "warptd_sample_errors_total", kind="timeout", **hung) == 1
+    assert value(samples, "warptd_sample_errors_total", kind="hung", **hung) >= 1
+    assert value(samples, "warptd_sample_errors_total", backend="gated", kind="timeout", device="") == 0
+    backend.gates[1].set()
+    assert wait_until(lambda: _power(scrape(), "1") == [201], timeout=5)
+    assert value(scrape(), "warptd_sample_errors_total", kind="timeout", **hung) == 1
+
+
+def test_a_backend_hung_outside_its_devices_reads_is_stale_as_a_whole(gated):
+    """Where the read blocks outside any one device's read (its set-up), nothing is held apart: the
+    backend is stale, its series dropped, and counted timeout, then hung per skipped sample."""
+    backend, sampler, scrape = gated
+    sampler.start()
+    assert wait_until(lambda: (sampler.snapshot.get("gated").samples or 0) >= 2, timeout=5)
+    backend.setup.clear()
+    assert wait_until(lambda: value(scrape(), "warptd_backend_up", backend="gated") == 0, timeout=5)
+    assert wait_until(
+        lambda: value(scrape(), "warptd_sample_errors_total", backend="gated", kind="hung", device="") >= 1,
+        timeout=5,
+    )
+    samples = scrape()
+    assert not select(samples, "warptd_device_up", backend="gated")
+    assert value(samples, "warptd_sample_errors_total", backend="gated", kind="timeout", device="") == 1
+    assert sampler._workers["gated"].held() == frozenset()
+    backend.setup.set()
+    assert wait_until(lambda: value(scrape(), "warptd_backend_up", backend="gated") == 1, timeout=5)

@@ -75,6 +75,7 @@ class Publisher:
         tracks = self.tracks[name]
         with self._locks[name]:
             self.snapshot.count_errors(name, raw.errors)
+            self.snapshot.count_device_errors(name, raw.device_errors)
             state = self.snapshot.get(name)
             new_devices: list[DeviceSample] | None = None
             new_domains: list[DomainPower] | None = None
@@ -113,6 +114,10 @@ class Publisher:
         self.snapshot.update(name, healthy=False, stale_reason=reason, last_attempt_done=time.time())
         for power in self.derived.get(name, ()):  # its read was this one
             self.fail(power.name, kind, reason)
+
+    def count_device_errors(self, name: str, errors: Counter[tuple[int, ErrorKind]]) -> None:
+        """Errors of backend ``name``'s devices (by index) found outside a read (a read cut as hung)."""
+        self.snapshot.count_device_errors(name, errors)
 
     def save(self, force: bool = False) -> None:
         """Save every energy total when a save is due (``force``: now)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -43,7 +44,7 @@ from warptd.sampling.reads import Raw, Reader
 from warptd.sampling.snapshot import BackendState, Snapshot
 from warptd.sampling.state import CounterState
 from warptd.sampling.watches import Watches
-from warptd.sampling.workers import HandedRead, HandOffExecutor, Worker
+from warptd.sampling.workers import HandedRead, HandOffExecutor, Lane, Worker
 
 if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
@@ -222,17 +223,19 @@ class Sampler:
             wanted = sorted(indices if indices is not None else self.watches.devices(name))
             if not wanted:
                 return True
-        read = self._read_on_worker(name, lambda: self._reader.read(name, wanted, edge=edge), full=False)
+        read = self._read_on_worker(
+            name, lambda lane: self._reader.read(name, wanted, edge=edge, lane=lane), full=False
+        )
         self._fast_inflight[name] = read.future
         try:
-            read.wait(self.settings.sample_timeout)
+            return read.wait(self.settings.sample_timeout)
         except FutureTimeout:
             log.debug("fast_sample_timeout", backend=name)
+            self._cut(name, read.future)  # hung inside one device: read the others without it
             return False
         except Exception as exc:
             log.error("fast_sample_failed", backend=name, error=repr(exc))
             return False
-        return True
 
     def read_edges(self, devices: Iterable[tuple[str, int]], power: Iterable[str] = ()) -> None:
         """Read these devices ((backend, index)) and power backends now, every counter exactly: a
@@ -284,14 +287,8 @@ class Sampler:
         self._deadlines.stop()
         self.publisher.save(force=True)
         for name, worker in self._workers.items():
-            worker.close()
-            backend = self.backends[name]
-            pending = [self._inflight.get(name), self._fast_inflight.get(name)]
-            inflight = next((f for f in pending if f is not None and not f.done()), None)
-            if inflight is None:
-                backend.shutdown()
-            else:  # runs now if the read is done, else on the worker thread when it returns
-                inflight.add_done_callback(lambda _, backend=backend: backend.shutdown())
+            # at once where no read runs, else on the worker thread when the last (a hung one) returns
+            worker.close(then=self.backends[name].shutdown)
 
     def sample_all(self, *, edge: bool = False) -> None:
         """Sample every backend once, now, on the calling thread's schedule (for ``warptd sample``);
@@ -312,18 +309,22 @@ class Sampler:
             return
         started = time.monotonic()
         self._deadlines.arm(name, started)
-        self._inflight[name] = self._workers[name].submit(lambda: self._read_and_publish(name, started))
+        self._inflight[name] = self._workers[name].submit(
+            lambda lane: self._read_and_publish(name, started, lane)
+        )
 
-    def _read_and_publish(self, name: str, started: float) -> None:
-        """A scheduled tick's work, on the backend's worker; a read given up on is not published."""
+    def _read_and_publish(self, name: str, started: float, lane: Lane) -> None:
+        """A scheduled tick's work, on the backend's worker; a read given up on, or cut inside a hung
+        device (the worker went on without it), is not published."""
         try:
-            raw = self._reader.read(name)
+            raw = self._reader.read(name, lane=lane)
         except Exception as exc:  # a backend bug outside its guarded SDK calls
-            if not self._deadlines.finish(name):
+            if not lane.cut and not self._deadlines.finish(name):
                 log.error("sample_failed", backend=name, error=repr(exc))
                 self._fail(name, ErrorKind.UNEXPECTED, "error")
             return
-        if self._deadlines.finish(name):
+        # Cut only inside a device's read, so a read that returned whole (not None) was not cut.
+        if raw is None or self._deadlines.finish(name):
             return
         try:
             self.publisher.publish(name, raw, started, full=True)
@@ -331,8 +332,43 @@ class Sampler:
             log.error("publish_failed", backend=name, error=repr(exc))
 
     def _timed_out(self, name: str) -> None:
+        """Backend ``name``'s read is past its deadline: where it hangs inside one device's read, that
+        device is held apart; elsewhere the backend is stale."""
+        if self._cut(name):
+            return
         log.warning("sample_timeout", backend=name, timeout_s=self.settings.sample_timeout)
         self._fail(name, ErrorKind.TIMEOUT, "timeout")
+
+    def _cut(self, name: str, job: Future[bool] | None = None) -> bool:
+        """Where backend ``name``'s worker hangs inside one device's read (``job``'s, where given),
+        hold that device apart (it reads as down until its call returns; counted ``timeout`` once, then
+        ``hung`` per sample, both labelled with the device) and let a fresh thread read the others.
+        False where it hangs elsewhere (the backend itself: listing, set-up)."""
+        with self._deadlines.lock:  # one cut at a time, never between a deadline's check and its report
+            cut = self._workers[name].cut(job)
+            if cut is None:
+                return False
+            device, running = cut
+            again = self._inflight.get(name) is running and self.scheduler.running
+            for inflight in (self._inflight, self._fast_inflight):
+                if inflight.get(name) is running:
+                    del inflight[name]  # left to the hung call: its result is not published
+            scheduled = self._inflight.get(name)
+            # a scheduled read queued behind the hung one starts now, on the fresh thread
+            self._deadlines.resume(
+                name, time.monotonic() if scheduled is not None and not scheduled.done() else None
+            )
+            if again:  # the scheduled read was the one cut: the others are read now, not a tick later
+                self._hand_off(name)
+        log.warning(
+            "device_read_hung",
+            backend=name,
+            device=device,
+            timeout_s=self.settings.sample_timeout,
+            reason="a call of this device has not returned: read as down, the others go on",
+        )
+        self.publisher.count_device_errors(name, Counter({(device, ErrorKind.TIMEOUT): 1}))
+        return True
 
     def tick(self, name: str, *, edge: bool = False) -> None:
         """Read backend ``name`` once, within the timeout, and publish the result (``edge``: with every
@@ -341,7 +377,9 @@ class Sampler:
         if previous is not None and not previous.done():
             self._fail(name, ErrorKind.HUNG, "hung")
             return
-        read = self._read_on_worker(name, lambda: self._reader.read(name, edge=edge), full=True)
+        read = self._read_on_worker(
+            name, lambda lane: self._reader.read(name, edge=edge, lane=lane), full=True
+        )
         self._inflight[name] = read.future
         try:
             read.wait(self.settings.sample_timeout)
@@ -351,21 +389,23 @@ class Sampler:
             log.error("sample_failed", backend=name, error=repr(exc))
             self._fail(name, ErrorKind.UNEXPECTED, "error")
 
-    def _read_on_worker(self, name: str, read: Callable[[], Raw], *, full: bool) -> HandedRead:
+    def _read_on_worker(self, name: str, read: Callable[[Lane], Raw | None], *, full: bool) -> HandedRead:
         """Hand ``read`` to backend ``name``'s worker, which publishes it there, in the order the
         worker reads: an edge read is never published after a read queued behind it (which would drop
-        it as older). A read its caller gave up waiting for is not published."""
+        it as older). A read its caller gave up waiting for, or cut inside a hung device, is not
+        published; the handed read's result says whether it was."""
         started = time.monotonic()
         handed = HandedRead()
 
-        def job() -> None:
-            raw = read()
-            if not handed.publishing():
-                return  # given up on
+        def job(lane: Lane) -> bool:
+            raw = read(lane)
+            if raw is None or not handed.publishing():
+                return False  # cut, or given up on
             try:
                 self.publisher.publish(name, raw, started, full=full)
             except Exception as exc:  # a listener's bug: the worker goes on
                 log.error("publish_failed", backend=name, error=repr(exc))
+            return True
 
         handed.future = self._workers[name].submit(job)
         return handed

@@ -15,6 +15,7 @@ includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where 
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,6 +113,8 @@ class Gpu:
     def __init__(self, index: int, handle: Any, context: GpuContext, before: Gpu | None = None) -> None:
         api = context.api
         self.index, self.handle, self._context, self._api = index, handle, context, api
+        #: Held by whoever reads the GPU (the device object keeps one read's state at a time).
+        self.lock = threading.Lock()
         self.guard = guard = DeviceGuard(index, context.report)
         self.batch = FieldBatch(
             api, guard, handle, context.field_set, before.batch.totals if before else None
