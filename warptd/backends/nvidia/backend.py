@@ -72,9 +72,12 @@ class NvidiaBackend(NvmlBackend):
         again for the handles NVML refused, without disturbing the GPUs that answer. True when the
         devices should be listed again (MIG on: their MIG UUIDs are re-read then)."""
         if self._suspect:
+            gone = len(self._session.gone)
             # the GPM samples are freed while the NVML that made them is still up, once no read is on
             back = self._session.reopen(before=self._close_gpus)
-            self._suspect = not back or bool(self._session.gone)
+            # suspect while NVML is not back or loses GPUs still; a GPU gone for good is not looked
+            # for by reopening every time (it reads down under its index)
+            self._suspect = not back or len(self._session.gone) > gone
             self._sync_generation()
             return back
         recovered = None in self._handles and self._session.retry_refused()
