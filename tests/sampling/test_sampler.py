@@ -10,9 +10,9 @@ from typing import ClassVar
 import pytest
 
 from tests.helpers import Rig, parse, select, value, wait_until
-from warptd.backends.base import AcceleratorBackend
+from tests.test_device_metrics import ScriptedBackend
 from warptd.exporter.exposition import Exposition
-from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization
+from warptd.models import DeviceReading, GPUInfo
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 
@@ -52,12 +52,11 @@ def test_an_edge_read_is_published_before_the_read_queued_behind_it(settings, fa
     rig.close()
 
 
-class GatedBackend(AcceleratorBackend):
+class GatedBackend(ScriptedBackend):
     """Three devices whose reads block while their gate is shut, and a set-up that may block too:
     any backend, not NVIDIA's, since holding a hung device apart is the sampler's."""
 
     name: ClassVar[str] = "gated"
-    source: ClassVar[str] = "test"
 
     def __init__(self, settings) -> None:
         super().__init__(settings)
@@ -74,32 +73,11 @@ class GatedBackend(AcceleratorBackend):
         self.gates[index].wait(30)
         return DeviceReading(index=index, power_watts=self.power + index)
 
-    def is_available(self) -> bool:
-        return True
-
     def get_device_count(self) -> int:
         return 3
 
     def list_devices(self) -> list[GPUInfo]:
         return [GPUInfo(index=i, model="Gated", uuid=f"G-{i}") for i in range(3)]
-
-    def get_driver_version(self) -> str | None:
-        return None
-
-    def get_pytorch_device_string(self, device_id: int) -> str:
-        return "cpu"
-
-    def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        return None
-
-    def get_utilization(self, index: int) -> Utilization | None:
-        return None
-
-    def get_temperatures(self, index: int) -> dict[str, float]:
-        return {}
-
-    def get_power_usage(self, index: int) -> float | None:
-        return None
 
 
 def _power(samples, device: str) -> list[float]:

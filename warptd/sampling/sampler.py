@@ -13,9 +13,13 @@ is loaded: each full read of the accelerator backend publishes its domains too, 
 energy counter are read once per tick, not twice. Loaded alone, or watched, it reads itself.
 
 A scheduled tick hands the read to the backend's worker and returns: the worker reads and publishes,
-so a sample wakes two threads (the scheduler's, the worker), not four. A hung SDK call blocks only
-that backend's worker: :class:`~warptd.sampling.deadlines.Deadlines` gives up on the read after
-``sample_timeout``, marks the backend stale (its series are dropped) and counts a ``timeout``; later
+so a sample wakes two threads (the scheduler's, the worker), not four. Every read is published on the
+worker, in the order read (an edge read too, whose caller waits for it). A hung SDK call blocks only
+that backend's worker, and :class:`~warptd.sampling.deadlines.Deadlines` gives up on the read after
+``sample_timeout``. Where the worker is inside one device's read then, that device is held apart
+(:class:`~warptd.sampling.workers.Worker`): it reads as down, counted ``timeout`` and then ``hung``
+under its index, while a fresh thread reads the backend's other devices at once, until its call
+returns. Elsewhere the backend is marked stale (its series are dropped) and counted ``timeout``; later
 ticks count ``hung`` until the call returns, whose late result is dropped. Other backends keep their
 own workers and schedule. :meth:`Sampler.tick` is the same read made and waited for by its caller.
 """
@@ -207,8 +211,9 @@ class Sampler:
         every counter exactly (:meth:`AcceleratorBackend.anchor`: the energy counter, throttle times).
 
         A fast read already in flight is waited for first, so a hung SDK holds at most one fast read
-        (hangs and timeouts are counted by the normal job only); then these devices are read anyway:
-        that read began before this edge and may not have covered them.
+        (a backend's hangs and timeouts are counted by the normal job; a read that times out inside
+        one device's read holds that device apart at once); then these devices are read anyway: that
+        read began before this edge and may not have covered them.
         """
         previous = self._fast_inflight.get(name)
         if previous is not None and not previous.done():
