@@ -40,7 +40,7 @@ def series_by_family(body: str, backend: str = "nvidia") -> dict[str, Counter[st
         spec = _SPECS.get((family.name, family.type))
         for sample in family.samples:
             labels = sample.labels
-            if labels.get("backend") == backend and "device" in labels:
+            if labels.get("backend") == backend and labels.get("device"):  # "": the backend's own
                 device = labels.get("uuid") or uuids.get(labels["device"], labels["device"])
                 found[spec.name if spec else family.name][device] += 1
     return dict(found)

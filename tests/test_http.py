@@ -126,7 +126,8 @@ def test_readyz_is_503_with_the_reasons_when_no_backend_loaded(settings):
         d.stop()
 
 
-def test_stale_backend_series_dropped_at_scrape(settings, fake_nvml):
+def test_a_hung_gpu_reads_down_at_scrape_and_the_rest_is_served(settings, fake_nvml):
+    """Updated by issue 39 #3: a GPU whose calls hang is held apart (down, named), not its backend."""
     settings.backends = ["nvidia", "cpu"]
     settings.sample_timeout = 0.2
     d = Daemon(settings)
@@ -134,18 +135,17 @@ def test_stale_backend_series_dropped_at_scrape(settings, fake_nvml):
     try:
         assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
         fake_nvml.gpus[0].hang.set()
-        assert wait_until(
-            lambda: (
-                value(
-                    parse(http(d.port, "GET", "/metrics")[2].decode()), "warptd_backend_up", backend="nvidia"
-                )
-                == 0
-            )
-        )
+
+        def gpu0_up() -> list[float]:
+            samples = parse(http(d.port, "GET", "/metrics")[2].decode())
+            return [s.value for s in select(samples, "warptd_device_up", backend="nvidia", device="0")]
+
+        assert wait_until(lambda: gpu0_up() == [0])
         samples = parse(http(d.port, "GET", "/metrics")[2].decode())
-        assert not select(samples, "warptd_device_up", backend="nvidia")
+        assert value(samples, "warptd_device_up", backend="nvidia", device="1") == 1
+        assert value(samples, "warptd_backend_up", backend="nvidia") == 1
         assert value(samples, "warptd_backend_up", backend="cpu") == 1
-        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="timeout") >= 1
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="timeout", device="0") == 1
     finally:
         fake_nvml.gpus[0].release.set()
         d.stop()

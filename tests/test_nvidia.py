@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml, nvml_error
-from tests.helpers import Rig, select, value
+from tests.helpers import Rig, select, value, wait_until
 from warptd.backends.base import AcceleratorBackend
 from warptd.backends.nvidia import NvidiaBackend
 from warptd.errors import ErrorKind
@@ -139,7 +139,9 @@ def test_a_gpu_lost_at_a_call_after_its_batches_reads_down(rig, fake_nvml):
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="device_lost") == 1
 
 
-def test_hung_call_marks_backend_stale_without_blocking_others(settings, fake_nvml, sysfs):
+def test_a_hung_gpu_reads_down_without_blocking_the_other_gpu_or_backends(settings, fake_nvml, sysfs):
+    """Issue 39 #3: one GPU's hung calls no longer make the backend stale; the GPU is held apart
+    (down, counted under its index) while the other GPU and the other backends read on."""
     sysfs.rapl_zone("intel-rapl:0", "package-0", 1_000_000)
     settings.backends = ["nvidia", "rapl"]
     settings.sample_timeout = 0.3
@@ -154,22 +156,25 @@ def test_hung_call_marks_backend_stale_without_blocking_others(settings, fake_nv
         started = time.monotonic()
         rig.sampler.tick("rapl")
         assert time.monotonic() - started < 0.2  # other backends are not delayed
-        rig.sampler.tick("nvidia")  # the read is still hung
-        samples = rig.scrape()
-        assert value(samples, "warptd_backend_up", backend="nvidia") == 0
+        samples = rig.tick("nvidia")  # GPU 1's call is still hung: held apart, not asked (no 2nd timeout)
+        assert value(samples, "warptd_backend_up", backend="nvidia") == 1
         assert value(samples, "warptd_backend_up", backend="rapl") == 1
-        assert not select(samples, "warptd_device_up", backend="nvidia")  # stale: series dropped
-        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="timeout") == 1
-        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="hung") == 1
+        assert value(samples, "warptd_device_up", **DEV0) == 1
+        assert value(samples, "warptd_device_power_watts", **DEV0) == 120
+        assert value(samples, "warptd_device_up", **DEV1) == 0
+        assert not select(samples, "warptd_device_power_watts", **DEV1)
+        errors = {"backend": "nvidia", "device": "1"}
+        assert value(samples, "warptd_sample_errors_total", kind="timeout", **errors) == 1
+        assert value(samples, "warptd_sample_errors_total", kind="hung", **errors) == 1
+        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="timeout", device="") == 0
         assert select(samples, "warptd_energy_joules_total", source="rapl", domain="package-0")
     finally:
         gpu.hang.clear()
         gpu.release.set()
-    deadline = time.monotonic() + 5
-    while rig.sampler._inflight["nvidia"].running() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert wait_until(lambda: not rig.sampler._workers["nvidia"].held(), timeout=5)
     samples = rig.tick("nvidia")
-    assert value(samples, "warptd_backend_up", backend="nvidia") == 1
+    assert value(samples, "warptd_device_up", **DEV1) == 1
+    assert value(samples, "warptd_device_power_watts", **DEV1) > 0
     rig.close()
 
 
@@ -507,8 +512,8 @@ def test_gpu_disappears_and_comes_back_with_a_new_uuid(rig, fake_nvml, rediscove
     replaced = fake_nvml.gpus.pop(1)  # falls off the bus
     samples = rig.tick("nvidia")
     assert value(samples, "warptd_device_up", backend="nvidia", device="1", uuid=old_uuid) == 0
-    samples = rig.tick("nvidia")  # re-enumerated: one GPU left
-    assert not select(samples, "warptd_device_up", backend="nvidia", device="1")
+    samples = rig.tick("nvidia")  # re-enumerated: one GPU left; the gone one stays down (issue 39 #3)
+    assert value(samples, "warptd_device_up", backend="nvidia", device="1", uuid=old_uuid) == 0
     assert value(samples, "warptd_device_up", **DEV0) == 1
     replaced.uuid = "GPU-replacement-0000"
     fake_nvml.gpus.append(replaced)  # a replacement board in the same slot

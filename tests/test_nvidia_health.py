@@ -362,8 +362,9 @@ def test_a_reload_changes_the_health_interval_live(settings, fake_nvml, make_rig
     assert nvidia.settings.node == "node-a"  # what needs a restart is not handed over
 
 
-def test_a_failed_read_of_the_slow_values_is_retried_at_the_next_sample(settings, fake_nvml, make_rig):
-    """A failure at a health read costs one sample of those series, not a whole health interval."""
+def test_a_failed_read_of_the_slow_values_is_retried_at_the_next_health_read(settings, fake_nvml, make_rig):
+    """A failure at a health read costs those series until the next health read, which asks them
+    again; the samples between stay cheap (issue 38 #2: before, every sample read them again)."""
     settings.interval, settings.health_interval = 0.05, 30.0
     rig = make_rig("nvidia")
     gpu = fake_nvml.gpus[0]
@@ -377,7 +378,12 @@ def test_a_failed_read_of_the_slow_values_is_retried_at_the_next_sample(settings
     del gpu.raises["nvmlDeviceGetFieldValues"]
     del gpu.raises["nvmlDeviceGetEnforcedPowerLimit"]
     gpu.ecc_volatile[0] = 6
-    samples = rig.tick()  # read again at once, not 30 s later
+    calls = fake_nvml.calls("nvmlDeviceGetEnforcedPowerLimit")
+    samples = rig.tick()  # not read again before its cadence
+    assert not select(samples, "warptd_device_ecc_errors_total", **DEV0)
+    assert fake_nvml.calls("nvmlDeviceGetEnforcedPowerLimit") == calls
+    rig.sampler.backends["nvidia"].gpus[0].cadence.forget()  # as if 30 s had passed
+    samples = rig.tick()
     assert value(samples, "warptd_device_ecc_errors_total", **DEV0, kind="corrected") == 6
     assert value(samples, "warptd_device_power_limit_watts", **DEV0) == 700
     calls = fake_nvml.calls("nvmlDeviceGetEnforcedPowerLimit")

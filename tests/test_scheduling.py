@@ -45,7 +45,9 @@ def test_deadline_follows_a_reloaded_timeout():
         deadlines.stop()
 
 
-def test_scheduled_reads_publish_from_the_worker_and_a_hung_one_goes_stale(settings, fake_nvml):
+def test_scheduled_reads_publish_from_the_worker_and_a_hung_gpu_is_held_apart(settings, fake_nvml):
+    """Updated by issue 39 #3: a GPU whose calls hang is held apart at the deadline (down, counted
+    under its index) and the scheduled reads go on with the other GPU, the nvml companion with them."""
     for gpu in fake_nvml.gpus:
         gpu.memory_power_mw = 60_000  # a part NVML measures apart: the nvml power backend loads
     settings.backends = ["nvidia"]
@@ -58,22 +60,25 @@ def test_scheduled_reads_publish_from_the_worker_and_a_hung_one_goes_stale(setti
         assert wait_until(lambda: (rig.snapshot.get("nvml").samples or 0) >= 3, timeout=5)  # with nvidia's
         fake_nvml.gpus[1].hang.set()
         hung_at = time.monotonic()
-        assert wait_until(lambda: not rig.snapshot.get("nvidia").healthy, timeout=5)
-        assert time.monotonic() - hung_at >= 0.25  # given up on at its deadline, not before
-        assert wait_until(
-            lambda: value(rig.scrape(), "warptd_sample_errors_total", backend="nvidia", kind="hung") >= 1,
-            timeout=5,
-        )
-        samples = rig.scrape()
-        assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="timeout") == 1
-        assert value(samples, "warptd_backend_up", backend="nvml") == 0  # its read was nvidia's
-        assert not select(samples, "warptd_device_up", backend="nvidia")
+        assert wait_until(lambda: rig.sampler._workers["nvidia"].held() == {1}, timeout=5)
+        assert time.monotonic() - hung_at >= 0.25  # held apart at its deadline, not before
         done = rig.snapshot.get("nvidia").samples
+        assert wait_until(lambda: rig.snapshot.get("nvidia").samples >= done + 3, timeout=5)
+        samples = rig.scrape()
+        hung = {"backend": "nvidia", "device": "1"}
+        assert value(samples, "warptd_sample_errors_total", kind="timeout", **hung) == 1
+        assert value(samples, "warptd_sample_errors_total", kind="hung", **hung) >= 3
+        assert value(samples, "warptd_backend_up", backend="nvidia") == 1
+        assert value(samples, "warptd_backend_up", backend="nvml") == 1  # its read was nvidia's
+        assert value(samples, "warptd_device_up", backend="nvidia", device="1") == 0
+        assert value(samples, "warptd_device_up", backend="nvidia", device="0") == 1
         fake_nvml.gpus[1].hang.clear()
         fake_nvml.gpus[1].release.set()
-        assert wait_until(lambda: rig.snapshot.get("nvidia").healthy, timeout=5)
-        assert rig.snapshot.get("nvidia").samples > done
-        assert value(rig.scrape(), "warptd_sample_errors_total", backend="nvidia", kind="timeout") == 1
+        assert wait_until(lambda: not rig.sampler._workers["nvidia"].held(), timeout=5)
+        assert wait_until(
+            lambda: value(rig.scrape(), "warptd_device_up", backend="nvidia", device="1") == 1, timeout=5
+        )
+        assert value(rig.scrape(), "warptd_sample_errors_total", kind="timeout", **hung) == 1
     finally:
         fake_nvml.gpus[1].release.set()
         rig.close()
@@ -128,29 +133,28 @@ def test_halt_waits_at_most_one_timeout_and_not_for_reads_given_up_on(settings, 
     try:
         assert wait_until(lambda: (rig.snapshot.get("nvidia").samples or 0) >= 1, timeout=5)
         fake_nvml.gpus[1].hang.set()
-        assert wait_until(lambda: not rig.snapshot.get("nvidia").healthy, timeout=5)
+        assert wait_until(lambda: rig.sampler._workers["nvidia"].held() == {1}, timeout=5)
         started = time.monotonic()
         rig.sampler.halt()
-        assert time.monotonic() - started < 0.25  # the hung read was given up on: not waited for
+        assert time.monotonic() - started < 0.25  # the hung read was cut: not waited for
     finally:
         fake_nvml.gpus[1].hang.clear()
         fake_nvml.gpus[1].release.set()
         rig.close()
 
 
-def test_a_tick_read_that_timed_out_counts_hung_at_the_scheduled_ticks(settings, fake_nvml):
+def test_a_tick_read_that_timed_out_in_a_gpu_counts_it_hung_at_the_scheduled_ticks(settings, fake_nvml):
     settings.backends = ["nvidia"]
     settings.interval, settings.sample_timeout = 0.05, 0.2
     rig = Rig(settings)
     fake_nvml.gpus[1].hang.set()
     try:
-        rig.sampler.tick("nvidia")  # gives up after the timeout; the read goes on
+        rig.sampler.tick("nvidia")  # gives up after the timeout, holding GPU 1 apart; its call goes on
         rig.sampler.start()
-        assert wait_until(
-            lambda: value(rig.scrape(), "warptd_sample_errors_total", backend="nvidia", kind="hung") >= 1,
-            timeout=3,
-        )
-        assert rig.snapshot.get("nvidia").errors[ErrorKind.TIMEOUT] == 1
+        hung = {"backend": "nvidia", "kind": "hung", "device": "1"}
+        assert wait_until(lambda: select(rig.scrape(), "warptd_sample_errors_total", **hung), timeout=3)
+        assert rig.snapshot.get("nvidia").device_errors[1, ErrorKind.TIMEOUT] == 1
+        assert rig.snapshot.get("nvidia").errors[ErrorKind.TIMEOUT] == 0
     finally:
         fake_nvml.gpus[1].hang.clear()
         fake_nvml.gpus[1].release.set()

@@ -398,8 +398,10 @@ class Settings(BaseSettings):
 
     @property
     def stale_after(self) -> float:
-        """Seconds after its last good sample that a backend counts as stale and loses its series."""
-        return max(3 * self.interval, self.interval + self.sample_timeout)
+        """Seconds after its last good sample that a backend counts as stale and loses its series: a
+        device whose read hangs holds the others up to the timeout, then they are read at once, so a
+        backend is stale once no sample completed an interval past that."""
+        return max(3 * self.interval, 2 * self.interval + self.sample_timeout)
 
     @property
     def listen_address(self) -> tuple[str, int]:

@@ -64,7 +64,9 @@ class SnapshotCollector(Collector):
         families.add(m.SAMPLES, [name], state.samples)
         families.add(m.LAST_SAMPLE, [name], state.last_success)
         for kind in _COUNTED_KINDS:
-            families.add(m.SAMPLE_ERRORS, [name, str(kind)], state.errors.get(kind, 0))
+            families.add(m.SAMPLE_ERRORS, [name, str(kind), ""], state.errors.get(kind, 0))
+        for (index, kind), count in sorted(state.device_errors.items()):
+            families.add(m.SAMPLE_ERRORS, [name, str(kind), str(index)], count)
         families.add(m.ENERGY_DROPPED, [name], state.energy_dropped_joules)
         families.add(m.ENERGY_OVERCOUNT, [name], state.energy_overcount_joules)
         reads = [s.energy_read_at for s in state.devices if s.energy_read_at is not None]

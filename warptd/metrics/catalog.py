@@ -414,8 +414,10 @@ SAMPLE_ERRORS = MetricSpec(
     "warptd_sample_errors_total",
     "counter",
     "Failed reads by kind: device_lost, permission, invalid_value (rejected garbage), sdk_error, "
-    "timeout (sample over --sample-timeout), hung (a previous read has not returned), unexpected.",
-    ("backend", "kind"),
+    "timeout (sample over --sample-timeout), hung (a previous read has not returned), unexpected. "
+    "device names the device whose read hangs (timeout once, then hung per sample while it is held "
+    "apart and reads warptd_device_up 0); empty for the backend's own errors.",
+    ("backend", "kind", "device"),
 )
 ENERGY_DROPPED = MetricSpec(
     "warptd_energy_dropped_joules_total",

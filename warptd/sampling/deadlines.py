@@ -24,7 +24,9 @@ class Deadlines:
         self._on_timeout = on_timeout
         self._armed: dict[str, float] = {}  # backend -> monotonic start of its read in flight
         self._expired: set[str] = set()  # reads given up on that have not returned yet
-        self._condition = threading.Condition()
+        self._condition = threading.Condition()  # re-entrant: a report may call resume()
+        #: Held by the deadline thread from a check to its reports; taken by a cut from elsewhere.
+        self.lock = self._condition
         self._stopped = False
         self._thread: threading.Thread | None = None
 
@@ -46,6 +48,18 @@ class Deadlines:
                 self._expired.discard(name)
                 return True
             return False
+
+    def resume(self, name: str, started: float | None) -> None:
+        """``name``'s read was cut at a hung device rather than given up on: the backend is not
+        hung. ``started``: a read of it still in flight (queued behind the cut one) is armed afresh
+        from then."""
+        with self._condition:
+            self._expired.discard(name)
+            if started is None:
+                self._armed.pop(name, None)
+            else:
+                self._armed[name] = started
+                self._condition.notify()
 
     def armed(self, name: str) -> bool:
         """Whether a read of ``name`` is in flight and not yet past its deadline."""

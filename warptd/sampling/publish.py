@@ -75,6 +75,7 @@ class Publisher:
         tracks = self.tracks[name]
         with self._locks[name]:
             self.snapshot.count_errors(name, raw.errors)
+            self.snapshot.count_device_errors(name, raw.device_errors)
             state = self.snapshot.get(name)
             new_devices: list[DeviceSample] | None = None
             new_domains: list[DomainPower] | None = None
@@ -124,6 +125,10 @@ class Publisher:
             state.record(name, _trackers(tracks))
             if not state.write():
                 self.snapshot.state_save_errors = state.save_errors
+
+    def count_device_errors(self, name: str, errors: Counter[tuple[int, ErrorKind]]) -> None:
+        """Errors of backend ``name``'s devices (by index) found outside a read (a read cut as hung)."""
+        self.snapshot.count_device_errors(name, errors)
 
     def save_all(self) -> None:
         """Save every backend's totals as they are, each taken under its lock, promising no more (at

@@ -13,9 +13,13 @@ is loaded: each full read of the accelerator backend publishes its domains too, 
 energy counter are read once per tick, not twice. Loaded alone, or watched, it reads itself.
 
 A scheduled tick hands the read to the backend's worker and returns: the worker reads and publishes,
-so a sample wakes two threads (the scheduler's, the worker), not four. A hung SDK call blocks only
-that backend's worker: :class:`~warptd.sampling.deadlines.Deadlines` gives up on the read after
-``sample_timeout``, marks the backend stale (its series are dropped) and counts a ``timeout``; later
+so a sample wakes two threads (the scheduler's, the worker), not four. Every read is published on the
+worker, in the order read (an edge read too, whose caller waits for it). A hung SDK call blocks only
+that backend's worker, and :class:`~warptd.sampling.deadlines.Deadlines` gives up on the read after
+``sample_timeout``. Where the worker is inside one device's read then, that device is held apart
+(:class:`~warptd.sampling.workers.Worker`): it reads as down, counted ``timeout`` and then ``hung``
+under its index, while a fresh thread reads the backend's other devices at once, until its call
+returns. Elsewhere the backend is marked stale (its series are dropped) and counted ``timeout``; later
 ticks count ``hung`` until the call returns, whose late result is dropped. Other backends keep their
 own workers and schedule. :meth:`Sampler.tick` is the same read made and waited for by its caller.
 """
@@ -24,7 +28,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime, timedelta
@@ -43,7 +48,7 @@ from warptd.sampling.reads import Raw, Reader
 from warptd.sampling.snapshot import BackendState, Snapshot
 from warptd.sampling.state import CounterState
 from warptd.sampling.watches import Watches
-from warptd.sampling.workers import HandOffExecutor, Worker
+from warptd.sampling.workers import HandedRead, HandOffExecutor, Lane, Worker
 
 if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
@@ -206,8 +211,9 @@ class Sampler:
         every counter exactly (:meth:`AcceleratorBackend.anchor`: the energy counter, throttle times).
 
         A fast read already in flight is waited for first, so a hung SDK holds at most one fast read
-        (hangs and timeouts are counted by the normal job only); then these devices are read anyway:
-        that read began before this edge and may not have covered them.
+        (a backend's hangs and timeouts are counted by the normal job; a read that times out inside
+        one device's read holds that device apart at once); then these devices are read anyway: that
+        read began before this edge and may not have covered them.
         """
         previous = self._fast_inflight.get(name)
         if previous is not None and not previous.done():
@@ -222,19 +228,19 @@ class Sampler:
             wanted = sorted(indices if indices is not None else self.watches.devices(name))
             if not wanted:
                 return True
-        started = time.monotonic()
-        future = self._workers[name].submit(lambda: self._reader.read(name, wanted, edge=edge))
-        self._fast_inflight[name] = future
+        read = self._read_on_worker(
+            name, lambda lane: self._reader.read(name, wanted, edge=edge, lane=lane), full=False
+        )
+        self._fast_inflight[name] = read.future
         try:
-            raw = future.result(timeout=self.settings.sample_timeout)
+            return read.wait(self.settings.sample_timeout)
         except FutureTimeout:
             log.debug("fast_sample_timeout", backend=name)
+            self._cut(name, read.future)  # hung inside one device: read the others without it
             return False
         except Exception as exc:
             log.error("fast_sample_failed", backend=name, error=repr(exc))
             return False
-        self.publisher.publish(name, raw, started, full=False)
-        return True
 
     def read_edges(self, devices: Iterable[tuple[str, int]], power: Iterable[str] = ()) -> None:
         """Read these devices ((backend, index)) and power backends now, every counter exactly: a
@@ -286,14 +292,8 @@ class Sampler:
         self._deadlines.stop()
         self.publisher.save_all()
         for name, worker in self._workers.items():
-            worker.close()
-            backend = self.backends[name]
-            pending = [self._inflight.get(name), self._fast_inflight.get(name)]
-            inflight = next((f for f in pending if f is not None and not f.done()), None)
-            if inflight is None:
-                backend.shutdown()
-            else:  # runs now if the read is done, else on the worker thread when it returns
-                inflight.add_done_callback(lambda _, backend=backend: backend.shutdown())
+            # at once where no read runs, else on the worker thread when the last (a hung one) returns
+            worker.close(then=self.backends[name].shutdown)
 
     def sample_all(self, *, edge: bool = False) -> None:
         """Sample every backend once, now, on the calling thread's schedule (for ``warptd sample``);
@@ -314,18 +314,22 @@ class Sampler:
             return
         started = time.monotonic()
         self._deadlines.arm(name, started)
-        self._inflight[name] = self._workers[name].submit(lambda: self._read_and_publish(name, started))
+        self._inflight[name] = self._workers[name].submit(
+            lambda lane: self._read_and_publish(name, started, lane)
+        )
 
-    def _read_and_publish(self, name: str, started: float) -> None:
-        """A scheduled tick's work, on the backend's worker; a read given up on is not published."""
+    def _read_and_publish(self, name: str, started: float, lane: Lane) -> None:
+        """A scheduled tick's work, on the backend's worker; a read given up on, or cut inside a hung
+        device (the worker went on without it), is not published."""
         try:
-            raw = self._reader.read(name)
+            raw = self._reader.read(name, lane=lane)
         except Exception as exc:  # a backend bug outside its guarded SDK calls
-            if not self._deadlines.finish(name):
+            if not lane.cut and not self._deadlines.finish(name):
                 log.error("sample_failed", backend=name, error=repr(exc))
                 self._fail(name, ErrorKind.UNEXPECTED, "error")
             return
-        if self._deadlines.finish(name):
+        # Cut only inside a device's read, so a read that returned whole (not None) was not cut.
+        if raw is None or self._deadlines.finish(name):
             return
         try:
             self.publisher.publish(name, raw, started, full=True)
@@ -333,8 +337,43 @@ class Sampler:
             log.error("publish_failed", backend=name, error=repr(exc))
 
     def _timed_out(self, name: str) -> None:
+        """Backend ``name``'s read is past its deadline: where it hangs inside one device's read, that
+        device is held apart; elsewhere the backend is stale."""
+        if self._cut(name):
+            return
         log.warning("sample_timeout", backend=name, timeout_s=self.settings.sample_timeout)
         self._fail(name, ErrorKind.TIMEOUT, "timeout")
+
+    def _cut(self, name: str, job: Future[bool] | None = None) -> bool:
+        """Where backend ``name``'s worker hangs inside one device's read (``job``'s, where given),
+        hold that device apart (it reads as down until its call returns; counted ``timeout`` once, then
+        ``hung`` per sample, both labelled with the device) and let a fresh thread read the others.
+        False where it hangs elsewhere (the backend itself: listing, set-up)."""
+        with self._deadlines.lock:  # one cut at a time, never between a deadline's check and its report
+            cut = self._workers[name].cut(job)
+            if cut is None:
+                return False
+            device, running = cut
+            again = self._inflight.get(name) is running and self.scheduler.running
+            for inflight in (self._inflight, self._fast_inflight):
+                if inflight.get(name) is running:
+                    del inflight[name]  # left to the hung call: its result is not published
+            scheduled = self._inflight.get(name)
+            # a scheduled read queued behind the hung one starts now, on the fresh thread
+            self._deadlines.resume(
+                name, time.monotonic() if scheduled is not None and not scheduled.done() else None
+            )
+            if again:  # the scheduled read was the one cut: the others are read now, not a tick later
+                self._hand_off(name)
+        log.warning(
+            "device_read_hung",
+            backend=name,
+            device=device,
+            timeout_s=self.settings.sample_timeout,
+            reason="a call of this device has not returned: read as down, the others go on",
+        )
+        self.publisher.count_device_errors(name, Counter({(device, ErrorKind.TIMEOUT): 1}))
+        return True
 
     def tick(self, name: str, *, edge: bool = False) -> None:
         """Read backend ``name`` once, within the timeout, and publish the result (``edge``: with every
@@ -343,19 +382,38 @@ class Sampler:
         if previous is not None and not previous.done():
             self._fail(name, ErrorKind.HUNG, "hung")
             return
-        started = time.monotonic()
-        future = self._workers[name].submit(lambda: self._reader.read(name, edge=edge))
-        self._inflight[name] = future
+        read = self._read_on_worker(
+            name, lambda lane: self._reader.read(name, edge=edge, lane=lane), full=True
+        )
+        self._inflight[name] = read.future
         try:
-            raw = future.result(timeout=self.settings.sample_timeout)
+            read.wait(self.settings.sample_timeout)
         except FutureTimeout:
             self._timed_out(name)
-            return
         except Exception as exc:  # a backend bug outside its guarded SDK calls
             log.error("sample_failed", backend=name, error=repr(exc))
             self._fail(name, ErrorKind.UNEXPECTED, "error")
-            return
-        self.publisher.publish(name, raw, started, full=True)
+
+    def _read_on_worker(self, name: str, read: Callable[[Lane], Raw | None], *, full: bool) -> HandedRead:
+        """Hand ``read`` to backend ``name``'s worker, which publishes it there, in the order the
+        worker reads: an edge read is never published after a read queued behind it (which would drop
+        it as older). A read its caller gave up waiting for, or cut inside a hung device, is not
+        published; the handed read's result says whether it was."""
+        started = time.monotonic()
+        handed = HandedRead()
+
+        def job(lane: Lane) -> bool:
+            raw = read(lane)
+            if raw is None or not handed.publishing():
+                return False  # cut, or given up on
+            try:
+                self.publisher.publish(name, raw, started, full=full)
+            except Exception as exc:  # a listener's bug: the worker goes on
+                log.error("publish_failed", backend=name, error=repr(exc))
+            return True
+
+        handed.future = self._workers[name].submit(job)
+        return handed
 
     def _fail(self, name: str, kind: ErrorKind, reason: str) -> None:
         self.publisher.fail(name, kind, reason)

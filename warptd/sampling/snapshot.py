@@ -47,6 +47,8 @@ class BackendState:
     healthy: bool = False  # the last attempt completed in time
     stale_reason: str | None = "not_sampled_yet"
     errors: Counter[ErrorKind] = field(default_factory=Counter)
+    #: Errors of one device (by index) rather than of the backend: a read of it that hangs.
+    device_errors: Counter[tuple[int, ErrorKind]] = field(default_factory=Counter)
     samples: int = 0
     #: Energy that reset or restored counters claimed beyond their ceiling, left out of the totals.
     energy_dropped_joules: float = 0.0
@@ -96,6 +98,13 @@ class Snapshot:
             return
         with self._lock:
             self._states[name].errors.update(errors)
+            self.generation += 1
+
+    def count_device_errors(self, name: str, errors: Counter[tuple[int, ErrorKind]]) -> None:
+        if not errors:
+            return
+        with self._lock:
+            self._states[name].device_errors.update(errors)
             self.generation += 1
 
     def states(self) -> list[BackendState]:

@@ -2,11 +2,13 @@
 
 NVML reports mW, mJ, MHz, ns and percent; the device objects convert. The backend lists the GPUs,
 opens their device objects on the shared :mod:`~warptd.backends.nvidia.session`, and opens them
-again (one assignment) when NVML was reopened or a refused handle came back.
+again (one assignment) when NVML was reopened or a refused handle came back. Each GPU is read under
+its own lock and a share of the session's, so one GPU's hung call holds up no other GPU's read.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
@@ -39,6 +41,7 @@ class NvidiaBackend(NvmlBackend):
         self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
         self._watched: frozenset[int] = frozenset()  # the GPUs a window records (:meth:`watch_devices`)
         self._anchored: set[int] = set()  # the GPUs whose next read is an edge (:meth:`anchor`)
+        self._sync_lock = threading.Lock()  # one reader opens the device objects again after a reopen
         #: One device object per GPU that NVML counts, as of NVML initialisation ``_generation``.
         self.gpus: tuple[Gpu, ...] = self._open_gpus(())
 
@@ -68,11 +71,13 @@ class NvidiaBackend(NvmlBackend):
         """Reopen NVML after a lost GPU or a reset NVML (stay suspect until NVML is back); else ask
         again for the handles NVML refused, without disturbing the GPUs that answer. True when the
         devices should be listed again (MIG on: their MIG UUIDs are re-read then)."""
-        before = len(self._handles)
         if self._suspect:
-            self._close_gpus()  # free the GPM samples while the NVML that made them is still up
-            back = self._session.reopen()
-            self._suspect = not back or len(self._handles) < before
+            gone = len(self._session.gone)
+            # the GPM samples are freed while the NVML that made them is still up, once no read is on
+            back = self._session.reopen(before=self._close_gpus)
+            # suspect while NVML is not back or loses GPUs still; a GPU gone for good is not looked
+            # for by reopening every time (it reads down under its index)
+            self._suspect = not back or len(self._session.gone) > gone
             self._sync_generation()
             return back
         recovered = None in self._handles and self._session.retry_refused()
@@ -86,18 +91,29 @@ class NvidiaBackend(NvmlBackend):
 
     def _sync_generation(self) -> None:
         """After a reopen (by this or another backend on the session) the device objects are stale:
-        they are opened again."""
-        if self._generation != self._session.generation:
-            self._generation = self._session.generation
-            self._close_gpus()  # the samples belonged to the NVML before the reopen
-            self.gpus = self._open_gpus(self.gpus)
+        they are opened again (by the first reader to see it: reads share the session)."""
+        with self._sync_lock:
+            if self._generation != self._session.generation:
+                self._generation = self._session.generation
+                self._close_gpus()  # the samples belonged to the NVML before the reopen
+                self.gpus = self._open_gpus(self.gpus)
 
     def device_identity(self, index: int) -> str | None:
         with self._session.lock:
             self._sync_generation()
-            return self.gpus[index].uuid() if index < len(self.gpus) else None
+            if index >= len(self.gpus):
+                return None
+            gpu = self.gpus[index]
+            if not gpu.lock.acquire(blocking=False):  # being read, perhaps hung: as last listed
+                return gpu.known.uuid if gpu.known is not None else None
+            try:
+                return gpu.uuid()
+            finally:
+                gpu.lock.release()
 
     def read_device(self, index: int) -> DeviceReading:
+        """One GPU's reading, under its own lock and a share of the session's: the other GPUs are
+        read meanwhile, from other threads, however long this one's calls take."""
         with self._session.lock:
             self._sync_generation()
             if self._absent(index):
@@ -106,7 +122,9 @@ class NvidiaBackend(NvmlBackend):
                 return DeviceReading(index=index, up=False)
             edge = index in self._anchored
             self._anchored.discard(index)
-            return self.gpus[index].read(index in self._watched, edge)
+            gpu = self.gpus[index]
+            with gpu.lock:
+                return gpu.read(index in self._watched, edge)
 
     def anchor(self, indices: Sequence[int]) -> None:
         """Read these GPUs' energy counters and throttle times at their next read: an edge. Kept on
@@ -120,7 +138,11 @@ class NvidiaBackend(NvmlBackend):
     def read_power(self, index: int) -> tuple[float | None, float | None] | None:
         with self._session.lock:
             self._sync_generation()
-            return None if self._absent(index) else self.gpus[index].read_power()
+            if self._absent(index):
+                return None
+            gpu = self.gpus[index]
+            with gpu.lock:
+                return gpu.read_power()
 
     def power_parts(self, index: int) -> tuple[str, ...]:
         """The parts GPU ``index`` measures the power of apart (module, memory), as far as known."""
@@ -131,7 +153,11 @@ class NvidiaBackend(NvmlBackend):
         the GPU is lost or absent."""
         with self._session.lock:
             self._sync_generation()
-            return None if self._absent(index) else self.gpus[index].read_scopes()
+            if self._absent(index):
+                return None
+            gpu = self.gpus[index]
+            with gpu.lock:
+                return gpu.read_scopes()
 
     def begin_read(self, index: int, power_only: bool) -> None:
         """The read plan's batches (a power-only read has none of its own: see :meth:`Gpu.read_power`)."""
@@ -164,11 +190,12 @@ class NvidiaBackend(NvmlBackend):
 
     def list_devices(self) -> list[GPUInfo]:
         """Every GPU's identity. If NVML went away while listing (reset under us: the reads fail),
-        the identities known from before stand, rather than GPUs without UUIDs, until it is back."""
+        the identities known from before stand, rather than GPUs without UUIDs, until it is back;
+        so does a GPU's that another thread is reading now (its call may hang)."""
         with self._session.lock:  # never beside a reopen
             self._sync_generation()
             suspect, driver = self._suspect, self.get_driver_version()
-            devices = [gpu.info(driver) for gpu in self.gpus]
+            devices = [self._info(gpu, driver) for gpu in self.gpus]
             if self._suspect and not suspect:
                 devices = [gpu.known or info for gpu, info in zip(self.gpus, devices, strict=True)]
             else:
@@ -176,6 +203,15 @@ class NvidiaBackend(NvmlBackend):
                     gpu.known = info
         self._mig_on = any(info.aliases for info in devices)
         return devices
+
+    @staticmethod
+    def _info(gpu: Gpu, driver: str | None) -> GPUInfo:
+        if not gpu.lock.acquire(blocking=False):
+            return gpu.known or GPUInfo(index=gpu.index, model="NVIDIA GPU")
+        try:
+            return gpu.info(driver)
+        finally:
+            gpu.lock.release()
 
     def get_pytorch_device_string(self, device_id: int) -> str:
         return f"cuda:{device_id}"

@@ -15,6 +15,7 @@ includes driver-reserved memory, so memory is read with ``nvmlMemory_v2`` where 
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,6 +118,8 @@ class Gpu:
     def __init__(self, index: int, handle: Any, context: GpuContext, before: Gpu | None = None) -> None:
         api = context.api
         self.index, self.handle, self._context, self._api = index, handle, context, api
+        #: Held by whoever reads the GPU (the device object keeps one read's state at a time).
+        self.lock = threading.Lock()
         self.guard = guard = DeviceGuard(index, context.report)
         self.batch = FieldBatch(
             api, guard, handle, context.field_set, before.batch.totals if before else None
@@ -185,13 +188,16 @@ class Gpu:
         kind = read_kind(self.cadence, self.energy_cadence, edge, pace)
         energy, throttle = kind != "power", kind in ("health", "edge")
         if kind == "health":
+            # What fails now (a field or call answering UNKNOWN, NO_PERMISSION, TIMEOUT; the link
+            # count, so no full plan yet) is counted and absent until the next health read, which
+            # asks it again: a value that keeps failing never makes cheap samples health reads.
             plan = batch.full_plan()
-            complete = batch.read("full", plan) if plan is not None else batch.read("edge")
+            if plan is not None:
+                batch.read("full", plan)
+            else:
+                batch.read("edge")
             batch.decoded = self.slow.health(batch)
-            if not (self.slow.read(self.presence()) and complete and plan is not None):
-                # What failed is absent from this sample, as any failed value is, and not for a
-                # whole health interval: the slow values are read again at the next sample.
-                self.cadence.forget()
+            self.slow.read(self.presence())
         else:
             batch.read(kind)
         self._energy_read, self._throttle_read, self._energy_mj = energy, throttle, None

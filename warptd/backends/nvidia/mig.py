@@ -150,8 +150,8 @@ class NvidiaMigBackend(NvmlBackend):
         with self._session.lock:
             if self._suspect:
                 if self._generation == self._session.generation:  # not reopened since (by nvidia)
-                    self._sources.reset()  # free the GPM samples while the NVML that made them is up
-                    self._session.reopen()
+                    # free the GPM samples while the NVML that made them is up, once no read is on
+                    self._session.reopen(before=self._sources.reset)
                 self._suspect = False  # a GPU still lost shows again at its next read
             if self._generation != self._session.generation:
                 self._generation = self._session.generation

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
 import structlog
 
+from warptd.backends.nvidia.slots import Identity, place
+from warptd.backends.session_lock import SessionLock
 from warptd.backends.shared_session import SharedSession
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.install import install_command
@@ -21,6 +23,9 @@ from warptd.install import install_command
 log = structlog.get_logger("warptd.nvml")
 #: How long a reopen waits for event waits in progress to return (they use a 1 s timeout).
 WAIT_DRAIN_S = 5.0
+#: How long a reopen waits for the reads in progress to let go of the session (a read takes
+#: milliseconds; one that hangs never lets go, and the reopen is tried again later).
+REOPEN_WAIT_S = 0.25
 
 
 class NvmlSession:
@@ -48,15 +53,21 @@ class NvmlSession:
         except pynvml.NVMLError as exc:
             raise BackendUnavailableError(f"nvmlInit failed: {exc}") from exc
         self.handles: list[Any] = []
-        #: Index -> the NVML error that refused its handle at the last enumeration.
+        #: Index -> the NVML error that refused its handle at the last enumeration (``GPU_IS_LOST``
+        #: for a GPU NVML no longer lists: its index stays, down).
         self.refused: dict[int, BaseException] = {}
+        #: Index -> the GPU's identity as last enumerated, and its position in NVML's list now (None:
+        #: not listed now): :mod:`~warptd.backends.nvidia.slots`.
+        self._identities: list[Identity | None] = []
+        self._positions: list[int | None] = []
         try:
             self._enumerate(pynvml.nvmlDeviceGetCount())
         except pynvml.NVMLError as exc:
             pynvml.nvmlShutdown()
             raise BackendUnavailableError(f"NVML device enumeration failed: {exc}") from exc
-        #: Held while NVML is reopened and while a device is read, so no read meets a half-reset NVML.
-        self.lock = threading.RLock()
+        #: Shared by the reads of devices (one device's hung call does not stop the others'), held
+        #: alone while NVML is reopened, so no read meets a half-reset NVML.
+        self.lock = SessionLock()
         #: Bumped by every reopen and every recovered handle: per-device caches are stale then.
         self.generation = 0
         #: Bumped by every reopen only: event sets created before it were freed by its nvmlShutdown.
@@ -68,30 +79,87 @@ class NvmlSession:
         self._waits_done = threading.Condition(threading.Lock())
 
     def _enumerate(self, count: int) -> bool:
-        """Fetch every handle in place; one GPU refusing its handle leaves None at its index."""
-        nvml, handles, refused = self.nvml, [], {}
-        for index in range(count):
+        """Fetch every handle in place, each GPU at the index it had (by UUID: a GPU gone leaves its
+        index empty rather than the next GPU taking it); one GPU refusing its handle, or gone, leaves
+        None at its index."""
+        nvml, listed, identities, errors = self.nvml, [], [], {}
+        for position in range(count):
             try:
-                handles.append(nvml.nvmlDeviceGetHandleByIndex(index))
+                handle = nvml.nvmlDeviceGetHandleByIndex(position)
             except nvml.NVMLError as exc:
-                handles.append(None)
-                refused[index] = exc
+                listed.append(None)
+                identities.append(None)
+                errors[position] = exc
+                continue
+            listed.append(handle)
+            identities.append(self._identity(handle))
+        positions = place(self._identities, identities)
+        handles, refused = [], {}
+        for index, position in enumerate(positions):
+            handles.append(listed[position] if position is not None else None)
+            if position is None:
+                refused[index] = nvml.NVMLError(nvml.NVML_ERROR_GPU_IS_LOST)
+            elif position in errors:
+                refused[index] = errors[position]
+        known = [*self._identities, *[None] * (len(positions) - len(self._identities))]
+        self._identities = [
+            (identities[position] or known[index]) if position is not None else known[index]
+            for index, position in enumerate(positions)
+        ]
         if refused.keys() - self.refused.keys():
             log.warning("nvml_handles_refused", devices={i: str(refused[i]) for i in sorted(refused)})
+        moved = {i: p for i, p in enumerate(positions) if p is not None and p != i}
+        if moved:
+            log.info("nvml_indices_kept", gone=sorted(self.gone_of(positions)), moved=moved)
         self.handles[:] = handles
         self.refused = refused
+        self._positions = positions
         return not refused
 
-    def reopen(self) -> bool:
-        """Shut NVML down and initialise it again, refreshing the handles in place for every user.
+    def _identity(self, handle: Any) -> Identity | None:
+        """A GPU's UUID and PCI address (None where it answers neither now)."""
+        nvml = self.nvml
+        try:
+            uuid: str | None = text(nvml.nvmlDeviceGetUUID(handle))
+        except nvml.NVMLError:
+            uuid = None
+        try:
+            address: str | None = text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+        except nvml.NVMLError:
+            address = None
+        return Identity(uuid, address) if uuid or address else None
+
+    @staticmethod
+    def gone_of(positions: list[int | None]) -> set[int]:
+        return {index for index, position in enumerate(positions) if position is None}
+
+    @property
+    def gone(self) -> set[int]:
+        """Indices of GPUs NVML does not list now: down until a reopen lists them again."""
+        return self.gone_of(self._positions)
+
+    def reopen(self, before: Callable[[], None] | None = None) -> bool:
+        """Shut NVML down and initialise it again, refreshing the handles in place for every user;
+        ``before`` runs first, once no read is in progress (free what the old NVML made).
 
         Recovers from a driver reload, or an ``nvmlShutdown`` by other code in this process. A GPU
-        whose handle cannot be had (still lost) keeps its index with a ``None`` handle, so it stays
-        visible as down; the others are read as usual. Returns False when NVML did not come back:
-        then every GPU keeps its index with no handle (down, not gone) until a later reopen.
+        whose handle cannot be had (still lost, or no longer listed) keeps its index with a ``None``
+        handle, so it stays visible as down; the others are read as usual. Returns False when NVML
+        did not come back: then every GPU keeps its index with no handle (down, not gone) until a
+        later reopen. Also False, changing nothing, when a read did not let go of the session within
+        :data:`REOPEN_WAIT_S` (a call that hangs): tried again at the next rediscovery.
         """
         nvml = self.nvml
-        with self.lock:
+        with self.lock.exclusive(REOPEN_WAIT_S) as alone:
+            if not alone:
+                log.warning(
+                    "nvml_reopen_deferred",
+                    reason="a read of a GPU has not returned",
+                    readers=self.lock.readers(),
+                )
+                return False
+            if before is not None:
+                before()
             with self._waits_done:
                 self._reopening = True
                 self._waits_done.wait_for(lambda: self._waits == 0, timeout=WAIT_DRAIN_S)
@@ -105,6 +173,7 @@ class NvmlSession:
                 except nvml.NVMLError as exc:
                     self.refused = dict.fromkeys(range(len(self.handles)), exc)
                     self.handles[:] = [None] * len(self.handles)
+                    self._positions = [None] * len(self.handles)
                     back = False
                 self.generation += 1
                 self.initialisation += 1
@@ -116,11 +185,16 @@ class NvmlSession:
     def retry_refused(self) -> bool:
         """Ask again for the handles NVML refused, leaving the others as they are; True when one came."""
         nvml = self.nvml
-        with self.lock:
+        with self.lock.exclusive(REOPEN_WAIT_S) as alone:
+            if not alone:
+                return False
             got = False
             for index in sorted(self.refused):
+                position = self._positions[index] if index < len(self._positions) else None
+                if position is None:
+                    continue  # not listed now: only a reopen may list it again
                 try:
-                    self.handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
+                    self.handles[index] = nvml.nvmlDeviceGetHandleByIndex(position)
                 except nvml.NVMLError as exc:
                     self.refused[index] = exc
                 else:
