@@ -78,7 +78,7 @@ def test_identifiers_keep_their_shape_and_mask_the_same_throughout_the_file():
         "gpu_uuid": 1,
         "hostname": 1,
         "mig_uuid": 1,
-        "process_cmdline": 3,
+        "process_cmdline": 4,  # python, train, --run, alice-7
         "process_name": 1,
         "serial": 1,
     }
