@@ -528,9 +528,9 @@ def _prices(gpu: FakeGpu, captured: schema.Gpu, driver: str) -> None:
     gpu.query_prices_us = by_query
 
 
-def unverified_functions(fake: FakeNvml, capture: schema.Capture) -> list[str]:
-    """C functions the command called on the double that the capture holds no answer of (the model
-    answered them), with how often."""
+def modelled(fake: FakeNvml, capture: schema.Capture) -> list[str]:
+    """What the command asked of the double that the capture holds no answer of (the model answered
+    it): C functions, with how often, and field ids by GPU."""
     held = {call.function for gpu in capture.gpus for s in gpu.states.values() for call in s.calls}
     held |= {call.function for calls in capture.node.calls.values() for call in calls}
     if any(s.fields for gpu in capture.gpus for s in gpu.states.values()):
@@ -543,4 +543,9 @@ def unverified_functions(fake: FakeNvml, capture: schema.Capture) -> list[str]:
         count = fake.state.calls[position]
         if count and name not in held and name not in skip:
             found.append(f"{name} ({count} calls)")
+    for gpu, captured in zip(fake.gpus, capture.gpus, strict=True):
+        answered = {value.id for s in captured.states.values() for value in s.fields}
+        missing = sorted(gpu.fields_asked - answered)
+        if missing:
+            found.append(f"GPU {captured.index}: fields {', '.join(map(str, missing))}")
     return found
