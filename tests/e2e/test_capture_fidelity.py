@@ -94,6 +94,14 @@ def _run(tmp_path: Path, name: str, environment: dict[str, str], prefix: tuple[s
     return {"first": first, "second": second, "log": daemon.log}
 
 
+def _command(
+    command: list[str], environment: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
 def _warptd(*args: str) -> list[str]:
     return [sys.executable, "-m", "warptd", *args]
 
@@ -138,24 +146,8 @@ def test_a_capture_replayed_gives_the_daemon_the_same_metrics(tmp_path):
     try:
         direct = _run(tmp_path, "direct", environment)
         capture = tmp_path / "capture.json"
-        made = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "warptd",
-                "capture",
-                "--no-mask",
-                "-o",
-                str(capture),
-                "--sysfs",
-                str(tmp_path),
-            ],
-            cwd=ROOT,
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        made = _command(
+            [*_warptd("capture", "--no-mask", "-o", str(capture), "--sysfs", str(tmp_path))], environment
         )
         assert made.returncode == 0, made.stderr[-3000:]
         assert f"wrote {capture}" in made.stdout
@@ -190,14 +182,9 @@ def test_the_doctor_over_a_replay_asks_nothing_the_capture_lacks(tmp_path):
     source = _source()
     capture = tmp_path / "capture.json"
     try:
-        made = subprocess.run(
-            [sys.executable, "-m", "warptd", "capture", "-o", str(capture), "--sysfs", str(tmp_path)],
-            cwd=ROOT,
-            env={**os.environ, **source.environment()},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        made = _command(
+            _warptd("capture", "-o", str(capture), "--sysfs", str(tmp_path)),
+            {**os.environ, **source.environment()},
         )
     finally:
         source.close()
@@ -206,13 +193,8 @@ def test_the_doctor_over_a_replay_asks_nothing_the_capture_lacks(tmp_path):
     loaded = schema.Capture.read(capture)
     assert loaded.header.masked and "MIG-aaaaaaaa" not in capture.read_text()
     report = tmp_path / "report.json"
-    doctor = subprocess.run(
-        [*_replay(capture, report), *_warptd("doctor", "--json", "--quick", "--sysfs", str(tmp_path))],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    doctor = _command(
+        [*_replay(capture, report), *_warptd("doctor", "--json", "--quick", "--sysfs", str(tmp_path))]
     )
     assert doctor.returncode == 0, doctor.stderr[-3000:]
     assert json.loads(report.read_text()) == {"unknown": [], "modelled": [], "not_reproduced": []}
