@@ -335,6 +335,7 @@ class _Calls:
                 )
             )
         gpu.mig_devices = devices
+        gpu.mig_mode = 1  # on, with or without instances yet
 
     def _processes(self) -> None:
         gpu = self.gpu

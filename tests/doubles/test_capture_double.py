@@ -156,3 +156,17 @@ def test_each_call_costs_its_captured_price_and_refreshes_at_its_period(replayed
     gpu = fake.gpus[0]
     assert gpu.refresh_ns["power_usage"] == 200_000_000
     assert gpu.refresh_ns["energy"] == 100_000_000  # not captured: the H200's
+
+
+def test_mig_mode_on_without_instances_stays_on():
+    idle = schema.GpuState(seconds=1, calls=(_call("nvmlDeviceGetMigMode", [1, 1]),))
+    capture = _capture().model_copy(update={"gpus": (schema.Gpu(index=0, states={"idle": idle}),)})
+    fake, _ = fake_nvml(capture)
+    with fake.installed():
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        assert pynvml.nvmlDeviceGetMigMode(handle) == [1, 1]
+        with pytest.raises(pynvml.NVMLError_NotFound):
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0)
+        pynvml.nvmlShutdown()
+    fake.close()
