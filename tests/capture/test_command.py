@@ -82,12 +82,12 @@ def test_it_writes_one_file_where_it_says_masked(tmp_path):
     capture = schema.Capture.read(written)
     assert [gpu.identity.name for gpu in capture.gpus] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
     assert capture.header.masked == ("gpu_uuid",) and "GPU-00000000-1111" not in written.read_text()
-    assert capture.states == (schema.IDLE,) and capture.gpus[0].states[schema.IDLE].seconds >= 10
+    assert capture.states == (schema.IDLE,) and capture.gpus[0].states[schema.IDLE].seconds >= 20
     assert capture.node.driver_version == "580.159.04" and capture.node.absent == ()
     h200 = capture.gpus[0]
     energy = h200.states[schema.IDLE].field(83)
     assert energy.ok and energy.rate == pytest.approx(120_000, rel=0.02)  # mJ/s at the double's 120 W
     assert h200.price("nvmlDeviceGetTotalEnergyConsumption").cpu_seconds >= 2.9e-3
     assert h200.price("nvmlDeviceGetFieldValues", field=83).cpu_seconds >= 2.9e-3
-    assert h200.refresh_of("energy").seconds == pytest.approx(0.1, abs=0.02)
+    assert h200.refresh_of("energy").seconds == pytest.approx(0.1, abs=0.03)
     assert h200.states[schema.IDLE].call("nvmlDeviceGetNvLinkState", 0).ret == schema.NOT_SUPPORTED

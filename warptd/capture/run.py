@@ -39,9 +39,9 @@ BACKENDS = ["nvidia", "nvidia_mig", "nvml"]
 #: The recorder's state for the fields asked alone: priced, not written as a state.
 PRICES = "prices"
 #: The idle state spans at least this long, so counters' rates are read over it.
-IDLE_SECONDS = 10.0
+IDLE_SECONDS = 20.0
 #: The loaded state: how long it is recorded, once every GPU's load runs, read every so often.
-LOADED_SECONDS = 10.0
+LOADED_SECONDS = 20.0
 LOADED_EVERY_S = 1.0
 #: How long the stress children may take to start (torch's import, allocation, warm-up).
 LOAD_START_S = 120.0
