@@ -110,6 +110,9 @@ class Node:
         return node.value if node is not None else None
 
 
+_KEY_VALUE = re.compile(r"^(.*?)\s+:\s?(.*)$")
+
+
 def tree(text: str) -> Node:
     """``-q``'s lines as a tree by their indentation (four spaces a level)."""
     root = Node("")
@@ -118,10 +121,11 @@ def tree(text: str) -> Node:
         if not line.strip() or line.startswith("="):
             continue
         indent = len(line) - len(line.lstrip(" "))
-        key, colon, value = line.strip().partition(":")
-        node = Node(key.strip(), value.strip() if colon else None)
-        if colon and not value.strip():  # "Processes :" and the like: a heading
-            node.value = None
+        # "Key   : value" (space before the colon: "GPU 00000000:01:00.0" is a heading); an empty value
+        # is a heading too.
+        match = _KEY_VALUE.match(line.strip())
+        key, value = (match[1], match[2].strip()) if match else (line.strip(), "")
+        node = Node(key.strip(), value or None)
         while stack[-1][0] >= indent:
             stack.pop()
         stack[-1][1].children.append(node)
@@ -199,6 +203,9 @@ class Power:
     minimum: Stated[float] = NOT_SUPPORTED
     maximum: Stated[float] = NOT_SUPPORTED
     enforced: Stated[float] = NOT_SUPPORTED  # CSV enforced.power.limit: nvmlDeviceGetEnforcedPowerLimit
+    #: CSV power.draw: nvmlDeviceGetPowerUsage ("On Ampere or newer devices, returns average power draw
+    #: over 1 sec. On older devices, returns instantaneous power draw", nvidia-smi --help-query-gpu).
+    usage: Stated[float] = NOT_SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -319,6 +326,7 @@ class SmiGpu:
     power: Power
     memory_power: Power
     module_power: Power
+    power_smoothing: Stated[str]  # "Power Smoothing": N/A on a GPU without it
     clocks: Clocks
     max_clocks: Clocks
     applications_clocks: Mapping[str, Stated[int]]  # graphics, memory
@@ -448,6 +456,7 @@ def _power(node: Node | None, csv_row: Mapping[str, str] | None = None, prefix: 
         return Power(NOT_SUPPORTED, NOT_SUPPORTED)
     limits = node.get("GPU Ceiling Power Limit") or node
     enforced = (csv_row or {}).get(f"{prefix}enforced.power.limit [W]")
+    usage = (csv_row or {}).get("power.draw [W]") if not prefix and csv_row is not None else None
     return Power(
         average=number(node.text("Average Power Draw"), "W"),
         instant=number(node.text("Instantaneous Power Draw"), "W"),
@@ -457,6 +466,7 @@ def _power(node: Node | None, csv_row: Mapping[str, str] | None = None, prefix: 
         minimum=number(node.text("Min Power Limit"), "W"),
         maximum=number(node.text("Max Power Limit"), "W"),
         enforced=number(enforced, "W") if enforced is not None else NOT_SUPPORTED,
+        usage=number(usage, "W") if usage is not None else NOT_SUPPORTED,
     )
 
 
@@ -628,6 +638,7 @@ def _gpu(index: int, node: Node, row: Mapping[str, str], profiles: Mapping[int, 
         power=_power(node.get("GPU Power Readings") or node.get("Power Readings"), row),
         memory_power=_power(node.get("GPU Memory Power Readings")),
         module_power=_power(node.get("Module Power Readings"), row, "module."),
+        power_smoothing=plain(node.text("Power Smoothing")),
         clocks=_clocks(node.get("Clocks")),
         max_clocks=_clocks(node.get("Max Clocks")),
         applications_clocks={

@@ -1,0 +1,530 @@
+"""Real ``nvidia-smi`` output as a capture: ``python -m tests.doubles.from_nvidia_smi FILE -o CAPTURE``.
+
+What nvidia-smi states (:mod:`tests.doubles.nvidia_smi`) becomes the NVML answers it was printed from,
+with nvml.h's return codes, units and value types: memory (v2, and v1 whose "used" holds the reserved
+memory), power draw and limits (``power.draw`` is ``nvmlDeviceGetPowerUsage``, nvidia-smi's help says,
+a 1 s average from Ampere on), clocks, temperatures, the clock-event reasons (the CSV's masks) and their
+counters (µs, at the field ids the driver's branch numbers them), ECC, retired pages and remapped rows,
+the MIG layout (each device's instances, profile, memory), NVLink presence, the P-state, fans, the media
+engines' utilization; "N/A" as NOT_SUPPORTED, "deprecated" as DEPRECATED. A function the driver's
+library does not export (its symbol list, recorded with the file or with another of the same driver)
+is listed in ``node.absent``: pynvml then answers FUNCTION_NOT_FOUND, as over the real library.
+
+What nvidia-smi does not show is left unknown (``ret: unknown``), never invented: the energy counter,
+GPM, the PCIe and NVLink byte counters, per-link errors, event types, the sampling periods. A replay
+answers an unknown with the double's model (the H200 of ``shared/notes/real-h200.md``), and the golden
+file marks every series resting on one unverified (``warptd/capture/schema.py``). Prices and refresh
+periods are the H200's measured ones (:mod:`tests.doubles.real_h200`), named as such in the header.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.doubles import nvidia_smi, real_h200
+from tests.doubles.nvidia_smi import Failure, SmiCapture, SmiGpu, Stated
+from warptd.capture import schema
+from warptd.capture.schema import Call, FieldValue, GpuState
+
+TOOL = "tests.doubles.from_nvidia_smi"
+SMI = "nvidia-smi"
+SYMBOLS = "nvml-symbols"
+HEADER = "nvml-h"
+#: What each state of the source is called in a capture.
+STATES = {"idle": schema.IDLE, "load": schema.LOADED}
+#: The C functions warptd's reads, doctor and discovery call (the NVML double's): any of them the
+#: driver's library does not export is absent.
+CALLED = (
+    "nvmlDeviceGetGpuUptime_v1", "nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetJpgUtilization",
+    "nvmlDeviceGetOfaUtilization", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetSupportedClocksThrottleReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetViolationStatus", "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet",
+    "nvmlGpmMetricsGet", "nvmlDeviceGetFanSpeed_v2", "nvmlDeviceGetNumFans",
+    "nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetNVMLVersion",
+)  # fmt: skip
+# nvml.h values.
+_CLOCKS = {"graphics": 0, "sm": 1, "memory": 2, "video": 3}  # nvmlClockType_t
+_ULL, _UINT = "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "NVML_VALUE_TYPE_UNSIGNED_INT"
+#: Clock-event reason -> its duration field, by the first driver numbering it there (nvml.h): 251-253
+#: in R575 and R580 up to 580.65, 269-271 from 580.82 (CUDA 13.0 Update 1); power smoothing at the
+#: other range, which a GPU without it (nvidia-smi: "Power Smoothing: N/A") answers NOT_SUPPORTED.
+_DURATIONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+_SMOOTHING_COUNT = 18
+#: NVML_FI_DEV_PERF_POLICY_POWER and _SYNC_BOOST (ns): nvidia-smi's SW power cap and sync boost counters.
+_PERF_POLICY = {"sw_power_cap": 74, "sync_boost": 76}
+_RECOVERY_ACTIONS = {"None": 0, "Reset": 1, "Reboot": 2, "Drain P2P": 3, "Drain and Reset": 4}
+#: GPM arrived with Hopper: nvml.h documents nvmlGpmQueryDeviceSupport's metrics "for Hopper or newer
+#: fully supported devices"; an older architecture nvidia-smi names answers isSupportedDevice 0.
+_BEFORE_GPM = ("Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada Lovelace")
+
+
+class ConvertError(Exception):
+    """A file this converter cannot translate; the message is one line."""
+
+
+# -- answers ------------------------------------------------------------------------------------------
+def _ret(value: Stated[Any]) -> str:
+    return value.name if isinstance(value, Failure) else schema.SUCCESS
+
+
+def call(function: str, value: Stated[Any], kind: str, *args: Any, device: str = schema.GPU) -> Call:
+    """``function(args)`` answering what nvidia-smi stated (a failure: its return code, no value)."""
+    if isinstance(value, Failure):
+        return Call(function=function, device=device, args=args, ret=value.name)
+    return Call(function=function, device=device, args=args, ret=schema.SUCCESS, value=value, type=kind)
+
+
+def unknown(function: str, *args: Any, device: str = schema.GPU) -> Call:
+    return Call(function=function, device=device, args=args, ret=schema.UNKNOWN)
+
+
+def field(
+    field_id: int, value: Stated[float], kind: str = _UINT, scope: int = 0, source: str | None = None
+) -> FieldValue:
+    """Field ``field_id`` answering ``value`` (a failure: its nvmlReturn)."""
+    if isinstance(value, Failure):
+        return FieldValue(id=field_id, scope=scope, ret=value.name, source=source)
+    return FieldValue(id=field_id, scope=scope, ret=schema.SUCCESS, value=value, type=kind, source=source)
+
+
+def _scaled(value: Stated[float], scale: float) -> Stated[int]:
+    """NVML's integer unit of a value nvidia-smi printed in a larger one (W -> mW, µs -> ns)."""
+    return value if isinstance(value, Failure) else round(value * scale)
+
+
+def _all_of(*values: Stated[Any]) -> Stated[list[Any]]:
+    """Several outputs of one call: the first failure, else the list."""
+    failed = next((v for v in values if isinstance(v, Failure)), None)
+    return failed if failed is not None else list(values)
+
+
+# -- one GPU in one state -----------------------------------------------------------------------------
+def _memory(gpu: SmiGpu | nvidia_smi.MigDevice, device: str) -> list[Call]:
+    """v2 as stated; v1's "used" holds the reserved memory (the real H200: v1 used 645 MB where v2 said
+    used 0, reserved 645 MB), so it is used plus reserved."""
+    memory = gpu.memory
+    v2 = {"total": memory.total, "reserved": memory.reserved, "free": memory.free, "used": memory.used}
+    calls = [call("nvmlDeviceGetMemoryInfo_v2", _members(v2), "nvmlMemory_v2_t", device=device)]
+    if isinstance(memory.used, int) and isinstance(memory.reserved, int):
+        v1 = {"total": memory.total, "free": memory.free, "used": memory.used + memory.reserved}
+        calls.append(call("nvmlDeviceGetMemoryInfo", _members(v1), "nvmlMemory_t", device=device))
+    return calls
+
+
+def _members(members: Mapping[str, Stated[Any]]) -> Stated[dict[str, Any]]:
+    """A struct's members, or the failure of one the struct could not be filled without."""
+    failed = next((v for v in members.values() if isinstance(v, Failure)), None)
+    return failed if failed is not None else dict(members)
+
+
+def _identity_calls(gpu: SmiGpu, uuid: str) -> list[Call]:
+    bus_id = gpu.bus_id
+    domain, bus, rest = bus_id.split(":")
+    device = rest.split(".")[0]
+    pci = {
+        "busId": bus_id,
+        "domain": int(domain, 16),
+        "bus": int(bus, 16),
+        "device": int(device, 16),
+        "pciDeviceId": _hex(gpu.pci_device_id),
+        "pciSubSystemId": _hex(gpu.pci_subsystem_id),
+    }
+    capability = gpu.compute_capability
+    major_minor = capability if isinstance(capability, Failure) else [int(p) for p in capability.split(".")]
+    return [
+        call("nvmlDeviceGetName", gpu.name, "char[]"),
+        call("nvmlDeviceGetUUID", uuid, "char[]"),
+        call("nvmlDeviceGetPciInfo_v3", _members(pci), "nvmlPciInfo_t"),
+        call("nvmlDeviceGetCudaComputeCapability", major_minor, "int[2]"),
+        call("nvmlDeviceGetMaxPcieLinkGeneration", gpu.pcie.gen_max, "unsigned int"),
+    ]
+
+
+def _hex(text: Stated[str]) -> Stated[int]:
+    return text if isinstance(text, Failure) else int(text, 16)
+
+
+def _sample_calls(gpu: SmiGpu, row_power: Stated[float]) -> list[Call]:
+    """What every sample reads: utilization, temperature, power, clocks, reasons, P-state."""
+    utilization = {"gpu": gpu.utilization.get("gpu", nvidia_smi.NOT_SUPPORTED)}
+    utilization["memory"] = gpu.utilization.get("memory", nvidia_smi.NOT_SUPPORTED)
+    events = gpu.clock_events
+    calls = [
+        call("nvmlDeviceGetUtilizationRates", _members(utilization), "nvmlUtilization_t"),
+        call(
+            "nvmlDeviceGetTemperature",
+            gpu.temperatures.get("gpu", nvidia_smi.NOT_SUPPORTED),
+            "unsigned int",
+            0,
+        ),
+        call("nvmlDeviceGetPowerUsage", _scaled(row_power, 1000), "unsigned int"),
+        call("nvmlDeviceGetEnforcedPowerLimit", _scaled(gpu.power.enforced, 1000), "unsigned int"),
+        call("nvmlDeviceGetPowerManagementLimit", _scaled(gpu.power.limit, 1000), "unsigned int"),
+        *(
+            call("nvmlDeviceGetClockInfo", getattr(gpu.clocks, clock), "unsigned int", kind)
+            for clock, kind in _CLOCKS.items()
+        ),
+        call("nvmlDeviceGetPerformanceState", gpu.pstate, "nvmlPstates_t"),
+    ]
+    for which, mask in (("Supported", events.supported), ("Current", events.active)):
+        for name in ("Event", "Throttle"):  # the older name answers the same (both exported)
+            calls.append(call(f"nvmlDeviceGet{which}Clocks{name}Reasons", mask, "unsigned long long"))
+    return calls
+
+
+def _slow_calls(gpu: SmiGpu) -> list[Call]:
+    """The slow values: MIG mode, fans, the media engines' averages, PCIe replays, remapped rows."""
+    mig = _all_of(_flag(gpu.mig_current), _flag(gpu.mig_pending))
+    calls = [call("nvmlDeviceGetMigMode", mig, "unsigned int[2]")]
+    fans = gpu.fans_percent
+    if isinstance(fans, Failure):  # the first fan's speed failed: whether the board has fans is not said
+        calls += [unknown("nvmlDeviceGetNumFans"), call("nvmlDeviceGetFanSpeed_v2", fans, "unsigned int", 0)]
+    else:
+        calls += [
+            call("nvmlDeviceGetFanSpeed_v2", percent, "unsigned int", fan) for fan, percent in enumerate(fans)
+        ]
+        calls.append(unknown("nvmlDeviceGetNumFans"))  # -q shows one speed, whatever the board has
+    for kind, function in (
+        ("encoder", "nvmlDeviceGetEncoderUtilization"),
+        ("decoder", "nvmlDeviceGetDecoderUtilization"),
+        ("jpeg", "nvmlDeviceGetJpgUtilization"),
+        ("ofa", "nvmlDeviceGetOfaUtilization"),
+    ):
+        percent = gpu.utilization.get(kind, nvidia_smi.NOT_SUPPORTED)
+        # [utilization, samplingPeriodUs]: the period is not shown.
+        calls.append(
+            call(
+                function,
+                _all_of(percent, None) if not isinstance(percent, Failure) else percent,
+                "unsigned int[2]",
+            )
+        )
+    calls.append(call("nvmlDeviceGetPcieReplayCounter", gpu.pcie.replays, "unsigned int"))
+    rows = gpu.remapped_rows
+    remapped: Stated[list[Any]] = (
+        rows
+        if isinstance(rows, Failure)
+        else _all_of(rows.correctable, rows.uncorrectable, _as_int(rows.pending), _as_int(rows.failure))
+    )
+    calls.append(call("nvmlDeviceGetRemappedRows", remapped, "unsigned int[4]"))
+    return calls
+
+
+def _flag(value: Stated[bool]) -> Stated[int]:
+    return value if isinstance(value, Failure) else int(value)
+
+
+_as_int = _flag
+
+
+def _fields(gpu: SmiGpu, branch: tuple[int, int], links: Stated[int] | None) -> list[FieldValue]:
+    """The field values nvidia-smi states, at the ids the driver's branch numbers them."""
+    ecc, rows = gpu.ecc, gpu.remapped_rows
+    found = [
+        field(1, _flag(ecc.current)),  # NVML_FI_DEV_ECC_CURRENT
+        field(2, _flag(ecc.pending)),
+        field(3, ecc.totals["corrected_volatile"], _ULL),  # ECC SBE/DBE, volatile and aggregate totals
+        field(4, ecc.totals["uncorrected_volatile"], _ULL),
+        field(5, ecc.totals["corrected_aggregate"], _ULL),
+        field(6, ecc.totals["uncorrected_aggregate"], _ULL),
+        field(29, gpu.retired_pages["single_bit_ecc"]),
+        field(30, gpu.retired_pages["double_bit_ecc"]),
+        field(31, gpu.retired_pages["pending"]),
+        field(82, gpu.temperatures.get("memory", nvidia_smi.NOT_SUPPORTED)),  # NVML_FI_DEV_MEMORY_TEMP
+        field(94, gpu.pcie.replays),  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
+    ]
+    if isinstance(rows, Failure):
+        found += [field(field_id, rows) for field_id in (142, 143, 144, 145)]
+    else:
+        found += [
+            field(142, rows.correctable),
+            field(143, rows.uncorrectable),
+            field(144, _as_int(rows.pending)),
+            field(145, _as_int(rows.failure)),
+        ]
+    # Power (mW): the GPU (scope 0), a Grace Hopper module (1), the memory (2); 185 average, 186 instant.
+    for scope, power in ((0, gpu.power), (1, gpu.module_power), (2, gpu.memory_power)):
+        found.append(field(185, _scaled(power.average, 1000), scope=scope))
+        found.append(field(186, _scaled(power.instant, 1000), scope=scope))
+    counters = gpu.clock_events.counters_us
+    for reason, field_id in _PERF_POLICY.items():
+        found.append(field(field_id, _scaled(counters.get(reason, nvidia_smi.NOT_SUPPORTED), 1000), _ULL))
+    durations, smoothing = (251, 256) if branch < (580, 82) else (269, 251)
+    if branch >= (575, 0):
+        for offset, reason in enumerate(_DURATIONS):
+            counted = _scaled(counters.get(reason, nvidia_smi.NOT_SUPPORTED), 1000)
+            found.append(field(durations + offset, counted, _ULL))
+        if gpu.power_smoothing is nvidia_smi.NOT_SUPPORTED:
+            found += [field(smoothing + i, nvidia_smi.NOT_SUPPORTED) for i in range(_SMOOTHING_COUNT)]
+    action = gpu.recovery_action
+    if branch >= (570, 0):
+        found.append(field(230, action if isinstance(action, Failure) else _RECOVERY_ACTIONS[action]))
+    if links is not None:
+        found.append(field(91, links))  # NVML_FI_DEV_NVLINK_LINK_COUNT
+    return found
+
+
+def _nvlink(smi: SmiCapture, index: int, gpu: SmiGpu) -> tuple[list[Call], Stated[int] | None]:
+    """Each link's state where ``nvlink -s`` listed links, NOT_SUPPORTED where it said the GPU has
+    none; under MIG, and where all were inactive, what NVML answered is not said (unknown)."""
+    state = smi.nvlink[index] if index < len(smi.nvlink) else None
+    if state is None or gpu.mig_current is True:
+        return [], None
+    if isinstance(state.links, Failure):
+        if "does not have or support" in state.message:
+            return [call("nvmlDeviceGetNvLinkState", state.links, "nvmlEnableState_t", 0)], None
+        return [], None
+    calls = [
+        call("nvmlDeviceGetNvLinkState", int(speed is not None), "nvmlEnableState_t", link)
+        for link, speed in enumerate(state.links)
+    ]
+    return calls, len(state.links)
+
+
+def _mig_calls(gpu: SmiGpu, uuids: Mapping[str, str]) -> list[Call]:
+    """Each MIG device as NVML lists it: its handle by index, name ("<GPU> MIG <profile>"), UUID,
+    GPU and compute instance, memory."""
+    calls = []
+    for mig in gpu.mig_devices:
+        device = f"mig:{mig.index}"
+        calls.append(call("nvmlDeviceGetMigDeviceHandleByIndex", device, "nvmlDevice_t", mig.index))
+        if mig.profile is not None:
+            calls.append(call("nvmlDeviceGetName", f"{gpu.name} MIG {mig.profile}", "char[]", device=device))
+        if mig.uuid is not None:
+            calls.append(call("nvmlDeviceGetUUID", uuids[mig.uuid], "char[]", device=device))
+        calls += [
+            call("nvmlDeviceIsMigDeviceHandle", 1, "unsigned int", device=device),
+            call("nvmlDeviceGetGpuInstanceId", mig.gpu_instance, "unsigned int", device=device),
+            call("nvmlDeviceGetComputeInstanceId", mig.compute_instance, "unsigned int", device=device),
+            *_memory(mig, device),
+        ]
+    return calls
+
+
+def _processes(gpu: SmiGpu, device_of: Mapping[tuple[int, int], str]) -> tuple[schema.Process, ...]:
+    """The compute processes (type C or C+G), each on the MIG device of its instances where it runs
+    on one; names as nvidia-smi showed them (the source masked what it masked)."""
+    found = []
+    for process in gpu.processes:
+        if "C" not in process.kind:
+            continue
+        instances = (process.gpu_instance, process.compute_instance)
+        memory = process.used_memory
+        found.append(
+            schema.Process(
+                pid=process.pid,
+                device=device_of.get(instances, schema.GPU),  # type: ignore[arg-type]
+                used_memory=None if isinstance(memory, Failure) else memory,
+                name=process.name,
+            )
+        )
+    return tuple(found)
+
+
+def _unknowns(gpu: SmiGpu) -> list[Call]:
+    """What warptd reads that nvidia-smi never shows."""
+    calls = [
+        unknown("nvmlDeviceGetTotalEnergyConsumption"),
+        unknown("nvmlDeviceGetSupportedEventTypes"),
+        unknown("nvmlDeviceGetMaxMigDeviceCount"),
+        *(unknown("nvmlDeviceGetViolationStatus", policy) for policy in (0, 1, 2)),
+    ]
+    if gpu.architecture in _BEFORE_GPM:
+        calls.append(
+            Call(
+                function="nvmlGpmQueryDeviceSupport",
+                ret=schema.SUCCESS,
+                value={"isSupportedDevice": 0},
+                type="nvmlGpmSupport_t",
+                source=HEADER,
+            )
+        )
+    else:
+        calls.append(unknown("nvmlGpmQueryDeviceSupport"))
+    return calls
+
+
+def _unknown_fields(branch: tuple[int, int], links: Stated[int] | None) -> list[FieldValue]:
+    """Fields warptd asks that nvidia-smi never shows: the energy counter, PCIe bytes, per-link NVLink
+    counters."""
+    unknowns = [83, 197, 198]
+    if branch < (575, 0):
+        unknowns.append(75)
+    found = [FieldValue(id=field_id, ret=schema.UNKNOWN) for field_id in unknowns]
+    if isinstance(links, int):
+        for link in range(links):
+            found += [FieldValue(id=field_id, scope=link, ret=schema.UNKNOWN) for field_id in (138, 139)]
+    return found
+
+
+def _state(smi: SmiCapture, index: int, state: nvidia_smi.SmiState, uuids: Mapping[str, str]) -> GpuState:
+    gpu = state.gpus[index]
+    branch = _branch(smi.driver_version)
+    link_calls, links = _nvlink(smi, index, gpu)
+    device_of = {(m.gpu_instance, m.compute_instance): f"mig:{m.index}" for m in gpu.mig_devices}
+    return GpuState(
+        seconds=0.0,
+        load=smi.header.get("load") if state.name == "load" else None,
+        calls=(
+            *_identity_calls(gpu, uuids[gpu.uuid]),
+            *_memory(gpu, schema.GPU),
+            *_sample_calls(gpu, gpu.power.usage),
+            *_slow_calls(gpu),
+            *link_calls,
+            *_mig_calls(gpu, uuids),
+            *_unknowns(gpu),
+        ),
+        fields=(*_fields(gpu, branch, links), *_unknown_fields(branch, links)),
+        processes=_processes(gpu, device_of),
+    )
+
+
+def _branch(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        raise ConvertError(f"the driver version {version!r} does not parse") from None
+
+
+# -- the capture ---------------------------------------------------------------------------------------
+def _masked_uuids(smi: SmiCapture) -> dict[str, str]:
+    """Each GPU and MIG UUID -> the same masked one wherever it appears, keeping its shape (the source
+    masked most; one of its MIG UUIDs came through as it was)."""
+    found: dict[str, str] = {}
+    for state in smi.states.values():
+        for gpu in state.gpus:
+            found.setdefault(gpu.uuid, real_h200.masked_uuid("GPU", gpu.index))
+            for mig in gpu.mig_devices:
+                if mig.uuid is not None:
+                    found.setdefault(mig.uuid, real_h200.masked_uuid("MIG", mig.index))
+    return found
+
+
+def _symbols(smi: SmiCapture, siblings: Iterable[Path]) -> tuple[frozenset[str] | None, str]:
+    """The symbols of the file's driver: its own, else those recorded with another file of the same
+    driver version (the same library); and which file they came from."""
+    if smi.symbols is not None:
+        return smi.symbols, smi.path.name
+    for path in sorted(siblings):
+        if path == smi.path or f"__{smi.driver_version}." not in path.name:
+            continue
+        other = nvidia_smi.parse(path)
+        if other.symbols is not None and other.driver_version == smi.driver_version:
+            return other.symbols, path.name
+    return None, ""
+
+
+def convert(smi: SmiCapture, siblings: Iterable[Path] = ()) -> schema.Capture:
+    """The capture of one nvidia-smi file (``siblings``: other files whose symbol list may be this
+    driver's)."""
+    if smi.system != "linux":
+        raise ConvertError(
+            f"{smi.path.name}: only Linux captures translate (a {smi.system} driver answers for its own)"
+        )
+    if "idle" not in smi.states:
+        raise ConvertError(f"{smi.path.name}: no idle state")
+    symbols, symbols_file = _symbols(smi, siblings)
+    uuids = _masked_uuids(smi)
+    gpus = []
+    for index, gpu in enumerate(smi.states["idle"].gpus):
+        states = {STATES[name]: _state(smi, index, state, uuids) for name, state in smi.states.items()}
+        gpus.append(
+            schema.Gpu(
+                index=index,
+                identity=schema.Identity(name=gpu.name, uuid=uuids[gpu.uuid], pci_bus_id=gpu.bus_id),
+                states=states,
+                prices=real_h200.PRICES,
+                refresh=real_h200.REFRESH,
+            )
+        )
+    sources = [
+        schema.Source(id=SMI, kind="nvidia-smi", detail=_detail(smi)),
+        real_h200.NOTES,
+        schema.Source(
+            id=HEADER,
+            kind="notes",
+            detail="NVIDIA's nvml.h (CUDA 13.0 to 13.5): GPM is for Hopper and newer devices; applied where "
+            "nvidia-smi names an older architecture",
+        ),
+    ]
+    notes = [
+        f"Translated from {smi.path.name} ({_detail(smi)}).",
+        "Unknown (not shown by nvidia-smi): the energy counter, GPM, PCIe and NVLink byte counters, "
+        "per-link NVLink errors, event types, violation reference times, the media engines' sampling "
+        "periods, how many fans the board has. A replay answers them with the double's H200 model.",
+        "Prices and refresh periods: none measured; the H200's (source h200-notes) stand in.",
+        "nvmlDeviceGetPowerUsage is the CSV's power.draw; v1 memory 'used' is v2 used + reserved; "
+        "clock-event "
+        "counters (µs) are the duration fields (ns) at the ids this driver's nvml.h gives them.",
+    ]
+    if symbols is None:
+        notes.append("Which functions the driver's library exports is not recorded for this driver.")
+    else:
+        sources.append(
+            schema.Source(
+                id=SYMBOLS,
+                kind="nvidia-smi",
+                detail=f"the symbols libnvidia-ml.so.1 of {smi.driver_version} exports, recorded with "
+                f"{symbols_file}",
+            )
+        )
+    return schema.Capture(
+        header=schema.Header(
+            format=schema.FORMAT,
+            version=schema.VERSION,
+            created=smi.header.get("collected_at", ""),
+            tool=TOOL,
+            source=SMI,
+            sources=tuple(sources),
+            masked=("gpu_uuid", "mig_uuid", "serial", "hostname"),
+            notes=tuple(notes),
+        ),
+        node=schema.Node(
+            os=smi.header.get("os"),
+            driver_version=smi.driver_version,
+            nvml_version=smi.nvml_version or None,
+            cuda_driver_version=smi.cuda_version or None,
+            absent=tuple(sorted(f for f in CALLED if symbols is not None and f not in symbols)),
+        ),
+        gpus=tuple(gpus),
+    )
+
+
+def _detail(smi: SmiCapture) -> str:
+    return (
+        f"nvidia-smi {smi.driver_version} on {smi.header.get('os', smi.system)}, "
+        f"collected {smi.header.get('collected_at', '?')}, load: {smi.header.get('load', '?')}; "
+        "utkuozdemir/nvidia_gpu_exporter internal/captures (MIT), tests/captures/nvidia-smi/"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {TOOL}", description=__doc__.splitlines()[0])
+    parser.add_argument("file", type=Path, help="an nvidia-smi capture (tests/captures/nvidia-smi/*.txt)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the capture to write (JSON)")
+    args = parser.parse_args(argv)
+    try:
+        smi = nvidia_smi.parse(args.file)
+        capture = convert(smi, args.file.parent.glob("*.txt"))
+    except (ConvertError, OSError, ValueError) as exc:
+        print(f"from_nvidia_smi: {exc}", file=sys.stderr)
+        return 2
+    capture.write(args.output)
+    unknowns = capture.unknowns()
+    print(
+        f"wrote {args.output}: {len(capture.gpus)} GPU(s), states {', '.join(capture.states)}; "
+        f"{len(unknowns)} unknown answers"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
