@@ -52,6 +52,13 @@ CALLED = (
 # nvml.h values.
 _CLOCKS = {"graphics": 0, "sm": 1, "memory": 2, "video": 3}  # nvmlClockType_t
 _ULL, _UINT = "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "NVML_VALUE_TYPE_UNSIGNED_INT"
+#: A call's value type as ``warptd capture`` records it: the ctypes type of each output, by ","
+#: (``c_ulong`` is ctypes' name of an unsigned long long on Linux).
+UINT, ULL, PAIR = "c_uint", "c_ulong", "c_uint,c_uint"
+#: nvmlMemory_v2_t's version member (nvml.h: NVML_STRUCT_VERSION(Memory, 2)).
+MEMORY_V2 = 0x02000028
+#: gpuInstanceId / computeInstanceId of a process on no MIG instance.
+NO_INSTANCE = 0xFFFFFFFF
 #: Clock-event reason -> its duration field, by the first driver numbering it there (nvml.h): 251-253
 #: in R575 and R580 up to 580.65, 269-271 from 580.82 (CUDA 13.0 Update 1); power smoothing at the
 #: other range, which a GPU without it (nvidia-smi: "Power Smoothing: N/A") answers NOT_SUPPORTED.
@@ -110,11 +117,17 @@ def _memory(gpu: SmiGpu | nvidia_smi.MigDevice, device: str) -> list[Call]:
     """v2 as stated; v1's "used" holds the reserved memory (the real H200: v1 used 645 MB where v2 said
     used 0, reserved 645 MB), so it is used plus reserved."""
     memory = gpu.memory
-    v2 = {"total": memory.total, "reserved": memory.reserved, "free": memory.free, "used": memory.used}
-    calls = [call("nvmlDeviceGetMemoryInfo_v2", _members(v2), "nvmlMemory_v2_t", device=device)]
+    v2 = {
+        "version": MEMORY_V2,
+        "total": memory.total,
+        "reserved": memory.reserved,
+        "free": memory.free,
+        "used": memory.used,
+    }
+    calls = [call("nvmlDeviceGetMemoryInfo_v2", _members(v2), "c_nvmlMemory_v2_t", device=device)]
     if isinstance(memory.used, int) and isinstance(memory.reserved, int):
         v1 = {"total": memory.total, "free": memory.free, "used": memory.used + memory.reserved}
-        calls.append(call("nvmlDeviceGetMemoryInfo", _members(v1), "nvmlMemory_t", device=device))
+        calls.append(call("nvmlDeviceGetMemoryInfo", _members(v1), "c_nvmlMemory_t", device=device))
     return calls
 
 
@@ -129,12 +142,13 @@ def _identity_calls(gpu: SmiGpu, uuid: str) -> list[Call]:
     domain, bus, rest = bus_id.split(":")
     device = rest.split(".")[0]
     pci = {
-        "busId": bus_id,
+        "busIdLegacy": f"{domain[-4:]}:{bus}:{rest}",
         "domain": int(domain, 16),
         "bus": int(bus, 16),
         "device": int(device, 16),
         "pciDeviceId": _hex(gpu.pci_device_id),
         "pciSubSystemId": _hex(gpu.pci_subsystem_id),
+        "busId": bus_id,
     }
     capability = gpu.compute_capability
     major_minor = capability if isinstance(capability, Failure) else [int(p) for p in capability.split(".")]
@@ -142,8 +156,8 @@ def _identity_calls(gpu: SmiGpu, uuid: str) -> list[Call]:
         call("nvmlDeviceGetName", gpu.name, "char[]"),
         call("nvmlDeviceGetUUID", uuid, "char[]"),
         call("nvmlDeviceGetPciInfo_v3", _members(pci), "nvmlPciInfo_t"),
-        call("nvmlDeviceGetCudaComputeCapability", major_minor, "int[2]"),
-        call("nvmlDeviceGetMaxPcieLinkGeneration", gpu.pcie.gen_max, "unsigned int"),
+        call("nvmlDeviceGetCudaComputeCapability", major_minor, "c_int,c_int"),
+        call("nvmlDeviceGetMaxPcieLinkGeneration", gpu.pcie.gen_max, UINT),
     ]
 
 
@@ -157,39 +171,35 @@ def _sample_calls(gpu: SmiGpu, row_power: Stated[float]) -> list[Call]:
     utilization["memory"] = gpu.utilization.get("memory", nvidia_smi.NOT_SUPPORTED)
     events = gpu.clock_events
     calls = [
-        call("nvmlDeviceGetUtilizationRates", _members(utilization), "nvmlUtilization_t"),
+        call("nvmlDeviceGetUtilizationRates", _members(utilization), "c_nvmlUtilization_t"),
         call(
             "nvmlDeviceGetTemperature",
             gpu.temperatures.get("gpu", nvidia_smi.NOT_SUPPORTED),
-            "unsigned int",
+            UINT,
             0,
         ),
-        call("nvmlDeviceGetPowerUsage", _scaled(row_power, 1000), "unsigned int"),
-        call("nvmlDeviceGetEnforcedPowerLimit", _scaled(gpu.power.enforced, 1000), "unsigned int"),
-        call("nvmlDeviceGetPowerManagementLimit", _scaled(gpu.power.limit, 1000), "unsigned int"),
+        call("nvmlDeviceGetPowerUsage", _scaled(row_power, 1000), UINT),
+        call("nvmlDeviceGetEnforcedPowerLimit", _scaled(gpu.power.enforced, 1000), UINT),
         *(
-            call("nvmlDeviceGetClockInfo", getattr(gpu.clocks, clock), "unsigned int", kind)
+            call("nvmlDeviceGetClockInfo", getattr(gpu.clocks, clock), UINT, kind)
             for clock, kind in _CLOCKS.items()
         ),
-        call("nvmlDeviceGetPerformanceState", gpu.pstate, "nvmlPstates_t"),
+        call("nvmlDeviceGetPerformanceState", gpu.pstate, UINT),
+        call("nvmlDeviceGetSupportedClocksEventReasons", events.supported, ULL),
+        call("nvmlDeviceGetCurrentClocksEventReasons", events.active, ULL),
     ]
-    for which, mask in (("Supported", events.supported), ("Current", events.active)):
-        for name in ("Event", "Throttle"):  # the older name answers the same (both exported)
-            calls.append(call(f"nvmlDeviceGet{which}Clocks{name}Reasons", mask, "unsigned long long"))
     return calls
 
 
 def _slow_calls(gpu: SmiGpu) -> list[Call]:
     """The slow values: MIG mode, fans, the media engines' averages, PCIe replays, remapped rows."""
     mig = _all_of(_flag(gpu.mig_current), _flag(gpu.mig_pending))
-    calls = [call("nvmlDeviceGetMigMode", mig, "unsigned int[2]")]
+    calls = [call("nvmlDeviceGetMigMode", mig, PAIR)]
     fans = gpu.fans_percent
     if isinstance(fans, Failure):  # the first fan's speed failed: whether the board has fans is not said
-        calls += [unknown("nvmlDeviceGetNumFans"), call("nvmlDeviceGetFanSpeed_v2", fans, "unsigned int", 0)]
+        calls += [unknown("nvmlDeviceGetNumFans"), call("nvmlDeviceGetFanSpeed_v2", fans, UINT, 0)]
     else:
-        calls += [
-            call("nvmlDeviceGetFanSpeed_v2", percent, "unsigned int", fan) for fan, percent in enumerate(fans)
-        ]
+        calls += [call("nvmlDeviceGetFanSpeed_v2", percent, UINT, fan) for fan, percent in enumerate(fans)]
         calls.append(unknown("nvmlDeviceGetNumFans"))  # -q shows one speed, whatever the board has
     for kind, function in (
         ("encoder", "nvmlDeviceGetEncoderUtilization"),
@@ -202,18 +212,18 @@ def _slow_calls(gpu: SmiGpu) -> list[Call]:
         calls.append(
             call(
                 function,
-                _all_of(percent, None) if not isinstance(percent, Failure) else percent,
-                "unsigned int[2]",
+                percent if isinstance(percent, Failure) else [percent, None],
+                PAIR,
             )
         )
-    calls.append(call("nvmlDeviceGetPcieReplayCounter", gpu.pcie.replays, "unsigned int"))
+    calls.append(call("nvmlDeviceGetPcieReplayCounter", gpu.pcie.replays, UINT))
     rows = gpu.remapped_rows
     remapped: Stated[list[Any]] = (
         rows
         if isinstance(rows, Failure)
         else _all_of(rows.correctable, rows.uncorrectable, _as_int(rows.pending), _as_int(rows.failure))
     )
-    calls.append(call("nvmlDeviceGetRemappedRows", remapped, "unsigned int[4]"))
+    calls.append(call("nvmlDeviceGetRemappedRows", remapped, ",".join([UINT] * 4)))
     return calls
 
 
@@ -279,10 +289,10 @@ def _nvlink(smi: SmiCapture, index: int, gpu: SmiGpu) -> tuple[list[Call], State
         return [], None
     if isinstance(state.links, Failure):
         if "does not have or support" in state.message:
-            return [call("nvmlDeviceGetNvLinkState", state.links, "nvmlEnableState_t", 0)], None
+            return [call("nvmlDeviceGetNvLinkState", state.links, UINT, 0)], None
         return [], None
     calls = [
-        call("nvmlDeviceGetNvLinkState", int(speed is not None), "nvmlEnableState_t", link)
+        call("nvmlDeviceGetNvLinkState", int(speed is not None), UINT, link)
         for link, speed in enumerate(state.links)
     ]
     return calls, len(state.links)
@@ -294,15 +304,15 @@ def _mig_calls(gpu: SmiGpu, uuids: Mapping[str, str]) -> list[Call]:
     calls = []
     for mig in gpu.mig_devices:
         device = f"mig:{mig.index}"
-        calls.append(call("nvmlDeviceGetMigDeviceHandleByIndex", device, "nvmlDevice_t", mig.index))
+        calls.append(call("nvmlDeviceGetMigDeviceHandleByIndex", None, "LP_struct_c_nvmlDevice_t", mig.index))
         if mig.profile is not None:
             calls.append(call("nvmlDeviceGetName", f"{gpu.name} MIG {mig.profile}", "char[]", device=device))
         if mig.uuid is not None:
             calls.append(call("nvmlDeviceGetUUID", uuids[mig.uuid], "char[]", device=device))
         calls += [
-            call("nvmlDeviceIsMigDeviceHandle", 1, "unsigned int", device=device),
-            call("nvmlDeviceGetGpuInstanceId", mig.gpu_instance, "unsigned int", device=device),
-            call("nvmlDeviceGetComputeInstanceId", mig.compute_instance, "unsigned int", device=device),
+            call("nvmlDeviceIsMigDeviceHandle", 1, UINT, device=device),
+            call("nvmlDeviceGetGpuInstanceId", mig.gpu_instance, UINT, device=device),
+            call("nvmlDeviceGetComputeInstanceId", mig.compute_instance, UINT, device=device),
             *_memory(mig, device),
         ]
     return calls
@@ -312,9 +322,7 @@ def _processes(gpu: SmiGpu, device_of: Mapping[tuple[int, int], str]) -> tuple[s
     """The compute processes (type C or C+G), each on the MIG device of its instances where it runs
     on one; names as nvidia-smi showed them (the source masked what it masked)."""
     found = []
-    for process in gpu.processes:
-        if "C" not in process.kind:
-            continue
+    for process in _compute(gpu):
         instances = (process.gpu_instance, process.compute_instance)
         memory = process.used_memory
         found.append(
@@ -326,6 +334,29 @@ def _processes(gpu: SmiGpu, device_of: Mapping[tuple[int, int], str]) -> tuple[s
             )
         )
     return tuple(found)
+
+
+def _compute(gpu: SmiGpu) -> list[nvidia_smi.Process]:
+    return [process for process in gpu.processes if "C" in process.kind]
+
+
+def _process_calls(gpu: SmiGpu) -> list[Call]:
+    """``nvmlDeviceGetComputeRunningProcesses_v3`` on the GPU: each compute process, with its MIG
+    instances (NO_INSTANCE where it runs on none)."""
+    rows = [
+        {
+            "pid": process.pid,
+            "usedGpuMemory": None if isinstance(process.used_memory, Failure) else process.used_memory,
+            "gpuInstanceId": _instance(process.gpu_instance),
+            "computeInstanceId": _instance(process.compute_instance),
+        }
+        for process in _compute(gpu)
+    ]
+    return [call("nvmlDeviceGetComputeRunningProcesses_v3", rows, "c_nvmlProcessInfo_v2_t[]")]
+
+
+def _instance(value: Stated[int]) -> int:
+    return NO_INSTANCE if isinstance(value, Failure) else value
 
 
 def _unknowns(gpu: SmiGpu) -> list[Call]:
@@ -341,8 +372,8 @@ def _unknowns(gpu: SmiGpu) -> list[Call]:
             Call(
                 function="nvmlGpmQueryDeviceSupport",
                 ret=schema.SUCCESS,
-                value={"isSupportedDevice": 0},
-                type="nvmlGpmSupport_t",
+                value={"version": 1, "isSupportedDevice": 0},  # NVML_GPM_SUPPORT_VERSION
+                type="c_nvmlGpmSupport_t",
                 source=HEADER,
             )
         )
@@ -379,6 +410,7 @@ def _state(smi: SmiCapture, index: int, state: nvidia_smi.SmiState, uuids: Mappi
             *_slow_calls(gpu),
             *link_calls,
             *_mig_calls(gpu, uuids),
+            *_process_calls(gpu),
             *_unknowns(gpu),
         ),
         fields=(*_fields(gpu, branch, links), *_unknown_fields(branch, links)),
@@ -490,11 +522,29 @@ def convert(smi: SmiCapture, siblings: Iterable[Path] = ()) -> schema.Capture:
         node=schema.Node(
             os=smi.header.get("os"),
             driver_version=smi.driver_version,
-            nvml_version=smi.nvml_version or None,
             cuda_driver_version=smi.cuda_version or None,
             absent=tuple(sorted(f for f in CALLED if symbols is not None and f not in symbols)),
+            calls={STATES[name]: _node_calls(smi, len(state.gpus)) for name, state in smi.states.items()},
         ),
         gpus=tuple(gpus),
+    )
+
+
+def _node_calls(smi: SmiCapture, gpus: int) -> tuple[Call, ...]:
+    """The driver's version and GPU count; the CUDA driver version as nvmlSystemGetCudaDriverVersion_v2
+    answers it (13.1: 13010). nvidia-smi's "NVML version" (590.48) is not the library's own answer
+    (the real H200's: 13.580.159.04): unknown."""
+    major, _, minor = smi.cuda_version.partition(".")
+    cuda: Stated[int] = (
+        int(major) * 1000 + int(minor or 0) * 10 if major.isdigit() else nvidia_smi.NOT_SUPPORTED
+    )
+    return (
+        call("nvmlSystemGetDriverVersion", smi.driver_version, "char[]"),
+        call("nvmlDeviceGetCount_v2", gpus, UINT),
+        call("nvmlSystemGetCudaDriverVersion_v2", cuda, "c_int")
+        if major.isdigit()
+        else unknown("nvmlSystemGetCudaDriverVersion_v2"),
+        unknown("nvmlSystemGetNVMLVersion"),
     )
 
 
