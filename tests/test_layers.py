@@ -26,7 +26,7 @@ FLOORS = {
     **dict.fromkeys(("exporter", "processes", "recording", "client"), 5),
     **dict.fromkeys(("k8s", "stress", "workloads"), 6),
     "http": 7,
-    **dict.fromkeys(("daemon", "arguments", "doctor"), 8),
+    **dict.fromkeys(("daemon", "arguments", "doctor", "capture"), 8),
     **dict.fromkeys(("cli", "__main__"), 9),
 }
 

@@ -351,6 +351,7 @@ _COMMAND_GROUPS = {
     "profile": (SAMPLING, RECORDING, LOADING),
     "workload": (),
     "doctor": (METRICS, SAMPLING, LOADING),
+    "capture": (SAMPLING, LOADING),
 }
 
 
@@ -485,7 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
     parser.add_argument("--version", action="version", version=f"warptd {__version__}")
     sub = parser.add_subparsers(
-        dest="command", title="commands", metavar="{serve,list,sample,stress,profile,report,workload,doctor}"
+        dest="command",
+        title="commands",
+        metavar="{serve,list,sample,stress,profile,report,workload,doctor,capture}",
     )
     serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
     listing = sub.add_parser(
@@ -583,6 +586,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--json", action="store_true", help="print JSON")
     doctor.add_argument("--quick", action="store_true", help="fewer reads and a shorter poll (a few seconds)")
+    capture = sub.add_parser(
+        "capture",
+        help="record what this node's NVML answers warptd, into one file to send us",
+        description="Record into one JSON file every NVML call warptd makes here (its reads, warptd doctor's "
+        "checks, process and MIG discovery) with what each answered and cost, idle and with --load under "
+        "the stress child, without the daemon: about a minute. UUIDs, the hostname and process names are "
+        "masked unless --no-mask (docs/captures.md).",
+    )
+    capture.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="where (default capture-<model>-<driver>.json here)"
+    )
+    capture.add_argument(
+        "--no-mask", dest="mask", action="store_false", help="keep UUIDs, the hostname and process names"
+    )
+    capture.add_argument("--load", action="store_true", help="also capture every GPU under the stress child")
     _add_flags(parser, "serve", None)  # `warptd` alone serves
     commands = (
         ("serve", serve),
@@ -593,6 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("report", report),
         ("workload", workload),
         ("doctor", doctor),
+        ("capture", capture),
     )
     for name, command in commands:
         _add_flags(command, name, argparse.SUPPRESS)

@@ -1,4 +1,5 @@
-"""The ``warptd`` command: serve (default), list, sample, stress, profile, report, workload, doctor."""
+"""The ``warptd`` command: serve (default), list, sample, stress, profile, report, workload, doctor,
+capture."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ def _with_settings(command: str, args: argparse.Namespace) -> int:
             from warptd.recording.profile import run_profile
 
             return run_profile(settings, args)
+        if command == "capture":  # loads the NVML backends itself, with its recorder in place
+            from warptd.capture.command import run_capture
+
+            return run_capture(settings, args)
         loaded = load_backends(settings, strict=True)  # a backend named with --backend must load
     except SettingsError as exc:
         print(f"warptd: {exc}", file=sys.stderr)

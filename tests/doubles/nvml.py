@@ -64,11 +64,11 @@ _UNKNOWN_MEMORY = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
 #: 251-253 on an R575/R580 driver, 269-271 from R590, none before (75 aliases the SW thermal one).
 CLOCK_EVENT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 #: STATE_VERSION of nvml_double.c: the library refuses a state file of another layout.
-STATE_VERSION = 6
+STATE_VERSION = 7
 # The array sizes of nvml_double.c.
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
-#: The driver refreshes the energy counter and the instant power every 100 ms (ENERGY_REFRESH_NS).
+#: The driver refreshes the energy counter and the instant power every 100 ms (REFRESHES_NS: the default).
 REFRESH_NS = 100_000_000
 ENERGY_ANSWERS = 32  # the energy counter's answers the double keeps for tests
 MAX_UTIL_SAMPLES = 128  # nv-processes
@@ -89,6 +89,45 @@ GPM_SLOTS: dict[int, int] = {
     for offset, metric in enumerate(range(first_id, first_id + count))
 }
 # --- end nv-gpm ---
+# --- nv-replay: prices and refresh periods (the GPU's state), and a capture's answers ---
+#: CPU µs a call burns, as a real H200 charged it (driver 580.159.04, GSP firmware, nvidia-ml-py 13.615.71;
+#: shared/notes/real-h200.md: process CPU time, median of 100 calls from Python); a device call not
+#: listed costs DEFAULT_PRICE_US (memory v2, utilization, clocks, temperature, event reasons, P-state,
+#: enforced limit, ECC totals: 2-9 µs on the H200). Per-process utilization: 2.1 ms (p90 2.3 ms) for
+#: nvmlDeviceGetProcessUtilization answering NOT_FOUND, each call charged, the size query too (the
+#: driver's round trip to count the samples); nvmlDeviceGetProcessesUtilizationInfo (R550+), not timed
+#: alone there, at the same (warptd with --processes cost about 3 ms a second more per GPU at 1 Hz).
+PRICES_US = {
+    "nvmlDeviceGetTotalEnergyConsumption": 2900,
+    "nvmlDeviceGetViolationStatus": 650,
+    "nvmlDeviceGetPcieReplayCounter": 150,
+    "nvmlDeviceGetPowerUsage": 2,
+    "nvmlGpmSampleGet": 36,
+    "nvmlGpmMigSampleGet": 36,
+    "nvmlDeviceGetComputeRunningProcesses_v2": 10,
+    "nvmlDeviceGetComputeRunningProcesses_v3": 10,
+    "nvmlDeviceGetProcessUtilization": 2100,
+    "nvmlDeviceGetProcessesUtilizationInfo": 2100,
+}
+DEFAULT_PRICE_US = 5
+#: A field batch costs each firmware query it makes once (the H200 charged per query, not per value),
+#: by the double's queries in order (``Q_*`` of nvml_double.c): the energy counter (83, 191), the
+#: perf-policy times (74-76 together 0.58 ms), the HW thermal and power-brake durations, ECC (1-6;
+#: 1-2 measured, 0.13 ms), PCIe replays (94), field 169, PCIe bytes (197-198 together 0.27 ms), power
+#: (185-186 together 7 µs); any other field costs FIELD_PRICE_US (a cached reading).
+QUERY_PRICES_US = (2900, 580, 580, 580, 130, 150, 150, 270, 7)
+FIELD_QUERIES = ("energy", "perf_policy", "hw_thermal", "power_brake", "ecc", "pcie_replay", "field_169",
+                 "pcie_bytes", "power")  # fmt: skip
+FIELD_PRICE_US = 2
+#: nvmlGpmMetricsGet: about 1.8 ms a sample-and-metrics pair for the ~67 metrics warptd asked then (a CPU
+#: profile, not a per-call measurement): a base and a price per metric asked.
+GPM_METRICS_BASE_US, GPM_METRIC_PRICE_US = 20, 26
+#: How often the driver refreshes (ns): the energy counter, the instant power (186), the 1 s average
+#: (185), nvmlDeviceGetPowerUsage (the same average), the GPM counters (nvml.h: at most every 100 ms).
+REFRESH_VALUES = ("energy", "power_instant", "power_average", "power_usage", "gpm")
+REFRESHES_NS = (100_000_000, 100_000_000, 100_000_000, 50_000_000, 100_000_000)
+MAX_REPLAY_FIELDS = 384
+# --- end nv-replay ---
 
 
 def nvml_error(code: int) -> pynvml.NVMLError:
@@ -150,6 +189,19 @@ class _GpmAnswer(ctypes.Structure):
     """``struct gpm_answer``: a metric the driver answers with this value (and SUCCESS)."""
 
     _fields_ = [("metric_id", _U32), ("pad", _U32), ("value", ctypes.c_double)]
+
+
+class ReplayField(ctypes.Structure):
+    """``struct replay_field`` (nv-replay): a field answered as captured, its counter at ``rate``/s."""
+
+    _fields_ = [
+        ("id", _U32),
+        ("scope", _U32),
+        ("ret", _I32),
+        ("type", _U32),
+        ("value", _U64),
+        ("rate", ctypes.c_double),
+    ]
 
 
 class _EnergyAnswer(ctypes.Structure):
@@ -263,6 +315,26 @@ class GpuState(ctypes.Structure):
         ("driver_loaded_ns", _U64),  # CLOCK_BOOTTIME of the driver's last initialisation of the GPU
         ("jpeg_util", _U32),  # nvmlDeviceGetJpgUtilization: percent, every NVJPG averaged
         ("ofa_util", _U32),  # nvmlDeviceGetOfaUtilization: percent, every OFA averaged
+        # --- nv-replay: prices, refresh periods, a capture's answers (nvml_double.c says each) ---
+        ("price_us", _U32 * MAX_FN),
+        ("query_price_us", _U32 * 16),
+        ("field_price_us", _U32 * MAX_FIELD),
+        ("gpm_metrics_base_us", _U32),
+        ("gpm_metric_price_us", _U32),
+        ("refresh_ns", _U64 * len(REFRESHES_NS)),
+        ("latency_of_us", _I32 * MAX_FIELD),
+        ("energy_rate_mw", _U32),
+        ("average_mw", _U32),
+        ("power_usage_mw", _U32),
+        ("pci_device_id", _U32),
+        ("pci_subsystem_id", _U32),
+        ("replay_field_count", _U32),
+        ("replay_since_ns", _U64),
+        ("replay_field_first", ctypes.c_uint16 * MAX_FIELD),
+        ("replay_fields", ReplayField * MAX_REPLAY_FIELDS),
+        ("gpm_replay_ret", (ctypes.c_int16 * GPM_METRIC_IDS) * (1 + MAX_MIG)),
+        ("gpm_replay_value", (ctypes.c_double * GPM_METRIC_IDS) * (1 + MAX_MIG)),
+        # --- end nv-replay ---
     ]
 
 
@@ -282,6 +354,11 @@ class State(ctypes.Structure):
         ("use_after_free", _U64),
         ("initialised", ctypes.c_int64),
         ("gpus", GpuState * MAX_GPUS),
+        # --- nv-replay: the library's own versions ---
+        ("nvml_version", ctypes.c_char * 80),
+        ("cuda_driver_version", _I32),
+        ("pad_replay", _I32),
+        # --- end nv-replay ---
     ]
 
 
@@ -302,6 +379,27 @@ def library_path(variant: str = "current") -> Path:
     return path
 
 
+# --- nv-replay: a driver whose library lacks some functions ---
+def without(symbols: Iterable[str]) -> str:
+    """The variant of the library that does not export ``symbols`` (a driver without them: nvidia-ml-py
+    then answers NVML_ERROR_FUNCTION_NOT_FOUND, as it does for the OLD_DRIVER build's), hidden by a
+    linker version script; "current" where there are none."""
+    names = sorted(set(symbols))
+    if not names:
+        return "current"
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:12]
+    variant = f"without-{digest}"
+    if variant not in VARIANTS:
+        script = Path(tempfile.gettempdir()) / f"warptd-nvml-double-hidden-{digest}.map"
+        if not script.exists():
+            partial = script.with_name(f".{os.getpid()}.{script.name}")
+            partial.write_text("{\n  global: *;\n  local: " + "; ".join(names) + ";\n};\n")
+            os.replace(partial, script)
+        VARIANTS[variant] = [f"-Wl,--version-script={script}"]
+    return variant
+
+
+# --- end nv-replay ---
 _LIBRARIES: dict[str, ctypes.CDLL] = {}
 
 
@@ -552,6 +650,8 @@ class FakeGpu:
         self.pstate = 0
         self.media_engines = H100_MEDIA_ENGINES
         self.state.driver_loaded_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)  # loaded now
+        self.prices_us = PRICES_US  # nv-replay: the H200's prices and refresh periods
+        self.refresh_ns = dict(zip(REFRESH_VALUES, REFRESHES_NS, strict=True))
 
     @classmethod
     def h200(cls, index: int = 0, **properties: Any) -> FakeGpu:
@@ -600,6 +700,48 @@ class FakeGpu:
     def media_engines(self, counts: dict[str, int]) -> None:
         for position, engine in enumerate(MEDIA_ENGINES):
             self.state.media_engines[position] = counts.get(engine, 0)
+
+    # --- nv-replay: prices and refresh periods -------------------------------------------------------
+    @property
+    def prices_us(self) -> dict[str, int]:
+        """CPU µs each C function burns per call (nvmlDeviceGetFieldValues apart: :attr:`field_prices_us`)."""
+        return {name: self.state.price_us[i] for name, i in _function_ids().items()}
+
+    @prices_us.setter
+    def prices_us(self, prices: dict[str, int]) -> None:
+        """Each function's price: those given, the others DEFAULT_PRICE_US; the field batch's and GPM's
+        (by query, field and metric) reset to the H200's."""
+        for name, i in _function_ids().items():
+            self.state.price_us[i] = prices.get(name, DEFAULT_PRICE_US)
+        self.state.price_us[_function_ids()["nvmlDeviceGetFieldValues"]] = 0  # priced by its fields
+        self.query_prices_us = dict(zip(FIELD_QUERIES, QUERY_PRICES_US, strict=True))
+        for field_id in range(MAX_FIELD):
+            self.state.field_price_us[field_id] = FIELD_PRICE_US
+            self.state.latency_of_us[field_id] = -1  # the model's latencyUsec
+        self.state.gpm_metrics_base_us = GPM_METRICS_BASE_US
+        self.state.gpm_metric_price_us = GPM_METRIC_PRICE_US
+
+    @property
+    def query_prices_us(self) -> dict[str, int]:
+        """A field batch's price per firmware query it makes (:data:`FIELD_QUERIES`), once a batch."""
+        return dict(zip(FIELD_QUERIES, self.state.query_price_us, strict=False))
+
+    @query_prices_us.setter
+    def query_prices_us(self, prices: dict[str, int]) -> None:
+        for position, query in enumerate(FIELD_QUERIES):
+            self.state.query_price_us[position] = prices.get(query, self.state.query_price_us[position])
+
+    @property
+    def refresh_ns(self) -> dict[str, int]:
+        """How often the driver refreshes each of :data:`REFRESH_VALUES`, in ns."""
+        return dict(zip(REFRESH_VALUES, self.state.refresh_ns, strict=True))
+
+    @refresh_ns.setter
+    def refresh_ns(self, periods: dict[str, int]) -> None:
+        for position, value in enumerate(REFRESH_VALUES):
+            self.state.refresh_ns[position] = periods.get(value, self.state.refresh_ns[position])
+
+    # --- end nv-replay ---
 
     # -- nv-health ----------------------------------------------------------------------------
     @property
@@ -1056,6 +1198,9 @@ class FakeNvml:
         self.state = State.from_buffer(self._map)
         self.state.magic, self.state.version = 0x4E564D4C, STATE_VERSION
         self.driver_version = driver_version
+        # nv-replay: NVML's and the CUDA driver's versions, as an R580 library answers them
+        self.nvml_version = f"13.{driver_version}"
+        self.cuda_driver_version = 13000
         self._slots: dict[int, int] = {}  # id(FakeGpu) -> slot
         self._gpus = _GpuList(self, [])
         self.gpus = [FakeGpu(index=i) for i in range(gpus)] if isinstance(gpus, int) else gpus
@@ -1089,6 +1234,16 @@ class FakeNvml:
     driver_version = property(
         lambda s: s.state.driver_version.decode(),
         lambda s, v: setattr(s.state, "driver_version", v.encode()),
+    )
+    # --- nv-replay: what nvmlSystemGetNVMLVersion and nvmlSystemGetCudaDriverVersion_v2 answer
+    # ("" / 0: NOT_SUPPORTED) ---
+    nvml_version = property(
+        lambda s: s.state.nvml_version.decode(),
+        lambda s, v: setattr(s.state, "nvml_version", v.encode()),
+    )
+    cuda_driver_version = property(
+        lambda s: s.state.cuda_driver_version,
+        lambda s, v: setattr(s.state, "cuda_driver_version", v),
     )
 
     @property

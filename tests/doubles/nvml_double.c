@@ -26,12 +26,15 @@
  *    latency the driver took to read it (nvmlFieldValue_t.latencyUsec), which the call really spends.
  *  - GPM samples see counters the driver refreshes at most every 100 ms: two samples closer than
  *    that answer NaN utilizations and zero or inflated throughputs, with SUCCESS (nv-gpm).
- *  - every call charges what a real H200 (driver 580.159.04, GSP firmware) charged for it, as CPU
- *    burned in the calling thread (a firmware round trip is system time in the caller, not a wait):
- *    2.9 ms for the energy counter, 0.58 ms per throttle-time group ... (see "prices" below and
- *    shared/notes/real-h200.md); the energy counter, the instant power and the 1 s average (fields
- *    83, 186, 185) refresh every 100 ms, nvmlDeviceGetPowerUsage every 50 ms, so a read between two
+ *  - every call charges what its GPU's state says it costs, as CPU burned in the calling thread (a
+ *    firmware round trip is system time in the caller, not a wait): by default what a real H200
+ *    (driver 580.159.04, GSP firmware) charged, 2.9 ms for the energy counter, 0.58 ms per
+ *    throttle-time group ... (tests/doubles/nvml.py writes them: PRICES_US; shared/notes/real-h200.md);
+ *    the energy counter, the instant power and the 1 s average (fields 83, 186, 185) refresh every
+ *    100 ms, nvmlDeviceGetPowerUsage every 50 ms (the state's refresh_ns), so a read between two
  *    refreshes sees the last one.
+ *  - a capture's answers (nv-replay): field values and GPM metrics by id answer as a capture recorded
+ *    them (tests/doubles/capture_double.py writes them), counters moving at its rates.
  */
 #include <math.h>
 #include <stdint.h>
@@ -61,8 +64,14 @@
 #define MAX_FANS 4
 /* --- end nv-health --- */
 #define ENERGY_ANSWERS 32 /* the energy counter's answers kept for tests */
+/* --- nv-replay: sizes --- */
+#define MAX_REPLAY_FIELDS 384 /* a capture's field answers per GPU, by id and scope */
+#define REFRESHES 5
+enum { R_ENERGY, R_INSTANT, R_AVERAGE, R_POWER_USAGE, R_GPM }; /* refresh_ns: energy, field 186, field 185,
+                                                                * nvmlDeviceGetPowerUsage, GPM counters */
+/* --- end nv-replay --- */
 #define STATE_MAGIC 0x4e564d4cu /* "NVML" */
-#define STATE_VERSION 6u
+#define STATE_VERSION 7u
 
 /* Return codes and constants, as nvml.h defines them. */
 enum {
@@ -247,6 +256,29 @@ struct gpu {
     /* nvmlDeviceGetJpgUtilization, nvmlDeviceGetOfaUtilization: percent, each kind's engines averaged
      * (as encoder_util and decoder_util); FakeGpu.busy_engines sets the four as the driver counts them */
     uint32_t jpeg_util, ofa_util;
+    /* --- nv-replay: prices, refresh periods and a capture's answers (tests/doubles/nvml.py writes the
+     * H200's as defaults, tests/doubles/capture_double.py a capture's) --- */
+    uint32_t price_us[MAX_FN];          /* CPU µs each call of a function burns (field batches apart) */
+    uint32_t query_price_us[16];        /* a field batch: once per firmware query it makes (Q_*) ... */
+    uint32_t field_price_us[MAX_FIELD]; /* ... and per field answered by no such query */
+    uint32_t gpm_metrics_base_us, gpm_metric_price_us; /* nvmlGpmMetricsGet: a base, and per metric */
+    uint64_t refresh_ns[REFRESHES];     /* how often the driver refreshes each value (R_*) */
+    int32_t latency_of_us[MAX_FIELD];   /* a field's latencyUsec; -1: the model's (field_latency) */
+    uint32_t energy_rate_mw;            /* the energy counter runs at this power; 0: the instant power */
+    uint32_t average_mw;                /* field 185 (scope 0) answers this; 0: the instant power's average */
+    uint32_t power_usage_mw;            /* nvmlDeviceGetPowerUsage answers this; 0: the same average */
+    uint32_t pci_device_id;             /* nvmlPciInfo_t.pciDeviceId; 0: an H100 SXM5's */
+    uint32_t pci_subsystem_id;
+    uint32_t replay_field_count;        /* replay_fields in use, sorted by id then scope */
+    uint64_t replay_since_ns;           /* the replayed counters run at their rates from here (MONOTONIC) */
+    uint16_t replay_field_first[MAX_FIELD]; /* per field id: 1 + its first entry in replay_fields; 0: none */
+    struct replay_field { uint32_t id, scope; int32_t ret; uint32_t type; uint64_t value; double rate; }
+        replay_fields[MAX_REPLAY_FIELDS];
+    /* GPM metrics per instance (0: the GPU, 1 + k: MIG device k's GPU instance): nvmlReturn + 1 (0: the
+     * model answers) and the value */
+    int16_t gpm_replay_ret[1 + MAX_MIG][GPM_METRIC_IDS];
+    double gpm_replay_value[1 + MAX_MIG][GPM_METRIC_IDS];
+    /* --- end nv-replay --- */
 };
 
 struct state {
@@ -259,6 +291,11 @@ struct state {
     uint64_t use_after_free;
     int64_t initialised;
     struct gpu gpus[MAX_GPUS];
+    /* --- nv-replay: the library's own versions ("" / 0: the driver's library lacks the call) --- */
+    char nvml_version[80];
+    int32_t cuda_driver_version; /* 13000 = CUDA 13.0 */
+    int32_t pad_replay;
+    /* --- end nv-replay --- */
 };
 
 /* Handles point into these: one per slot (a GPU keeps its handle wherever its index moves). */
@@ -315,44 +352,12 @@ static void burn_us(uint64_t us) {
     }
 }
 
-/* CPU µs per call, measured; a device call not listed costs DEFAULT_PRICE_US (memory v2, utilization,
- * clocks, temperature, event reasons, P-state, enforced limit, ECC totals: 2-9 µs on the H200). */
-#define DEFAULT_PRICE_US 5
-static const uint16_t call_price_us[MAX_FN] = {
-    [FN_nvmlDeviceGetTotalEnergyConsumption] = 2900,
-    [FN_nvmlDeviceGetViolationStatus] = 650,
-    [FN_nvmlDeviceGetPcieReplayCounter] = 150,
-    [FN_nvmlDeviceGetPowerUsage] = 2,
-    [FN_nvmlGpmSampleGet] = 36,
-    [FN_nvmlGpmMigSampleGet] = 36,
-    [FN_nvmlDeviceGetComputeRunningProcesses_v2] = 10,
-    [FN_nvmlDeviceGetComputeRunningProcesses_v3] = 10,
-    /* Per-process utilization: 2.1 ms (p90 2.3 ms) for nvmlDeviceGetProcessUtilization answering
-     * NOT_FOUND (one call, no process on the GPU). Each call is charged, the size query (no buffer)
-     * too: it makes the driver's round trip to count the samples. nvmlDeviceGetProcessesUtilizationInfo
-     * (R550+) was not timed alone on the H200: modelled at the same 2.1 ms (warptd with --processes
-     * cost about 3 ms a second more per GPU at 1 Hz there, which fits). */
-    [FN_nvmlDeviceGetProcessUtilization] = 2100,
-    [FN_nvmlDeviceGetProcessesUtilizationInfo] = 2100,
-};
-/* nvmlGpmMetricsGet: about 1.8 ms a sample-and-metrics pair for the ~67 metrics warptd asked then (a
- * CPU profile, not a per-call measurement): modelled as a base and a price per metric asked. */
-#define GPM_METRICS_BASE_US 20
-#define GPM_METRIC_PRICE_US 26
-
-static uint64_t call_price(int fn) {
-    return call_price_us[fn] ? call_price_us[fn] : DEFAULT_PRICE_US;
-}
-
-/* How often the driver refreshes a reading: a read between two refreshes sees the last one. */
-#define ENERGY_REFRESH_NS 100000000ull     /* the energy counter (field 83, ...TotalEnergyConsumption) */
-#define INSTANT_REFRESH_NS 100000000ull    /* the instant power (field 186) */
-#define AVERAGE_REFRESH_NS 100000000ull    /* field 185, the 1 s average */
-#define POWER_USAGE_REFRESH_NS 50000000ull /* nvmlDeviceGetPowerUsage, the same average */
-
+/* nv-replay: what each call costs and how often each value refreshes are the GPU's state (price_us,
+ * query_price_us, field_price_us, gpm_*_us, refresh_ns), written by tests/doubles/nvml.py (PRICES_US:
+ * the H200's, per call) or from a capture. A read between two refreshes sees the last one. */
 static uint64_t refreshed_at(uint64_t period) {
     uint64_t now = now_ns(CLOCK_MONOTONIC);
-    return now - now % period;
+    return period ? now - now % period : now;
 }
 
 /* Map the state file; called by the tests (ctypes) or at the first nvmlInit from the environment. */
@@ -412,7 +417,7 @@ static struct gpu *device(int fn, void *handle, int *ret) {
     if (g->lost) *ret = ERROR_GPU_IS_LOST;
     else if (g->fn_error[fn]) *ret = g->fn_error[fn];
     if (*ret) return NULL;
-    if (fn != FN_nvmlDeviceGetFieldValues) burn_us(call_price(fn)); /* a batch is priced by its fields */
+    if (fn != FN_nvmlDeviceGetFieldValues) burn_us(g->price_us[fn]); /* a batch is priced by its fields */
     return g;
 }
 
@@ -478,6 +483,22 @@ int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     return ret ? ret : copy_string(version, length, st->driver_version);
 }
 
+/* --- nv-replay: NVML's and the CUDA driver's versions (not counted per function: no GPU's) --- */
+int nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    if (!st || st->initialised <= 0) return ERROR_UNINITIALIZED;
+    if (!st->nvml_version[0]) return ERROR_NOT_SUPPORTED;
+    return copy_string(version, length, st->nvml_version);
+}
+
+int nvmlSystemGetCudaDriverVersion_v2(int *version) {
+    if (!st || st->initialised <= 0) return ERROR_UNINITIALIZED;
+    if (!version) return ERROR_INVALID_ARGUMENT;
+    if (!st->cuda_driver_version) return ERROR_NOT_SUPPORTED;
+    *version = st->cuda_driver_version;
+    return SUCCESS;
+}
+/* --- end nv-replay --- */
+
 int nvmlDeviceGetCount_v2(unsigned int *n) {
     int ret = ready(FN_nvmlDeviceGetCount_v2);
     if (ret) return ret;
@@ -533,7 +554,8 @@ int nvmlDeviceGetPciInfo_v3(void *h, struct pci_info *pci) {
     unsigned domain = 0, bus = 0, dev = 0;
     sscanf(g->bus_id, "%x:%x:%x", &domain, &bus, &dev);
     pci->domain = domain, pci->bus = bus, pci->device = dev;
-    pci->pci_device_id = 0x233010de; /* H100 SXM5 */
+    pci->pci_device_id = g->pci_device_id ? g->pci_device_id : 0x233010de; /* H100 SXM5 */
+    pci->pci_subsystem_id = g->pci_subsystem_id;
     return SUCCESS;
 }
 
@@ -611,7 +633,7 @@ static uint32_t instant_mw_at(const struct gpu *g, uint64_t t) {
 
 /* What field 186 answers: the instant power as of the driver's last refresh. */
 static uint32_t refreshed_instant_mw(const struct gpu *g) {
-    return instant_mw_at(g, refreshed_at(INSTANT_REFRESH_NS));
+    return instant_mw_at(g, refreshed_at(g->refresh_ns[R_INSTANT]));
 }
 
 /* The time-weighted mean of the instant power over the second before the driver's last refresh
@@ -636,7 +658,7 @@ static uint32_t average_mw(const struct gpu *g, uint64_t period) {
 
 int nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) {
     DEVICE_CALL(nvmlDeviceGetPowerUsage, h);
-    *mw = average_mw(g, POWER_USAGE_REFRESH_NS);
+    *mw = g->power_usage_mw ? g->power_usage_mw : average_mw(g, g->refresh_ns[R_POWER_USAGE]);
     return SUCCESS;
 }
 
@@ -661,10 +683,11 @@ int nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned int *mw) {
  * Banked at each change of the power (energy_mj, at live_since_ns), so a change after the refresh
  * is taken back out: the energy drawn after the refresh, at the powers then, is not yet counted. */
 static uint64_t energy_mj(const struct gpu *g) {
-    uint64_t at = refreshed_at(ENERGY_REFRESH_NS);
+    uint64_t at = refreshed_at(g->refresh_ns[R_ENERGY]);
     double energy = (double)g->energy_mj;
     if (!g->live) return g->energy_mj;
-    if (at >= g->live_since_ns) return g->energy_mj + (uint64_t)((double)(at - g->live_since_ns) / 1e9 * instant_mw(g));
+    uint32_t mw = g->energy_rate_mw ? g->energy_rate_mw : instant_mw(g); /* nv-replay: a captured rate */
+    if (at >= g->live_since_ns) return g->energy_mj + (uint64_t)((double)(at - g->live_since_ns) / 1e9 * mw);
     /* changes of the power after the refresh, newest first: each segment after it is taken out */
     for (uint32_t k = 0; k + 1 < g->power_count; k++) {
         const struct power_point *later = &g->power[(g->power_head + POWER_HISTORY - 1 - k) % POWER_HISTORY];
@@ -758,8 +781,7 @@ static const struct numbering *numbering(void) {
  * query cost it once per batch (74-76 together 0.58 ms; 197-198 0.27 ms; 185-186 7 µs). */
 enum { Q_ENERGY, Q_PERF_POLICY, Q_HW_THERMAL, Q_POWER_BRAKE, Q_ECC, Q_PCIE_REPLAY, Q_169, Q_PCIE_BYTES,
        Q_POWER, Q_COUNT };
-static const uint16_t query_price_us[Q_COUNT] = {2900, 580, 580, 580, 130, 150, 150, 270, 7};
-#define FIELD_PRICE_US 2 /* any other field value: a cached reading */
+_Static_assert(Q_COUNT <= 16, "query_price_us holds 16 queries");
 
 static int field_query(const struct numbering *n, uint32_t id) {
     if (id == 83 || id == 191) return Q_ENERGY;
@@ -779,7 +801,8 @@ static int field_query(const struct numbering *n, uint32_t id) {
  * (NVLink links) are modelled: a link counter asks the link's firmware. */
 static int64_t field_latency(const struct gpu *g, const struct numbering *n, uint32_t id) {
     int64_t us = 0;
-    if (id == 83) us = 5600;
+    if (id < MAX_FIELD && g->latency_of_us[id] >= 0) us = g->latency_of_us[id]; /* nv-replay: captured */
+    else if (id == 83) us = 5600;
     else if (id == 191) us = 3200;
     else if (n->durations && id == n->durations + 1) us = 5400;
     else if (n->durations && id == n->durations + 2) us = 1200;
@@ -857,6 +880,33 @@ static int health_field(const struct gpu *g, const struct numbering *n, struct f
 }
 /* --- end nv-health --- */
 
+/* --- nv-replay: a field as a capture recorded it (id and scope), its counter run on at its rate since
+ * the replay began; -1 where the capture holds no answer of it (the model answers). --- */
+static int replayed_field(const struct gpu *g, struct field_value *v) {
+    uint32_t id = v->field_id;
+    if (id >= MAX_FIELD || !g->replay_field_first[id]) return -1;
+    for (uint32_t k = g->replay_field_first[id] - 1u; k < g->replay_field_count && k < MAX_REPLAY_FIELDS; k++) {
+        const struct replay_field *r = &g->replay_fields[k];
+        if (r->id != id) break;
+        if (r->scope != v->scope_id) continue;
+        v->value_type = r->type;
+        v->value = r->value;
+        if (r->rate > 0 && r->ret == SUCCESS) {
+            uint64_t now = now_ns(CLOCK_MONOTONIC);
+            double seconds = now > g->replay_since_ns ? (double)(now - g->replay_since_ns) / 1e9 : 0.0;
+            if (r->type == 0) { /* NVML_VALUE_TYPE_DOUBLE */
+                double d;
+                memcpy(&d, &r->value, sizeof d);
+                d += r->rate * seconds;
+                memcpy(&v->value, &d, sizeof d);
+            } else v->value = r->value + (uint64_t)(r->rate * seconds);
+        }
+        return r->ret;
+    }
+    return -1;
+}
+/* --- end nv-replay --- */
+
 static int field(struct gpu *g, struct field_value *v) {
     const struct numbering *n = numbering();
     uint32_t id = v->field_id;
@@ -879,7 +929,9 @@ static int field(struct gpu *g, struct field_value *v) {
     }
     switch (id) {
     case FI_POWER_INSTANT: v->value = refreshed_instant_mw(g); return SUCCESS;
-    case FI_POWER_AVERAGE: v->value = average_mw(g, AVERAGE_REFRESH_NS); return SUCCESS;
+    case FI_POWER_AVERAGE:
+        v->value = g->average_mw ? g->average_mw : average_mw(g, g->refresh_ns[R_AVERAGE]);
+        return SUCCESS;
     case FI_MEMORY_TEMP: v->value = g->memory_temperature; return SUCCESS;
     }
     v->value_type = VALUE_ULL;
@@ -911,12 +963,13 @@ int nvmlDeviceGetFieldValues(void *h, int n, struct field_value *values) {
     for (int i = 0; i < n; i++) { /* the call succeeds; each value carries its own return code */
         values[i].value = 0;
         values[i].timestamp = now_us;
-        values[i].nvml_return = field(g, &values[i]);
+        int replayed = replayed_field(g, &values[i]); /* nv-replay: a capture's answer, else the model's */
+        values[i].nvml_return = replayed >= 0 ? replayed : field(g, &values[i]);
         values[i].latency_usec = field_latency(g, numbered, values[i].field_id);
         latency_us += values[i].latency_usec;
         int query = field_query(numbered, values[i].field_id);
-        if (query < 0) price_us += FIELD_PRICE_US;
-        else if (!(queried & 1u << query)) queried |= 1u << query, price_us += query_price_us[query];
+        if (query < 0) price_us += values[i].field_id < MAX_FIELD ? g->field_price_us[values[i].field_id] : 0;
+        else if (!(queried & 1u << query)) queried |= 1u << query, price_us += g->query_price_us[query];
     }
     burn_us(price_us);
     int64_t waited_us = latency_us - (charges() ? (int64_t)price_us : 0); /* the rest of its time */
@@ -1319,7 +1372,7 @@ int nvmlGpmSampleFree(struct gpm_sample *sample) {
  * nvmlGpmSampleGet calls should be over 100 ms apart): a sample sees the counters as of the last
  * refresh, made again here when it is 100 ms old, with the scripted traffic run on to that time. */
 static void refresh(struct gpu *g, uint64_t t) {
-    if (g->gpm_refresh && t - g->gpm_refreshed_ns < GPM_REFRESH_NS) return;
+    if (g->gpm_refresh && t - g->gpm_refreshed_ns < g->refresh_ns[R_GPM]) return;
     uint64_t until = g->gpm_rate_until_ns && g->gpm_rate_until_ns < t ? g->gpm_rate_until_ns : t;
     double seconds = g->gpm_rate_since_ns && until > g->gpm_rate_since_ns
                          ? (double)(until - g->gpm_rate_since_ns) / 1e9 : 0.0;
@@ -1419,7 +1472,10 @@ int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
     struct gpu *g = &st->gpus[a->slot];
     uint64_t apart = b->t_ns > a->t_ns ? b->t_ns - a->t_ns : a->t_ns - b->t_ns;
     if (apart < GPM_REFRESH_NS) __atomic_fetch_add(&g->gpm_close_pairs, 1, __ATOMIC_RELAXED);
-    burn_us(GPM_METRICS_BASE_US + (uint64_t)get->num_metrics * GPM_METRIC_PRICE_US);
+    burn_us(g->gpm_metrics_base_us + (uint64_t)get->num_metrics * g->gpm_metric_price_us);
+    int instance = 0; /* nv-replay: the GPU's answers, or its MIG device's GPU instance's */
+    for (uint32_t k = 0; a->gpu_instance >= 0 && k < g->mig_count && k < MAX_MIG; k++)
+        if ((int)g->mig_gi[k] == a->gpu_instance) instance = (int)k + 1;
     for (uint32_t i = 0; g->gpm_metric_max && i < get->num_metrics; i++)
         if (get->metrics[i].metric_id >= g->gpm_metric_max) return ERROR_INVALID_ARGUMENT;
     for (uint32_t i = 0; i < get->num_metrics; i++) { /* each metric carries its own return code */
@@ -1431,6 +1487,12 @@ int nvmlGpmMetricsGet(struct gpm_metrics_get *get) {
             m->nvml_return = g->gpm_unsupported[m->metric_id] == 1 ? ERROR_NOT_SUPPORTED
                                                                    : g->gpm_unsupported[m->metric_id];
         else m->nvml_return = gpm_metric(g, a, b, m);
+        int16_t replayed = m->metric_id < GPM_METRIC_IDS ? g->gpm_replay_ret[instance][m->metric_id] : 0;
+        if (replayed && replayed - 1 != SUCCESS) m->nvml_return = replayed - 1; /* nv-replay: as captured */
+        else if (replayed && a->refresh != b->refresh) { /* a pair within one refresh: the model's */
+            m->nvml_return = SUCCESS;
+            m->value = g->gpm_replay_value[instance][m->metric_id];
+        }
     }
     return SUCCESS;
 }

@@ -1,10 +1,14 @@
-"""Run a command over the NVML double, by hand: ``python -m tests.doubles.replay [options] -- CMD [ARGS…]``.
+"""Run a command over the NVML double, by hand: ``python -m tests.doubles.replay [options] -- CMD [ARGS…]``,
+or over a capture: ``python -m tests.doubles.replay CAPTURE [--state S] [--report FILE] -- CMD [ARGS…]``.
 
-Builds the stand-in ``libnvidia-ml.so.1`` (gcc, cached by source hash), writes a simulated driver's
-state with the GPUs asked for, and runs CMD with the two variables its pynvml needs to load that
-library and find that state (``LD_LIBRARY_PATH``, ``WARPTD_NVML_DOUBLE_STATE``). The GPUs draw their
-power live, so energy counters advance with wall time. CMD's exit code is this command's; the state
-file is removed when CMD ends. docs/development.md shows it in use.
+Builds the stand-in ``libnvidia-ml.so.1`` (gcc, cached by source hash; without the functions a
+captured driver did not export), writes a simulated driver's state with the GPUs asked for, or those
+of the capture answering as it recorded them (``tests/doubles/capture_double.py``), and runs CMD with
+the two variables its pynvml needs to load that library and find that state (``LD_LIBRARY_PATH``,
+``WARPTD_NVML_DOUBLE_STATE``). The GPUs draw their power live, so energy counters advance with wall
+time. CMD's exit code is this command's; the state file is removed when it ends. Over a capture, what
+the double's model answered instead of the capture is said on stderr (and written to ``--report``).
+docs/development.md shows it in use.
 
 Everything before ``--`` is this runner's; everything after it is CMD's, untouched.
 """
@@ -12,6 +16,7 @@ Everything before ``--`` is this runner's; everything after it is CMD's, untouch
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +25,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from tests.doubles.capture_double import Replayed, fake_nvml, unverified_functions
 from tests.doubles.nvml import FakeGpu, FakeNvml
+from warptd.capture import schema
 
 #: The GPU models the double knows, by the name ``--model`` takes.
 MODELS: dict[str, Callable[[int], FakeGpu]] = {
@@ -29,6 +38,8 @@ MODELS: dict[str, Callable[[int], FakeGpu]] = {
 }
 #: What the double's driver says it is without ``--driver-version`` (the real H200's: shared/notes).
 DRIVER_VERSION = "580.159.04"
+#: Items of each kind said on stderr; ``--report`` has them all.
+_SHOWN = 8
 
 
 class ReplayError(Exception):
@@ -37,19 +48,34 @@ class ReplayError(Exception):
 
 @dataclass(frozen=True)
 class Replay:
-    """What to run, over which simulated GPUs."""
+    """What to run, over which simulated GPUs: models, or a capture's."""
 
     command: tuple[str, ...]
-    models: tuple[str, ...]  # one per GPU, in NVML's order
+    models: tuple[str, ...]  # one per GPU, in NVML's order (none with a capture)
     driver_version: str = DRIVER_VERSION
+    capture: Path | None = None  # answer from this capture, not from the models
+    state: str = schema.IDLE  # the capture's state to answer from
+    report: Path | None = None  # where to write what the model answered instead of the capture
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tests.doubles.replay",
-        usage="python -m tests.doubles.replay [--gpus N] [--model NAME ...] [--driver-version V] -- CMD ...",
+        usage="python -m tests.doubles.replay [--gpus N] [--model NAME ...] [--driver-version V] -- CMD ...\n"
+        "       python -m tests.doubles.replay CAPTURE [--state S] [--report FILE] -- CMD ...",
         description="Run CMD over the NVML double: simulated GPUs that NVIDIA's own pynvml reads through "
-        "a stand-in libnvidia-ml.so.1.",
+        "a stand-in libnvidia-ml.so.1, answering as its models do, or as a capture (warptd capture, "
+        "docs/captures.md) recorded.",
+    )
+    parser.add_argument("capture", nargs="?", type=Path, metavar="CAPTURE", help="a capture to answer from")
+    parser.add_argument(
+        "--state", default=schema.IDLE, metavar="S", help="the capture's state to answer from (default idle)"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="write there (JSON) what the double's model answered instead of the capture",
     )
     parser.add_argument(
         "--gpus", type=int, metavar="N", help="how many GPUs (default: 2, or one per --model)"
@@ -82,6 +108,14 @@ def parse(argv: Sequence[str]) -> Replay:
     if not command:
         raise ReplayError("no command after --")
     args = _parser().parse_args(options)
+    if args.capture is not None:
+        if args.gpus is not None or args.models or args.driver_version != DRIVER_VERSION:
+            raise ReplayError("a capture says its GPUs and driver: drop --gpus, --model and --driver-version")
+        if not args.capture.is_file():
+            raise ReplayError(f"no capture file {args.capture}")
+        return Replay(tuple(command), (), capture=args.capture, state=args.state, report=args.report)
+    if args.report is not None or args.state != schema.IDLE:
+        raise ReplayError("--state and --report go with a capture")
     models = tuple(args.models or ("h100",))
     count = args.gpus if args.gpus is not None else (len(models) if args.models else 2)
     if not 1 <= count <= 64:
@@ -93,10 +127,41 @@ def parse(argv: Sequence[str]) -> Replay:
     )
 
 
+def double(replay: Replay) -> tuple[FakeNvml, schema.Capture | None, Replayed | None]:
+    """The double of ``replay``: its models' GPUs, or its capture's (with what it cannot answer)."""
+    if replay.capture is None:
+        gpus = [MODELS[model](index) for index, model in enumerate(replay.models)]
+        return FakeNvml(gpus, replay.driver_version), None, None
+    try:
+        capture = schema.Capture.read(replay.capture)
+    except (ValidationError, ValueError) as exc:
+        raise ReplayError(f"{replay.capture} is not a capture: {str(exc).splitlines()[0]}") from None
+    try:
+        fake, replayed = fake_nvml(capture, replay.state)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
+    return fake, capture, replayed
+
+
+def _tell(replay: Replay, fake: FakeNvml, capture: schema.Capture, replayed: Replayed) -> None:
+    """What the double's model answered instead of the capture: on stderr, and in ``--report``."""
+    modelled = unverified_functions(fake, capture)
+    found = {"unknown": replayed.unknown, "modelled": modelled, "not_reproduced": replayed.not_reproduced}
+    if replay.report is not None:
+        replay.report.write_text(json.dumps(found, indent=1) + "\n")
+    for title, items in (
+        ("marked unknown in the capture, answered by the double's model", replayed.unknown),
+        ("called but not in the capture, answered by the double's model", modelled),
+        ("in the capture but not answered as captured", replayed.not_reproduced),
+    ):
+        if items:
+            more = f"; and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
+            print(f"replay: {len(items)} {title}: {'; '.join(items[:_SHOWN])}{more}", file=sys.stderr)
+
+
 def run(replay: Replay) -> int:
     """Run CMD over a fresh double of ``replay``'s GPUs; its exit code (128+N when a signal N ended it)."""
-    gpus = [MODELS[model](index) for index, model in enumerate(replay.models)]
-    fake = FakeNvml(gpus, replay.driver_version)
+    fake, capture, replayed = double(replay)
     try:
         environment = {**os.environ, **fake.environment()}
         try:
@@ -109,6 +174,8 @@ def run(replay: Replay) -> int:
             code = child.wait()
         finally:
             signal.signal(signal.SIGINT, previous)
+        if capture is not None and replayed is not None:
+            _tell(replay, fake, capture, replayed)
     finally:
         fake.close()
         Path(fake.path).unlink(missing_ok=True)
