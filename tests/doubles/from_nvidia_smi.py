@@ -27,6 +27,7 @@ from typing import Any
 
 from tests.doubles import nvidia_smi, real_h200
 from tests.doubles.nvidia_smi import Failure, SmiCapture, SmiGpu, Stated
+from warptd.backends.nvidia import fields as nvidia_fields
 from warptd.capture import schema
 from warptd.capture.schema import Call, FieldValue, GpuState
 
@@ -383,16 +384,25 @@ def _unknowns(gpu: SmiGpu) -> list[Call]:
 
 
 def _unknown_fields(branch: tuple[int, int], links: Stated[int] | None) -> list[FieldValue]:
-    """Fields warptd asks that nvidia-smi never shows: the energy counter, PCIe bytes, per-link NVLink
-    counters."""
-    unknowns = [83, 197, 198]
+    """Fields warptd asks that nvidia-smi never shows: the energy counter, PCIe bytes, and on a GPU with
+    NVLinks each link's error and byte counters (the fields warptd's plan asks of that many links)."""
+    unknowns = [(83, 0), (197, 0), (198, 0)]
     if branch < (575, 0):
-        unknowns.append(75)
-    found = [FieldValue(id=field_id, ret=schema.UNKNOWN) for field_id in unknowns]
+        unknowns.append((75, 0))
     if isinstance(links, int):
-        for link in range(links):
-            found += [FieldValue(id=field_id, scope=link, ret=schema.UNKNOWN) for field_id in (138, 139)]
-    return found
+        unknowns += [spec.key for spec in nvidia_fields.nvlink(links)]
+    return [FieldValue(id=field_id, scope=scope, ret=schema.UNKNOWN) for field_id, scope in unknowns]
+
+
+def _unknown_link_calls(links: Stated[int] | None) -> list[Call]:
+    """The error counters warptd reads by call, of the links the per-link field ids do not number."""
+    if not isinstance(links, int):
+        return []
+    return [
+        unknown("nvmlDeviceGetNvLinkErrorCounter", link, counter)
+        for link in range(nvidia_fields.NVLINK_ERROR_LINKS, links)
+        for counter in sorted(nvidia_fields.NVLINK_ERROR_COUNTERS.values())
+    ]
 
 
 def _state(smi: SmiCapture, index: int, state: nvidia_smi.SmiState, uuids: Mapping[str, str]) -> GpuState:
@@ -411,6 +421,7 @@ def _state(smi: SmiCapture, index: int, state: nvidia_smi.SmiState, uuids: Mappi
             *link_calls,
             *_mig_calls(gpu, uuids),
             *_process_calls(gpu),
+            *_unknown_link_calls(links),
             *_unknowns(gpu),
         ),
         fields=(*_fields(gpu, branch, links), *_unknown_fields(branch, links)),
@@ -556,23 +567,58 @@ def _detail(smi: SmiCapture) -> str:
     )
 
 
+#: The corpus: its nvidia-smi sources and the captures made of them (``--corpus``).
+SOURCES = Path(__file__).parents[1] / "captures" / "nvidia-smi"
+CORPUS = SOURCES.parent
+#: The H200 of shared/notes/real-h200.md, built from the notes alone.
+NOTES_CAPTURE = f"h200-{real_h200.DRIVER}-notes.json"
+
+
+def corpus_name(smi: SmiCapture) -> str:
+    """The corpus's file name of a source's capture: ``h100-mig-590.48.01.json``."""
+    model = smi.model.removeprefix("nvidia-").replace("geforce-", "")
+    return f"{model}-{smi.driver_version}.json"
+
+
+def corpus() -> dict[Path, schema.Capture]:
+    """Every capture of the corpus built from its sources (the nvidia-smi files, the notes), by path."""
+    sources = sorted(SOURCES.glob("*.txt"))
+    found = {CORPUS / NOTES_CAPTURE: real_h200.capture()}
+    for path in sources:
+        smi = nvidia_smi.parse(path)
+        found[CORPUS / corpus_name(smi)] = convert(smi, sources)
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {TOOL}", description=__doc__.splitlines()[0])
-    parser.add_argument("file", type=Path, help="an nvidia-smi capture (tests/captures/nvidia-smi/*.txt)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="the capture to write (JSON)")
+    parser.add_argument(
+        "file", type=Path, nargs="?", help="an nvidia-smi capture (tests/captures/nvidia-smi/*.txt)"
+    )
+    parser.add_argument("-o", "--output", type=Path, help="the capture to write (JSON)")
+    parser.add_argument(
+        "--corpus",
+        action="store_true",
+        help=f"translate every source in {SOURCES.relative_to(CORPUS.parents[1])} into the corpus",
+    )
     args = parser.parse_args(argv)
+    if args.corpus == (args.file is not None) or (args.file is not None) != (args.output is not None):
+        parser.error("give FILE -o CAPTURE, or --corpus")
     try:
-        smi = nvidia_smi.parse(args.file)
-        capture = convert(smi, args.file.parent.glob("*.txt"))
+        if args.corpus:
+            written = corpus()
+        else:
+            smi = nvidia_smi.parse(args.file)
+            written = {args.output: convert(smi, args.file.parent.glob("*.txt"))}
     except (ConvertError, OSError, ValueError) as exc:
         print(f"from_nvidia_smi: {exc}", file=sys.stderr)
         return 2
-    capture.write(args.output)
-    unknowns = capture.unknowns()
-    print(
-        f"wrote {args.output}: {len(capture.gpus)} GPU(s), states {', '.join(capture.states)}; "
-        f"{len(unknowns)} unknown answers"
-    )
+    for path, capture in written.items():
+        capture.write(path)
+        print(
+            f"wrote {path}: {len(capture.gpus)} GPU(s), states {', '.join(capture.states)}; "
+            f"{len(capture.unknowns())} unknown answers"
+        )
     return 0
 
 

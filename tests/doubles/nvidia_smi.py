@@ -451,15 +451,21 @@ def _memory(node: Node | None) -> Memory:
 
 
 def _power(node: Node | None, csv_row: Mapping[str, str] | None = None, prefix: str = "") -> Power:
-    """A ``… Power Readings`` block; R610 nests the limits under "GPU Ceiling Power Limit"."""
+    """A ``… Power Readings`` block with its CSV columns (``prefix``: ``module.`` for the module's);
+    R610 nests the limits under "GPU Ceiling Power Limit"."""
     if node is None:
         return Power(NOT_SUPPORTED, NOT_SUPPORTED)
     limits = node.get("GPU Ceiling Power Limit") or node
-    enforced = (csv_row or {}).get(f"{prefix}enforced.power.limit [W]")
-    usage = (csv_row or {}).get("power.draw [W]") if not prefix and csv_row is not None else None
+    row = csv_row or {}
+    enforced = row.get(f"{prefix}enforced.power.limit [W]")
+    usage = row.get("power.draw [W]") if not prefix else None
+    # The draw as the CSV states it, at the one instant of power.draw and the enforced limit (-q's are
+    # read apart, a second away under a changing load); -q's where the CSV lacks it.
+    average = row.get(f"{prefix}power.draw.average [W]", node.text("Average Power Draw"))
+    instant = row.get(f"{prefix}power.draw.instant [W]", node.text("Instantaneous Power Draw"))
     return Power(
-        average=number(node.text("Average Power Draw"), "W"),
-        instant=number(node.text("Instantaneous Power Draw"), "W"),
+        average=number(average, "W"),
+        instant=number(instant, "W"),
         limit=number(limits.text("Current Power Limit"), "W"),
         requested=number(limits.text("Requested Power Limit"), "W"),
         default=number(limits.text("Default Power Limit"), "W"),

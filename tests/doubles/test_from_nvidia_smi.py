@@ -58,7 +58,7 @@ def test_h100_mig_answers_its_layout_memory_and_clock_events_as_nvml_would() -> 
     assert answer(idle, "nvmlDeviceGetCurrentClocksEventReasons").value == 1  # GPU idle
     assert answer(idle, "nvmlDeviceGetClockInfo", 1).value == 345  # SM clock, MHz
     fields = {(f.id, f.scope): f for f in idle.fields}
-    assert fields[186, 0].value == 72_630 and fields[185, 0].value == 71_270  # mW
+    assert fields[186, 0].value == 70_720 and fields[185, 0].value == 71_150  # mW, the CSV's instant
     assert fields[185, 2].value == 44_000 and fields[186, 2].ret == schema.NOT_SUPPORTED  # the memory's
     assert fields[185, 1].ret == schema.NOT_SUPPORTED  # no Grace Hopper module
     assert (fields[269, 0].value, fields[269, 0].type) == (0, "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG")
@@ -68,7 +68,7 @@ def test_h100_mig_answers_its_layout_memory_and_clock_events_as_nvml_would() -> 
     assert not fields[83, 0].known  # the energy counter: nvidia-smi never shows it
     assert "GPU 0: field 83" in capture.unknowns()
     loaded = capture.gpus[0].states[schema.LOADED]
-    # power.draw of the CSV (its own instant, not -q's 432.21 W average): the 1 s average
+    # power.draw of the CSV, the 1 s average, as its power.draw.average at the same instant
     assert answer(loaded, "nvmlDeviceGetPowerUsage").value == 433_780
     assert [(p.pid, p.device) for p in loaded.processes] and loaded.load
 
@@ -88,7 +88,7 @@ def test_a_turing_geforce_lacks_ecc_gpm_and_the_average_and_has_a_fan() -> None:
     assert answer(loaded, "nvmlDeviceGetEncoderUtilization").value == [100, None]  # period not shown
     assert answer(loaded, "nvmlDeviceGetPerformanceState").value == 2
     fields = {(f.id, f.scope): f for f in loaded.fields}
-    assert fields[185, 0].ret == schema.NOT_SUPPORTED and fields[186, 0].value == 97_750
+    assert fields[185, 0].ret == schema.NOT_SUPPORTED and fields[186, 0].value == 98_140
     assert all(fields[i, 0].ret == schema.NOT_SUPPORTED for i in (1, 3, 4, 5, 6, 82))
     assert fields[74, 0].value == 15_820_333_506_000  # SW power capping, ns
     assert [(p.pid, p.name, p.used_memory) for p in loaded.processes] == [
@@ -140,3 +140,13 @@ def test_a_windows_capture_is_refused_with_why(tmp_path: Path) -> None:
     shutil.copy(SOURCES / "linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04.txt", windows)
     with pytest.raises(from_nvidia_smi.ConvertError, match="only Linux"):
         from_nvidia_smi.convert(nvidia_smi.parse(windows))
+
+
+def test_the_corpus_is_what_its_sources_translate_to() -> None:
+    """Each committed capture is the converter's output of its source (a change to either shows here:
+    regenerate with ``python -m tests.doubles.from_nvidia_smi --corpus`` and review)."""
+    built = from_nvidia_smi.corpus()
+    assert len(built) == 12
+    for path, capture in built.items():
+        assert path.exists(), f"{path.name} is not in the corpus"
+        assert path.read_text() == capture.dumps(), f"{path.name} is not what its source translates to"
