@@ -35,15 +35,18 @@ from tests.helpers import http
 from warptd.backends.nvidia import fields, gpm
 from warptd.capture import schema
 from warptd.metrics import catalog
+from warptd.metrics.selection import DEFAULT_EXCLUDE
 
 ROOT = Path(__file__).parents[1]
 CAPTURES = ROOT / "tests" / "captures"
 COMMAND = "python -m tests.golden"
-#: The daemon's cadences over a capture: every value read within a couple of seconds.
-DAEMON_FLAGS = ("--interval", "0.25", "--health-interval", "1", "--energy-interval", "1")
+#: Cadences that read every value within a couple of seconds; the per-process reads on.
+DAEMON_FLAGS = ("--interval", "0.25", "--health-interval", "1", "--energy-interval", "1", "--processes")
+#: The backends that read NVML (every available one loads, as for a user; the host's CPU is left out).
+NVML_BACKENDS = frozenset({"nvidia", "nvidia_mig", "nvml"})
 #: Seconds after the daemon is ready before the first scrape (a health read and a GPM pair done), and
 #: between the two scrapes that tell a steady value from a moving one.
-SETTLE_S, APART_S = 2.5, 1.5
+SETTLE_S, APART_S = 2.0, 1.2
 #: The families of what the daemon says about the hardware (its own workings are not the capture's).
 KEPT = re.compile(
     r"^warptd_(device_.*|backend_up|sample_errors_total|power_domain_up|power_watts|energy_joules_total)$"
@@ -77,6 +80,10 @@ def _field_families() -> dict[int, set[str]]:
     return found
 
 
+#: GPM metric id -> its family.
+GPM_METRICS: dict[int, set[str]] = {}
+for _metric in gpm.metric_table(pynvml):
+    GPM_METRICS.setdefault(_metric.id, set()).add(_metric.metric)
 #: The GPM families (and the byte counters GPM stands in for): all rest on GPM where it answers.
 GPM_FAMILIES = frozenset(m.metric for m in gpm.metric_table(pynvml)) | {
     catalog.PCIE_BYTES.name,
@@ -84,6 +91,8 @@ GPM_FAMILIES = frozenset(m.metric for m in gpm.metric_table(pynvml)) | {
 }
 _MIG = {"warptd_device_mig_info", catalog.MIG_INFO.name}
 _PROCESSES = {catalog.PROCESS_UTILIZATION.name, catalog.PROCESS_MEMORY.name}
+_PROCESS_UTILIZATION = {catalog.PROCESS_UTILIZATION.name}
+_REASONS = {catalog.THROTTLE_ACTIVE.name, catalog.CLOCK_EVENT_ACTIVE.name}
 #: C function -> the families its answer feeds (with where warptd falls back to it).
 CALL_FAMILIES: dict[str, set[str]] = {
     "nvmlDeviceGetTotalEnergyConsumption": {catalog.ENERGY.name, catalog.ENERGY_READ.name},
@@ -95,8 +104,8 @@ CALL_FAMILIES: dict[str, set[str]] = {
     "nvmlDeviceGetTemperature": {catalog.TEMPERATURE.name},
     "nvmlDeviceGetClockInfo": {catalog.CLOCK.name},
     "nvmlDeviceGetPerformanceState": {catalog.PERFORMANCE_STATE.name},
-    "nvmlDeviceGetSupportedClocksEventReasons": {catalog.THROTTLE_ACTIVE.name, catalog.CLOCK_EVENT_ACTIVE.name},
-    "nvmlDeviceGetCurrentClocksEventReasons": {catalog.THROTTLE_ACTIVE.name, catalog.CLOCK_EVENT_ACTIVE.name},
+    "nvmlDeviceGetSupportedClocksEventReasons": _REASONS,
+    "nvmlDeviceGetCurrentClocksEventReasons": _REASONS,
     "nvmlDeviceGetViolationStatus": {catalog.THROTTLE_SECONDS.name},
     "nvmlDeviceGetNumFans": {catalog.FAN_SPEED.name},
     "nvmlDeviceGetFanSpeed_v2": {catalog.FAN_SPEED.name},
@@ -114,43 +123,61 @@ CALL_FAMILIES: dict[str, set[str]] = {
     "nvmlDeviceGetGpuInstanceProfileInfoV": {catalog.ENGINE_ACTIVE.name, catalog.ENCODER_UTILIZATION.name,
                                              catalog.DECODER_UTILIZATION.name, catalog.JPEG_UTILIZATION.name,
                                              catalog.OFA_UTILIZATION.name},
-    "nvmlGpmQueryDeviceSupport": set(GPM_FAMILIES),
-    "nvmlDeviceGetProcessUtilization": _PROCESSES,
-    "nvmlDeviceGetProcessesUtilizationInfo": _PROCESSES,
+    "nvmlDeviceGetProcessUtilization": _PROCESS_UTILIZATION,
+    "nvmlDeviceGetProcessesUtilizationInfo": _PROCESS_UTILIZATION,
     "nvmlDeviceGetComputeRunningProcesses_v3": _PROCESSES,
 }  # fmt: skip
 FIELD_FAMILIES = _field_families()
 
 
-def unknowns_by_family(state: schema.GpuState) -> dict[str, list[str]]:
-    """Family -> the unknown answers of ``state`` its series may rest on (as the golden file names
-    them: ``field 83``, ``nvmlDeviceGetTotalEnergyConsumption()``, ``GPM``)."""
+_FIELD = re.compile(r"field (\d+)")
+_GPM = re.compile(r"GPM (\d+)")
+#: The GPM calls whose answers every GPM series rests on (allocating and freeing samples answer nothing).
+_GPM_READS = ("nvmlGpmQueryDeviceSupport()", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet")
+_CALL = re.compile(r"(?:mig:\d+ )?(nvml\w+)[( ]")
+
+
+def rests_on(modelled: Iterable[str]) -> dict[str, list[str]]:
+    """Family -> what of ``modelled`` (the replay's report: ``GPU 0: field 83``, ``GPU 0:
+    nvmlDeviceGetFanSpeed_v2(0)``, ``GPU 0: GPM 1 on GI 3``, ``nvmlGpmMetricsGet (12 calls)``) its series
+    may rest on."""
     found: dict[str, list[str]] = {}
+    for item in modelled:
+        what = item.split(": ", 1)[-1]
+        if (match := _FIELD.match(what)) is not None:
+            families: Iterable[str] = FIELD_FAMILIES.get(int(match[1]), ())
+        elif (match := _GPM.match(what)) is not None:
+            families = GPM_METRICS.get(int(match[1]), ())
+        elif what.split(" ")[0] in _GPM_READS:
+            families, what = GPM_FAMILIES, "GPM"
+        elif (match := _CALL.match(what)) is not None:
+            families = CALL_FAMILIES.get(match[1], ())
+        else:
+            families = ()
+        sums = {sum_.total.name for sum_ in catalog.SUMS if sum_.of.name in families}
+        for family in (*families, *sums):  # a GPU's sum over links rests on what each link does
+            found.setdefault(family, []).append(what.removesuffix(" calls)").split(" (")[0])
+    return {family: _few(sorted(set(items))) for family, items in found.items()}
 
-    def add(families: Iterable[str], what: str) -> None:
-        for family in families:
-            if what not in found.setdefault(family, []):
-                found[family].append(what)
 
-    for answer in state.calls:
-        if not answer.known:
-            where = "" if answer.device == schema.GPU else f"{answer.device} "
-            add(CALL_FAMILIES.get(answer.function, ()), f"{where}{answer.function}({', '.join(map(str, answer.args))})")
-    for value in state.fields:
-        if not value.known:
-            add(FIELD_FAMILIES.get(value.id, ()), f"field {value.id}" + (f"/{value.scope}" if value.scope else ""))
-    if any(not metric.known for metric in state.gpm) or not state.gpm:
-        support = state.call("nvmlGpmQueryDeviceSupport")
-        if support is None or not support.known or (isinstance(support.value, dict) and support.value.get("isSupportedDevice")):
-            add(GPM_FAMILIES, "GPM")
-    return found
+def _few(items: list[str], shown: int = 4) -> list[str]:
+    """At most ``shown`` items, then how many more."""
+    return items if len(items) <= shown else [*items[:shown], f"{len(items) - shown} more"]
 
 
 # -- running the daemon ---------------------------------------------------------------------------------
-def replay(capture: Path, state: str, command: Sequence[str]) -> list[str]:
-    """``command`` run over ``capture``'s ``state`` through the NVML double."""
-    chosen = [] if state == schema.IDLE else ["--state", state]
-    return [sys.executable, "-m", "tests.doubles.replay", str(capture), *chosen, "--", *command]
+def replay(capture: Path, state: str, report: Path, command: Sequence[str]) -> list[str]:
+    """``command`` run over ``capture``'s ``state`` through the NVML double, which writes to ``report``
+    what its model answered instead of the capture."""
+    options = ["--state", state, "--report", str(report)]
+    return [sys.executable, "-m", "tests.doubles.replay", str(capture), *options, "--", *command]
+
+
+def modelled(report: Path) -> list[str]:
+    """What the replay's model answered: the capture's unknowns warptd asked, and the functions it
+    called that the capture does not hold (``nvmlDeviceGetViolationStatus``)."""
+    found = json.loads(report.read_text())
+    return [*found.get("unknown", []), *found.get("modelled", [])]
 
 
 @dataclass(frozen=True)
@@ -168,7 +195,7 @@ class Series:
 def _number(value: float) -> str:
     if math.isnan(value):
         return "NaN"
-    return repr(int(value)) if value == int(value) and abs(value) < 2**53 else repr(value)
+    return repr(int(value)) if value == int(value) and abs(value) < 2**53 else f"{value:.12g}"
 
 
 def _scrape(port: int) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], dict[str, str]]:
@@ -178,23 +205,45 @@ def _scrape(port: int) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], fl
     values, types = {}, {}
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
-            if KEPT.match(sample.name):
+            backend = sample.labels.get("backend", sample.labels.get("source"))
+            if KEPT.match(sample.name) and backend in NVML_BACKENDS:
                 labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "node"))
                 values[sample.name, labels] = sample.value
-                types[sample.name] = family.type
+                types[family.name] = family.type
     return values, types
 
 
-def run_daemon(capture: Path, state: str, workdir: Path) -> tuple[list[Series], dict[str, str]]:
-    """The daemon over one state of a capture: its series (steady or moving) and their families' types."""
-    log = workdir / f"{capture.stem}-{state}.log"
+@dataclass(frozen=True)
+class Run:
+    """What one state of a capture gave: the daemon's series and their families' types, the doctor's
+    findings, and what the double's model answered for either (unknowns asked, functions modelled)."""
+
+    series: list[Series]
+    types: dict[str, str]
+    doctor: dict[str, object]
+    modelled: list[str]
+
+
+def _environment() -> dict[str, str]:
+    return {**os.environ, "WARPTD_NODE": "corpus", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _roots(workdir: Path) -> list[str]:
+    """Empty sysfs and procfs: nothing of this host gets into what the capture shows."""
     empty = workdir / "empty"
     empty.mkdir(exist_ok=True)
-    command = [sys.executable, "-m", "warptd", "--listen", "127.0.0.1:0", "--backend", "nvidia",
-               "--sysfs", str(empty), "--procfs", str(empty), "--log-format", "json", *DAEMON_FLAGS]  # fmt: skip
-    env = {**os.environ, "WARPTD_NODE": "corpus", "PYTHONDONTWRITEBYTECODE": "1"}
+    return ["--sysfs", str(empty), "--procfs", str(empty)]
+
+
+def run_daemon(capture: Path, state: str, workdir: Path) -> tuple[list[Series], dict[str, str], list[str]]:
+    """The daemon over one state of a capture: its series (steady or moving), their families' types,
+    what the model answered. Ended by SIGINT to its process group, which the replay ignores: it then
+    writes its report."""
+    log, report = workdir / f"{capture.stem}-{state}.log", workdir / f"{capture.stem}-{state}.report"
+    command = [sys.executable, "-m", "warptd", "--listen", "127.0.0.1:0", *_roots(workdir),
+               "--log-format", "json", *DAEMON_FLAGS]  # fmt: skip
     with log.open("w") as err:
-        daemon = subprocess.Popen(replay(capture, state, command), cwd=ROOT, env=env,
+        daemon = subprocess.Popen(replay(capture, state, report, command), cwd=ROOT, env=_environment(),
                                   stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)  # fmt: skip
     try:
         port = _port(daemon, log)
@@ -203,17 +252,23 @@ def run_daemon(capture: Path, state: str, workdir: Path) -> tuple[list[Series], 
         time.sleep(APART_S)
         second, types = _scrape(port)
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait(timeout=10)
+        _stop(daemon)
     series = [
         Series(name, labels, value if first.get((name, labels)) == value else None)
         for (name, labels), value in sorted(second.items())
     ]
-    return series, types
+    return series, types, modelled(report)
+
+
+def _stop(daemon: subprocess.Popen[bytes]) -> None:
+    if daemon.poll() is not None:
+        return
+    os.killpg(daemon.pid, signal.SIGINT)
+    try:
+        daemon.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait(timeout=10)
 
 
 def _port(daemon: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> int:
@@ -230,27 +285,34 @@ def _port(daemon: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> 
     raise RuntimeError(f"the daemon was not ready in {timeout:.0f} s: {log.read_text()[-3000:]}")
 
 
-def run_doctor(capture: Path, state: str, workdir: Path) -> dict[str, object]:
-    """``warptd doctor --json --quick`` over a state of a capture: what of it a capture fixes."""
-    empty = workdir / "empty"
-    empty.mkdir(exist_ok=True)
-    command = [sys.executable, "-m", "warptd", "--backend", "nvidia", "--sysfs", str(empty), "--procfs",
-               str(empty), "doctor", "--json", "--quick"]  # fmt: skip
-    env = {**os.environ, "WARPTD_NODE": "corpus", "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run(replay(capture, state, command), cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+def run_doctor(capture: Path, state: str, workdir: Path) -> tuple[dict[str, object], list[str]]:
+    """``warptd doctor --json --quick`` over a state of a capture: what of it a capture fixes (the
+    driver, the field numbering, the reads it plans, its agreements), and what the model answered."""
+    report = workdir / f"{capture.stem}-{state}.doctor-report"
+    command = [sys.executable, "-m", "warptd", *_roots(workdir), *DAEMON_FLAGS, "doctor", "--json",
+               "--quick"]  # fmt: skip
+    done = subprocess.run(replay(capture, state, report, command), cwd=ROOT, env=_environment(),
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"warptd doctor ended {done.returncode}: {done.stderr[-3000:]}")
-    report = json.loads(done.stdout)
-    found: dict[str, object] = {"disagreements": report.get("disagreements")}
-    for backend in report.get("backends", []):
+    found: dict[str, object] = {}
+    for backend in json.loads(done.stdout).get("backends", []):
         if backend.get("backend") != "nvidia":
             continue
         found["driver"] = backend.get("driver")
         found["numbering"] = backend.get("numbering", {}).get("branch")
+        found["asked"] = backend.get("numbering", {}).get("asked")
         found["reads"] = sorted({p["read"] for d in backend.get("devices", []) for p in d.get("prices", [])})
         found["agreements"] = sorted(f"{a['pair']}: {a['status']}" for a in backend.get("agreements", []))
-    return found
+    return found, modelled(report)
+
+
+def run(capture: Path, state: str, workdir: Path) -> Run:
+    """The daemon over one state, and the doctor over the idle one (what it finds is the driver's and
+    the GPU's, not the load's)."""
+    series, types, by_daemon = run_daemon(capture, state, workdir)
+    doctor, by_doctor = run_doctor(capture, state, workdir) if state == schema.IDLE else ({}, [])
+    return Run(series, types, doctor, sorted({*by_daemon, *by_doctor}))
 
 
 # -- the golden file --------------------------------------------------------------------------------------
@@ -258,27 +320,32 @@ def golden_path(capture: Path) -> Path:
     return capture.with_suffix(".golden")
 
 
-def render(capture_path: Path, runs: Mapping[str, tuple[list[Series], dict[str, str], dict[str, object]]]) -> str:
+def render(capture_path: Path, runs: Mapping[str, Run]) -> str:
     """The golden file's text: per state, the doctor's findings and every series, sorted."""
-    capture = schema.Capture.read(capture_path)
     relative = capture_path.relative_to(ROOT) if capture_path.is_relative_to(ROOT) else capture_path
     lines = [
         f"# What warptd exports over {relative}, reviewed. Regenerate: {COMMAND} {relative}",
-        "# A value is the one read (~: it moved); 'unverified' marks a series resting on an unknown answer.",
+        "# A value is the one read (~: it moved); 'unverified' marks a series resting on what the capture",
+        "# does not hold (answered by the NVML double's model); 'absent … unverified', a family not exported",
+        "# perhaps only because the model answered so.",
     ]
-    for state, (series, types, doctor) in runs.items():
+    for state, found in runs.items():
         lines.append(f"\n[{state}]")
-        for key, value in doctor.items():
-            lines.append(f"doctor {key}: {json.dumps(value)}")
-        rests = _rests(capture, state)
+        lines += [f"doctor {key}: {json.dumps(value)}" for key, value in found.doctor.items()]
+        rests = rests_on(found.modelled)
         typed = set()
-        for each in series:
-            family = _family(each.name, types)
+        for each in found.series:
+            family = _family(each.name, found.types)
             if family not in typed:
                 typed.add(family)
-                lines.append(f"# TYPE {family} {types.get(family, 'unknown')}")
-            on = rests.get(_catalog_name(each.name, family, types), [])
+                lines.append(f"# TYPE {family} {found.types.get(family, 'unknown')}")
+            on = rests.get(_catalog_name(each.name, family, found.types), [])
             lines.append(each.line() + (f"  # unverified: {', '.join(on)}" if on else ""))
+        shown = {
+            _catalog_name(each.name, _family(each.name, found.types), found.types) for each in found.series
+        }
+        for family in sorted(set(rests) - shown - set(DEFAULT_EXCLUDE)):  # absent, maybe only by the model
+            lines.append(f"absent {family}  # unverified: {', '.join(rests[family])}")
     return "\n".join(lines) + "\n"
 
 
@@ -294,42 +361,31 @@ def _catalog_name(name: str, family: str, types: Mapping[str, str]) -> str:
     return f"{family}_total" if types.get(family) == "counter" else name
 
 
-def _rests(capture: schema.Capture, state: str) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for gpu in capture.gpus:
-        gpu_state = gpu.states.get(state)
-        if gpu_state is None:
-            continue
-        for family, what in unknowns_by_family(gpu_state).items():
-            found.setdefault(family, [])
-            found[family] += [w for w in what if w not in found[family]]
-    return found
-
-
-def generate(capture: Path, workdir: Path) -> str:
-    """Run the daemon and the doctor over each state of ``capture``; the golden file's text."""
-    states = schema.Capture.read(capture).states
-    runs = {}
-    for state in states:
-        series, types = run_daemon(capture, state, workdir)
-        runs[state] = (series, types, run_doctor(capture, state, workdir))
-    return render(capture, runs)
-
-
-def generate_all(captures: Sequence[Path], workers: int = 4) -> dict[Path, str]:
-    """Each capture's golden text, several daemons at once."""
-    with tempfile.TemporaryDirectory(prefix="warptd-golden-") as tmp, concurrent.futures.ThreadPoolExecutor(
-        workers
-    ) as pool:
-        futures = {capture: pool.submit(generate, capture, Path(tmp)) for capture in captures}
-        return {capture: future.result() for capture, future in futures.items()}
+def generate_all(captures: Sequence[Path], workers: int = 6) -> dict[Path, str]:
+    """Each capture's golden text, several runs at once (each state of each capture its own)."""
+    jobs = [(capture, state) for capture in captures for state in schema.Capture.read(capture).states]
+    with (
+        tempfile.TemporaryDirectory(prefix="warptd-golden-") as tmp,
+        concurrent.futures.ThreadPoolExecutor(workers) as pool,
+    ):
+        futures = {job: pool.submit(run, *job, Path(tmp)) for job in jobs}
+        runs = {job: future.result() for job, future in futures.items()}
+    return {
+        capture: render(capture, {state: found for (of, state), found in runs.items() if of == capture})
+        for capture in captures
+    }
 
 
 def differences(expected: str, actual: str) -> list[str]:
     """The lines the two golden texts differ by (``-`` expected only, ``+`` actual only), comments aside
     from the ``# TYPE`` lines."""
+
     def meaningful(text: str) -> list[str]:
-        return [line for line in text.splitlines() if line and (not line.startswith("#") or line.startswith("# TYPE"))]
+        return [
+            line
+            for line in text.splitlines()
+            if line and (not line.startswith("#") or line.startswith("# TYPE"))
+        ]
 
     old, new = meaningful(expected), meaningful(actual)
     gone = [f"- {line}" for line in old if line not in set(new)]

@@ -192,6 +192,39 @@ def _sample_calls(gpu: SmiGpu, row_power: Stated[float]) -> list[Call]:
     return calls
 
 
+#: NVML_GPU_INSTANCE_PROFILE_1_SLICE (0) to _1_SLICE_REV1 (7): the instance profiles every MIG driver numbers.
+_PROFILES = 8
+#: nvmlComputeMode_t by nvidia-smi's name of it.
+_COMPUTE_MODES = {"Default": 0, "Exclusive_Thread": 1, "Prohibited": 2, "Exclusive_Process": 3}
+
+
+def _mode_calls(gpu: SmiGpu) -> list[Call]:
+    """The modes and limits nvidia-smi shows beside the readings: persistence and compute mode, ECC
+    mode, the power limits, the maximum clocks."""
+    compute = gpu.compute_mode
+    power = gpu.power
+    return [
+        call("nvmlDeviceGetPersistenceMode", _flag(gpu.persistence_mode), UINT),
+        call(
+            "nvmlDeviceGetComputeMode",
+            compute if isinstance(compute, Failure) else _COMPUTE_MODES[compute],
+            UINT,
+        ),
+        call("nvmlDeviceGetEccMode", _all_of(_flag(gpu.ecc.current), _flag(gpu.ecc.pending)), PAIR),
+        call("nvmlDeviceGetPowerManagementLimit", _scaled(power.limit, 1000), UINT),
+        call("nvmlDeviceGetPowerManagementDefaultLimit", _scaled(power.default, 1000), UINT),
+        call(
+            "nvmlDeviceGetPowerManagementLimitConstraints",
+            _all_of(_scaled(power.minimum, 1000), _scaled(power.maximum, 1000)),
+            PAIR,
+        ),
+        *(
+            call("nvmlDeviceGetMaxClockInfo", getattr(gpu.max_clocks, clock), UINT, kind)
+            for clock, kind in _CLOCKS.items()
+        ),
+    ]
+
+
 def _slow_calls(gpu: SmiGpu) -> list[Call]:
     """The slow values: MIG mode, fans, the media engines' averages, PCIe replays, remapped rows."""
     mig = _all_of(_flag(gpu.mig_current), _flag(gpu.mig_pending))
@@ -353,7 +386,27 @@ def _process_calls(gpu: SmiGpu) -> list[Call]:
         }
         for process in _compute(gpu)
     ]
-    return [call("nvmlDeviceGetComputeRunningProcesses_v3", rows, "c_nvmlProcessInfo_v2_t[]")]
+    found = [call("nvmlDeviceGetComputeRunningProcesses_v3", rows, "c_nvmlProcessInfo_v2_t[]")]
+    if gpu.mig_current is not True:  # nvml.h: the profiles answer NOT_SUPPORTED where MIG mode is off
+        found += [
+            Call(
+                function="nvmlDeviceGetGpuInstanceProfileInfoV",
+                args=(profile,),
+                ret=schema.NOT_SUPPORTED,
+                source=HEADER,
+            )
+            for profile in range(_PROFILES)
+        ]
+    if gpu.mig_current is True:  # nvml.h: "On MIG-enabled GPUs, querying process utilization is not
+        # currently supported" (both calls)
+        found += [
+            Call(function=function, args=args, ret=schema.NOT_SUPPORTED, source=HEADER)
+            for function, args in (
+                ("nvmlDeviceGetProcessesUtilizationInfo", ()),
+                ("nvmlDeviceGetProcessUtilization", (0,)),
+            )
+        ]
+    return found
 
 
 def _instance(value: Stated[int]) -> int:
@@ -418,6 +471,7 @@ def _state(smi: SmiCapture, index: int, state: nvidia_smi.SmiState, uuids: Mappi
             *_memory(gpu, schema.GPU),
             *_sample_calls(gpu, gpu.power.usage),
             *_slow_calls(gpu),
+            *_mode_calls(gpu),
             *link_calls,
             *_mig_calls(gpu, uuids),
             *_process_calls(gpu),
@@ -494,8 +548,9 @@ def convert(smi: SmiCapture, siblings: Iterable[Path] = ()) -> schema.Capture:
         schema.Source(
             id=HEADER,
             kind="notes",
-            detail="NVIDIA's nvml.h (CUDA 13.0 to 13.5): GPM is for Hopper and newer devices; applied where "
-            "nvidia-smi names an older architecture",
+            detail="NVIDIA's nvml.h (CUDA 13.0 to 13.5): GPM is for Hopper and newer devices (applied where "
+            "nvidia-smi names an older architecture); process utilization is not supported on MIG-enabled "
+            "GPUs, nor GPU instance profiles where MIG mode is off",
         ),
     ]
     notes = [

@@ -98,7 +98,8 @@ def _field(field_id: int, ret: str = schema.UNKNOWN, **answer: object) -> FieldV
 
 
 def _state(loaded: bool) -> GpuState:
-    fields = [_field(field_id) for field_id in _ANSWERED]
+    stated = {185} if loaded else set()
+    fields = [_field(field_id) for field_id in _ANSWERED if field_id not in stated]
     fields += [
         _field(field_id, schema.NOT_SUPPORTED, type="NVML_VALUE_TYPE_UNSIGNED_INT")
         for field_id in (251, 252, 253)
@@ -114,6 +115,14 @@ def _state(loaded: bool) -> GpuState:
             for link in range(_LINKS)
         ),
         Call(function="nvmlDeviceGetTotalEnergyConsumption", ret=schema.UNKNOWN),
+        # GPM answered (samples priced, metrics compared with nvidia-smi dmon --gpm-metrics).
+        Call(
+            function="nvmlGpmQueryDeviceSupport",
+            ret=schema.SUCCESS,
+            value={"version": 1, "isSupportedDevice": 1},
+            type="c_nvmlGpmSupport_t",
+        ),
+        Call(function="nvmlGpmSampleGet", ret=schema.SUCCESS),
     ]
     if loaded:
         fields.append(_field(185, schema.SUCCESS, value=692_000, type="NVML_VALUE_TYPE_UNSIGNED_INT"))
