@@ -198,7 +198,11 @@ def _number(value: float) -> str:
     return repr(int(value)) if value == int(value) and abs(value) < 2**53 else f"{value:.12g}"
 
 
-def _scrape(port: int) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], dict[str, str]]:
+Scraped = tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], dict[str, str], bytes]
+
+
+def _scrape(port: int) -> Scraped:
+    """The kept series' values, their families' types, and the exposition as served."""
     status, _, body = http(port, "GET", "/metrics")
     if status != 200:
         raise RuntimeError(f"/metrics answered {status}")
@@ -210,7 +214,7 @@ def _scrape(port: int) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], fl
                 labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "node"))
                 values[sample.name, labels] = sample.value
                 types[family.name] = family.type
-    return values, types
+    return values, types, body
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,7 @@ class Run:
     findings, and what the double's model answered for either (unknowns asked, functions modelled)."""
 
     series: list[Series]
+    exposition: bytes  # /metrics as served at the last scrape
     types: dict[str, str]
     doctor: dict[str, object]
     modelled: list[str]
@@ -235,10 +240,12 @@ def _roots(workdir: Path) -> list[str]:
     return ["--sysfs", str(empty), "--procfs", str(empty)]
 
 
-def run_daemon(capture: Path, state: str, workdir: Path) -> tuple[list[Series], dict[str, str], list[str]]:
+def run_daemon(
+    capture: Path, state: str, workdir: Path
+) -> tuple[list[Series], dict[str, str], bytes, list[str]]:
     """The daemon over one state of a capture: its series (steady or moving), their families' types,
-    what the model answered. Ended by SIGINT to its process group, which the replay ignores: it then
-    writes its report."""
+    the last exposition, what the model answered. Ended by SIGINT to its process group, which the
+    replay ignores: it then writes its report."""
     log, report = workdir / f"{capture.stem}-{state}.log", workdir / f"{capture.stem}-{state}.report"
     command = [sys.executable, "-m", "warptd", "--listen", "127.0.0.1:0", *_roots(workdir),
                "--log-format", "json", *DAEMON_FLAGS]  # fmt: skip
@@ -248,16 +255,16 @@ def run_daemon(capture: Path, state: str, workdir: Path) -> tuple[list[Series], 
     try:
         port = _port(daemon, log)
         time.sleep(SETTLE_S)
-        first, _ = _scrape(port)
+        first, _, _ = _scrape(port)
         time.sleep(APART_S)
-        second, types = _scrape(port)
+        second, types, body = _scrape(port)
     finally:
         _stop(daemon)
     series = [
         Series(name, labels, value if first.get((name, labels)) == value else None)
         for (name, labels), value in sorted(second.items())
     ]
-    return series, types, modelled(report)
+    return series, types, body, modelled(report)
 
 
 def _stop(daemon: subprocess.Popen[bytes]) -> None:
@@ -310,9 +317,9 @@ def run_doctor(capture: Path, state: str, workdir: Path) -> tuple[dict[str, obje
 def run(capture: Path, state: str, workdir: Path) -> Run:
     """The daemon over one state, and the doctor over the idle one (what it finds is the driver's and
     the GPU's, not the load's)."""
-    series, types, by_daemon = run_daemon(capture, state, workdir)
+    series, types, body, by_daemon = run_daemon(capture, state, workdir)
     doctor, by_doctor = run_doctor(capture, state, workdir) if state == schema.IDLE else ({}, [])
-    return Run(series, types, doctor, sorted({*by_daemon, *by_doctor}))
+    return Run(series, body, types, doctor, sorted({*by_daemon, *by_doctor}))
 
 
 # -- the golden file --------------------------------------------------------------------------------------
@@ -361,8 +368,8 @@ def _catalog_name(name: str, family: str, types: Mapping[str, str]) -> str:
     return f"{family}_total" if types.get(family) == "counter" else name
 
 
-def generate_all(captures: Sequence[Path], workers: int = 6) -> dict[Path, str]:
-    """Each capture's golden text, several runs at once (each state of each capture its own)."""
+def run_all(captures: Sequence[Path], workers: int = 6) -> dict[Path, dict[str, Run]]:
+    """Each capture's runs by state, several at once (each state of each capture its own)."""
     jobs = [(capture, state) for capture in captures for state in schema.Capture.read(capture).states]
     with (
         tempfile.TemporaryDirectory(prefix="warptd-golden-") as tmp,
@@ -371,7 +378,7 @@ def generate_all(captures: Sequence[Path], workers: int = 6) -> dict[Path, str]:
         futures = {job: pool.submit(run, *job, Path(tmp)) for job in jobs}
         runs = {job: future.result() for job, future in futures.items()}
     return {
-        capture: render(capture, {state: found for (of, state), found in runs.items() if of == capture})
+        capture: {state: found for (of, state), found in runs.items() if of == capture}
         for capture in captures
     }
 
@@ -407,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chosen = captures(args.captures)
     started = time.monotonic()
-    texts = generate_all(chosen)
+    texts = {capture: render(capture, runs) for capture, runs in run_all(chosen).items()}
     failed = 0
     for capture, text in texts.items():
         path = golden_path(capture)
