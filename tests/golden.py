@@ -198,7 +198,8 @@ def _number(value: float) -> str:
     return repr(int(value)) if value == int(value) and abs(value) < 2**53 else f"{value:.12g}"
 
 
-Scraped = tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], dict[str, str], bytes]
+Values = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+Scraped = tuple[Values, dict[str, str], bytes]
 
 
 def _scrape(port: int) -> Scraped:
@@ -253,11 +254,7 @@ def run_daemon(
         daemon = subprocess.Popen(replay(capture, state, report, command), cwd=ROOT, env=_environment(),
                                   stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)  # fmt: skip
     try:
-        port = _port(daemon, log)
-        time.sleep(SETTLE_S)
-        first, _, _ = _scrape(port)
-        time.sleep(APART_S)
-        second, types, body = _scrape(port)
+        first, second, types, body = _settled(_port(daemon, log))
     finally:
         _stop(daemon)
     series = [
@@ -265,6 +262,21 @@ def run_daemon(
         for (name, labels), value in sorted(second.items())
     ]
     return series, types, body, modelled(report)
+
+
+def _settled(port: int, timeout: float = 30.0) -> tuple[Values, Values, dict[str, str], bytes]:
+    """Two scrapes ``APART_S`` apart with the same series, the first at least ``SETTLE_S`` after the
+    daemon was ready: every read made once (a daemon slow to start on a busy machine shows its series
+    late, and a series only in the second scrape would read as moving)."""
+    time.sleep(SETTLE_S)
+    deadline = time.monotonic() + timeout
+    first, _, _ = _scrape(port)
+    while True:
+        time.sleep(APART_S)
+        second, types, body = _scrape(port)
+        if second.keys() == first.keys() or time.monotonic() > deadline:
+            return first, second, types, body
+        first = second
 
 
 def _stop(daemon: subprocess.Popen[bytes]) -> None:
