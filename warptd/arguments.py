@@ -591,8 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="record what this node's NVML answers warptd, into one file to send us",
         description="Record into one JSON file every NVML call warptd makes here (its reads, warptd doctor's "
         "checks, process and MIG discovery) with what each answered and cost, idle and with --load under "
-        "the stress child, without the daemon: about a minute. UUIDs, the hostname and process names are "
-        "masked unless --no-mask (docs/captures.md).",
+        "the stress child, without the daemon: about 15 s idle, a minute more with --load. UUIDs, the "
+        "hostname and process names are masked unless --no-mask (docs/captures.md).",
     )
     capture.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="where (default capture-<model>-<driver>.json here)"

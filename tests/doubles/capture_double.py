@@ -218,10 +218,10 @@ class _Calls:
         if (usage := self.value("nvmlDeviceGetPowerUsage")) is not None:
             gpu.state.power_usage_mw = max(1, usage)
         instant, average, energy = (answers.field(i) for i in (186, 185, 83))
-        if instant is not None and instant.ok and isinstance(instant.value, int):
-            gpu.power_mw = instant.value
-        elif usage is not None:
-            gpu.power_mw = usage
+        power = instant.value if instant is not None and instant.ok else usage
+        if isinstance(power, int):
+            gpu.state.power_count = gpu.state.power_head = 0  # the captured power, since ever
+            gpu.power_mw = power
         if average is not None and average.ok and isinstance(average.value, int):
             gpu.state.average_mw = max(1, average.value)
         call = self.one("nvmlDeviceGetTotalEnergyConsumption")
@@ -335,6 +335,7 @@ class _Calls:
                 )
             )
         gpu.mig_devices = devices
+        gpu.mig_mode = 1  # on, with or without instances yet
 
     def _processes(self) -> None:
         gpu = self.gpu
@@ -378,6 +379,15 @@ class _Calls:
                 self.lost(f"{function}: answers {sorted(failed)} for some inputs only")
 
 
+#: Calls the capture answers without holding them: the library's own bookkeeping (initialisation, the
+#: GPU count and handles, versions, GPM samples, event sets and their waits), which its node and GPUs say.
+_HELD_BY_THE_NODE = frozenset(
+    {
+        "nvmlInitWithFlags", "nvmlInit_v2", "nvmlShutdown", "nvmlErrorString", "nvmlSystemGetDriverVersion",
+        "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree",
+        "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlEventSetWait_v2",
+    }
+)  # fmt: skip
 #: Functions whose failures by input the model answers itself (a clock, a link, a fan, a profile, a
 #: MIG slot, the process calls' NOT_FOUND): not forced on the whole function.
 _PER_ARGUMENT = frozenset(
@@ -528,19 +538,23 @@ def _prices(gpu: FakeGpu, captured: schema.Gpu, driver: str) -> None:
     gpu.query_prices_us = by_query
 
 
-def unverified_functions(fake: FakeNvml, capture: schema.Capture) -> list[str]:
-    """C functions the command called on the double that the capture holds no answer of (the model
-    answered them), with how often."""
+def modelled(fake: FakeNvml, capture: schema.Capture) -> list[str]:
+    """What the command asked of the double that the capture holds no answer of (the model answered
+    it): C functions, with how often, and field ids by GPU."""
     held = {call.function for gpu in capture.gpus for s in gpu.states.values() for call in s.calls}
     held |= {call.function for calls in capture.node.calls.values() for call in calls}
     if any(s.fields for gpu in capture.gpus for s in gpu.states.values()):
         held.add("nvmlDeviceGetFieldValues")
     if any(s.gpm for gpu in capture.gpus for s in gpu.states.values()):
         held.add("nvmlGpmMetricsGet")
-    skip = {"nvmlErrorString", "nvmlInit_v2"}
     found = []
     for name, position in _function_ids().items():
         count = fake.state.calls[position]
-        if count and name not in held and name not in skip:
+        if count and name not in held and name not in _HELD_BY_THE_NODE:
             found.append(f"{name} ({count} calls)")
+    for gpu, captured in zip(fake.gpus, capture.gpus, strict=True):
+        answered = {value.id for s in captured.states.values() for value in s.fields}
+        missing = sorted(gpu.fields_asked - answered)
+        if missing:
+            found.append(f"GPU {captured.index}: fields {', '.join(map(str, missing))}")
     return found

@@ -334,6 +334,7 @@ class GpuState(ctypes.Structure):
         ("replay_fields", ReplayField * MAX_REPLAY_FIELDS),
         ("gpm_replay_ret", (ctypes.c_int16 * GPM_METRIC_IDS) * (1 + MAX_MIG)),
         ("gpm_replay_value", (ctypes.c_double * GPM_METRIC_IDS) * (1 + MAX_MIG)),
+        ("field_asked", ctypes.c_uint8 * MAX_FIELD),
         # --- end nv-replay ---
     ]
 
@@ -720,6 +721,11 @@ class FakeGpu:
             self.state.latency_of_us[field_id] = -1  # the model's latencyUsec
         self.state.gpm_metrics_base_us = GPM_METRICS_BASE_US
         self.state.gpm_metric_price_us = GPM_METRIC_PRICE_US
+
+    @property
+    def fields_asked(self) -> set[int]:
+        """The field ids some batch asked of this GPU, in any process."""
+        return {field_id for field_id, asked in enumerate(self.state.field_asked) if asked}
 
     @property
     def query_prices_us(self) -> dict[str, int]:

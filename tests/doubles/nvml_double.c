@@ -278,6 +278,7 @@ struct gpu {
      * model answers) and the value */
     int16_t gpm_replay_ret[1 + MAX_MIG][GPM_METRIC_IDS];
     double gpm_replay_value[1 + MAX_MIG][GPM_METRIC_IDS];
+    uint8_t field_asked[MAX_FIELD]; /* per field id: asked in some batch (what a capture must hold) */
     /* --- end nv-replay --- */
 };
 
@@ -963,6 +964,7 @@ int nvmlDeviceGetFieldValues(void *h, int n, struct field_value *values) {
     for (int i = 0; i < n; i++) { /* the call succeeds; each value carries its own return code */
         values[i].value = 0;
         values[i].timestamp = now_us;
+        if (values[i].field_id < MAX_FIELD) g->field_asked[values[i].field_id] = 1; /* nv-replay */
         int replayed = replayed_field(g, &values[i]); /* nv-replay: a capture's answer, else the model's */
         values[i].nvml_return = replayed >= 0 ? replayed : field(g, &values[i]);
         values[i].latency_usec = field_latency(g, numbered, values[i].field_id);

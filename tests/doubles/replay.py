@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tests.doubles.capture_double import Replayed, fake_nvml, unverified_functions
+from tests.doubles.capture_double import Replayed, fake_nvml, modelled
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from warptd.capture import schema
 
@@ -38,6 +38,8 @@ MODELS: dict[str, Callable[[int], FakeGpu]] = {
 }
 #: What the double's driver says it is without ``--driver-version`` (the real H200's: shared/notes).
 DRIVER_VERSION = "580.159.04"
+#: Signals this runner passes on to CMD (SIGINT reaches it through the terminal's process group).
+_FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 #: Items of each kind said on stderr; ``--report`` has them all.
 _SHOWN = 8
 
@@ -145,13 +147,13 @@ def double(replay: Replay) -> tuple[FakeNvml, schema.Capture | None, Replayed | 
 
 def _tell(replay: Replay, fake: FakeNvml, capture: schema.Capture, replayed: Replayed) -> None:
     """What the double's model answered instead of the capture: on stderr, and in ``--report``."""
-    modelled = unverified_functions(fake, capture)
-    found = {"unknown": replayed.unknown, "modelled": modelled, "not_reproduced": replayed.not_reproduced}
+    answered = modelled(fake, capture)
+    found = {"unknown": replayed.unknown, "modelled": answered, "not_reproduced": replayed.not_reproduced}
     if replay.report is not None:
         replay.report.write_text(json.dumps(found, indent=1) + "\n")
     for title, items in (
         ("marked unknown in the capture, answered by the double's model", replayed.unknown),
-        ("called but not in the capture, answered by the double's model", modelled),
+        ("asked but not in the capture, answered by the double's model", answered),
         ("in the capture but not answered as captured", replayed.not_reproduced),
     ):
         if items:
@@ -168,12 +170,16 @@ def run(replay: Replay) -> int:
             child = subprocess.Popen(replay.command, env=environment)
         except OSError as exc:
             raise ReplayError(f"cannot run {replay.command[0]}: {exc.strerror or exc}") from None
-        # Ctrl-C reaches CMD through the terminal's process group: wait for it to end on its own.
+        # Ctrl-C reaches CMD through the terminal's process group: wait for it to end on its own. A
+        # SIGTERM or SIGHUP sent to this runner alone (a service manager, a test) is passed on to it.
+        forwarded = {sig: signal.signal(sig, lambda sig, _: child.send_signal(sig)) for sig in _FORWARDED}
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             code = child.wait()
         finally:
             signal.signal(signal.SIGINT, previous)
+            for sig, handler in forwarded.items():
+                signal.signal(sig, handler)
         if capture is not None and replayed is not None:
             _tell(replay, fake, capture, replayed)
     finally:

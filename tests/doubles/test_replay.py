@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doubles.replay import ReplayError, parse
+from tests.doubles.replay import ReplayError, main, parse
 
 ROOT = Path(__file__).parents[2]
 #: What CMD sees: the GPUs through the real pynvml, and where the state file is.
@@ -81,3 +81,24 @@ def test_an_unknown_model_is_refused_by_name(capsys):
         parse(["--model", "a100", "--", "true"])
     assert exited.value.code == 2
     assert "invalid choice: 'a100'" in capsys.readouterr().err
+
+
+def test_a_capture_says_its_gpus_and_driver(tmp_path):
+    capture = tmp_path / "capture.json"
+    capture.write_text("{}")
+    replay = parse([str(capture), "--state", "loaded", "--report", str(tmp_path / "r.json"), "--", "true"])
+    assert (replay.capture, replay.state, replay.models) == (capture, "loaded", ())
+    with pytest.raises(ReplayError, match="a capture says its GPUs and driver"):
+        parse([str(capture), "--gpus", "2", "--", "true"])
+    with pytest.raises(ReplayError, match="no capture file"):
+        parse([str(tmp_path / "missing.json"), "--", "true"])
+    with pytest.raises(ReplayError, match="--state and --report go with a capture"):
+        parse(["--state", "loaded", "--", "true"])
+
+
+def test_a_file_that_is_no_capture_is_one_line(tmp_path, capsys):
+    capture = tmp_path / "capture.json"
+    capture.write_text('{"header": {}}')
+    assert main([str(capture), "--", "true"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"replay: {capture} is not a capture: ") and said.count("\n") == 1

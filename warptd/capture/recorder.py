@@ -268,6 +268,8 @@ class Recorder:
                 continue  # a GPM sample, an event set: which one is no part of what is asked
             elif position not in unkeyed and not _follows_text(args, position):
                 inputs.append(_number(arg))
+        if name == "nvmlDeviceGetHandleByIndex_v2":
+            inputs = []  # the GPU it asks for is where it is kept
         value, kind = _outputs(name, outputs) if ret == schema.SUCCESS else (None, None)
         key = ("call", device, name, tuple(inputs))
         book.entry(gpu, key).add(ret, value, kind, made.at, made.cpu)
