@@ -61,7 +61,7 @@ def _pairs(report: DoctorReport, pair: str) -> list:
     [
         ("575.57.08", "R575, R580 to 580.65", (251, 252, 253), 0),
         ("580.65.06", "R575, R580 to 580.65", (251, 252, 253), 0),
-        ("580.159.04", "580.82 on (R590 too)", (269, 270, 271), 0),
+        ("580.159.04", "580.82 on (R590, R595, R610 too)", (269, 270, 271), 0),
         # Which header a build took, the version does not tell; both ranges answer SUCCESS here (a GPU
         # with power smoothing), and only the durations are 64-bit.
         ("580.76.05", "580.66 to 580.81", (251, 252, 253), 1),
@@ -174,7 +174,7 @@ def test_sm_activity_on_a_gpu_utilization_calls_idle_disagrees_and_a_busy_gpu_is
     assert code == 1
     assert "DISAGREE, device 0: SM active 40.0%, utilization 0 %" in table
     assert "Not compared on 1: the GPU is busy (utilization 35% during the GPM pair)" in table
-    assert "Field ids: driver 580.159.04 is in 580.82 on (R590 too)." in table
+    assert "Field ids: driver 580.159.04 is in 580.82 on (R590, R595, R610 too)." in table
 
 
 # -- no GPU --------------------------------------------------------------------------------------------------

@@ -36,9 +36,10 @@ class DriverInstance(BaseModel):
     """What tells one initialisation of a device by its driver from the next, on one boot: a driver
     reload or a GPU reset restarts the device's counters (NVML's energy counter counts "since the
     driver was last reloaded"). ``up_since``: CLOCK_BOOTTIME seconds when the driver initialised it
-    (NVML's GPU uptime, R610 and newer), which tells either way. ``sysfs``: the inode numbers of the
-    driver module's and the device's driver link in sysfs, new at each module load or rebind, which
-    tell only a change (not a GPU reset, nor a GPU torn down by its last client)."""
+    (NVML's GPU uptime, in nvml.h from CUDA 13.5; no driver up to R610 exports it), which tells either
+    way. ``sysfs``: the inode numbers of the driver module's and the device's driver link in sysfs, new
+    at each module load or rebind, which tell only a change (not a GPU reset, nor a GPU torn down by its
+    last client)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

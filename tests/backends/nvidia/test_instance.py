@@ -1,5 +1,6 @@
 """Which initialisation of a GPU by its driver this is (issue 38, finding 6): the GPU's uptime where
-NVML has it (R610), the sysfs nodes a module reload or a rebind makes anew."""
+NVML has it (nvml.h of CUDA 13.5; not the R610 drivers, issue 40), the sysfs nodes a module reload or
+a rebind makes anew."""
 
 from __future__ import annotations
 
@@ -55,3 +56,28 @@ def test_an_old_driver_without_the_uptime_tells_a_module_reload_by_its_sysfs_nod
     os.rmdir(module / "nvidia")  # gives every node it makes (ext4 here would reuse the freed number)
     os.rename(module / "nvidia-loaded-again", module / "nvidia")
     assert _instance(settings, fake).same_as(first) is False
+
+
+def test_the_r610_driver_exports_no_gpu_uptime_and_the_sysfs_nodes_tell_a_reload(settings, sysfs):
+    """Over a real R610's answers and exports (RTX 2080 Super on 610.57.04, tests/captures/): no
+    nvmlDeviceGetGpuUptime_v1, so no uptime, and no error counted for it; the sysfs nodes stand in."""
+    from pathlib import Path
+
+    from tests.doubles.capture_double import fake_nvml
+    from warptd.capture import schema
+
+    capture = schema.Capture.read(Path(__file__).parents[2] / "captures" / "rtx-2080-super-610.57.04.json")
+    assert "nvmlDeviceGetGpuUptime_v1" in capture.node.absent
+    fake, _ = fake_nvml(capture)
+    _sysfs_gpu(sysfs.root, "0000:0c:00.0")
+    settings.backends = ["nvidia"]
+    with fake.installed():
+        rig = Rig(settings)
+        try:
+            found = rig.loaded.accelerators[0].list_devices()[0].driver_instance
+            errors = rig.loaded.accelerators[0].take_errors()
+        finally:
+            rig.close()
+    fake.close()
+    assert found is not None and found.up_since is None and found.sysfs is not None
+    assert not errors

@@ -125,7 +125,15 @@ NUMBERINGS: tuple[Numbering, ...] = (
         power=True,
         branch="580.66 to 580.81",
     ),
-    Numbering((580, 82), _durations(_DURATIONS_269), _RECOVERY, power=True, branch="580.82 on (R590 too)"),
+    # R590, R595 and R610 number them so too: nvml.h of CUDA 13.1 to 13.5 keeps 269-271, and their
+    # nvidia-smi shows the counters (tests/captures/).
+    Numbering(
+        (580, 82),
+        _durations(_DURATIONS_269),
+        _RECOVERY,
+        power=True,
+        branch="580.82 on (R590, R595, R610 too)",
+    ),
 )
 
 

@@ -1,10 +1,12 @@
 """Which initialisation of a GPU by the driver this is (:class:`~warptd.models.DriverInstance`): what a
 restart of warptd compares with the one its saved totals were counted under.
 
-NVML has one call that tells it, ``nvmlDeviceGetGpuUptime_v1`` (nvml.h of CUDA 13.5, R610: "Number of
+NVML has one call that tells it, ``nvmlDeviceGetGpuUptime_v1`` (nvml.h of CUDA 13.5: "Number of
 seconds the GPU has been up since it was initialized by the driver"; it "resets to zero on a host
 reboot, driver unload/reload, or a GPU reset"), which nvidia-ml-py 13.615 does not wrap: it is called
-through nvidia-ml-py's own function lookup. Older drivers have none; the inode numbers of sysfs nodes,
+through nvidia-ml-py's own function lookup. No driver seen has it yet: the R610 drivers 610.43.02 and
+610.57.04 (CUDA 13.3) export no such symbol, nor do 580.173.02 and 590.48.01 (their symbol lists in
+``tests/captures/nvidia-smi/``). Where it is missing, the inode numbers of sysfs nodes,
 which the kernel allocates anew for each node it creates (kernfs ids, cyclic), tell a reload of the
 nvidia module and a rebind of the GPU: ``/sys/module/nvidia`` and the GPU's ``driver`` link.
 """
@@ -38,7 +40,7 @@ def driver_instance(
 
 def _up_since(nvml: Any, guard: DeviceGuard, handle: Any) -> float | None:
     """CLOCK_BOOTTIME seconds when the driver initialised the GPU; None without the call (a driver
-    before R610 answers FUNCTION_NOT_FOUND, once: not asked again)."""
+    without it, R610 included, answers FUNCTION_NOT_FOUND, once: not asked again)."""
 
     def uptime() -> int | None:
         function = pointer(nvml, "nvmlDeviceGetGpuUptime_v1")
