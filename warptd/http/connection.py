@@ -57,11 +57,12 @@ def _date() -> bytes:
 class Phase(enum.IntEnum):
     """Where a connection is; the lower, the sooner the server closes it to make room at a cap."""
 
-    IDLE = 0  # a keep-alive connection waiting for its next request
-    HEAD = 1  # waiting for (the rest of) a request head
-    BODY = 2  # reading a request body
-    SENDING = 3  # a response the client has not taken yet: never closed to make room
-    BUSY = 4  # its request is being handled: never closed to make room
+    DELAYED = 0  # a refusal held back before it is sent (a wrong password's): owed nothing
+    IDLE = 1  # a keep-alive connection waiting for its next request
+    HEAD = 2  # waiting for (the rest of) a request head
+    BODY = 3  # reading a request body
+    SENDING = 4  # a response the client has not taken yet: never closed to make room
+    BUSY = 5  # its request is being handled: never closed to make room
 
 
 class Connection:
@@ -227,6 +228,9 @@ class Connection:
             return json_response(500, {"error": "internal error"}, headers={"Connection": "close"})
 
     async def _send(self, method: str, response: Response, close: bool = False) -> None:
+        if response.delay_s:
+            self._enter(Phase.DELAYED)
+            await asyncio.sleep(response.delay_s)
         if self.lost:  # nowhere to send it
             return
         headers = [
