@@ -88,14 +88,26 @@ def open_count(socks: list[socket.socket]) -> int:
     return alive
 
 
-def scrapes(port: int, n: int = 100, timeout: float = 2.0, path: str = "/metrics") -> tuple[int, list[float]]:
-    """``n`` scrapes on new connections, 20 ms apart: (how many got 200, each one's seconds)."""
+def scrapes(
+    port: int,
+    n: int = 100,
+    timeout: float = 2.0,
+    path: str = "/metrics",
+    *,
+    headers: dict[str, str] | None = None,
+    limit_s: float = float("inf"),
+) -> tuple[int, list[float]]:
+    """``n`` scrapes on new connections, 20 ms apart, fewer if ``limit_s`` runs out first: (how many
+    got 200, each one's seconds)."""
     ok, times = 0, []
+    deadline = time.monotonic() + limit_s
     for _ in range(n):
+        if times and time.monotonic() > deadline:
+            break
         started = time.perf_counter()
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         try:
-            conn.request("GET", path)
+            conn.request("GET", path, headers=headers or {})
             response = conn.getresponse()
             response.read()
             ok += response.status == 200
