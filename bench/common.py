@@ -199,6 +199,13 @@ def stop(proc: subprocess.Popen[bytes] | None) -> None:
             proc.kill()
 
 
+def print_p99_ratios(new: list[dict[str, object]], old: list[dict[str, object]], *keys: str) -> None:
+    """One line per row: its ``keys``' values, and this tree's p99 over the older one's."""
+    for after, before in zip(new, old, strict=True):
+        ratio = float(after["p99_ms"]) / max(float(before["p99_ms"]), 1e-9)  # type: ignore[arg-type]
+        print(f"{' '.join(str(after[k]) for k in keys)}: p99 this/old {ratio:.3f}")
+
+
 def emit(rows: list[dict[str, object]], title: str) -> None:
     """Print a table, and the rows as JSON for notes."""
     print(f"\n## {title}")

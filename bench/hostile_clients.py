@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, emit, free_port, pct, start_warptd_double, stop
+from common import ROOT, emit, free_port, pct, print_p99_ratios, start_warptd_double, stop
 from slow_clients import raise_nofile, scrapes
 
 USER, PASSWORD = "prometheus", "scrape-secret"
@@ -50,6 +50,17 @@ AUTH = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode
 
 def _request(path: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+
+
+@contextmanager
+def in_threads(count: int, work: Callable[[], None], stop: threading.Event) -> Iterator[None]:
+    """``count`` daemon threads running ``work``, told to stop (``stop`` set) when the block ends."""
+    for _ in range(count):
+        threading.Thread(target=work, daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
 
 
 def _drain(conn: socket.socket, stop: threading.Event) -> None:
@@ -103,13 +114,8 @@ def wrong_passwords(port: int, threads: int, path: str = "/metrics", *, limit_s:
             finally:
                 conn.close()
 
-    workers = [threading.Thread(target=guess, daemon=True) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    try:
+    with in_threads(threads, guess, stop):
         yield
-    finally:
-        stop.set()
 
 
 @contextmanager
@@ -133,13 +139,8 @@ def reset_pipelines(port: int, connections: int, depth: int, limit_s: float) -> 
             conn.close()
             time.sleep(0.01)
 
-    workers = [threading.Thread(target=flood, daemon=True) for _ in range(connections)]
-    for worker in workers:
-        worker.start()
-    try:
+    with in_threads(connections, flood, stop):
         yield
-    finally:
-        stop.set()
 
 
 #: name -> (the attack's constructor and its arguments after the port, whether the daemon needs auth).
@@ -269,9 +270,7 @@ def main() -> int:
                 for pair in zip(new, old, strict=True)
                 for tree, row in zip(("this", "old"), pair, strict=True)
             ]
-            for after, before in zip(new, old, strict=True):
-                ratio = float(after["p99_ms"]) / max(float(before["p99_ms"]), 1e-9)  # type: ignore[arg-type]
-                print(f"{after['attack']}: p99 this/old {ratio:.3f}")
+            print_p99_ratios(new, old, "attack")
     emit(rows, f"/metrics scrapes (up to {count}, {limit_s:g} s) under issue 39's attacks, 8 GPUs")
     return 0
 

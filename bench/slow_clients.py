@@ -304,7 +304,7 @@ def measure(root: Path, count: int, big_s: float) -> list[dict[str, object]]:
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import ROOT, emit
+    from common import ROOT, emit, print_p99_ratios
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -319,9 +319,7 @@ def main() -> int:
     if args.old is not None:
         old = measure(args.old, count, big_s)
         rows += [{"tree": "old", **row} for row in old]
-        for before, after in zip(old, new, strict=True):
-            ratio = float(after["p99_ms"]) / max(float(before["p99_ms"]), 1e-9)  # type: ignore[arg-type]
-            print(f"{after['attack']} {after['asked']}: p99 this/old {ratio:.3f}")
+        print_p99_ratios(new, old, "attack", "asked")
     emit(rows, f"scrapes (of {count}) during heavy reads, 8 GPUs, 100 ended windows and BIG")
     return 0
 
