@@ -95,8 +95,8 @@ def test_requests_pipelined_on_a_reset_connection_are_not_answered(caplog):
             conn.sendall(b"GET /t HTTP/1.1\r\nHost: x\r\n\r\n" * 3000)
             assert wait_until(lambda earlier=earlier: served[0] > earlier, timeout=5)  # being answered
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            at_reset = served[0]
             conn.close()  # a RST: every answer still owed is undeliverable
+            at_reset = served[0]
             assert wait_until(lambda: server.connections == 0, timeout=5)
             time.sleep(0.1)
             assert served[0] - at_reset <= 2  # the one being answered, and the one whose write failed
