@@ -36,7 +36,7 @@ QUEUED_PER_SLOT = 4
 BUILDS_AT_ONCE = 1
 #: bcrypt checks (~50 ms of CPU each, at cost 10) that run at once: half the CPUs, 1 to 4. More
 #: would only share the same cores, and take them from the event loop serving the scrapes.
-CHECKS_AT_ONCE = min(4, max(1, len(os.sched_getaffinity(0)) // 2))
+CHECKS_AT_ONCE = min(4, max(1, len(os.sched_getaffinity(0)) // 2 if hasattr(os, "sched_getaffinity") else 1))
 #: How much lower than the rest of the daemon the bcrypt threads run (nice 10 from the daemon's):
 #: a flood of wrong passwords spends the CPU that the event loop and the samplers leave.
 CHECKS_NICE = 10
