@@ -231,6 +231,7 @@ def test_get_workloads_follows_the_pages(monkeypatch):
     assert asked == list(pages)
 
 
+@pytest.mark.slow
 def test_a_token_outside_latin_1_is_sent_as_utf8(daemon, monkeypatch):
     """http.client writes a header as Latin-1: such a token raised before anything was sent, and the
     daemon could not have matched it either (issue 39, finding 11)."""

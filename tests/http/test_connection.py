@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from tests.helpers import http, wait_until
 from warptd.http.app import Request, Response, Router
 from warptd.http.limits import HttpLimits
@@ -47,6 +49,7 @@ def _get(path: str, *headers: str) -> bytes:
     return "\r\n".join(lines).encode()
 
 
+@pytest.mark.slow
 def test_a_pipelining_client_takes_turns_with_a_scrape():
     """Each request it pipelined was answered on the loop without a pause: one read (64 KiB, ~2,300
     requests) held every other connection that long. Here each costs 1 ms of the loop's time."""
@@ -76,6 +79,7 @@ def test_a_pipelining_client_takes_turns_with_a_scrape():
     assert waited < 1.0  # it waited ~2.3 s behind the pipeline
 
 
+@pytest.mark.slow
 def test_requests_pipelined_on_a_reset_connection_are_not_answered(caplog):
     """20 x 5,000 such requests were all handled, and asyncio logged one warning a write past the
     fifth (29,005 lines of 'socket.send() raised exception.' on stderr in 3 s)."""

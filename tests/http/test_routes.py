@@ -10,6 +10,8 @@ import pytest
 from tests.helpers import http, wait_until
 from warptd.daemon import Daemon
 
+pytestmark = pytest.mark.slow  # a daemon each
+
 
 @pytest.fixture
 def daemon(settings, fake_nvml):

@@ -98,6 +98,7 @@ def guessing(port: int, count: int, source: str = "127.0.0.1") -> Iterator[list[
             thread.join(timeout=15)
 
 
+@pytest.mark.slow
 def test_known_credentials_never_wait_behind_password_checks(monkeypatch):
     """Every request, the cached correct ones included, waited for a slot behind the ~50 ms bcrypt
     checks: 60 guessing threads held authenticated scrapes at p99 2.2 s."""
@@ -138,6 +139,7 @@ def test_one_address_holds_a_bounded_share_of_the_checks(monkeypatch):
     assert sorted(statuses) == [200] + [401] * CHECKS_PER_CLIENT
 
 
+@pytest.mark.slow
 def test_a_refusal_is_held_back_and_its_connection_goes_first(monkeypatch):
     """A wrong password is answered after REFUSAL_DELAY_S, which slows a guesser to a try a second a
     connection; meanwhile its connection is the first closed when the cap needs room, before idle
