@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -23,11 +24,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get(port: int, path: str = "/metrics", timeout: float = 10) -> tuple[int, bytes]:
+def get(
+    port: int, path: str = "/metrics", timeout: float = 10, headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
     """One request on a new connection, like a curl or a Prometheus scrape without keep-alive."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
@@ -50,11 +53,13 @@ def http_json(port: int, method: str, path: str, payload: object = None, timeout
         conn.close()
 
 
-def wait_http(port: int, path: str, timeout: float = 30, poll: float = 0.1) -> None:
+def wait_http(
+    port: int, path: str, timeout: float = 30, poll: float = 0.1, headers: dict[str, str] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if get(port, path, timeout=2)[0] == 200:
+            if get(port, path, timeout=2, headers=headers)[0] == 200:
                 return
         except OSError:
             pass
@@ -63,15 +68,20 @@ def wait_http(port: int, path: str, timeout: float = 30, poll: float = 0.1) -> N
 
 
 def start_warptd_double(
-    gpus: int, port: int, *extra: str, root: Path = ROOT
+    gpus: int,
+    port: int,
+    *extra: str,
+    root: Path = ROOT,
+    stderr: int | IO[bytes] = subprocess.DEVNULL,
+    headers: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], float]:
-    """Start the daemon of ``root`` (this tree, or an older checkout) with ``gpus`` simulated GPUs;
-    return it and the seconds until /readyz said 200."""
+    """Start the daemon of ``root`` (this tree, or an older checkout) with ``gpus`` simulated GPUs,
+    its stderr to ``stderr``; return it and the seconds until /readyz (asked with ``headers``) said 200."""
     args = [sys.executable, str(root / "bench" / "double_daemon.py"), str(gpus)]
     args += ["--backend", "nvidia", "--listen", f"127.0.0.1:{port}", "--log-level", "warning", *extra]
     started = time.monotonic()
-    proc = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_http(port, "/readyz", poll=0.01)
+    proc = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL, stderr=stderr)
+    wait_http(port, "/readyz", poll=0.01, headers=headers)
     return proc, time.monotonic() - started
 
 
@@ -187,6 +197,13 @@ def stop(proc: subprocess.Popen[bytes] | None) -> None:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def print_p99_ratios(new: list[dict[str, object]], old: list[dict[str, object]], *keys: str) -> None:
+    """One line per row: its ``keys``' values, and this tree's p99 over the older one's."""
+    for after, before in zip(new, old, strict=True):
+        ratio = float(after["p99_ms"]) / max(float(before["p99_ms"]), 1e-9)  # type: ignore[arg-type]
+        print(f"{' '.join(str(after[k]) for k in keys)}: p99 this/old {ratio:.3f}")
 
 
 def emit(rows: list[dict[str, object]], title: str) -> None:

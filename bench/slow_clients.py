@@ -88,14 +88,26 @@ def open_count(socks: list[socket.socket]) -> int:
     return alive
 
 
-def scrapes(port: int, n: int = 100, timeout: float = 2.0, path: str = "/metrics") -> tuple[int, list[float]]:
-    """``n`` scrapes on new connections, 20 ms apart: (how many got 200, each one's seconds)."""
+def scrapes(
+    port: int,
+    n: int = 100,
+    timeout: float = 2.0,
+    path: str = "/metrics",
+    *,
+    headers: dict[str, str] | None = None,
+    limit_s: float = float("inf"),
+) -> tuple[int, list[float]]:
+    """``n`` scrapes on new connections, 20 ms apart, fewer if ``limit_s`` runs out first: (how many
+    got 200, each one's seconds)."""
     ok, times = 0, []
+    deadline = time.monotonic() + limit_s
     for _ in range(n):
+        if times and time.monotonic() > deadline:
+            break
         started = time.perf_counter()
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         try:
-            conn.request("GET", path)
+            conn.request("GET", path, headers=headers or {})
             response = conn.getresponse()
             response.read()
             ok += response.status == 200
@@ -292,7 +304,7 @@ def measure(root: Path, count: int, big_s: float) -> list[dict[str, object]]:
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import ROOT, emit
+    from common import ROOT, emit, print_p99_ratios
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -307,9 +319,7 @@ def main() -> int:
     if args.old is not None:
         old = measure(args.old, count, big_s)
         rows += [{"tree": "old", **row} for row in old]
-        for before, after in zip(old, new, strict=True):
-            ratio = float(after["p99_ms"]) / max(float(before["p99_ms"]), 1e-9)  # type: ignore[arg-type]
-            print(f"{after['attack']} {after['asked']}: p99 this/old {ratio:.3f}")
+        print_p99_ratios(new, old, "attack", "asked")
     emit(rows, f"scrapes (of {count}) during heavy reads, 8 GPUs, 100 ended windows and BIG")
     return 0
 

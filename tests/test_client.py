@@ -229,3 +229,15 @@ def test_get_workloads_follows_the_pages(monkeypatch):
     listing = client.get_workloads()
     assert listing["workloads"] == [1, 2, 3, 4, 5] and listing["next"] is None and listing["total"] == 5
     assert asked == list(pages)
+
+
+@pytest.mark.slow
+def test_a_token_outside_latin_1_is_sent_as_utf8(daemon, monkeypatch):
+    """http.client writes a header as Latin-1: such a token raised before anything was sent, and the
+    daemon could not have matched it either (issue 39, finding 11)."""
+    monkeypatch.setattr(daemon, "_token", "ключ-🔑")
+    opened = client.begin_window("utf8", url=url(daemon), token="ключ-🔑")
+    assert client.end_window(opened["id"], url=url(daemon), token="ключ-🔑")["name"] == "utf8"
+    with pytest.raises(client.WindowClientError) as refused:
+        client.begin_window("latin", url=url(daemon), token="ключ")
+    assert refused.value.status == 401

@@ -65,13 +65,13 @@ def _request(
 ) -> dict[str, Any]:
     base = (url or os.environ.get("WARPTD_URL") or DEFAULT_URL).rstrip("/")
     token = token or os.environ.get("WARPTD_STRESS_TOKEN")
-    headers = {"Accept": "application/json"}
+    headers: dict[str, str | bytes] = {"Accept": "application/json"}
     body = None
     if payload is not None:
         body = json.dumps(payload).encode()
         headers["Content-Type"] = "application/json"
     if token:
-        headers["Authorization"] = f"Bearer {token}"
+        headers["Authorization"] = b"Bearer " + token.encode()  # UTF-8, as the daemon reads it
     request = urllib.request.Request(base + path, data=body, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

@@ -20,7 +20,13 @@ from warptd.events.collector import XidCollector
 from warptd.events.xid import XidMonitor, open_xid_monitor, xid_events_wanted
 from warptd.exporter.exposition import Exposition
 from warptd.http.app import Router
-from warptd.http.limits import HttpLimits, favour_the_event_loop, raise_nofile_limit, return_large_buffers
+from warptd.http.limits import (
+    HttpLimits,
+    favour_the_event_loop,
+    raise_nofile_limit,
+    return_large_buffers,
+    share_heap_arenas,
+)
 from warptd.http.routes import add_core_routes, add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
@@ -118,6 +124,7 @@ class Daemon:
         self._scheme = "https" if web and web.tls_server_config else "http"
         raise_nofile_limit()  # thousands of connections need thousands of descriptors
         return_large_buffers()  # report bodies are megabytes: give their memory back once sent
+        share_heap_arenas()  # fewer glibc heaps, fewer freed pages kept between live ones
         favour_the_event_loop()  # a scrape waits a shorter turn for the GIL behind busy handlers
         self.server = WarptdHTTPServer(
             host,

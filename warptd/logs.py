@@ -43,18 +43,27 @@ def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     return structlog.get_logger(name)
 
 
+#: The handler that renders the standard library's records (asyncio's, our dependencies') as
+#: structlog renders its own; replaced, never added to, when the logging is configured again.
+_stdlib_handler: logging.Handler | None = None
+
+
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
-    """Route structlog (and stdlib loggers of our dependencies) to ``stream`` in the chosen format."""
+    """Route structlog, and the standard library's loggers (asyncio's, our dependencies') and warnings,
+    to ``stream`` in the chosen format and at the chosen level: nothing else writes there. Without a
+    handler, logging's last resort printed asyncio's warnings bare on stderr, whatever the level."""
+    global _stdlib_handler
     stream = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and stream.isatty())
     renderer: structlog.typing.Processor = structlog.processors.JSONRenderer()
     if console:  # keys in the order logged: what a line is about first
         renderer = structlog.dev.ConsoleRenderer(colors=False, sort_keys=False)
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamp,
             structlog.processors.format_exc_info,
             renderer,
         ],
@@ -62,5 +71,24 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                stamp,
+                structlog.processors.format_exc_info,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    if _stdlib_handler is not None:
+        root.removeHandler(_stdlib_handler)
+    root.addHandler(handler)
+    root.setLevel(_LEVELS[level])
+    _stdlib_handler = handler
+    logging.captureWarnings(True)
     # APScheduler warns on every skipped run of a hung job; warptd reports that as a metric instead.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)

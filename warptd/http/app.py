@@ -31,6 +31,9 @@ class Response:
     body: bytes = b""
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    #: Seconds to hold the answer back (a refusal that slows a guesser down); the connection is
+    #: meanwhile the first closed when another needs room.
+    delay_s: float = 0.0
 
 
 class HttpError(Exception):

@@ -52,6 +52,12 @@ def is_loopback(address: str) -> bool:
     return ip.is_loopback
 
 
+def header_bytes(value: str) -> bytes:
+    """A header value's bytes as sent (headers are read as Latin-1, which keeps every byte), to
+    compare with a UTF-8 secret: a token outside Latin-1, sent as UTF-8 as curl sends it, matches."""
+    return value.encode("latin-1")
+
+
 def validation_error(exc: ValidationError, what: str) -> HttpError:
     """A 422 naming every field that failed, e.g. ``invalid stress request: dtype: must be one of …``."""
     problems = [
@@ -81,7 +87,7 @@ def authorize(request: Request, token: str | None, what: str = "stress") -> None
     scheme, _, given = request.header("authorization").partition(" ")
     if request.header("x-stress-token"):
         scheme, given = "bearer", request.header("x-stress-token")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+    if scheme.lower() != "bearer" or not hmac.compare_digest(header_bytes(given.strip()), token.encode()):
         raise HttpError(401, "missing or wrong bearer token", {"WWW-Authenticate": 'Bearer realm="warptd"'})
 
 

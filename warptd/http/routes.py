@@ -7,7 +7,12 @@ from warptd.exporter.exposition import Exposition
 from warptd.http import landing
 from warptd.http.app import Request, Response, Router, json_response
 from warptd.http.devices_view import devices_view
+from warptd.http.negotiation import accepts_gzip, preferred_media_type
 from warptd.sampling.snapshot import Snapshot
+
+_OPENMETRICS = "application/openmetrics-text"
+#: What /metrics offers, text first: ``*/*`` (curl's) or an Accept that names neither gets text.
+_FORMATS = ("text/plain", _OPENMETRICS)
 
 
 def add_core_routes(
@@ -17,10 +22,15 @@ def add_core_routes(
     did not load, for /readyz when none did."""
 
     def metrics(request: Request) -> Response:
+        # Negotiated here by q-values, then named to the exposition as the one format and coding it renders.
+        openmetrics = preferred_media_type(request.header("accept"), _FORMATS) == _OPENMETRICS
+        gzip = accepts_gzip(request.header("accept-encoding"))
         body, content_type, gzipped = exposition.render(
-            request.header("accept"), request.header("accept-encoding")
+            _OPENMETRICS if openmetrics else None, "gzip" if gzip else None
         )
-        headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if gzipped else {}
+        headers = {"Vary": "Accept, Accept-Encoding"}  # a cache keeps one answer per format and coding
+        if gzipped:
+            headers["Content-Encoding"] = "gzip"
         return Response(200, body, content_type, headers)
 
     def healthz(_: Request) -> Response:

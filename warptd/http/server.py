@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import socket
 import ssl
 import threading
@@ -33,6 +34,19 @@ QUEUED_PER_SLOT = 4
 #: every such thread: 40 at once (``max_requests``) took a scrape's median to 682 ms and its p99 to
 #: 1.3 s, 2 at once its p99 to 36-73 ms (bench/slow_clients.py), one to 25.
 BUILDS_AT_ONCE = 1
+#: bcrypt checks (~50 ms of CPU each, at cost 10) that run at once: half the CPUs, 1 to 4. More
+#: would only share the same cores, and take them from the event loop serving the scrapes.
+CHECKS_AT_ONCE = min(4, max(1, len(os.sched_getaffinity(0)) // 2 if hasattr(os, "sched_getaffinity") else 1))
+#: How much lower than the rest of the daemon the bcrypt threads run (nice 10 from the daemon's):
+#: a flood of wrong passwords spends the CPU that the event loop and the samplers leave.
+CHECKS_NICE = 10
+#: bcrypt checks one client address may have waiting or running; beyond, 429 at once. A flood of
+#: wrong passwords from one address so never queues ahead of other clients' first logins.
+CHECKS_PER_CLIENT = 8
+#: Seconds a refusal of credentials (a wrong password, or too many checks at once) waits before it
+#: is sent, as login(1) waits: each guesser's connection then tries once a second at most. It waits
+#: on the event loop at no cost, and is the first connection closed when another needs room.
+REFUSAL_DELAY_S = 1.0
 _AUTH_CHALLENGE = {"WWW-Authenticate": 'Basic realm="warptd", charset="UTF-8"', "Connection": "close"}
 
 
@@ -58,17 +72,19 @@ class WarptdHTTPServer:
         self.socket.listen(self.limits.backlog)  # connections queue from here on, served once started
         self.address_family = self.socket.family
         self.server_address = self.socket.getsockname()
-        self._pool = Workers(2 * self.limits.max_requests + BUILDS_AT_ONCE)
+        self._pool = Workers(self.limits.max_requests + BUILDS_AT_ONCE)
+        self._checkers = Workers(CHECKS_AT_ONCE, name="warptd-bcrypt", nice=CHECKS_NICE)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        #: The pool's lanes: cache readers under basic auth (bcrypt), routes that wait, routes that
-        #: build; each its own, so that a scrape never waits behind a route.
+        #: The threads' lanes: routes that wait, routes that build, bcrypt checks; each its own, so
+        #: that a scrape never waits behind a route, nor an authenticated one behind a password check.
         self._lanes = {
-            "loop": asyncio.Semaphore(self.limits.max_requests),
             "waits": asyncio.Semaphore(self.limits.max_requests),
             "builds": asyncio.Semaphore(BUILDS_AT_ONCE),
+            "checks": asyncio.Semaphore(CHECKS_AT_ONCE),
         }
         self._queued = 0  # requests waiting for a slot, in any lane
+        self._checking: dict[str, int] = {}  # client_key -> its bcrypt checks waiting or running
         self.budget = ResponseBudget(self.limits.max_response_bytes)
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -173,47 +189,91 @@ class WarptdHTTPServer:
                 del self._by_client[key]
 
     async def _dispatch(self, request: Request) -> Response:
-        """Cache readers (/metrics …) inline on the loop. In the thread pool, each lane apart: under
-        basic auth (bcrypt) the cache readers, at most ``max_requests`` at once; the routes added with
-        ``offload``, as many; those added with ``builds``, ``BUILDS_AT_ONCE`` at once; a route only
-        while the responses not yet taken hold less than the budget (``max_response_bytes``). Up to
-        ``QUEUED_PER_SLOT * max_requests`` requests wait for a slot, up to ``header_timeout``, then
-        503; any more get 503 at once. So at most ``(2 + QUEUED_PER_SLOT) * max_requests +
-        BUILDS_AT_ONCE`` connections are ever past their request and out of reach of the connection
-        caps' eviction."""
+        """Under basic auth, credentials that passed before are known on the loop at once; others
+        are checked by bcrypt in a lane of their own (:meth:`_check`). Then cache readers (/metrics
+        …) run inline on the loop. In the thread pool, each lane apart: the routes added with
+        ``offload``, ``max_requests`` at once; those added with ``builds``, ``BUILDS_AT_ONCE`` at
+        once; a route only while the responses not yet taken hold less than the budget
+        (``max_response_bytes``)."""
+        auth = self.basic_auth
+        if auth is not None:
+            known = auth.known(request.header("authorization"))
+            verdict = await self._check(request) if known is None else known
+            if isinstance(verdict, Response):
+                return verdict
+            if not verdict:
+                refusal = json_response(401, {"error": "authentication required"}, headers=_AUTH_CHALLENGE)
+                if known is None:  # credentials that bcrypt refused: held back; none sent: at once
+                    refusal.delay_s = REFUSAL_DELAY_S
+                return refusal
         where = self.router.lane(request)
-        if self.basic_auth is None and where == "loop":
+        if where == "loop":
             return self._handle(request)
-        offloaded, lane = where != "loop", self._lanes[where]
-        waits = lane.locked() or (offloaded and self.budget.full)
+        busy = await self._slot(where, budgeted=True)
+        if busy is not None:
+            return busy
+        try:
+            assert self._loop is not None
+            return await self._loop.run_in_executor(self._pool, self._handle, request)
+        finally:
+            self._lanes[where].release()
+
+    async def _check(self, request: Request) -> bool | Response:
+        """bcrypt's verdict on the credentials, ``CHECKS_AT_ONCE`` at once in threads of their own;
+        429 for a client address that has ``CHECKS_PER_CLIENT`` checks under way already."""
+        key = client_key(request.client)
+        if self._checking.get(key, 0) >= CHECKS_PER_CLIENT:
+            refusal = json_response(
+                429,
+                {"error": "too many password checks from this address at once"},
+                headers={"Retry-After": "1", "Connection": "close"},
+            )
+            refusal.delay_s = REFUSAL_DELAY_S
+            return refusal
+        self._checking[key] = self._checking.get(key, 0) + 1
+        try:
+            busy = await self._slot("checks", budgeted=False)
+            if busy is not None:
+                return busy
+            try:
+                assert self._loop is not None and self.basic_auth is not None
+                header = request.header("authorization")
+                return await self._loop.run_in_executor(self._checkers, self.basic_auth.check, header)
+            finally:
+                self._lanes["checks"].release()
+        finally:
+            self._checking[key] -= 1
+            if not self._checking[key]:
+                del self._checking[key]
+
+    async def _slot(self, lane_name: str, budgeted: bool) -> Response | None:
+        """Acquire a slot of the lane (``budgeted``: only while the budget has room), or a 503. Up to
+        ``QUEUED_PER_SLOT * max_requests`` requests wait, up to ``header_timeout``; any more get 503
+        at once. So at most ``(1 + QUEUED_PER_SLOT) * max_requests + BUILDS_AT_ONCE +
+        CHECKS_AT_ONCE`` connections are ever past their request and out of reach of the connection
+        caps' eviction."""
+        lane = self._lanes[lane_name]
+        waits = lane.locked() or (budgeted and self.budget.full)
         if waits and self._queued >= QUEUED_PER_SLOT * self.limits.max_requests:
             return _busy("too many concurrent requests")
         self._queued += 1
         try:
             async with asyncio.timeout(self.limits.header_timeout):
                 while True:  # the budget checked again with the slot held: others filled it meanwhile
-                    if offloaded:
+                    if budgeted:
                         await self.budget.room()
                     await lane.acquire()
-                    if not (offloaded and self.budget.full):
-                        break
+                    if not (budgeted and self.budget.full):
+                        return None
                     lane.release()
         except TimeoutError:
-            if offloaded and self.budget.full:
+            if budgeted and self.budget.full:
                 return _busy("responses not yet taken by their clients hold the whole budget")
             return _busy("too many concurrent requests")
         finally:
             self._queued -= 1
-        try:
-            assert self._loop is not None
-            return await self._loop.run_in_executor(self._pool, self._handle, request)
-        finally:
-            lane.release()
 
     def _handle(self, request: Request) -> Response:
-        auth = self.basic_auth
-        if auth is not None and not auth.check(request.header("authorization")):
-            return json_response(401, {"error": "authentication required"}, headers=_AUTH_CHALLENGE)
         log.debug("http_request", client=request.client, method=request.method, path=request.path)
         return self.router.dispatch(request)
 
@@ -228,6 +288,7 @@ class WarptdHTTPServer:
                 loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=10)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._checkers.shutdown(wait=False, cancel_futures=True)
 
     def server_close(self) -> None:
         self.shutdown()

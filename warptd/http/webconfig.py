@@ -167,7 +167,9 @@ def _checkpw(password: str, hashed: bytes) -> bool:
 
 
 class BasicAuth:
-    """bcrypt-checked users, with a small cache of successful checks: bcrypt costs ~50 ms a try."""
+    """bcrypt-checked users, with a small cache of successful checks: bcrypt costs ~50 ms a try.
+    :meth:`known` answers from the cache alone (microseconds, on the event loop); :meth:`check`
+    runs bcrypt where that cannot tell."""
 
     def __init__(self, users: dict[str, str], cache_size: int = 64) -> None:
         self.users = {name: hashed.encode() for name, hashed in users.items()}
@@ -175,27 +177,55 @@ class BasicAuth:
         self._size = cache_size
         self._lock = threading.Lock()
 
-    def check(self, header: str) -> bool:
-        scheme, _, encoded = header.partition(" ")
-        if scheme.lower() != "basic":
+    def known(self, header: str) -> bool | None:
+        """True for credentials that passed before, False for a header that is no basic auth at all
+        (refused without bcrypt, as before), None when only bcrypt can tell."""
+        credentials = _credentials(header)
+        if credentials is None:
             return False
-        try:
-            user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        hashed = self.users.get(user)
-        if not sep or hashed is None:
-            _checkpw(password, _DUMMY_HASH)  # the same cost, so timing does not tell which users exist
-            return False
-        key = hashlib.sha256(hashed + b"\0" + password.encode()).digest()
+        key = self._key(*credentials)
+        if key is None:
+            return None  # an unknown user: refused after the same cost as a wrong password
         with self._lock:
             if self._cache.get(key):
                 self._cache.move_to_end(key)
                 return True
-        ok = _checkpw(password, hashed)
+        return None
+
+    def check(self, header: str) -> bool:
+        credentials = _credentials(header)
+        if credentials is None:
+            return False
+        user, password = credentials
+        key = self._key(user, password)
+        if key is None:
+            _checkpw(password, _DUMMY_HASH)  # the same cost, so timing does not tell which users exist
+            return False
+        if self.known(header):
+            return True
+        ok = _checkpw(password, self.users[user])
         if ok:
             with self._lock:
                 self._cache[key] = True
                 if len(self._cache) > self._size:
                     self._cache.popitem(last=False)
         return ok
+
+    def _key(self, user: str, password: str) -> bytes | None:
+        """The cache's key (a SHA-256 of hash and password); None for an unknown user."""
+        hashed = self.users.get(user)
+        if hashed is None:
+            return None
+        return hashlib.sha256(hashed + b"\0" + password.encode()).digest()
+
+
+def _credentials(header: str) -> tuple[str, str] | None:
+    """(user, password) from a ``Basic`` Authorization header (UTF-8), None when it is not one."""
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep else None

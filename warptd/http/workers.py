@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
+
+
+def lower_priority(nice: int) -> None:
+    """Lower the calling thread's CPU priority by ``nice``, from the daemon's own: on Linux, nice(2)
+    applies to the calling thread alone. An unprivileged thread cannot raise it back, so only
+    threads of their own (a pool's) call this."""
+    with contextlib.suppress(OSError):
+        os.nice(nice)
+
 
 _Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
 
@@ -14,8 +25,8 @@ _Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
 class Workers(Executor):
     """Up to ``size`` threads, started on demand; one idle for ``idle_s`` seconds ends."""
 
-    def __init__(self, size: int, idle_s: float = 5.0, name: str = "warptd-handler") -> None:
-        self.size, self.idle_s, self.name = size, idle_s, name
+    def __init__(self, size: int, idle_s: float = 5.0, name: str = "warptd-handler", nice: int = 0) -> None:
+        self.size, self.idle_s, self.name, self.nice = size, idle_s, name, nice
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = self._idle = 0
@@ -39,6 +50,8 @@ class Workers(Executor):
         return future
 
     def _work(self) -> None:
+        if self.nice:
+            lower_priority(self.nice)
         while True:
             with self._lock:
                 self._idle += 1

@@ -233,6 +233,15 @@ def _digest(sample: DeviceSample) -> _Digest:
     return made
 
 
+def forget_digests() -> None:
+    """Let go of the samples this thread's digest cache holds, once a fan-out to many recorders is
+    done. Held until the cache next filled, the last 256 samples of a 10 Hz run (their readings
+    scattered over the sampler thread's heap) kept about 1 MiB of it after every window ended."""
+    cache: dict[int, tuple[DeviceSample, _Digest]] | None = getattr(_digests, "cache", None)
+    if cache:
+        cache.clear()
+
+
 @dataclass
 class _TargetState:
     """Running summary and bounded series of one target."""
@@ -528,6 +537,13 @@ class Recorder:
             series = {state.target.id: state.series.points() for state in self._states.values()}
         targets = [t.model_copy(update={"points": series.get(t.id, [])}) for t in recording.targets]
         return recording.model_copy(update={"targets": targets})
+
+    def compact_series(self) -> None:
+        """Copy every target's kept points into arrays of their own (SeriesStore.compact): for a
+        recording kept after it ended, while others come and go."""
+        with self._lock:
+            for state in self._states.values():
+                state.series.compact()
 
     def drop_series(self) -> None:
         """Drop every kept point (the summaries stay): an ended window whose memory is needed."""

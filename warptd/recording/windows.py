@@ -25,7 +25,7 @@ import structlog
 
 from warptd.power.base import DomainPower
 from warptd.recording.memory import SeriesBudget
-from warptd.recording.recorder import Recorder
+from warptd.recording.recorder import Recorder, forget_digests
 from warptd.recording.schema import Recording
 from warptd.recording.selection import UnknownTarget, select_targets
 from warptd.sampling.snapshot import DeviceSample, Snapshot
@@ -226,8 +226,11 @@ class WindowManager:
         """Sampler listener: every open window records the samples of its targets."""
         with self._lock:
             recorders = [w.recorder for w in self._open.values()]
-        for recorder in recorders:
-            recorder.on_sample(backend, devices, domains, at)
+        try:
+            for recorder in recorders:
+                recorder.on_sample(backend, devices, domains, at)
+        finally:
+            forget_digests()
 
     # -- queries and ending ---------------------------------------------------------------------
     def get(self, window_id: str) -> Recording | None:
@@ -308,6 +311,7 @@ class WindowManager:
         self._ended[window_id] = summary.model_dump_json().encode()
         self._kept[window_id] = window.recorder
         self.budget.ended(window.recorder)
+        window.recorder.compact_series()  # kept among windows that come and go
         while len(self._ended) > self.limits.history:
             self._ended.popitem(last=False)
         self._thin_history()
