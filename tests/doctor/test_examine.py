@@ -25,7 +25,7 @@ def _per_device(body: str) -> dict[tuple[str, str], int]:
     for family in text_string_to_metric_families(body):
         for sample in family.samples:
             labels = sample.labels
-            if "backend" in labels and "device" in labels:
+            if "backend" in labels and labels.get("device"):
                 counted[labels["backend"], labels["device"]] += 1
             elif sample.name.startswith("DCGM_") and "gpu" in labels:
                 counted["nvidia", labels["gpu"]] += 1

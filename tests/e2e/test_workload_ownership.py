@@ -5,6 +5,7 @@ never to root's container, in the JSON, on /metrics and in the CLI."""
 from __future__ import annotations
 
 import json
+import time
 from urllib.parse import quote
 
 import pytest
@@ -29,6 +30,8 @@ def test_root_s_container_is_charged_only_its_own_gpu(fake_nvml, tmp_path, capsy
     node.add(2003, f"0::{MANAGER}/app.slice/jupyter.service\n", uid=1000)
     gpu0, gpu1 = fake_nvml.gpus
     gpu0.processes, gpu1.processes = [(2001, GIB)], [(2002, GIB), (2003, GIB)]
+    gpu0.live, gpu1.live = True, True  # their counters run at their power: GPU 1 draws three times
+    gpu0.power_mw, gpu1.power_mw = 100_000, 300_000
     daemon = workloads_daemon(node, tmp_path)
 
     def workload(kind: str, workload_id: str) -> dict | None:
@@ -36,8 +39,6 @@ def test_root_s_container_is_charged_only_its_own_gpu(fake_nvml, tmp_path, capsy
         return json.loads(body) if status == 200 else None
 
     def both_gpus_charged() -> bool:
-        gpu0.energy_mj += 1000  # GPU 1 draws three times as much
-        gpu1.energy_mj += 3000
         listed = json.loads(http(daemon.port, "GET", "/workloads")[2])["workloads"]
         return {d["device"] for view in listed for d in view["devices"]} == {"nvidia:0", "nvidia:1"}
 
@@ -53,25 +54,18 @@ def test_root_s_container_is_charged_only_its_own_gpu(fake_nvml, tmp_path, capsy
         ]
         return tuple(sum(sample.value for sample in series) for series in found)
 
-    seen: list[tuple[float, ...]] = []
-
-    def settled() -> bool:
-        """The counters stopped: the last deltas are in once two scrapes agree."""
-        seen.append(totals())
-        return len(seen) > 1 and seen[-1] == seen[-2]
-
     try:
         assert wait_until(lambda: totals()[0] > 0, timeout=10.0)  # the first sample is in
         gpu0_before = totals()[0]  # GPU 0's counter before any workload's energy
         assert wait_until(both_gpus_charged, timeout=10.0, interval=0.05)
-        assert wait_until(settled, timeout=10.0, interval=0.3)
-        gpu0_total, roots_joules, alices_joules = seen[-1]
+        time.sleep(2.0)  # a few hundred joules more on each GPU
+        gpu0_total, roots_joules, alices_joules = totals()  # one scrape: the same samples for each
         gpu0_used = gpu0_total - gpu0_before
         assert 0 < roots_joules <= gpu0_used * 1.01 and alices_joules > 0  # never any of GPU 1's
         roots, alices = workload("container", ROOTS), workload("container", ALICES)
         assert roots is not None and alices is not None
         assert [d["device"] for d in roots["devices"]] == ["nvidia:0"] and roots["user"] == user_name(0)
-        assert roots["accelerator_joules"] == pytest.approx(roots_joules)
+        assert roots["accelerator_joules"] >= roots_joules  # read a little later
         assert [d["device"] for d in alices["devices"]] == ["nvidia:1"] and alices["user"] == user_name(1000)
         unit = workload("systemd_unit", "user@1000.service/jupyter.service")
         assert unit is not None and unit["user"] == user_name(1000)

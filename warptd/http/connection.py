@@ -65,6 +65,14 @@ class Phase(enum.IntEnum):
     BUSY = 5  # its request is being handled: never closed to make room
 
 
+async def closed(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer`` and take what its closing carries (a reset connection's error, which asyncio
+    would otherwise log as never retrieved once the connection is gone), a second at most."""
+    writer.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(writer.wait_closed(), timeout=1.0)
+
+
 class Connection:
     """Serves requests on one connection until it closes, a limit is hit or the server stops."""
 
@@ -123,7 +131,7 @@ class Connection:
             status = exc.error_status_hint if 400 <= exc.error_status_hint < 600 else 400
             await self._send_error(json_response(status, {"error": protocol_problem(exc)}))
         finally:
-            self.writer.close()
+            await closed(self.writer)
 
     @property
     def lost(self) -> bool:

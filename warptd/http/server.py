@@ -16,7 +16,7 @@ import structlog
 
 from warptd.http.app import Request, Response, Router, json_response
 from warptd.http.budget import ResponseBudget
-from warptd.http.connection import Connection, Phase
+from warptd.http.connection import Connection, Phase, closed
 from warptd.http.limits import HttpLimits
 from warptd.http.webconfig import BasicAuth
 from warptd.http.workers import Workers
@@ -139,7 +139,7 @@ class WarptdHTTPServer:
         if not self._make_room(key):
             with contextlib.suppress(OSError):
                 writer.write(_BUSY)
-            writer.close()
+            await closed(writer)
             return
         task = asyncio.current_task()
         self._open.add(connection)
