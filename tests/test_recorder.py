@@ -9,7 +9,7 @@ import pytest
 
 from warptd.models import DeviceReading, Utilization
 from warptd.power.base import DomainPower, PowerSource
-from warptd.recording.recorder import Recorder, Target, activity_ratios, with_carbon_and_cost
+from warptd.recording.recorder import CounterAnchors, Recorder, Target, activity_ratios, with_carbon_and_cost
 from warptd.sampling.snapshot import DeviceSample
 
 GPU = Target("device", "nvidia", "0", model="H100", uuid="GPU-0")
@@ -271,6 +271,55 @@ def test_the_counter_span_is_the_counters_own_where_the_total_handed_out_ran_ahe
     recorder.stop()
     gpu = recorder.recording_now().targets[0]
     assert gpu.energy_joules == pytest.approx(350.0) and gpu.energy_source == "counter"
+
+
+def test_points_hold_the_counters_own_total_at_its_reads_when_the_total_handed_out_ran_ahead():
+    """Between reads of the counter the daemon hands out a total tiled from the power's average; a
+    lagged average makes it run ahead, held back at the next read. The points keep the counter's
+    own total at each read and share its growth out between reads, so a per-second rate from the
+    points is the counter's, and the last point is the recording's energy."""
+    recorder = Recorder([GPU], kind="window", name="w", edges=True)
+    recorder.start()
+    start = recorder.started_mono
+    rows = (  # (seconds in, W, total handed out, the counter's own where read)
+        (0.0, 700, 1000.0, 1000.0),
+        (0.5, 700, 1400.0, None),  # bridged 50 J ahead of the truth
+        (1.0, 700, 1750.0, 1700.0),  # read: handed out 1750 J, held there until the counter passes it
+        (1.5, 700, 1750.0, None),
+        (2.0, 700, 2400.0, 2400.0),
+        (2.5, 700, 2750.0, None),
+    )
+    for at, watts, handed, counted in rows:
+        taken = DeviceSample(
+            DeviceReading(index=0, power_watts=watts, energy_counter_joules=counted or handed),
+            energy_joules=handed,
+            energy_counted_joules=counted,
+        )
+        recorder.add_device(GPU, taken, start + at + 0.001)
+    recorder.stop()
+    gpu = recorder.recording_now().targets[0]
+    energies = [p.energy_joules for p in gpu.points]
+    assert energies == pytest.approx([0.0, 400 * 700 / 750, 700.0, 700.0, 1400.0, 1750.0])
+    assert gpu.energy_counter_joules == pytest.approx(energies[-1]) and gpu.energy_source == "counter"
+
+
+def test_counter_anchors_are_bounded_and_stay_monotonic():
+    anchors = CounterAnchors()
+    for read in range(3 * CounterAnchors.LIMIT):
+        anchors.add(read * 10.0 + (read % 3), read * 10.0)  # ahead by 0, 1 or 2 J at each read
+    assert len(anchors._handed) <= CounterAnchors.LIMIT
+    mapped = [anchors.counted(h / 4) for h in range(0, 4 * 30 * CounterAnchors.LIMIT, 97)]
+    assert mapped == sorted(mapped) and mapped[0] == 0.0
+    assert anchors.counted(10.0 * (3 * CounterAnchors.LIMIT - 1) + 5) == pytest.approx(
+        10.0 * (3 * CounterAnchors.LIMIT - 1) + 5 - ((3 * CounterAnchors.LIMIT - 1) % 3)
+    )
+
+
+def test_counter_anchors_on_one_line_keep_two():
+    anchors = CounterAnchors()
+    for read in range(1000):
+        anchors.add(read * 5.0, 100.0 + read * 5.0)  # the handed-out total never ran ahead
+    assert len(anchors._handed) == 2 and anchors.counted(1234.5) == 1234.5
 
 
 def test_the_counter_span_starts_at_the_counters_first_read_not_at_a_bridged_total_before_it():

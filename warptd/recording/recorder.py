@@ -8,17 +8,20 @@ into the schema's points only when a recording is asked for.
 
 from __future__ import annotations
 
+import bisect
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from warptd.models import DeviceKind, DeviceReading
 from warptd.power.base import DomainPower
 from warptd.recording.schema import (
     EnergySource,
+    Point,
     Recording,
     RecordingKind,
     TargetKind,
@@ -242,6 +245,65 @@ def forget_digests() -> None:
         cache.clear()
 
 
+class CounterAnchors:
+    """The energy handed out mapped onto the counter's own totals: at each read of the counter
+    (handed out, counted), straight lines between, the handed-out growth after the last read.
+
+    Between reads of the counter the daemon hands out a total tiled on from the power's average,
+    which may run ahead of the counter and is then held back until the counter catches up. Mapped
+    through the anchors, a point at a read of the counter holds the counter's own total and the
+    points between share out its growth, so a rate taken from the points is the counter's. The span
+    starts at the counter's first read: a total bridged before it (a read in flight as a window
+    opened) may be up to a refresh behind.
+    """
+
+    #: Anchors kept at most: past it every other interior one goes (a day of 1 s reads is 86 400).
+    LIMIT: ClassVar[int] = 4096
+    __slots__ = ("_counted", "_first", "_handed")
+
+    def __init__(self) -> None:
+        self._handed: list[float] = []
+        self._counted: list[float] = []
+        self._first = 0.0  # the counter's own total at its first read
+
+    def add(self, handed: float, counter: float) -> None:
+        """A read of the counter: ``handed`` the total handed out since the start, ``counter`` the
+        counter's own total."""
+        handed_at, counted_at = self._handed, self._counted
+        if not handed_at:
+            self._first = counter
+        counted = counter - self._first
+        if handed_at and handed <= handed_at[-1]:  # nothing handed out since: the later read stands
+            counted_at[-1] = max(counted_at[-1], counted)
+            return
+        offset = counted - handed
+        if len(handed_at) >= 2 and all(abs(c - h - offset) < 1e-9 for h, c in self._last_two()):
+            handed_at[-1], counted_at[-1] = handed, counted  # on one line: the middle one says nothing
+            return
+        handed_at.append(handed)
+        counted_at.append(counted)
+        if len(handed_at) > self.LIMIT:
+            del handed_at[1:-1:2], counted_at[1:-1:2]
+
+    def _last_two(self) -> zip[tuple[float, float]]:
+        return zip(self._handed[-2:], self._counted[-2:], strict=True)
+
+    def covers(self, handed: float) -> bool:
+        """The counter was read, and more was handed out after its first read (else its span is empty)."""
+        return len(self._handed) > 1 or (bool(self._handed) and handed > self._handed[0])
+
+    def counted(self, handed: float) -> float:
+        """The counter's own total since its first read where ``handed`` had been handed out."""
+        handed_at, counted_at = self._handed, self._counted
+        at = bisect.bisect_right(handed_at, handed) - 1
+        if at < 0:
+            return 0.0
+        if at == len(handed_at) - 1:
+            return counted_at[at] + handed - handed_at[at]
+        share = (handed - handed_at[at]) / (handed_at[at + 1] - handed_at[at])
+        return counted_at[at] + share * (counted_at[at + 1] - counted_at[at])
+
+
 @dataclass
 class _TargetState:
     """Running summary and bounded series of one target."""
@@ -256,12 +318,9 @@ class _TargetState:
     utilization: _Mean = field(default_factory=_Mean)
     activity: _ActivitySums = field(default_factory=_ActivitySums)
     energy: _Span = field(default_factory=_Span)
-    #: The counter's own total at the first sample that read it: the counter's span starts there (a
-    #: sample before it, read in flight while the recording began, holds a bridged total).
-    counted_from: tuple[int, float] | None = None  # (samples then, the total)
-    #: The counter's own total at the last sample that read it, and the total handed out then (which
-    #: may have run ahead of it): what follows that read is the handed-out total's growth.
-    counted_last: tuple[float, float] | None = None
+    #: The counter's own totals at its reads against the total handed out then (which may have run
+    #: ahead of it): the energy from the counter's first read to its last is its own.
+    anchors: CounterAnchors = field(default_factory=CounterAnchors)
     integrated: _Trapezoid = field(default_factory=_Trapezoid)
     throttle_first: dict[str, float] = field(default_factory=dict)  # seconds throttled, per reason
     throttle_last: dict[str, float] = field(default_factory=dict)
@@ -293,12 +352,20 @@ class _TargetState:
         self.energy.add(baseline.energy_joules)
         if baseline.energy_joules is not None:  # the span starts there, read or bridged
             start = baseline.counted_joules if baseline.counted_joules is not None else baseline.energy_joules
-            self.counted_from = (0, start)
-            if baseline.counted_joules is not None:
-                self.counted_last = (baseline.counted_joules, baseline.energy_joules)
+            self.anchors.add(0.0, start)
         self.integrated.add(baseline.at, baseline.power_watts)
         self.last_at = baseline.at
         self.based = (baseline.energy_joules is not None, baseline.power_watts is not None)
+
+    def points(self) -> list[Point]:
+        """The kept points, their energy the counter's own at each of its reads (the total handed out
+        may have run ahead of it: see :class:`CounterAnchors`)."""
+        points = self.series.points()
+        if self.anchors.covers(self.energy.delta or 0.0):
+            for point in points:
+                if point.energy_joules is not None:
+                    point.energy_joules = self.anchors.counted(point.energy_joules)
+        return points
 
     def spans(self, energy: bool) -> bool:
         """Two readings or more of the energy (else of the power), a baseline's included: a figure to
@@ -451,13 +518,12 @@ class Recorder:
             state.samples += 1
             state.note_power(at, seen.power)
             state.counter_seen |= seen.counter
-            if seen.counted is not None and seen.energy is not None:
-                if state.counted_from is None:
-                    state.counted_from = (state.samples, seen.counted)
-                state.counted_last = (seen.counted, seen.energy)
+            state.energy.add(seen.energy)
+            handed = _since(state.energy)
+            if seen.counted is not None and handed is not None:
+                state.anchors.add(handed, seen.counted)
             state.power.add(seen.power)
             state.integrated.add(at, seen.power)
-            state.energy.add(seen.energy)
             state.temperature.add(seen.hottest)
             state.utilization.add(seen.compute)
             state.activity.add(seen.layout, seen.activity)
@@ -534,7 +600,7 @@ class Recorder:
     def with_points(self, recording: Recording) -> Recording:
         """``recording`` (this recorder's, summaries only) with the points it keeps now."""
         with self._lock:
-            series = {state.target.id: state.series.points() for state in self._states.values()}
+            series = {state.target.id: state.points() for state in self._states.values()}
         targets = [t.model_copy(update={"points": series.get(t.id, [])}) for t in recording.targets]
         return recording.model_copy(update={"targets": targets})
 
@@ -598,18 +664,10 @@ def _since(span: _Span) -> float | None:
 def _summary(state: _TargetState, span: tuple[float, float] | None, points: bool = True) -> TargetRecording:
     target = state.target
     counted = state.energy.delta if state.spans(energy=True) and state.counter_seen else None
-    first, last = state.counted_from, state.counted_last
-    if (
-        counted is not None
-        and first is not None
-        and state.samples > first[0]
-        and state.energy.last is not None
-    ):
-        # From the counter's first read to its last (its own totals: the edges' reads), and on from
+    if counted is not None and state.anchors.covers(counted):
+        # From the counter's first read to its last its own totals (the edges' reads), and on from
         # there as the total handed out grew.
-        counted = (
-            state.energy.last - first[1] if last is None else last[0] - first[1] + state.energy.last - last[1]
-        )
+        counted = state.anchors.counted(counted)
     integrated = state.integrated.joules if state.spans(energy=False) else None
     estimated = None
     if span is not None:
@@ -650,7 +708,7 @@ def _summary(state: _TargetState, span: tuple[float, float] | None, points: bool
         activity_mean=state.activity.means(),
         throttle_seconds=dict(sorted(throttle.items())),
         attributed_energy_joules=state.attributed,
-        points=state.series.points() if points else [],
+        points=state.points() if points else [],
     )
 
 
