@@ -331,8 +331,8 @@ class Gpu:
     def energy(self) -> float | None:
         """The energy counter where this read asked it: the field, or
         ``nvmlDeviceGetTotalEnergyConsumption`` where the driver lacks the field (a field failing this
-        read is counted once, as the call's failure would be). None between two reads of it: the
-        sampler then adds the energy the power drew (:class:`~warptd.sampling.counters.PowerIntegral`)."""
+        read is counted once, as the call's failure would be). None between two reads of it: the sampler
+        then adds the energy the power drew (:class:`~warptd.sampling.power_integral.PowerIntegral`)."""
         if not self._energy_read:
             return None
         millijoules = self.batch.field(fields.FI_TOTAL_ENERGY)
