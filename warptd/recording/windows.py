@@ -24,8 +24,9 @@ from typing import Protocol
 import structlog
 
 from warptd.power.base import DomainPower
+from warptd.recording.digest import forget_digests
 from warptd.recording.memory import SeriesBudget
-from warptd.recording.recorder import Recorder, forget_digests
+from warptd.recording.recorder import Recorder
 from warptd.recording.schema import Recording
 from warptd.recording.selection import UnknownTarget, select_targets
 from warptd.sampling.snapshot import DeviceSample, Snapshot
