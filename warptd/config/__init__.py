@@ -19,6 +19,7 @@ from warptd.config.settings import (
     with_live_settings,
 )
 from warptd.config.values import SLURM_ROOTS, WINDOW_NAME, WORKLOAD_KINDS, WorkloadKind
+from warptd.config.views import SettingsView
 
 __all__ = [
     "BACKEND_LIVE_SETTINGS",
@@ -31,6 +32,7 @@ __all__ = [
     "Option",
     "Settings",
     "SettingsError",
+    "SettingsView",
     "WorkloadKind",
     "key_text",
     "load_settings",
