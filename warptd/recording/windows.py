@@ -21,6 +21,7 @@ from typing import Protocol
 
 import structlog
 
+from warptd.config import SettingsView
 from warptd.power.base import DomainPower
 from warptd.recording.digest import forget_digests
 from warptd.recording.memory import SeriesBudget
@@ -117,14 +118,15 @@ class Lease:
     expires_at: float
 
 
-@dataclass(frozen=True)
-class WindowLimits:
-    max_open: int = 64
-    max_duration_s: float = 86400.0
-    history: int = 100
-    lease_min_s: float = 5.0
-    lease_max_s: float = 600.0
-    memory_bytes: int = 8 * 2**20  # the time series of open windows and the history (memory.py)
+class WindowLimits(SettingsView, prefix="window_"):
+    """Bounds on the windows open at once and kept: the ``window_*`` settings."""
+
+    max_open: int
+    max_duration: float
+    history: int
+    lease_min: float
+    lease_max: float
+    memory: int  # bytes: the time series of open windows and the history (memory.py)
 
 
 class WindowManager:
@@ -151,7 +153,7 @@ class WindowManager:
         self._on_end = on_end or (lambda _: None)
         self._on_change = on_change or (lambda: None)
         self._open: dict[str, Window] = {}
-        self.budget = SeriesBudget(lambda: self.limits.memory_bytes)
+        self.budget = SeriesBudget(lambda: self.limits.memory)
         self.history = WindowHistory(lambda: self.limits.history, lambda: HISTORY_WITH_POINTS, self.budget)
         self._lock = threading.Lock()
         self._deadlines = threading.Condition(self._lock)  # wakes the reaper when one comes nearer
@@ -192,11 +194,11 @@ class WindowManager:
     ) -> Window:
         """A window on the targets ``devices`` names, not started; 422 for a request that cannot be."""
         limits = self.limits
-        if lease_s is not None and not limits.lease_min_s <= lease_s <= limits.lease_max_s:
+        if lease_s is not None and not limits.lease_min <= lease_s <= limits.lease_max:
             raise WindowError(
                 422,
-                f"invalid window request: lease_s: {lease_s:g} is outside {limits.lease_min_s:g}-"
-                f"{limits.lease_max_s:g} s (--window-lease-min, --window-lease-max)",
+                f"invalid window request: lease_s: {lease_s:g} is outside {limits.lease_min:g}-"
+                f"{limits.lease_max:g} s (--window-lease-min, --window-lease-max)",
             )
         try:
             targets = select_targets(self.snapshot, devices, self.accelerator_backends)
@@ -229,7 +231,7 @@ class WindowManager:
             if not self.budget.admit(window.recorder, len(targets) - domains, domains):
                 full = f"open windows fill --window-memory: {len(targets)} more targets do not fit"
                 raise WindowError(429, full)
-            window.start(self.limits.max_duration_s)
+            window.start(self.limits.max_duration)
             self._open[window.id] = window
             self._reaper.start()  # before the edge reads: a window always ends by itself
             self._deadlines.notify_all()
