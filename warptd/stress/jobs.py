@@ -68,26 +68,22 @@ class JobManager:
         self._edge = edge or (lambda *_: None)
         self._carbon = carbon or (lambda recording: recording)
 
+    # -- the catalog's, as the routes, the CLI and the collector ask it ------------------------
     @property
     def tests(self) -> dict[str, str]:
-        """The workloads discovered: name -> ``module:Class``."""
         return self.catalog.tests
 
     @property
     def devices(self) -> dict[str, DeviceRef]:
-        """This node's devices by key (``nvidia:0``)."""
         return self.catalog.devices
 
     def default_device(self) -> str:
-        """The device a request that names none stresses (:meth:`StressCatalog.default_device`)."""
         return self.catalog.default_device()
 
     def tests_for(self, device: DeviceRef) -> list[str]:
-        """The workloads that run on ``device``, sorted."""
         return self.catalog.tests_for(device)
 
     def usable_tests(self) -> list[str]:
-        """The workloads some device of this node runs: the only ones series and messages name."""
         return self.catalog.usable_tests()
 
     # -- starting -----------------------------------------------------------------------------
@@ -212,20 +208,17 @@ class JobManager:
             elif domains is not None and backend in self.companions.get(job.device.backend, ()):
                 recorder.add_domains(domains, at, backend)
 
-    # -- queries and cancel -------------------------------------------------------------------
+    # -- queries (the history's, as the routes and the collector ask them) and cancel -----------
     def running(self) -> list[Job]:
-        """Jobs starting or running."""
         return self.jobs.running()
 
     def get(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
 
     def list(self) -> list[Job]:
-        """Every job held, newest first."""
         return self.jobs.list()
 
     def metrics_view(self) -> MetricsView:
-        """Running (backend, device, test), finished-run counts and last results, copied under the lock."""
         return self.jobs.metrics_view()
 
     def cancel(self, job_id: str, timeout: float = 2.0) -> Job | None:

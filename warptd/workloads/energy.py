@@ -5,8 +5,8 @@ A thread polls (never an SDK: the process sources' latest lists, ``/proc`` and t
 keeps, per device, who held it and their SM use and memory; the sampler's listener applies each new
 energy delta to them with the split pods use (:func:`warptd.processes.shares.split`). What no known
 workload takes (idle devices, processes whose cgroup could not be read, workloads over the cap) is
-unattributed, so the parts of a device's energy always sum to it. A workload that ends keeps its
-totals for ``retention`` seconds, then goes; a pid reused by a new process is read again.
+unattributed, so the parts of a device's energy always sum to it. Who holds each device is
+holders.py's; which workloads are kept, and for how long, tracked.py's; the CPU shares, cpu.py's.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from warptd.config import SLURM_ROOTS
-from warptd.processes.shares import split
+from warptd.processes.shares import FRESH_INTERVALS, split
 from warptd.sampling.deltas import TotalDeltas
 from warptd.sampling.poller import PollingThread
 from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us, share_cpu
-from warptd.workloads.holders import FRESH_INTERVALS, Held, ProcessLists, ProcessSource, changed_holders
+from warptd.workloads.holders import Held, ProcessLists, ProcessSource, changed_holders
 from warptd.workloads.placement import KINDS, Kind, Placement, WorkloadKey, slurm_roots
 from warptd.workloads.slurm_tree import job_uid, slurm_jobs
 from warptd.workloads.tracked import WorkloadTable, WorkloadTotals
@@ -201,8 +201,7 @@ class WorkloadEnergy:
 
     # -- what the collector and the endpoints read ------------------------------------------------
     def views(self, offset: int = 0, limit: int | None = None) -> list[WorkloadView]:
-        """Every workload (from ``offset``, at most ``limit``): running ones first, then ended ones,
-        each newest first; only those shown are built."""
+        """Every workload from ``offset``, at most ``limit`` (:meth:`WorkloadTable.views`)."""
         with self._lock:
             return self.table.views(offset, limit)
 

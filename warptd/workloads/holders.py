@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Protocol
 
 from warptd.processes.cgroup import PidCache
-from warptd.processes.shares import DeviceProcesses
+from warptd.processes.shares import FRESH_INTERVALS, DeviceProcesses
 from warptd.workloads.cgroupns import namespace_root
 from warptd.workloads.placement import Placement, SlurmRoots, WorkloadKey, read_placement
 
-#: A poll older than this many intervals tells nothing about the current sample.
-FRESH_INTERVALS = 3.0
 Holders = dict[WorkloadKey | None, float]
 
 
