@@ -8,9 +8,20 @@ from typing import ClassVar
 import pytest
 
 from warptd import registry
-from warptd.backends.cpu import CpuBackend
+from warptd.backends.cpu.backend import CpuBackend
+from warptd.backends.device import ValueDevice
 from warptd.config import SettingsError
 from warptd.models import GPUInfo, MemoryUsage, Utilization
+
+
+class PluginDevice(ValueDevice):
+    """A third-party device: one method per value it has."""
+
+    def memory(self) -> MemoryUsage | None:
+        return MemoryUsage(total=16, used=4, free=12)
+
+    def utilization(self) -> Utilization | None:
+        return Utilization(compute=0.5)
 
 
 class PluginBackend(CpuBackend):
@@ -18,14 +29,12 @@ class PluginBackend(CpuBackend):
 
     name: ClassVar[str] = "acme"
 
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.devices = (PluginDevice(0),)
+
     def list_devices(self) -> list[GPUInfo]:
         return [GPUInfo(index=0, model="ACME NPU", uuid="acme-0")]
-
-    def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        return MemoryUsage(total=16, used=4, free=12)
-
-    def get_utilization(self, index: int) -> Utilization | None:
-        return Utilization(compute=0.5)
 
 
 class BrokenBackend(CpuBackend):
@@ -120,14 +129,18 @@ def test_a_non_backend_class_is_refused(settings, monkeypatch):
 
 
 def test_builtins_are_listed_once_in_the_registry():
-    """The package declares no entry points of its own: plugins use them, built-ins are BUILTIN alone."""
+    """The package declares no entry points of its own: plugins use them, built-ins are each vendor
+    package's declaration alone (its ``VENDOR``)."""
     import tomllib
     from pathlib import Path
 
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
-    assert not set(project.get("entry-points", {})) & set(registry.GROUPS.values())
+    assert not set(project.get("entry-points", {})) & {*registry.GROUPS.values(), registry.VENDORS}
     names = [c.name for c in registry.discover() if c.origin == "builtin"]
-    assert names == [*registry.BUILTIN["accelerator"], *registry.BUILTIN["power"]]
+    vendors = registry.builtin_vendors()
+    assert names == [b.name for vendor in vendors for b in (*vendor.accelerators, *vendor.power)]
+    packages = {p.parent.name for p in (Path(registry.__file__).parent / "backends").glob("*/__init__.py")}
+    assert len(vendors) == len(packages) == 7  # every backend package declares its vendor
 
 
 class CrashingBackend(PluginBackend):
