@@ -11,13 +11,13 @@ from prometheus_client.registry import Collector
 from warptd.metrics import catalog as m
 from warptd.metrics.families import Families
 from warptd.processes.device_files import DeviceFiles
-from warptd.processes.nvml import ProcessMonitor
+from warptd.processes.source import ListsProcesses
 
 
 class ProcessesCollector(Collector):
     """Copies the monitor's last list of compute processes into their series."""
 
-    def __init__(self, monitor: ProcessMonitor) -> None:
+    def __init__(self, monitor: ListsProcesses) -> None:
         self.monitor = monitor
 
     def collect(self) -> Iterator[Metric]:

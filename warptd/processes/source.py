@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
 
 from warptd.errors import ErrorKind
 from warptd.processes.shares import DeviceProcesses
 from warptd.sampling.poller import PollingThread
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
+    from warptd.processes.nvml import GpuProcess, SmUsage
 
 log = structlog.get_logger("warptd.processes")
 
@@ -102,6 +107,10 @@ class ProcessPoller:
         with self._lock:
             return dict(self._devices)
 
+    def reconfigure(self, settings: Settings) -> None:
+        """A reload: poll at the new ``--interval`` from the next poll on."""
+        self.interval = settings.interval
+
     def start(self) -> None:
         self._poller.start()
 
@@ -109,3 +118,20 @@ class ProcessPoller:
         """Stop polling and give the SDK session back."""
         self._poller.stop()
         self._release()
+
+
+@runtime_checkable
+class ListsProcesses(Protocol):
+    """A process source that lists each process with its memory and engine use: the series of
+    ``--processes``, and each container's SM use for the pods sharing a GPU."""
+
+    backend: str
+    interval: float
+
+    def processes(self) -> list[GpuProcess]:
+        """Every process of the latest poll, as its series show it (capped per device)."""
+        ...
+
+    def sm_usage(self, uuid: str) -> SmUsage | None:
+        """The SM use of each holder of device ``uuid`` at the latest poll, None where unknown."""
+        ...
