@@ -197,3 +197,72 @@ def test_a_fallback_left_without_devices_is_unavailable_with_the_reason(settings
         assert loaded.unavailable["hwmon"] == "every device is served by an SDK backend"
     finally:
         loaded.shutdown()
+
+
+_ACME_VENDOR = """
+from warptd.backends.vendor import Accelerator, Power, Vendor
+
+VENDOR = Vendor(
+    accelerators=(Accelerator("acme", "acme_warptd.backend:AcmeBackend"),),
+    power=(Power("acme_power", companion="acme"),),
+)
+"""
+_ACME_BACKEND = '''
+from warptd.backends.base import AcceleratorBackend
+from warptd.backends.device import ValueDevice
+from warptd.models import GPUInfo
+
+
+class AcmeDevice(ValueDevice):
+    def power(self):
+        """W."""
+        return 42.0
+
+    def temperatures(self):
+        """°C."""
+        return {"asic": 51.0}
+
+
+class AcmeBackend(AcceleratorBackend):
+    name = "acme"
+    source = "acme-sdk"
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.devices = [AcmeDevice(0)]
+
+    def list_devices(self):
+        return [GPUInfo(index=0, model="ACME NPU", uuid="acme-0")]
+'''
+
+
+def test_a_vendor_package_of_its_own_is_on_metrics_without_any_other_file(settings, monkeypatch, tmp_path):
+    """A new vendor is its package (a ``VENDOR`` and a backend with a device object) and its entry
+    point: the daemon serves its device and its power backend over the devices, and a backend that
+    runs no stress workload (no ``worker_device``) offers no device to stress."""
+    from tests.helpers import parse, value
+    from warptd.daemon import Daemon
+    from warptd.http.app import Request
+    from warptd.stress.setup import make_job_manager
+
+    package = tmp_path / "acme_warptd"
+    package.mkdir()
+    (package / "__init__.py").write_text(_ACME_VENDOR)
+    (package / "backend.py").write_text(_ACME_BACKEND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _entry_points(monkeypatch, EntryPoint("acme", "acme_warptd:VENDOR", registry.VENDORS))
+    settings.backends = ["acme"]
+    daemon = Daemon(settings)
+    try:
+        assert [b.name for b in [*daemon.loaded.accelerators, *daemon.loaded.power]] == ["acme", "acme_power"]
+        daemon.sampler.sample_all()
+        response = daemon.router.dispatch(
+            Request("GET", "/metrics", {}, {"host": "localhost"}, b"", "127.0.0.1")
+        )
+        samples = parse(bytes(response.body).decode())
+        assert value(samples, "warptd_device_power_watts", backend="acme", device="0") == 42.0
+        assert value(samples, "warptd_device_temperature_celsius", backend="acme", sensor="asic") == 51.0
+        assert value(samples, "warptd_power_watts", source="acme_power", domain="gpu0") == 42.0
+        assert make_job_manager(settings, daemon.loaded, daemon.snapshot).devices == {}
+    finally:
+        daemon.stop()
