@@ -24,8 +24,9 @@ from warptd.stress.setup import make_job_manager
 if TYPE_CHECKING:  # the opt-in features' modules load when they are on (--processes, --workloads, pods)
     from warptd.events.xid import XidMonitor
     from warptd.k8s.energy import SmUse
+    from warptd.processes.collector import ListsProcesses
     from warptd.processes.device_files import DeviceFiles
-    from warptd.processes.source import ListsProcesses, ProcessPoller
+    from warptd.processes.source import ProcessPoller
     from warptd.workloads.energy import WorkloadEnergy
     from warptd.workloads.history import WorkloadHistory
 
@@ -109,7 +110,7 @@ class Telemetry:
         """The process sources that list each process with its memory and engine use."""
         if not self.process_sources:
             return []
-        from warptd.processes.source import ListsProcesses
+        from warptd.processes.collector import ListsProcesses
 
         return [source for source in self.process_sources if isinstance(source, ListsProcesses)]
 

@@ -13,7 +13,7 @@ import time
 
 from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.podresources import Owner
-from warptd.processes.source import ListsProcesses
+from warptd.processes.collector import ListsProcesses
 
 #: A poll older than this many monitor intervals tells nothing about the current sample.
 _FRESH_INTERVALS = 3.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -21,7 +21,6 @@ from warptd.sampling.poller import PollingThread
 
 if TYPE_CHECKING:
     from warptd.config import Settings
-    from warptd.processes.nvml import GpuProcess, SmUsage
 
 log = structlog.get_logger("warptd.processes")
 
@@ -118,20 +117,3 @@ class ProcessPoller:
         """Stop polling and give the SDK session back."""
         self._poller.stop()
         self._release()
-
-
-@runtime_checkable
-class ListsProcesses(Protocol):
-    """A process source that lists each process with its memory and engine use: the series of
-    ``--processes``, and each container's SM use for the pods sharing a GPU."""
-
-    backend: str
-    interval: float
-
-    def processes(self) -> list[GpuProcess]:
-        """Every process of the latest poll, as its series show it (capped per device)."""
-        ...
-
-    def sm_usage(self, uuid: str) -> SmUsage | None:
-        """The SM use of each holder of device ``uuid`` at the latest poll, None where unknown."""
-        ...
