@@ -13,14 +13,14 @@ import time
 
 from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.podresources import Owner
-from warptd.processes.nvml import ProcessMonitor
+from warptd.processes.collector import ListsProcesses
 from warptd.processes.shares import FRESH_INTERVALS
 
 
 class SmShares:
     """SM use per container on a GPU in the monitor's latest poll."""
 
-    def __init__(self, monitor: ProcessMonitor, owners: ContainerOwners) -> None:
+    def __init__(self, monitor: ListsProcesses, owners: ContainerOwners) -> None:
         self.monitor = monitor
         self.owners = owners
 
