@@ -6,9 +6,11 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
+
+from warptd.http.endpoint import Endpoint, Lane
 
 
 @dataclass(slots=True)
@@ -64,39 +66,43 @@ def _default(value: Any) -> Any:
 
 
 Handler = Callable[[Request], Response]
-#: Where a request runs: on the event loop (cache readers), or in the thread pool, among the routes
-#: that wait (on a lock, a child process, a device) or among those that build their answer in Python.
-Lane = Literal["loop", "waits", "builds"]
 
 
 class Router:
-    """Routes ``(method, path pattern)`` to handlers; ``{name}`` in a pattern captures one segment."""
+    """Routes ``(method, path pattern)`` to handlers, each under its :class:`Endpoint`; ``{name}`` in a
+    pattern captures one segment."""
 
     def __init__(self) -> None:
-        self._routes: list[tuple[re.Pattern[str], dict[str, Handler]]] = []
-        self._lanes: dict[Handler, Lane] = {}
+        self._routes: list[tuple[re.Pattern[str], dict[str, tuple[Endpoint, Handler]]]] = []
+
+    def route(self, endpoint: Endpoint, handler: Handler) -> None:
+        """Dispatch ``endpoint`` to ``handler``, in the endpoint's lane."""
+        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", endpoint.path) + "$")
+        for existing, methods in self._routes:
+            if existing.pattern == regex.pattern:
+                methods[endpoint.method] = (endpoint, handler)
+                return
+        self._routes.append((regex, {endpoint.method: (endpoint, handler)}))
 
     def add(
         self, method: str, pattern: str, handler: Handler, *, offload: bool = False, builds: bool = False
     ) -> None:
-        """``offload``: the handler may block (spawn, locks, devices), so it runs in a worker thread,
-        never on the event loop; ``builds``: it builds its answer from the daemon's state in Python
-        (listings, recordings), holding the GIL, in a worker thread too; the others only read caches
-        and run inline."""
-        if builds or offload:
-            self._lanes[handler] = "builds" if builds else "waits"
-        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
-        for existing, methods in self._routes:
-            if existing.pattern == regex.pattern:
-                methods[method] = handler
-                return
-        self._routes.append((regex, {method: handler}))
+        """An endpoint without a declaration (tests, benches). ``offload``: the handler may block, so it
+        runs in the ``waits`` lane; ``builds``: it builds its answer in Python, in the ``builds`` lane."""
+        lane: Lane = "builds" if builds else "waits" if offload else "loop"
+        self.route(Endpoint(method, pattern, lane=lane), handler)
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """Every endpoint routed, in the order routed, path by path."""
+        return [endpoint for _, methods in self._routes for endpoint, _ in methods.values()]
 
     def lane(self, request: Request) -> Lane:
         """Where the handler this request reaches runs (``loop`` for an unknown path or method)."""
         for regex, methods in self._routes:
             if regex.match(request.path):
-                return self._lanes.get(methods.get(request.method, methods.get("GET")), "loop")  # type: ignore[arg-type]
+                routed = methods.get(request.method, methods.get("GET"))
+                return routed[0].lane if routed is not None else "loop"
         return "loop"
 
     def dispatch(self, request: Request) -> Response:
@@ -104,14 +110,12 @@ class Router:
             match = regex.match(request.path)
             if match is None:
                 continue
-            handler = methods.get(request.method) or (
-                methods.get("GET") if request.method == "HEAD" else None
-            )
-            if handler is None:
+            routed = methods.get(request.method) or (methods.get("GET") if request.method == "HEAD" else None)
+            if routed is None:
                 allow = ", ".join(sorted({*methods, "HEAD"} if "GET" in methods else methods))
                 raise HttpError(
                     405, f"method {request.method} not allowed on {request.path}", {"Allow": allow}
                 )
             request.params = match.groupdict()
-            return handler(request)
+            return routed[1](request)
         raise HttpError(404, f"no such endpoint: {request.path}")

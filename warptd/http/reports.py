@@ -1,6 +1,6 @@
 """A recording's HTML report as an HTTP response, for every route that serves one (stress, windows).
 
-Routes that call this must be added with ``offload=True``: rendering runs a child process for about
+Endpoints that call this are declared in the ``waits`` lane: rendering runs a child process for about
 a second, on a handler thread, never on the event loop that serves scrapes, at a lower CPU priority
 than the daemon (``nice`` 10), so a scrape does not wait for a core behind it.
 """
