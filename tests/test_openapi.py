@@ -14,7 +14,7 @@ from tests.helpers import http, wait_until
 from tests.test_workloads import Node
 from warptd.config import load_settings
 from warptd.daemon import Daemon
-from warptd.http import docs
+from warptd.http import openapi
 from warptd.workloads.placement import CpuCgroup
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
@@ -93,7 +93,7 @@ def test_openapi_document_lists_every_route(live):
     status, _, body = http(live.port, "GET", "/openapi.json")
     document = json.loads(body)
     assert status == 200 and document["openapi"].startswith("3.1")
-    routed, declared = live.router.endpoints, docs.endpoints()
+    routed, declared = live.router.endpoints, openapi.endpoints()
     assert len(routed) == len(declared) and all(endpoint in declared for endpoint in routed)
     assert set(document["paths"]) == {endpoint.path for endpoint in live.router.endpoints}
     assert set(document["paths"]) >= {

@@ -5,6 +5,8 @@ validated), and /openapi.json, the landing page and docs/http.md are written fro
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import ClassVar
 from urllib.parse import parse_qs
 
@@ -14,8 +16,7 @@ from pydantic import ConfigDict, Field
 from tests.helpers import http
 from warptd.http import landing
 from warptd.http.api import Api
-from warptd.http.app import HttpError, Request, Response, Router, json_response
-from warptd.http.endpoint import Answer, endpoint
+from warptd.http.app import Answer, HttpError, Request, Response, Router, endpoint, json_response
 from warptd.http.openapi import openapi_document
 from warptd.http.pages import PageQuery
 from warptd.http.routes import add_openapi_route
@@ -47,40 +48,31 @@ class NotePath(WireModel):
             raise HttpError(404, "no such note") from None
 
 
+@dataclass
 class NoteApi(Api):
     """A group that a test declares: the whole of what a new endpoint writes."""
 
     noun = "note"
     off = "note endpoints are off on this daemon (--notes)"
+    token: Callable[[], str | None] = lambda: None
+    notes: list[str] = field(default_factory=list)
 
-    def __init__(self, token: str | None = None) -> None:
-        super().__init__(lambda: token)
-        self.notes: list[str] = []
-
-    @endpoint(
-        "POST",
-        "/notes",
-        "keep a note",
-        lane="waits",
-        protected=True,
-        body=Note,
-        answers={201: Answer("kept", Note)},
-        errors=(409,),
-    )
+    @endpoint("POST /notes", {201: Answer("kept", Note)}, errors=(409,), protected=True)
     def keep(self, request: Request, body: Note) -> Response:
+        """keep a note"""
         if body.text in self.notes:
             raise HttpError(409, "kept already")
         self.notes.append(body.text)
         return json_response(201, body)
 
-    @endpoint(
-        "GET", "/notes", "the notes", lane="builds", query=PageQuery, answers={200: Answer("a page of them")}
-    )
+    @endpoint("GET /notes", {200: Answer("a page of them")}, lane="builds")
     def listing(self, request: Request, query: PageQuery) -> Response:
+        """the notes"""
         return json_response(200, {"notes": query.cut(self.notes)})
 
-    @endpoint("GET", "/notes/{number}", "one note", params=NotePath, answers={200: Answer("it", Note)})
+    @endpoint("GET /notes/{number}", {200: Answer("it", Note)})
     def show(self, request: Request, params: NotePath) -> Response:
+        """one note"""
         if params.number > len(self.notes):
             raise HttpError(404, "no such note")
         return json_response(200, Note(text=self.notes[params.number - 1]))
@@ -135,7 +127,7 @@ def test_a_declared_endpoint_is_served_over_loopback_and_described():
 
 
 def test_the_router_checks_what_the_declaration_says_before_the_handler_runs():
-    router, notes = Router(), NoteApi(token="s3cret")
+    router, notes = Router(), NoteApi(lambda: "s3cret")
 
     notes.mount(router)
     assert [router.lane(_request(m, "/notes")) for m in ("POST", "GET", "HEAD")] == [
@@ -143,7 +135,7 @@ def test_the_router_checks_what_the_declaration_says_before_the_handler_runs():
         "builds",
         "builds",
     ]
-    assert router.lane(_request("GET", "/notes/1")) == "loop"
+    assert router.lane(_request("GET", "/notes/1")) == "waits"  # off the event loop unless declared
     refusals = {
         401: _request("POST", "/notes", b'{"text": "hi"}', client="10.0.0.9"),  # no token
         403: _request("POST", "/notes", b'{"text": "hi"}', authorization=TOKEN, origin="http://evil.example"),

@@ -11,7 +11,7 @@ import hashlib
 import html
 from collections.abc import Iterable
 
-from warptd.http.endpoint import Endpoint
+from warptd.http.app import Endpoint
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; max-width: 60em; }

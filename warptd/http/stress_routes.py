@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pydantic import ConfigDict, Field, field_validator
 
 from warptd.http.api import Api
-from warptd.http.app import HttpError, Request, Response, Router, json_response
-from warptd.http.endpoint import Answer, endpoint
+from warptd.http.app import Answer, HttpError, Request, Response, endpoint, json_response
 from warptd.http.pages import PageQuery
-from warptd.http.protection import authorize, is_loopback, is_loopback_host
-from warptd.http.reports import report_response
+from warptd.http.reports import REPORT, report_response
 from warptd.models import Page, WireModel
 from warptd.stress.job import Job, JobView, StressError
 from warptd.stress.jobs import JobManager
@@ -49,45 +48,32 @@ class JobList(Page):
     jobs: list[JobView]
 
 
+@dataclass
 class StressApi(Api):
     """``/stress``: start, list, show, cancel and report jobs, one job per device."""
 
-    noun = "stress"
+    noun, refusals = "stress", (StressError,)
     off = "stress endpoints are disabled on this daemon (--no-stress)"
 
-    def __init__(self, manager: JobManager, token: Callable[[], str | None]) -> None:
-        super().__init__(token)
-        self.manager = manager
+    manager: JobManager
+    token: Callable[[], str | None]
 
     @endpoint(
-        "POST",
-        "/stress",
-        "start a stress job",
-        lane="waits",  # spawns a process
-        protected=True,
-        body=StressRequest,
-        body_optional=True,
-        answers={202: Answer("started; Location names the job", JobView)},
+        "POST /stress",
+        {202: Answer("started; Location names the job", JobView)},
         errors=(409, 503),
-        guide="stress.md",
+        protected=True,
     )
     def start(self, request: Request, body: StressRequest) -> Response:
-        try:  # the default device too may be refused: a node without an accelerator has none
-            params = self.manager.parameters(body.test, body.device, body.duration_s, body.dtype, body.size)
-            job = self.manager.start(params)
-        except StressError as exc:
-            raise HttpError(exc.status, str(exc)) from None
+        """start a stress job"""
+        # The default device too may be refused: a node without an accelerator has none.
+        params = self.manager.parameters(body.test, body.device, body.duration_s, body.dtype, body.size)
+        job = self.manager.start(params)
         return json_response(202, job.view(), headers={"Location": f"/stress/{job.id}"})
 
-    @endpoint(
-        "GET",
-        "/stress",
-        "recent jobs, newest first (one page: limit, offset)",
-        lane="builds",  # the job manager's lock, then the views
-        query=PageQuery,
-        answers={200: Answer("bounded history", JobList)},
-    )
+    @endpoint("GET /stress", {200: Answer("bounded history", JobList)}, lane="builds")  # a lock, then views
     def listing(self, request: Request, query: PageQuery) -> Response:
+        """recent jobs, newest first (one page: limit, offset)"""
         jobs = self.manager.list()
         views = [job.view() for job in query.cut(jobs)]
         return json_response(200, JobList(jobs=views, total=len(jobs), next=query.next("/stress", len(jobs))))
@@ -98,44 +84,25 @@ class StressApi(Api):
             raise HttpError(404, f"no stress job {request.params['job_id']!r}")
         return job
 
-    @endpoint(
-        "GET",
-        "/stress/{job_id}",
-        "one job's status and result",
-        lane="builds",
-        answers={200: Answer("the job", JobView)},
-        errors=(404,),
-    )
+    @endpoint("GET /stress/{job_id}", {200: Answer("the job", JobView)}, errors=(404,), lane="builds")
     def show(self, request: Request) -> Response:
+        """one job's status and result"""
         return json_response(200, self._job(request).view())
 
     @endpoint(
-        "DELETE",
-        "/stress/{job_id}",
-        "cancel a running job",
-        lane="waits",
-        protected=True,
-        answers={200: Answer("cancelled", JobView)},
-        errors=(404, 409),
+        "DELETE /stress/{job_id}", {200: Answer("cancelled", JobView)}, errors=(404, 409), protected=True
     )
     def cancel(self, request: Request) -> Response:
+        """cancel a running job"""
         job = self._job(request)
         if not job.status.active:
             raise HttpError(409, f"stress job {job.id} already ended: {job.status}")
         self.manager.cancel(job.id)
         return json_response(200, job.view())
 
-    @endpoint(
-        "GET",
-        "/stress/{job_id}/report",
-        "an ended job's recording as a self-contained HTML report (report extra)",
-        lane="waits",  # a child process renders it
-        answers={200: Answer("the report: plots and summary, works offline", media="text/html")},
-        errors=(404, 409, 500, 503),
-        description="plots, summary; works offline",
-        guide="reports.md",
-    )
+    @endpoint("GET /stress/{job_id}/report", {200: REPORT}, errors=(404, 409, 500, 503))
     def report(self, request: Request) -> Response:
+        """an ended job's recording as a self-contained HTML report (report extra)"""
         job = self._job(request)
         if job.status.active:
             raise HttpError(
@@ -147,20 +114,5 @@ class StressApi(Api):
         return report_response(recording)
 
 
-def add_stress_routes(router: Router, manager: JobManager | None, token: Callable[[], str | None]) -> None:
-    """Mount /stress; with ``manager=None`` (``--no-stress``) every /stress call is a 404 saying so."""
-    if manager is None:
-        StressApi.mount_off(router)
-    else:
-        StressApi(manager, token).mount(router)
-
-
-__all__ = [
-    "JobList",
-    "StressApi",
-    "StressRequest",
-    "add_stress_routes",
-    "authorize",
-    "is_loopback",
-    "is_loopback_host",
-]
+#: ``add_stress_routes(router, manager, token)``; with ``manager=None`` (``--no-stress``) a 404 each.
+add_stress_routes = StressApi.add

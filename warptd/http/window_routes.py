@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
 from warptd.config import WINDOW_NAME
 from warptd.http.api import Api
-from warptd.http.app import HttpError, Request, Response, Router, json_response
-from warptd.http.endpoint import Answer, endpoint
+from warptd.http.app import Answer, HttpError, Request, Response, endpoint, json_response
 from warptd.http.pages import PageQuery
-from warptd.http.reports import report_response
+from warptd.http.reports import REPORT, report_response
 from warptd.models import Page, WireModel
 from warptd.recording.schema import Recording, recording_json
 from warptd.recording.windows import WindowError, WindowManager
@@ -85,63 +85,38 @@ class WindowList(Page):
     windows: list[Recording]
 
 
-def _error(exc: WindowError) -> HttpError:
-    return HttpError(exc.status, str(exc))
+#: ``DELETE /windows/ID`` and ``POST /windows/ID/end`` (for clients that cannot send DELETE) alike.
+_END: dict[str, Any] = {"errors": (404, 409), "protected": True}
 
 
-#: ``DELETE /windows/ID`` and ``POST /windows/ID/end``, for clients that cannot send DELETE.
-_END = {
-    "summary": "end an open window; answers its recording",
-    "lane": "waits",
-    "protected": True,
-    "answers": {200: Answer("the ended window", Recording)},
-    "errors": (404, 409),
-    "guide": "recordings.md",
-}
-
-
+@dataclass
 class WindowApi(Api):
     """``/windows``: open, list, show, end, renew and report energy windows. Reads build their answers
     (one at a time); the rest wait on locks, reads of the devices at the edges, or a report's renderer."""
 
-    noun = "window"
+    noun, refusals = "window", (WindowError,)
     off = "window endpoints are disabled on this daemon (--no-windows)"
 
-    def __init__(self, manager: WindowManager, token: Callable[[], str | None]) -> None:
-        super().__init__(token)
-        self.manager = manager
+    manager: WindowManager
+    token: Callable[[], str | None]
 
-    @endpoint(
-        "GET",
-        "/windows",
-        "open windows, then ended ones (bounded history), without time series (one page: limit, offset)",
-        lane="builds",
-        query=PageQuery,
-        answers={200: Answer("the windows", WindowList)},
-    )
+    @endpoint("GET /windows", {200: Answer("the windows", WindowList)}, lane="builds")
     def listing(self, request: Request, query: PageQuery) -> Response:
-        """One page of :class:`WindowList`, written from each window's JSON as the manager keeps it."""
+        """open windows, then ended ones (bounded history), without time series (one page: limit, offset)"""
+        # Written from each window's JSON as the manager keeps it.
         windows, total = self.manager.page(query.offset, query.limit)
         rest = Page(total=total, next=query.next("/windows", total)).model_dump_json().encode()
         return Response(200, b'{"windows":[' + b",".join(windows) + b"]," + rest[1:])  # rest: {"total":…}
 
     @endpoint(
-        "POST",
-        "/windows",
-        "open an energy window",
-        lane="waits",
-        protected=True,
-        body=WindowRequest,
-        answers={201: Answer("opened; Location names the window", Recording)},
+        "POST /windows",
+        {201: Answer("opened; Location names the window", Recording)},
         errors=(409, 429, 503),
-        description="a named recording of the devices between two calls",
-        guide="recordings.md",
+        protected=True,
     )
     def begin(self, request: Request, body: WindowRequest) -> Response:
-        try:
-            recording = self.manager.open(body.name, body.devices, body.labels, body.lease_s)
-        except WindowError as exc:
-            raise _error(exc) from None
+        """open an energy window"""
+        recording = self.manager.open(body.name, body.devices, body.labels, body.lease_s)
         return Response(201, recording_json(recording), headers={"Location": f"/windows/{recording.id}"})
 
     def _window(self, request: Request) -> Recording:
@@ -151,63 +126,34 @@ class WindowApi(Api):
         return recording
 
     @endpoint(
-        "GET",
-        "/windows/{window_id}",
-        "one window: live while open, its recording once ended",
-        lane="builds",
-        answers={200: Answer("the window", Recording)},
-        errors=(404,),
+        "GET /windows/{window_id}", {200: Answer("the window", Recording)}, errors=(404,), lane="builds"
     )
     def show(self, request: Request) -> Response:
+        """one window: live while open, its recording once ended"""
         return Response(200, recording_json(self._window(request)))
 
-    @endpoint(
-        "GET",
-        "/windows/{window_id}/report",
-        "a window's recording as a self-contained HTML report (report extra); while open, of what it "
-        "recorded so far",
-        lane="waits",
-        answers={200: Answer("the report: plots and summary, works offline", media="text/html")},
-        errors=(404, 500, 503),
-        guide="reports.md",
-    )
+    @endpoint("GET /windows/{window_id}/report", {200: REPORT}, errors=(404, 500, 503))
     def report(self, request: Request) -> Response:
-        """The window's HTML report: of what it recorded so far while open, of all of it once ended."""
+        """a window's recording as a self-contained HTML report (report extra); while open, of what it
+        recorded so far"""
         return report_response(self._window(request))
 
-    @endpoint("DELETE", "/windows/{window_id}", **_END)
-    @endpoint("POST", "/windows/{window_id}/end", **_END)
+    @endpoint("DELETE /windows/{window_id}", {200: Answer("the ended window", Recording)}, **_END)
+    @endpoint("POST /windows/{window_id}/end", {200: Answer("the ended window", Recording)}, **_END)
     def end(self, request: Request) -> Response:
-        try:
-            return Response(200, recording_json(self.manager.end(request.params["window_id"])))
-        except WindowError as exc:
-            raise _error(exc) from None
+        """end an open window; answers its recording"""
+        return Response(200, recording_json(self.manager.end(request.params["window_id"])))
 
-    @endpoint(
-        "POST",
-        "/windows/{window_id}/renew",
-        "renew a leased window's lease by its lease_s from now (a client that stops renewing has its "
-        "window ended, end_reason lease_expired)",
-        lane="waits",
-        protected=True,
-        answers={200: Answer("renewed", WindowLease)},
-        errors=(404, 409),
-        guide="recordings.md",
-    )
+    @endpoint("POST /windows/{window_id}/renew", {200: Answer("renewed", WindowLease)}, **_END)
     def renew(self, request: Request) -> Response:
-        try:
-            lease = self.manager.renew(request.params["window_id"])
-        except WindowError as exc:
-            raise _error(exc) from None
+        """renew a leased window's lease by its lease_s from now (a client that stops renewing has its
+        window ended, end_reason lease_expired)"""
+        lease = self.manager.renew(request.params["window_id"])
         view = WindowLease(
             id=lease.window_id, lease_seconds=lease.lease_seconds, lease_expires_at=lease.expires_at
         )
         return json_response(200, view)
 
 
-def add_window_routes(router: Router, manager: WindowManager | None, token: Callable[[], str | None]) -> None:
-    """Mount /windows; with ``manager=None`` (``--no-windows``) every call is a 404 saying so."""
-    if manager is None:
-        WindowApi.mount_off(router)
-    else:
-        WindowApi(manager, token).mount(router)
+#: ``add_window_routes(router, manager, token)``; with ``manager=None`` (``--no-windows``) a 404 each.
+add_window_routes = WindowApi.add

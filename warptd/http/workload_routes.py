@@ -8,6 +8,7 @@ the answers name users, Slurm jobs, services and containers of this node.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import unquote
 
@@ -15,8 +16,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from warptd.config import WORKLOAD_KINDS, WorkloadKind
 from warptd.http.api import Api
-from warptd.http.app import HttpError, Request, Response, Router, json_response
-from warptd.http.endpoint import Answer, endpoint
+from warptd.http.app import Answer, HttpError, Request, Response, endpoint, json_response
 from warptd.http.pages import PageQuery
 from warptd.models import WireModel
 from warptd.recording.schema import Recording, WorkloadView, recording_json
@@ -56,37 +56,27 @@ class WorkloadPath(WireModel):
             raise HttpError(414, f"a workload id is at most {MAX_ID_CHARS} characters") from None
 
 
+@dataclass
 class WorkloadApi(Api):
     """``/workloads``: each workload's energy, and one's recording. A listing builds a model per
     workload (100 a page at most), a recording up to 2048 points: off the event loop, one at a time."""
 
-    noun = "workload"
+    noun, lane, protected = "workload", "builds", True
     off = "workload endpoints are off on this daemon (start it with --workloads)"
-
-    def __init__(
-        self, energy: WorkloadEnergy, token: Callable[[], str | None], history: WorkloadHistory | None
-    ) -> None:
-        super().__init__(token)
-        self.energy, self.history = energy, history
+    energy: WorkloadEnergy
+    token: Callable[[], str | None]
+    history: WorkloadHistory | None = None
 
     @endpoint(
-        "GET",
-        "/workloads",
-        "energy per Slurm job, systemd unit, container and user (--workloads; one page: limit, offset)",
-        lane="builds",
-        protected=True,
-        query=PageQuery,
-        answers={200: Answer("running workloads, then those ended within the retention", WorkloadList)},
-        description="with its devices, start and end; reads too are protected: they name users, jobs, "
-        "services and containers",
-        guide="workloads.md",
+        "GET /workloads",
+        {200: Answer("running workloads, then those ended within the retention", WorkloadList)},
     )
     def listing(self, request: Request, query: PageQuery) -> Response:
+        """energy per Slurm job, systemd unit, container and user (--workloads; one page: limit, offset)"""
         listed = self.energy.listing(query.offset, query.limit)
         return json_response(200, listed.model_copy(update={"next": query.next("/workloads", listed.total)}))
 
     def _view(self, params: WorkloadPath) -> WorkloadView:
-        """The workload the path names; 404 where warptd knows none."""
         view = self.energy.view(params.kind, params.workload_id)
         if view is None:
             raise HttpError(
@@ -94,47 +84,24 @@ class WorkloadApi(Api):
             )
         return view
 
-    @endpoint(
-        "GET",
-        "/workloads/{kind}/{workload_id}",
-        "one workload's energy per device and CPU, its devices, start and end",
-        lane="builds",
-        protected=True,
-        params=WorkloadPath,
-        answers={200: Answer("the workload", WorkloadView)},
-    )
+    @endpoint("GET /workloads/{kind}/{workload_id}", {200: Answer("the workload", WorkloadView)})
     def show(self, request: Request, params: WorkloadPath) -> Response:
+        """one workload's energy per device and CPU, its devices, start and end"""
         return json_response(200, self._view(params))
 
     @endpoint(
-        "GET",
-        "/workloads/{kind}/{workload_id}/recording",
-        "a workload's recording (--workloads): its devices' and CPU packages' readings with its share "
-        "of their energy, while it runs and for --workload-retention after it ended",
-        lane="builds",
-        protected=True,
-        params=WorkloadPath,
-        answers={200: Answer("the workload's recording (kind workload)", Recording)},
-        description="schema 3, `kind: workload`; 404 too with --workload-recording-memory 0",
-        guide="workloads.md#the-jobs-report",
+        "GET /workloads/{kind}/{workload_id}/recording",
+        {200: Answer("the workload's recording (kind workload)", Recording)},
     )
     def recording(self, request: Request, params: WorkloadPath) -> Response:
-        """The workload's recording (at most WORKLOAD_POINTS points), for warptd workload --report."""
+        """a workload's recording (--workloads): its devices' and CPU packages' readings with its share
+        of their energy, while it runs and for --workload-retention after it ended"""
         view = self._view(params)
         if self.history is None:
             raise HttpError(404, "this daemon keeps no workload recordings (--workload-recording-memory 0)")
         return Response(200, recording_json(self.history.recording(view)))
 
 
-def add_workload_routes(
-    router: Router,
-    energy: WorkloadEnergy | None,
-    token: Callable[[], str | None],
-    history: WorkloadHistory | None = None,
-) -> None:
-    """Mount /workloads; with ``energy=None`` (no ``--workloads``) each call is a 404 saying so.
-    Without ``history`` a workload's recording has its identity and energy but no readings."""
-    if energy is None:
-        WorkloadApi.mount_off(router)
-    else:
-        WorkloadApi(energy, token, history).mount(router)
+#: ``add_workload_routes(router, energy, token, history)``; with ``energy=None`` (no ``--workloads``)
+#: a 404 each. Without ``history`` a workload's recording has its identity and energy but no readings.
+add_workload_routes = WorkloadApi.add
