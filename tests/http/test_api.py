@@ -17,9 +17,8 @@ from tests.helpers import http
 from warptd.http import landing
 from warptd.http.api import Api
 from warptd.http.app import Answer, HttpError, Request, Response, Router, endpoint, json_response
-from warptd.http.openapi import openapi_document
+from warptd.http.openapi import add_openapi_route, openapi_document
 from warptd.http.pages import PageQuery
-from warptd.http.routes import add_openapi_route
 from warptd.http.server import WarptdHTTPServer
 from warptd.models import WireModel
 

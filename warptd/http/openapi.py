@@ -144,6 +144,11 @@ class OpenApi(Api):
         return self.answer
 
 
+def add_openapi_route(router: Router) -> None:
+    """Mount ``GET /openapi.json``, after every other endpoint."""
+    OpenApi().mount(router)
+
+
 #: Every group of endpoints the daemon mounts, in its order.
 APIS: tuple[type[Api], ...] = (CoreApi, StressApi, WindowApi, WorkloadApi, OpenApi)
 

@@ -1,4 +1,5 @@
-"""The read-only endpoints: /metrics, /healthz, /readyz, /devices, the landing page and /openapi.json."""
+"""The read-only endpoints: /metrics, /healthz, /readyz, /devices and the landing page (/openapi.json is
+warptd.http.openapi's, mounted after every other)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from warptd import __version__
 from warptd.exporter.exposition import Exposition
 from warptd.http import landing
 from warptd.http.api import Api
-from warptd.http.app import Answer, Request, Response, Router, endpoint, json_response
+from warptd.http.app import Answer, Request, Response, endpoint, json_response
 from warptd.http.devices_view import DevicesView, devices_view
 from warptd.http.negotiation import accepts_gzip, preferred_media_type
 from warptd.models import WireModel
@@ -91,10 +92,3 @@ class CoreApi(Api):
 #: ``add_core_routes(router, snapshot, exposition, unavailable)``: the landing page lists every
 #: endpoint the router holds when asked.
 add_core_routes = CoreApi.add
-
-
-def add_openapi_route(router: Router) -> None:
-    """Mount ``GET /openapi.json``, after every other endpoint."""
-    from warptd.http.openapi import OpenApi  # which describes this module's endpoints too
-
-    OpenApi().mount(router)
