@@ -175,6 +175,7 @@ def test_the_newest_numbering_is_the_installed_nvidia_ml_py_one():
     """nvidia-ml-py 13.x follows the R590 header: its duration and power-smoothing constants are
     those of the newest numbering, and its NVLink error counter kinds those warptd asks."""
     from warptd.backends.nvidia import fields as f
+    from warptd.metrics import nvidia
 
     newest = f.NUMBERINGS[-1].throttle
     assert newest["sw_thermal_slowdown"] == (pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,)
@@ -183,7 +184,7 @@ def test_the_newest_numbering_is_the_installed_nvidia_ml_py_one():
     assert newest["hw_power_brake_slowdown"] == (brake,)
     assert pynvml.NVML_FI_PWR_SMOOTHING_ENABLED == 251  # what an R580 driver answers durations at
     assert f.NUMBERINGS[0].throttle["sw_thermal_slowdown"] == (pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL,)
-    assert f.NVLINK_ERROR_COUNTERS == {
+    assert nvidia.NVLINK_ERROR_COUNTERS == {
         "crc_flit": pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
         "crc_data": pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
         "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,

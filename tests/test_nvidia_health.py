@@ -262,6 +262,7 @@ def test_field_ids_are_those_of_the_installed_pynvml():
     import pynvml
 
     from warptd.backends.nvidia import fields as f
+    from warptd.metrics import nvidia
 
     expected = {
         "ECC_SBE_VOL_TOTAL": 3,
@@ -274,8 +275,8 @@ def test_field_ids_are_those_of_the_installed_pynvml():
         "MEMORY_TEMP": f.FI_MEMORY_TEMP,
         "NVLINK_LINK_COUNT": f.FI_NVLINK_LINK_COUNT,
         "PCIE_REPLAY_COUNTER": f.FI_PCIE_REPLAY_COUNTER,
-        "NVLINK_THROUGHPUT_DATA_TX": f.FI_NVLINK_THROUGHPUT_DATA_TX,
-        "NVLINK_THROUGHPUT_DATA_RX": f.FI_NVLINK_THROUGHPUT_DATA_RX,
+        "NVLINK_THROUGHPUT_DATA_TX": 138,
+        "NVLINK_THROUGHPUT_DATA_RX": 139,
         "REMAPPED_COR": f.FI_REMAPPED_ROWS[0],
         "REMAPPED_UNC": f.FI_REMAPPED_ROWS[1],
         "REMAPPED_PENDING": f.FI_REMAPPED_ROWS[2],
@@ -292,14 +293,14 @@ def test_field_ids_are_those_of_the_installed_pynvml():
         ("replay", "REPLAY"),
         ("recovery", "RECOVERY"),
     ):
-        for link in range(f.NVLINK_ERROR_LINKS):
+        for link in range(nvidia.NVLINK_ERROR_LINKS):
             expected[f"NVLINK_{name}_ERROR_COUNT_L{link}"] = next(
-                s.field_id for s in f.nvlink(f.NVLINK_ERROR_LINKS) if s.labels == (str(link), kind)
+                s.source.id for s in f.nvlink(nvidia.NVLINK_ERROR_LINKS) if s.labels == (str(link), kind)
             )
     for name, field_id in expected.items():
         assert getattr(pynvml, f"NVML_FI_DEV_{name}") == field_id, name
     other = {key[0] for numbering in f.NUMBERINGS for key in f.FieldSet(numbering).other}
-    used = {spec.field_id for spec in f.HEALTH} | other
+    used = {row.source.id for row in f.HEALTH} | other
     assert used <= set(expected.values())  # every health field is checked above
     for code, action in enumerate(f.RECOVERY_ACTIONS):
         assert getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{action.upper()}") == code

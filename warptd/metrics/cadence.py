@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from warptd.config import Settings
-    from warptd.metrics.catalog import Cadence, MetricSpec
+    from warptd.metrics.spec import Cadence, MetricSpec
 
 #: A GPM source is sampled at most once a second outside windows, whatever ``--interval``.
 GPM_PERIOD_FLOOR_S = 1.0

@@ -25,7 +25,7 @@ from warptd.backends.amd.values import integer, number, one, reported, text
 from warptd.backends.base import throttle_states
 from warptd.backends.cadence import DeviceCadence
 from warptd.backends.costs import ReadCosts, thread_time
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -278,4 +278,4 @@ class AmdDevice(AmdHandle):
     def counters(self) -> dict[str, LabelledValues]:
         if not self.primary:
             return {}  # socket-wide counters: the primary partition reports them, once
-        return reported({**self.health.counters, catalog.NVLINK_LINK_BYTES.name: self.table.xgmi_bytes()})
+        return reported({**self.health.counters, nvidia.NVLINK_LINK_BYTES.name: self.table.xgmi_bytes()})

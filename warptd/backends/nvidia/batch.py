@@ -14,6 +14,7 @@ from warptd.backends.nvidia.api import NvmlApi
 from warptd.backends.nvidia.fields import Decoded, FieldKey, FieldPlan, FieldRequest, FieldSet
 from warptd.backends.nvidia.guard import DeviceGuard
 from warptd.errors import ErrorKind
+from warptd.metrics import nvidia
 from warptd.models import LabelledValues
 
 log = structlog.get_logger("warptd.nvidia")
@@ -77,12 +78,12 @@ class FieldBatch:
 
     def _answering_links(self) -> int:
         """The links before the first whose state NVML does not answer (NOT_SUPPORTED at link 0: no
-        NVLink), at most :data:`~warptd.backends.nvidia.fields.MAX_LINKS`."""
-        for link in range(fields.MAX_LINKS):
+        NVLink), at most :data:`~warptd.metrics.nvidia.MAX_LINKS`."""
+        for link in range(nvidia.MAX_LINKS):
             what = f"nvlink_state_{link}"
             if self._api.get(self._guard, self._handle, what, "nvmlDeviceGetNvLinkState", link) is None:
                 return link
-        return fields.MAX_LINKS
+        return nvidia.MAX_LINKS
 
     def read(self, kind: str, plan: FieldPlan | None = None) -> bool:
         """One field batch of ``kind`` (:attr:`FieldSet.kinds`, or ``full``: ``plan``'s, which decodes

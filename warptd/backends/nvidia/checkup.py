@@ -41,7 +41,7 @@ from warptd.backends.nvidia.gpm import MIN_SAMPLE_GAP_S, GpmContext, GpmSource, 
 from warptd.backends.nvidia.gpu import AVERAGING_SINCE, Gpu, read_kind
 from warptd.backends.nvidia.session import text
 from warptd.errors import ErrorKind
-from warptd.metrics import catalog
+from warptd.metrics import catalog, nvidia
 
 if TYPE_CHECKING:
     from warptd.backends.nvidia.api import NvmlApi
@@ -102,7 +102,7 @@ _CALLED = {
 }
 
 #: The NVLink families: each link's and the GPU's totals.
-_NVLINK = (catalog.NVLINK_ERRORS, catalog.NVLINK_LINK_ERRORS, catalog.NVLINK_BYTES, catalog.NVLINK_LINK_BYTES)
+_NVLINK = (nvidia.NVLINK_ERRORS, nvidia.NVLINK_LINK_ERRORS, nvidia.NVLINK_BYTES, nvidia.NVLINK_LINK_BYTES)
 
 
 def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendCheckup:
@@ -277,8 +277,8 @@ def _gpm(
                 cadence="once a second",
                 per_second={key: rate.get("gpm", 0.0) for key, rate in rates.items()},
             )
-            active = source.gauges.get(catalog.SM_ACTIVE.name, {}).get(())
-            why = "" if active is not None else f"{catalog.SM_ACTIVE.name} is not read or did not answer"
+            active = source.gauges.get(nvidia.SM_ACTIVE.name, {}).get(())
+            why = "" if active is not None else f"{nvidia.SM_ACTIVE.name} is not read or did not answer"
             last = tuple(busy[index][-2:])
             results[index] = _GpmResult((price,) if cpu else (), active, why, last, ended[index])
     finally:
@@ -625,25 +625,25 @@ class _Probe:
         presence = gpu.presence()
         if presence is not None and presence.counts is None:
             add(
-                (catalog.ENGINE_ACTIVE, *MEDIA_UTILIZATION.values()),
+                (nvidia.ENGINE_ACTIVE, *MEDIA_UTILIZATION.values()),
                 "media engines: NVML gives no count with MIG off (GPU instance profiles NOT_SUPPORTED); "
                 "an engine's series, and its kind's average, shows once it reports activity",
             )
         elif presence is not None and presence.counts is not None:
             lacking = {engine: n for engine, n in presence.counts.items()}
-            families = [catalog.ENGINE_ACTIVE]
+            families = [nvidia.ENGINE_ACTIVE]
             families += [spec for engine, spec in MEDIA_UTILIZATION.items() if lacking.get(engine) == 0]
             counts = ", ".join(f"{n} {engine.upper()}" for engine, n in lacking.items())
             add(families, f"media engines beyond the GPU's own ({counts}, its whole-GPU instance profile)")
-        missing: dict[str, list[int]] = {}
-        for spec in fields.HEALTH:
-            if spec.key in batch.unsupported:
-                missing.setdefault(spec.metric, []).append(spec.field_id)
+        missing: dict[catalog.MetricSpec, list[int]] = {}
+        for row in fields.HEALTH:
+            if row.source.key in batch.unsupported:
+                missing.setdefault(row.metric, []).append(row.source.id)
         for metric, ids in missing.items():
             named = f"fields {', '.join(map(str, ids))}" if len(ids) > 1 else f"field {ids[0]}"
-            add((catalog.BY_NAME[metric],), f"{named} not supported by this GPU or driver")
+            add((metric,), f"{named} not supported by this GPU or driver")
         if "fans" in gpu.guard.unsupported:
-            add((catalog.FAN_SPEED,), "nvmlDeviceGetNumFans NOT_SUPPORTED: a board without fans")
+            add((nvidia.FAN_SPEED,), "nvmlDeviceGetNumFans NOT_SUPPORTED: a board without fans")
         return tuple(found)
 
     def _links_answer(self) -> str:

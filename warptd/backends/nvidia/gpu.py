@@ -44,7 +44,7 @@ from warptd.backends.nvidia.sample import (
     SampleCalls,
 )
 from warptd.backends.nvidia.session import text
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
 from warptd.models import DeviceReading, DriverInstance, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -55,8 +55,10 @@ if TYPE_CHECKING:
 AVERAGING_SINCE = (8, 6)
 _LAST_PSTATE = 15  # NVML_PSTATE_15
 #: Byte counters the driver may keep in fields, which GPM throughput otherwise stands in for.
-_TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_LINK_BYTES.name)
+_TRAFFIC = (nvidia.PCIE_BYTES.name, nvidia.NVLINK_LINK_BYTES.name)
 _NO_SCOPES: dict[str, float] = {}
+#: The driver's time on the field batches (latencyUsec, summed): NVIDIA's table's row.
+_LATENCY = nvidia.row_of(nvidia.FIELD_LATENCY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ def _merged(parts: tuple[dict[str, LabelledValues], ...]) -> dict[str, LabelledV
 
 def _with_pstate(raw: tuple[dict[str, LabelledValues], int]) -> dict[str, LabelledValues]:
     gauges, pstate = raw
-    return {**gauges, catalog.PERFORMANCE_STATE.name: {(): float(pstate)}}
+    return {**gauges, nvidia.PERFORMANCE_STATE.name: {(): float(pstate)}}
 
 
 class Gpu:
@@ -414,7 +416,7 @@ class Gpu:
         integrated = {metric: series for metric, series in gpm.items() if series}
         totals = self.batch.totals
         if totals is not None:  # the driver's time on this GPU's fields, as of the last full batch
-            integrated[catalog.FIELD_LATENCY.name] = {(): totals.published_us / 1e6}
+            integrated[_LATENCY.metric.name] = {(): _LATENCY.convert(totals.published_us)}
         if not integrated:
             return counted  # the batch's own dict: the sampler knows it again by identity
         counters = dict(counted)
