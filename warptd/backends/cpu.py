@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 import psutil
 
 from warptd.backends.base import AcceleratorBackend
-from warptd.backends.costs import thread_time
+from warptd.backends.costs import ReadKind, thread_time
 from warptd.backends.cpu_clock import CpuClock
 from warptd.errors import ErrorKind
 from warptd.models import GPUInfo, MemoryUsage, Utilization
@@ -93,7 +93,7 @@ class CpuBackend(AcceleratorBackend):
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
         started = thread_time()
         vm = self.call(index, "memory", psutil.virtual_memory)
-        self.read_costs.charge("memory", started)
+        self.read_costs.charge(ReadKind.MEMORY, started)
         if vm is None:
             return None
         # "free" is what a new allocation can get (MemAvailable), not the kernel's idle pages.
@@ -102,7 +102,7 @@ class CpuBackend(AcceleratorBackend):
     def get_utilization(self, index: int) -> Utilization | None:
         started = thread_time()
         percent = self.call(index, "utilization", psutil.cpu_percent, None)
-        self.read_costs.charge("times", started)
+        self.read_costs.charge(ReadKind.TIMES, started)
         if not self._utilization_primed:
             # The first non-blocking call (psutil keeps its baseline per thread) has no interval
             # behind it and answers 0.0: absent, not a fake idle.
@@ -119,7 +119,7 @@ class CpuBackend(AcceleratorBackend):
             millidegrees = self.call(index, f"temp_{sensor}", read_int, path)
             if millidegrees is not None:
                 temperatures[sensor] = millidegrees / 1000
-        self.read_costs.charge("temperatures", started)
+        self.read_costs.charge(ReadKind.TEMPERATURES, started)
         return temperatures
 
     def get_power_usage(self, index: int) -> float | None:
@@ -130,7 +130,7 @@ class CpuBackend(AcceleratorBackend):
         if clock.due():
             started = thread_time()
             clock.value = self.call(index, "clock", clock.read)
-            self.read_costs.charge("clock", started)
+            self.read_costs.charge(ReadKind.CLOCK, started)
         return {"cpu": clock.value} if clock.value else {}
 
 

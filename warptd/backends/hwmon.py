@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from warptd.backends.base import AcceleratorBackend
 from warptd.backends.cadence import DeviceCadence
-from warptd.backends.costs import thread_time
+from warptd.backends.costs import ReadKind, thread_time
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.models import GPUInfo, MemoryUsage, Utilization, pci_address
 from warptd.sysfs import HwmonChip, read_int, read_text
@@ -183,7 +183,7 @@ class HwmonBackend(AcceleratorBackend):
             vram_total=self._read(index, "vram_total", files.vram_total),
             power_cap_watts=self._read(index, "power_cap", files.power_cap, 1e-6),
         )
-        self.read_costs.charge("slow", started)
+        self.read_costs.charge(ReadKind.SLOW, started)
 
     def get_memory_usage(self, index: int) -> MemoryUsage | None:
         card = self.cards[index]
@@ -192,7 +192,7 @@ class HwmonBackend(AcceleratorBackend):
             return None
         started = thread_time()
         used = self._read(index, "vram_used", card.files.vram_used)
-        self.read_costs.charge("memory", started)
+        self.read_costs.charge(ReadKind.MEMORY, started)
         if used is None:
             return None
         return MemoryUsage(total=int(total), used=int(used), free=int(total - used))
@@ -204,7 +204,7 @@ class HwmonBackend(AcceleratorBackend):
         started = thread_time()
         gpu = self._read(index, "gpu_busy", files.gpu_busy, 0.01)
         memory = self._read(index, "mem_busy", files.mem_busy, 0.01)
-        self.read_costs.charge("sensors", started)
+        self.read_costs.charge(ReadKind.SENSORS, started)
         return Utilization(compute=gpu, memory=memory) if gpu is not None or memory is not None else None
 
     def get_temperatures(self, index: int) -> dict[str, float]:
@@ -223,7 +223,7 @@ class HwmonBackend(AcceleratorBackend):
             reading = self._read(index, f"{what}_{name}", path, scale)
             if reading is not None:
                 values[name] = reading
-        self.read_costs.charge("sensors", started)
+        self.read_costs.charge(ReadKind.SENSORS, started)
         return values
 
     def get_power_usage(self, index: int) -> float | None:
@@ -238,7 +238,7 @@ class HwmonBackend(AcceleratorBackend):
             return None
         started = thread_time()
         value = self._read(index, what, path, 1e-6)
-        self.read_costs.charge("power", started)
+        self.read_costs.charge(ReadKind.POWER, started)
         return value
 
     def get_power_limit(self, index: int) -> float | None:

@@ -256,7 +256,7 @@ class NvidiaBackend(NvmlBackend):
 
     def get_power_limit(self, index: int) -> float | None:
         """The enforced limit as of the last read of the slow values."""
-        return self.gpus[index].slow.power_limit
+        return self.gpus[index].health.power_limit
 
     def get_energy_counter(self, index: int) -> float | None:
         return self.gpus[index].energy()

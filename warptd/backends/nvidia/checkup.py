@@ -33,7 +33,7 @@ from warptd.backends.checkup import (
     median_cpu,
     sdk_versions,
 )
-from warptd.backends.costs import thread_time
+from warptd.backends.costs import ReadKind, thread_time
 from warptd.backends.nvidia import calls, fields
 from warptd.backends.nvidia.engines import MEDIA_UTILIZATION
 from warptd.backends.nvidia.fields import FieldKey, FieldRequest
@@ -42,6 +42,7 @@ from warptd.backends.nvidia.gpu import AVERAGING_SINCE, Gpu, read_kind
 from warptd.backends.nvidia.session import text
 from warptd.errors import ErrorKind
 from warptd.metrics import catalog, nvidia
+from warptd.metrics.spec import Cadence
 
 if TYPE_CHECKING:
     from warptd.backends.nvidia.api import NvmlApi
@@ -87,8 +88,8 @@ _POLLED = {
     _INSTANT: "instant power (field 186)",
     _AVERAGE: "average power (field 185)",
 }
-#: What each kind of field batch is charged as (``read_costs``), by :meth:`Gpu.begin`.
-_CHARGED = {"full": "health"}
+#: The health read's field batch as the doctor's reads name it ("fields full: N ids"), as they always have.
+_SHOWN = {ReadKind.HEALTH: "full"}
 #: A prepared call of a sample, by what it is guarded as, in plain words.
 _CALLED = {
     "memory_v2": "memory",
@@ -115,7 +116,7 @@ def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendC
     notes = [f"GPU {gpu.index}: NVML refused its handle" for gpu in backend.gpus if gpu.handle is None]
     probes = [_Probe(gpu, api, plan, rates) for gpu in gpus]
     for probe in probes:
-        probe.gpu.batch.full_plan()  # built by the first full read; asked here where it failed then
+        probe.gpu.batch.health_plan()  # built by the first health read; asked here where it failed then
     gpm = _gpm(probes, backend, api, plan, rates)
     activity = _activity_pairs(probes, gpm)  # at once: utilization must still cover the GPM pair
     refresh = [r for probe in _first_of_each_model(probes) for r in probe.poll(plan)]
@@ -156,7 +157,7 @@ def plan_rates(settings: Settings, interval: float) -> dict[str, float]:
     simulated span after the first read (which reads everything), GPM at
     :func:`~warptd.backends.nvidia.gpm.sample_gap`."""
     at = settings.model_copy(update={"interval": interval})
-    health, energy = DeviceCadence(lambda: at), DeviceCadence(lambda: at, "energy_interval")
+    health, energy = DeviceCadence(lambda: at), DeviceCadence(lambda: at, Cadence.ENERGY)
     span = min(3600.0, max(60.0, 10 * max(at.health_interval, at.energy_interval)))
     ticks = min(_MOST_TICKS, max(1, round(span / interval)))
     gap, taken = sample_gap(at), 0.0
@@ -166,7 +167,7 @@ def plan_rates(settings: Settings, interval: float) -> dict[str, float]:
         now = tick * interval
         counts[read_kind(health, energy, now=now)] += 1
         if now - taken >= gap:
-            counts["gpm"], taken = counts["gpm"] + 1, now
+            counts[ReadKind.GPM], taken = counts[ReadKind.GPM] + 1, now
     return {kind: count / (ticks * interval) for kind, count in counts.items()}
 
 
@@ -271,11 +272,11 @@ def _gpm(
             price = ReadPrice(
                 read=f"GPM sample + metrics ({metrics})",
                 what=f"GPM activity ({metrics} metrics)",
-                charged_as="gpm",
+                charged_as=ReadKind.GPM,
                 cpu_seconds=statistics.median(cpu) if cpu else 0.0,
                 measured=len(cpu),
                 cadence="once a second",
-                per_second={key: rate.get("gpm", 0.0) for key, rate in rates.items()},
+                per_second={key: rate.get(ReadKind.GPM, 0.0) for key, rate in rates.items()},
             )
             active = source.gauges.get(nvidia.SM_ACTIVE.name, {}).get(())
             why = "" if active is not None else f"{nvidia.SM_ACTIVE.name} is not read or did not answer"
@@ -377,30 +378,34 @@ class _Probe:
         gpu, batch, prices = self.gpu, self.gpu.batch, []
         health = f"every {settings.health_interval:g} s"
         plainly = {  # kind: (what it reads, how often, which rate of the plan)
-            "power": ("power fields", "each sample that reads no energy", "power"),
-            "energy": (
+            ReadKind.POWER: ("power fields", "each sample that reads no energy", ReadKind.POWER),
+            ReadKind.ENERGY: (
                 "power fields and the energy counter",
                 f"every {settings.energy_interval:g} s",
-                "energy",
+                ReadKind.ENERGY,
             ),
-            "edge": (
+            ReadKind.EDGE: (
                 "every counter at once",
                 "at the start and end of a window, profile or stress run",
                 None,
             ),
-            "full": ("health and link fields", health, "health"),
-            "scopes": ("module and memory power", "each sample of nvml alone", None),
+            ReadKind.HEALTH: ("health and link fields", health, ReadKind.HEALTH),
+            ReadKind.SCOPES: ("module and memory power", "each sample of nvml alone", None),
         }
-        for kind in (*batch.field_set.kinds, "full"):
+        for kind in (*batch.field_set.kinds, ReadKind.HEALTH):
             request = batch.request(kind)
             if request is None:
                 continue
             cost = self._median(lambda request=request: request.send(gpu.handle))
             if cost is None:
                 continue
-            ids = " ".join(map(_key_text, request.keys)) if kind != "full" else f"{len(request.keys)} ids"
+            ids = (
+                " ".join(map(_key_text, request.keys))
+                if kind != ReadKind.HEALTH
+                else f"{len(request.keys)} ids"
+            )
             what, cadence, planned = plainly.get(kind, (f"{kind} fields", "not made", None))
-            price = self._price(f"fields {kind}: {ids}", _CHARGED.get(kind, kind), cost, cadence, planned)
+            price = self._price(f"fields {_SHOWN.get(kind, kind)}: {ids}", kind, cost, cadence, planned)
             prices.append(price.model_copy(update={"what": what}))
         for versions in gpu.calls.slots:
             what, call, _ = next(
@@ -412,20 +417,21 @@ class _Probe:
                 price = self._price(name, None, cost, EACH_SAMPLE, "sample")  # charged to none
                 update = {"what": _CALLED.get(what, what.replace("_", " ")), "per_sample_call": True}
                 prices.append(price.model_copy(update=update))
-        slow = self._median(lambda: (gpu.slow.health(batch), gpu.slow.read(gpu.presence())))
+        slow = self._median(lambda: (gpu.health.decode(batch), gpu.health.read(gpu.presence())))
         if slow is not None:
             read = "slow values: limit, fans, encoder, decoder, stand-ins"
-            price = self._price(read, "health", slow, health, "health")
+            price = self._price(read, ReadKind.HEALTH, slow, health, ReadKind.HEALTH)
             prices.append(price.model_copy(update={"what": "power limit, fans, media engines"}))
         energy = self._median(self.energy_call)
         if energy is not None:
             lacks = batch.lacks(fields.FI_TOTAL_ENERGY)
             cadence = "with each energy read (no field 83)" if lacks else "never (field 83 reads the counter)"
-            price = self._price("nvmlDeviceGetTotalEnergyConsumption", "energy", energy, cadence, None)
+            price = self._price("nvmlDeviceGetTotalEnergyConsumption", ReadKind.ENERGY, energy, cadence, None)
             update: dict[str, object] = {"what": "the energy counter's own call"}
             if lacks:
                 update["per_second"] = {
-                    k: r.get("energy", 0.0) + r.get("health", 0.0) for k, r in self.rates.items()
+                    k: r.get(ReadKind.ENERGY, 0.0) + r.get(ReadKind.HEALTH, 0.0)
+                    for k, r in self.rates.items()
                 }
             prices.append(price.model_copy(update=update))
         return prices
@@ -550,7 +556,7 @@ class _Probe:
         if field is None:
             return self.pair(ENERGY_PAIR, "skipped", "field 83 did not answer")
         instant = values.get(_INSTANT, 0.0) / 1000
-        watts = max(instant, gpu.slow.power_limit or 0.0) or 1000.0  # the most it may draw meanwhile
+        watts = max(instant, gpu.health.power_limit or 0.0) or 1000.0  # the most it may draw meanwhile
         apart = call_at.middle - field_at.middle
         allowed, off = watts * (apart + ENERGY_REFRESH_S), abs(called - field) / 1000
         said = f"field {field / 1000:.3f} J, call {called / 1000:.3f} J, {apart * 1e3:.1f} ms apart"
@@ -580,7 +586,7 @@ class _Probe:
         second before (:func:`_power_pairs`; none answered: the power limit stands for its span)."""
         if before is None or after is None or called is None:
             return self.pair(POWER_PAIR, "skipped", "field 185 did not answer")
-        limit = (self.gpu.slow.power_limit or 0.0) * 1000
+        limit = (self.gpu.health.power_limit or 0.0) * 1000
         spread = max(instant) - min(instant) if instant else limit
         moved = spread * AVERAGE_REFRESH_APART_S  # the most the 1 s average moves meanwhile, mW
         low, high = min(before, after), max(before, after)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warptd.backends.costs import ReadKind
 from warptd.backends.nvidia.calls import pointer
 from warptd.metrics import catalog, nvidia
 from warptd.metrics.spec import Call, Row
@@ -141,7 +142,7 @@ _UNKNOWN_DRIVER = Numbering(
 )
 
 
-#: The device's fields of NVIDIA's table that the full batch decodes into series (the recovery action
+#: The device's fields of NVIDIA's table that the health batch decodes into series (the recovery action
 #: is decoded apart: one series labelled with the action). A GPU lacking one answers NOT_SUPPORTED once
 #: and is not asked again.
 HEALTH: tuple[Row, ...] = tuple(
@@ -157,7 +158,7 @@ _64_BIT_INTEGERS = frozenset({2, 3, 4})
 
 class FieldSet:
     """The field batches of one numbering: what each kind of read asks (a cheap sample, one with the
-    energy counter, an edge's with the throttle times too, power only), what the full batch adds beside
+    energy counter, an edge's with the throttle times too, power only), what the health batch adds beside
     the health and link fields (memory temperature, recovery action), and the value type each must
     answer. A duration counter is 64-bit: a field answering another type is another field under that
     id (a power-smoothing setting), and is treated as not supported."""
@@ -187,16 +188,16 @@ class FieldSet:
             if reads(catalog.THROTTLE_SECONDS.name)
         )
         throttle = tuple(key for _, key in self.throttle)
-        #: What the full batch asks beside the health and link fields.
+        #: What the health batch asks beside the health and link fields.
         self.device: tuple[FieldKey, ...] = (*power, *energy, *average, *throttle, *scoped)
         #: By kind of read (see :class:`~warptd.backends.nvidia.gpu.Gpu`): the cheap sample (power and
         #: memory temperature, 7 µs on an H200), with the energy counter (2.9 ms), at an edge also the
         #: throttle times (0.58 ms a group); the parts NVML measures apart alone (the nvml power backend).
-        self.kinds: dict[str, tuple[FieldKey, ...]] = {
-            "power": (*power, *average, *memory_temperature, *scoped),
-            "energy": (*power, *energy, *average, *memory_temperature, *scoped),
-            "edge": (*self.device, *memory_temperature),
-            "scopes": scoped,  # the parts' power alone (the nvml power backend's own read)
+        self.kinds: dict[ReadKind, tuple[FieldKey, ...]] = {
+            ReadKind.POWER: (*power, *average, *memory_temperature, *scoped),
+            ReadKind.ENERGY: (*power, *energy, *average, *memory_temperature, *scoped),
+            ReadKind.EDGE: (*self.device, *memory_temperature),
+            ReadKind.SCOPES: scoped,  # the parts' power alone (the nvml power backend's own read)
         }
         #: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).
         self.other: tuple[FieldKey, ...] = (*memory_temperature, *((f, 0) for f in numbering.recovery))

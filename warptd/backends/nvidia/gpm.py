@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from warptd.backends.costs import ReadCosts, thread_time
+from warptd.backends.costs import ReadCosts, ReadKind, thread_time
 from warptd.backends.nvidia import calls
 from warptd.metrics import nvidia
 from warptd.metrics.cadence import GPM_PERIOD_FLOOR_S
@@ -229,7 +229,7 @@ class GpmSource:
         started = thread_time()
         self._sample(guard, what, now)
         if costs is not None:
-            costs.charge("gpm", started)
+            costs.charge(ReadKind.GPM, started)
         return True
 
     def _sample(self, guard: Guard, what: str, now: float) -> None:

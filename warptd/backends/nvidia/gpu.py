@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warptd.backends.cadence import DeviceCadence
-from warptd.backends.costs import ReadCosts, thread_time
+from warptd.backends.costs import ReadCosts, ReadKind, thread_time
 from warptd.backends.kept import Kept
 from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.api import NvmlApi, States
@@ -31,7 +31,7 @@ from warptd.backends.nvidia.engines import Presence, engine_counts
 from warptd.backends.nvidia.fields import FieldSet
 from warptd.backends.nvidia.gpm import GpmContext, GpmSource
 from warptd.backends.nvidia.guard import DeviceGuard
-from warptd.backends.nvidia.health import SlowValues
+from warptd.backends.nvidia.health import HealthValues
 from warptd.backends.nvidia.instance import driver_instance
 from warptd.backends.nvidia.mig import mig_device_handles
 from warptd.backends.nvidia.sample import (
@@ -45,6 +45,7 @@ from warptd.backends.nvidia.sample import (
 )
 from warptd.backends.nvidia.session import text
 from warptd.metrics import nvidia
+from warptd.metrics.spec import Cadence
 from warptd.models import DeviceReading, DriverInstance, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -80,19 +81,19 @@ def read_kind(
     edge: bool = False,
     pace: float | None = None,
     now: float | None = None,
-) -> str:
-    """The kind of a GPU's full read by the plan: ``health`` where the slow values are due (the energy
-    counter and throttle times come with them), else ``edge`` at a window's edge, ``energy`` where the
-    counter is due, else the cheap ``power``. A cadence found due counts as read from then on; a read
+) -> ReadKind:
+    """The kind of a GPU's read by the plan: ``HEALTH`` where the health values are due (the energy
+    counter and throttle times come with them), else ``EDGE`` at a window's edge, ``ENERGY`` where the
+    counter is due, else the cheap ``POWER``. A cadence found due counts as read from then on; a read
     of the counter (health, edge) counts for its cadence, which runs on from there."""
     counter = energy.due(now, pace)
     if health.due(now, pace):
         energy.read(now)
-        return "health"
+        return ReadKind.HEALTH
     if edge:
         energy.read(now)
-        return "edge"
-    return "energy" if counter else "power"
+        return ReadKind.EDGE
+    return ReadKind.ENERGY if counter else ReadKind.POWER
 
 
 def _temperatures(sensors: tuple[int | None, float | None]) -> dict[str, float]:
@@ -127,9 +128,9 @@ class Gpu:
             api, guard, handle, context.field_set, before.batch.totals if before else None
         )
         self.calls = SampleCalls(api, guard, handle)
-        self.slow = SlowValues(api, guard, handle, context.field_set.reads)
+        self.health = HealthValues(api, guard, handle, context.field_set.reads)
         self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
-        self.energy_cadence = DeviceCadence(context.settings, "energy_interval", "window_energy_interval")
+        self.energy_cadence = DeviceCadence(context.settings, Cadence.ENERGY)
         #: What this read asked beside the cheap sample: the energy counter, the throttle times.
         self._energy_read = self._throttle_read = False
         self._energy_mj: float | None = None  # the counter read by call, where the GPU lacks the field
@@ -167,8 +168,8 @@ class Gpu:
         when the GPU turned out lost."""
         self.guard.lost = False
         started = thread_time()
-        self.batch.read("scopes")
-        self._context.read_costs.charge("scopes", started)
+        self.batch.read(ReadKind.SCOPES)
+        self._context.read_costs.charge(ReadKind.SCOPES, started)
         return None if self.guard.lost else self.power_scopes()
 
     def read_power(self) -> tuple[float | None, float | None] | None:
@@ -180,26 +181,26 @@ class Gpu:
 
     def begin(self, watched: bool = False, edge: bool = False) -> None:
         """The batched reads of this read's plan: the cheap sample's fields, with the energy counter when
-        its cadence or an edge asks, the throttle times at an edge; every ``--health-interval`` the full
+        its cadence or an edge asks, the throttle times at an edge; every ``--health-interval`` the health
         batch (every field: health, links, counters), decoded once for the gauges and counters, and the
-        other slow values; then (full reads only) the GPM sample. Each kind is charged its CPU."""
+        other health values; then (full reads only) the GPM sample. Each kind is charged its CPU."""
         batch, costs = self.batch, self._context.read_costs
         started = thread_time()
         settings = self._context.settings()
         pace = settings.window_interval if watched else None  # a window reads it that often
         kind = read_kind(self.cadence, self.energy_cadence, edge, pace)
-        energy, throttle = kind != "power", kind in ("health", "edge")
-        if kind == "health":
+        energy, throttle = kind is not ReadKind.POWER, kind in (ReadKind.HEALTH, ReadKind.EDGE)
+        if kind is ReadKind.HEALTH:
             # What fails now (a field or call answering UNKNOWN, NO_PERMISSION, TIMEOUT; the link
-            # count, so no full plan yet) is counted and absent until the next health read, which
+            # count, so no health plan yet) is counted and absent until the next health read, which
             # asks it again: a value that keeps failing never makes cheap samples health reads.
-            plan = batch.full_plan()
+            plan = batch.health_plan()
             if plan is not None:
-                batch.read("full", plan)
+                batch.read(ReadKind.HEALTH, plan)
             else:
-                batch.read("edge")
-            batch.decoded = self.slow.health(batch)
-            self.slow.read(self.presence())
+                batch.read(ReadKind.EDGE)
+            batch.decoded = self.health.decode(batch)
+            self.health.read(self.presence())
         else:
             batch.read(kind)
         self._energy_read, self._throttle_read, self._energy_mj = energy, throttle, None
@@ -218,7 +219,7 @@ class Gpu:
             utilization=answers[UTILIZATION],
             power_watts=self.power(),
             power_average_watts=self.power_average(),
-            power_limit_watts=self.slow.power_limit,
+            power_limit_watts=self.health.power_limit,
             energy_counter_joules=self.energy(),
             power_scopes_watts=self.power_scopes(),
             temperatures_celsius=self.temperatures(answers[TEMPERATURE]),
@@ -256,7 +257,7 @@ class Gpu:
             self.gpm.cover({(name, labels) for name in _TRAFFIC for labels in counted.get(name, ())})
 
     def presence(self) -> Presence | None:
-        """The media engines (asked once) and NVLinks (from the full batch's plan) the GPU has; None
+        """The media engines (asked once) and NVLinks (from the health batch's plan) the GPU has; None
         until the plan is known."""
         plan = self.batch.plan
         if plan is None:
@@ -403,7 +404,7 @@ class Gpu:
     def _smi_gauges(self, pstate: int | None) -> dict[str, LabelledValues]:
         """What nvidia-smi shows beside: the performance state, read every sample, and the fans,
         encoder and decoder utilization of the last read of the slow values."""
-        gauges = self.slow.gauges
+        gauges = self.health.gauges
         if pstate is not None and 0 <= pstate <= _LAST_PSTATE:  # NVML_PSTATE_UNKNOWN (32): absent
             return self._kept["smi"].of((gauges, pstate), _with_pstate)
         return gauges
@@ -415,7 +416,7 @@ class Gpu:
         gpm = self.gpm.counters() if self.gpm is not None else {}
         integrated = {metric: series for metric, series in gpm.items() if series}
         totals = self.batch.totals
-        if totals is not None:  # the driver's time on this GPU's fields, as of the last full batch
+        if totals is not None:  # the driver's time on this GPU's fields, as of the last health batch
             integrated[_LATENCY.metric.name] = {(): _LATENCY.convert(totals.published_us)}
         if not integrated:
             return counted  # the batch's own dict: the sampler knows it again by identity

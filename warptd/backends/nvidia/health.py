@@ -1,6 +1,7 @@
-"""One GPU's slow values, read every ``--health-interval`` (:mod:`~warptd.backends.cadence`): the
-enforced power limit, fans, the media engines' utilization; and the calls that stand in for the
-health fields a GPU lacks (PCIe replays, remapped rows, error counters of NVLinks 12-17)."""
+"""One GPU's health values, read every ``--health-interval`` (:mod:`~warptd.backends.cadence`): the
+health field batch (every field) decoded, with the calls that stand in for the health fields a GPU lacks (PCIe
+replays, remapped rows, error counters of NVLinks 12-17); the enforced power limit, fans, the media
+engines' utilization."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from warptd.models import LabelledValues
 _FAN = nvidia.row_of(nvidia.FAN_SPEED)
 
 
-class SlowValues:
-    """The slow values of one GPU (``handle``) as of their last read, through its guard."""
+class HealthValues:
+    """The health values of one GPU (``handle``) as of their last read, through its guard."""
 
     __slots__ = ("_api", "_guard", "_handle", "_reads", "fans", "gauges", "power_limit")
 
@@ -72,8 +73,8 @@ class SlowValues:
                 speeds[fan] = float(percent)
         return speeds
 
-    def health(self, batch: FieldBatch) -> Decoded:
-        """Gauges and raw counters from this read's full batch, with the calls that stand in where the
+    def decode(self, batch: FieldBatch) -> Decoded:
+        """Gauges and raw counters from this read's health batch, with the calls that stand in where the
         GPU lacks a field (PCIe replays, remapped rows, the NVLinks no per-link field id numbers)."""
         plan = batch.plan
         if plan is None:
