@@ -35,7 +35,7 @@ def make_samples(sampler: Sampler, name: str) -> None:
         return
     tracks = sampler.publisher.tracks[name]
     tracks.follow(sampler.snapshot.get(name).devices_info)  # type: ignore[union-attr,arg-type]
-    raw = sampler._reader.read(name)
+    raw = sampler.reads.reader.read(name)
     tracks.update(raw.readings, raw.at)  # type: ignore[arg-type]
 
 
