@@ -70,6 +70,23 @@ def test_row_remapping_and_page_retirement(rig, fake_nvml):
     assert fake_nvml.calls("nvmlDeviceGetRemappedRows") == 1
 
 
+#: The fields of NVIDIA's table the double answers as given (tests/doubles/nvml.py FIELD_ANSWERS): field
+#: id, the series it fills (its family, its label values) and its value on /metrics, the answer converted.
+AS_GIVEN: list[tuple[int, str, dict[str, str], float]] = []
+
+
+@pytest.mark.parametrize("given", AS_GIVEN, ids=lambda given: str(given[0]))
+def test_a_field_answered_as_given_is_its_series_and_absent_where_the_gpu_lacks_it(
+    make_rig, fake_nvml, settings, given
+):
+    field_id, name, labels, expected = given
+    settings.metrics_include = [name]  # an opt-in family too
+    fake_nvml.gpus[1].unsupported_fields = {field_id}  # a driver or GPU without it: absent, never 0
+    samples = make_rig("nvidia").tick()
+    assert value(samples, name, **DEV0, **labels) == expected
+    assert not select(samples, name, **DEV1)
+
+
 def test_remapped_rows_call_where_the_driver_lacks_the_fields(rig, fake_nvml):
     gpu = fake_nvml.gpus[0]
     gpu.unsupported_fields = {142, 143, 144, 145, 94}
