@@ -72,7 +72,9 @@ def test_row_remapping_and_page_retirement(rig, fake_nvml):
 
 #: The fields of NVIDIA's table the double answers as given (tests/doubles/nvml.py FIELD_ANSWERS): field
 #: id, the series it fills (its family, its label values) and its value on /metrics, the answer converted.
-AS_GIVEN: list[tuple[int, str, dict[str, str], float]] = []
+AS_GIVEN: list[tuple[int, str, dict[str, str], float]] = [
+    (173, "warptd_device_pcie_correctable_errors_total", {}, 12),
+]
 
 
 @pytest.mark.parametrize("given", AS_GIVEN, ids=lambda given: str(given[0]))

@@ -582,7 +582,9 @@ _ARRAYS = (
 #: nv-answers: the fields the double answers as given, by id (at scope 0), where it models no state of
 #: their own: (nvmlValueType_t, the value each GPU starts at). ``gpu.field_answer[id] = n`` changes one
 #: GPU's answer; ``gpu.unsupported_fields`` and an older driver's NVML_FI_MAX still apply.
-FIELD_ANSWERS: dict[int, tuple[int, int]] = {}
+FIELD_ANSWERS: dict[int, tuple[int, int]] = {
+    pynvml.NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS: (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 12),
+}
 
 
 class FakeGpu:

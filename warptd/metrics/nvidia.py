@@ -101,6 +101,15 @@ PCIE_REPLAYS = _device(
     cadence=HEALTH,
     dcgm=(Twin("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),),
 )
+PCIE_CORRECTABLE_ERRORS = _device(
+    "warptd_device_pcie_correctable_errors_total",
+    "counter",
+    "PCIe correctable errors the device's link reported (AER correctable: bad TLPs, bad DLLPs, receiver "
+    "and replay-timer errors, each fixed by the link), monotonic across driver reloads; R535 and newer.",
+    cadence=HEALTH,
+    opt_in="a link-health diagnostic beside warptd_device_pcie_replays_total: a rising rate marks a "
+    "degrading riser, cable or slot before the link drops",
+)
 NVLINK_LINK_ERRORS = _device(
     "warptd_device_nvlink_link_errors_total",
     "counter",
@@ -326,6 +335,7 @@ ROWS: tuple[Row, ...] = (
     Row(Field(30, "NVML_FI_DEV_RETIRED_DBE"), RETIRED_PAGES, ("double_bit_ecc",)),
     Row(Field(31, "NVML_FI_DEV_RETIRED_PENDING"), RETIRED_PAGES_PENDING),  # 1 = yes
     Row(Field(94, "NVML_FI_DEV_PCIE_REPLAY_COUNTER"), PCIE_REPLAYS),
+    Row(Field(173, "NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS"), PCIE_CORRECTABLE_ERRORS),  # R535+
     *_link_errors(),
     # One series labelled with the action (NVML_GPU_RECOVERY_ACTION_*); before R570 from 226/227.
     Row(Field(230, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"), RECOVERY_ACTION),
