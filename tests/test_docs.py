@@ -61,6 +61,15 @@ def test_every_setting_and_flag_is_in_the_configuration_reference():
         assert f"`{flag}" in text, f"{flag} missing from docs/configuration.md"
 
 
+def test_the_settings_table_is_current():
+    """Each setting's row (flag, variable, default, description) is made from its field: issue 41."""
+    from warptd.config.docs import settings_table
+
+    assert settings_table() in CONFIGURATION.read_text(), (
+        "run: python -m warptd.config.docs and paste it between the markers of docs/configuration.md"
+    )
+
+
 def test_readme_opens_with_what_warptd_is_then_the_two_commands():
     lines = README.read_text().splitlines()
     intro = " ".join(lines[2 : lines.index("```sh")]).strip()

@@ -378,11 +378,11 @@ def test_oversized_head_is_431_and_chunked_body_is_read(small_server):
 
 def test_http_settings_reach_the_server(monkeypatch):
     from warptd.config import SettingsError, load_settings
-    from warptd.daemon import http_limits
+    from warptd.http.limits import HttpLimits
 
     monkeypatch.setenv("WARPTD_HTTP_MAX_REQUESTS", "7")
     monkeypatch.setenv("WARPTD_HTTP_HEADER_TIMEOUT", "2.5")
-    limits = http_limits(load_settings())
+    limits = HttpLimits.of(load_settings())
     assert limits.max_requests == 7 and limits.header_timeout == 2.5 and limits.backlog == 1024
     with pytest.raises(SettingsError, match="http_backlog"):
         load_settings(http_backlog=5)  # the old default, too short for a burst

@@ -150,7 +150,7 @@ def test_a_window_without_a_lease_is_held_to_the_maximum_duration_only(daemon):
 
 
 def test_the_maximum_duration_still_ends_a_leased_window(daemon):
-    daemon.windows.limits = WindowLimits(max_duration_s=1.0, lease_min_s=0.5)
+    daemon.windows.limits = WindowLimits(max_duration=1.0, lease_min=0.5)
     window = opened(daemon.port, name="renewed-forever", devices=["nvidia:0"], lease_s=30)
     assert wait_until(lambda: ended(daemon.port, window["id"]), timeout=5)
     assert shown(daemon.port, window["id"])["end_reason"] == "max_duration"

@@ -1,15 +1,16 @@
-"""The command line: each subcommand's own flags, then the shared ones it uses, named after settings."""
+"""The command line: each subcommand's own flags, then the shared ones it uses, made from the settings."""
 
 from __future__ import annotations
 
 import argparse
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from warptd import __version__
-from warptd.config import DEFAULT_PORT, Settings
+from warptd.config import DEFAULT_PORT, Option, options
+from warptd.config.knob import LOADING, METRICS, RECORDING, SAMPLING, SERVING, SIZE
 from warptd.stress.torch_device import DTYPES
 
 
@@ -68,277 +69,31 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
 
 
-#: Shared flags, named after the settings they set, in the groups each command takes.
-#: Every command loads backends and logs; serve, sample and stress also sample.
-LOADING = "backends and logging"
-SAMPLING = "sampling"
-RECORDING = "recording"
-SERVING = "serving"
-METRICS = "metric selection"
-_FLAGS: dict[str, list[tuple[tuple[str, ...], dict[str, Any]]]] = {
-    SERVING: [
-        (("--listen",), {"metavar": "HOST:PORT", "help": "address to serve on"}),
-        (
-            ("--web-config-file",),
-            {"type": Path, "metavar": "FILE", "help": "TLS/basic auth config (exporter-toolkit format)"},
-        ),
-        *(
-            ((f"--{name.replace('_', '-')}",), {"type": kind, "metavar": metavar, "help": text})
-            for name, kind, metavar, text in (
-                (
-                    "http_header_timeout",
-                    _number,
-                    "SECONDS",
-                    "request head or TLS handshake",
-                ),
-                ("http_body_timeout", _number, "SECONDS", "for a request body"),
-                ("http_idle_timeout", _number, "SECONDS", "a keep-alive connection may idle"),
-                ("http_max_connections", _integer, "N", "open connections"),
-                ("http_max_client_connections", _integer, "N", "open connections per client"),
-                ("http_max_requests", _integer, "N", "requests handled in the pool at once"),
-                ("http_backlog", _integer, "N", "listen backlog"),
-                ("http_max_header_bytes", _integer, "BYTES", "request line and headers"),
-                (
-                    "http_max_response_bytes",
-                    str,
-                    "SIZE",
-                    "responses not yet taken by their clients, all together",
-                ),
-            )
-        ),
-        (
-            ("--state-dir",),
-            {"type": Path, "metavar": "DIR", "help": "keep energy totals here across restarts"},
-        ),
-        (
-            ("--no-stress",),
-            {"dest": "stress", "action": "store_const", "const": False, "help": "turn /stress off"},
-        ),
-        (
-            ("--stress-token",),
-            {
-                "metavar": "TOKEN",
-                "help": "bearer token for POST/DELETE /stress (visible in ps: prefer the file)",
-            },
-        ),
-        (
-            ("--stress-token-file",),
-            {"type": Path, "metavar": "FILE", "help": "file holding the stress token"},
-        ),
-        (
-            ("--no-windows",),
-            {"dest": "windows", "action": "store_const", "const": False, "help": "turn /windows off"},
-        ),
-        (
-            ("--window-max-duration",),
-            {"type": _number, "metavar": "SECONDS", "help": "an open window ends by itself"},
-        ),
-        (
-            ("--window-lease-min",),
-            {
-                "type": _number,
-                "metavar": "SECONDS",
-                "help": "shortest lease a window may ask for",
-            },
-        ),
-        (
-            ("--window-lease-max",),
-            {
-                "type": _number,
-                "metavar": "SECONDS",
-                "help": "longest lease a window may ask for",
-            },
-        ),
-        (
-            ("--window-max-open",),
-            {"type": _integer, "metavar": "N", "help": "windows open at once"},
-        ),
-        (
-            ("--window-history",),
-            {"type": _integer, "metavar": "N", "help": "ended windows kept"},
-        ),
-        (
-            ("--window-memory",),
-            {"metavar": "SIZE", "help": "bytes the windows' time series may take"},
-        ),
-        (
-            ("--window-energy-name",),
-            {
-                "dest": "window_energy_names",
-                "action": "append",
-                "metavar": "NAME",
-                "help": "export this window name's energy as a labelled counter (repeatable)",
-            },
-        ),
-        (("--kubelet-socket",), {"type": Path, "metavar": "PATH", "help": "kubelet PodResources socket"}),
-        (
-            ("--no-pod-attribution",),
-            {
-                "dest": "pod_attribution",
-                "action": "store_const",
-                "const": False,
-                "help": "do not map devices to pods",
-            },
-        ),
-        (
-            ("--pod-labels",),
-            {
-                "action": "store_const",
-                "const": True,
-                "help": "add namespace/pod/container labels to device series",
-            },
-        ),
-        (
-            ("--processes",),
-            {"action": "store_const", "const": True, "help": "export per-process memory (NVIDIA)"},
-        ),
-        (
-            ("--process-utilization-interval",),
-            {
-                "type": _number,
-                "metavar": "SECONDS",
-                "help": "between two reads of a GPU's per-process utilization, 1 to 10",
-            },
-        ),
-        (
-            ("--workloads",),
-            {
-                "action": "store_const",
-                "const": True,
-                "help": "split energy between Slurm jobs, systemd units, containers and users",
-            },
-        ),
-        (
-            ("--workload-retention",),
-            {"type": _number, "metavar": "SECONDS", "help": "an ended workload's series stays"},
-        ),
-        (
-            ("--workload-kinds",),
-            {
-                "metavar": "KINDS",
-                "help": "workload kinds tracked, comma-separated",
-            },
-        ),
-        (
-            ("--workload-slurm-roots",),
-            {"metavar": "PATHS", "help": "comma-separated cgroup paths where slurmd puts jobs"},
-        ),
-        (("--workload-max",), {"type": _integer, "metavar": "N", "help": "workloads tracked"}),
-        (
-            ("--workload-recording-memory",),
-            {"metavar": "SIZE", "help": "bytes the workloads' recordings may take (0: none)"},
-        ),
-        (
-            ("--no-xid-events",),
-            {"dest": "xid_events", "action": "store_const", "const": False, "help": "ignore XID events"},
-        ),
-    ],
-    METRICS: [
-        (
-            ("--compat",),
-            {
-                "choices": ["dcgm-exporter"],
-                "help": "also serve another exporter's series from the same samples: dcgm-exporter's "
-                "default counters, names, units and labels",
-            },
-        ),
-        (
-            ("--dcgm-exporter-release",),
-            {
-                "metavar": "RELEASE",
-                "help": "the dcgm-exporter release --compat replaces, as its images are tagged: its labels "
-                "(4.5.3-4.8.2 and earlier name the node Hostname, later ones hostname)",
-            },
-        ),
-        *(
-            (
-                (f"--metrics-{which}",),
-                {
-                    "dest": f"metrics_{which}",
-                    "action": "append",
-                    "metavar": "GLOB",
-                    "help": f"{text} (repeatable; names as docs/metrics.md lists them)",
-                },
-            )
-            for which, text in (
-                ("exclude", "leave out the metric families this glob matches"),
-                ("include", "export the families this glob matches, whatever the exclusions say"),
-            )
-        ),
-    ],
-    SAMPLING: [
-        (("--interval",), {"type": _number, "metavar": "SECONDS", "help": "between two samples"}),
-        (
-            ("--sample-timeout",),
-            {"type": _number, "metavar": "SECONDS", "help": "a sample may take"},
-        ),
-        (
-            ("--health-interval",),
-            {
-                "type": _number,
-                "metavar": "SECONDS",
-                "help": "between two reads of health counters and other slow values",
-            },
-        ),
-        (
-            ("--energy-interval",),
-            {
-                "type": _number,
-                "metavar": "SECONDS",
-                "help": "between two reads of a device's energy counter, at least 1",
-            },
-        ),
-    ],
-    RECORDING: [
-        (
-            ("--window-interval",),
-            {
-                "type": _number,
-                "metavar": "SECONDS",
-                "help": "between two samples of a measured device",
-            },
-        ),
-        (
-            ("--window-energy-interval",),
-            {
-                "type": _number,
-                "metavar": "SECONDS",
-                "help": "between two reads of a measured device's energy counter",
-            },
-        ),
-        (
-            ("--carbon-intensity",),
-            {"type": _number, "metavar": "G_PER_KWH", "help": "gCO2e per kWh, for recordings' carbon"},
-        ),
-        (
-            ("--energy-price",),
-            {"type": _number, "metavar": "PRICE", "help": "price per kWh, for recordings' cost"},
-        ),
-    ],
-    LOADING: [
-        (("--config",), {"type": Path, "metavar": "FILE", "help": "TOML config file (env WARPTD_CONFIG)"}),
-        (
-            ("--backend",),
-            {
-                "dest": "backends",
-                "action": "append",
-                "metavar": "NAME",
-                "help": "load only this backend (repeatable; env WARPTD_BACKENDS=nvidia,cpu); default all",
-            },
-        ),
-        (("--sysfs",), {"type": Path, "metavar": "DIR", "help": "sysfs root"}),
-        (("--procfs",), {"type": Path, "metavar": "DIR", "help": "procfs root"}),
-        (("--cgroupfs",), {"type": Path, "metavar": "DIR", "help": "cgroup root"}),
-        (
-            ("--tpu-runtime-address",),
-            {"metavar": "HOST:PORT", "help": "libtpu metrics (unset: tpu-info's own, localhost:8431)"},
-        ),
-        (("--log-level",), {"choices": ["debug", "info", "warning", "error"], "help": "what to log"}),
-        (
-            ("--log-format",),
-            {"choices": ["auto", "json", "console"], "help": "auto: console on a TTY, else JSON"},
-        ),
-    ],
+def _flag(option: Option) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """A setting's flag as argparse takes it: a switch, a repeatable flag, or a flag of one value whose
+    help ends with the setting's own default (the help cannot say one default while the daemon uses
+    another)."""
+    knob, default = option.knob, option.field.default
+    given: dict[str, Any] = {"dest": option.name, "help": knob.help}
+    if option.switch:
+        given.update(action="store_const", const=not default)
+    elif knob.repeatable:
+        given.update(action="append", metavar=knob.metavar)
+    else:
+        parse = None if knob.metavar == SIZE else _PARSERS.get(option.kind)  # a size may name its unit
+        given.update(type=parse, metavar=knob.metavar, choices=option.choices or None)
+        if default is not None:
+            given["help"] = f"{knob.help} (default {option.typed_default})"
+    return (str(option.flag),), given
+
+
+#: A flag's value as its setting's type reads it, or one line saying what is wrong (others: as typed).
+_PARSERS: dict[object, Callable[[str], object]] = {float: _number, int: _integer, Path: Path}
+#: Shared flags, one per setting that has one, in the groups each command takes. Every command loads
+#: backends and logs; serve, sample and stress also sample.
+_FLAGS = {
+    group: [_flag(option) for option in options() if option.group == group and option.flag]
+    for group in (SERVING, METRICS, SAMPLING, RECORDING, LOADING)
 }
 #: The groups each command takes: those whose settings it uses, and no other (``sample`` records
 #: nothing, so it takes no recording flag).
@@ -360,8 +115,8 @@ def _add_flags(parser: argparse.ArgumentParser, command: str, default: object) -
     The help ends with how each of them is also a ``WARPTD_*`` variable and a config file key."""
     for title in _COMMAND_GROUPS[command]:
         group = parser.add_argument_group(f"{title} options")
-        for names, options in _FLAGS[title]:
-            group.add_argument(*names, default=default, **_with_default(names[0], options))
+        for names, given in _FLAGS[title]:
+            group.add_argument(*names, default=default, **given)
     if _COMMAND_GROUPS[command]:
         parser.epilog = environment_help(command)
 
@@ -369,32 +124,28 @@ def _add_flags(parser: argparse.ArgumentParser, command: str, default: object) -
 def environment_help(command: str) -> str:
     """What ``--help`` says of the other ways to give ``command``'s settings: the rule that names
     each flag's ``WARPTD_*`` variable, every flag the rule does not name, and (for the daemon) the
-    settings no flag sets. Made from the flags themselves, so it names every variable it promises."""
-    flags = [(names[0], options) for title in _COMMAND_GROUPS[command] for names, options in _FLAGS[title]]
-    otherwise = []
-    for flag, options in flags:
-        setting = flag_setting(flag, options)
-        variable = f"WARPTD_{setting.upper()}"
-        if options.get("const") is False:
-            otherwise.append(f"{flag}: {variable}=false")
-        elif setting != flag.removeprefix("--").replace("-", "_"):
-            otherwise.append(f"{flag}: {variable}")
-    flag, options = next((f, o) for f, o in flags if "metavar" in o and "dest" not in o and f != "--config")
-    value, setting = options["metavar"], flag_setting(flag, options)
-    switch = next((f for f, o in flags if o.get("const") is True), None)
-    switched = f"; a switch: WARPTD_{flag_setting(switch, {}).upper()}=true" if switch else ""
+    settings no flag sets. Made from the settings themselves, so it names every variable it promises."""
+    offered = [o for o in options() if o.flag and o.group in _COMMAND_GROUPS[command]]
+    offered.sort(key=lambda o: _COMMAND_GROUPS[command].index(o.group))
+    otherwise = [
+        f"{o.flag}: {o.variable}=false" if o.switch and o.field.default else f"{o.flag}: {o.variable}"
+        for o in offered
+        if o.flag != f"--{o.name.replace('_', '-')}"
+    ]
+    example = next(o for o in offered if o.knob.metavar and not o.knob.repeatable and o.name != "config")
+    flag, value, setting = example.flag, example.knob.metavar, example.name
+    switch = next((o for o in offered if o.switch and not o.field.default), None)
+    switched = f"; a switch: {switch.variable}=true" if switch else ""
     text = (
         "Every option of the groups above is also a WARPTD_* environment variable, its name in "
-        f"capitals with underscores ({flag} {value}: WARPTD_{setting.upper()}={value}{switched}; a "
+        f"capitals with underscores ({flag} {value}: {example.variable}={value}{switched}; a "
         "repeatable one: a comma-separated list), and a key of the --config TOML file "
         f'({setting} = "{value}"); a flag wins over a variable, a variable over the file.'
     )
     if otherwise:
         text += f" Named otherwise: {'; '.join(otherwise)}."
     if command == "serve":
-        flagged = {flag_setting(flag, options) for flag, options in flags}
-        rest = [f"WARPTD_{name.upper()}" for name in Settings.model_fields if name not in flagged]
-        text += f" Without a flag: {', '.join(rest)}."
+        text += f" Without a flag: {', '.join(o.variable for o in options() if not o.flag)}."
     return text + " docs/configuration.md describes each."
 
 
@@ -402,31 +153,6 @@ def flag_setting(flag: str, options: dict[str, Any]) -> str:
     """The setting a shared flag sets: its ``dest``, else its name (``--sample-timeout`` sets
     ``sample_timeout``)."""
     return options.get("dest") or flag.removeprefix("--").replace("-", "_")
-
-
-def _with_default(flag: str, options: dict[str, Any]) -> dict[str, Any]:
-    """A value flag's help ends with its setting's own default, read from ``Settings``: the help
-    cannot say one default while the daemon uses another."""
-    default = Settings.model_fields[flag_setting(flag, options)].default
-    if "action" in options or default is None:  # a switch, or a setting whose absence means something
-        return options
-    return {
-        **options,
-        "help": f"{options.get('help', '')} (default {shown_default(default, options)})".lstrip(),
-    }
-
-
-def shown_default(value: object, options: dict[str, Any]) -> str:
-    """A default as one would type it on the command line: ``1`` for 1.0, ``8MiB``, ``a,b``."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, int) and options.get("metavar") == "SIZE":
-        for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-            if value and value % size == 0:
-                return f"{value // size}{unit}"
-    if isinstance(value, list):
-        return ",".join(str(one) for one in value)
-    return str(value)
 
 
 def _profile_parser(sub: Any) -> argparse.ArgumentParser:
@@ -481,25 +207,8 @@ def _profile_parser(sub: Any) -> argparse.ArgumentParser:
     return profile
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The daemon's flags, and each subcommand with its own flags and the shared ones it uses."""
-    parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
-    parser.add_argument("--version", action="version", version=f"warptd {__version__}")
-    sub = parser.add_subparsers(
-        dest="command",
-        title="commands",
-        metavar="{serve,list,sample,stress,profile,report,workload,doctor,capture}",
-    )
-    serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
-    listing = sub.add_parser(
-        "list", help="list the devices of every backend", description="List every device."
-    )
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.add_argument(
-        "--verbose", action="store_true", help="also say why the other backends did not load"
-    )
-    sample = sub.add_parser("sample", help="print one snapshot", description="Print one snapshot on stdout.")
-    sample.add_argument("--json", action="store_true", help="print JSON")
+def _stress_parser(sub: Any) -> argparse.ArgumentParser:
+    """``warptd stress``: one stress test here, in the foreground."""
     stress = sub.add_parser(
         "stress", help="run a stress test here and print its result", description="Run a stress test here."
     )
@@ -521,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--size", type=_integer, metavar="N", help="matmul: matrix side; memory: MiB per buffer"
     )
     stress.add_argument("--json", action="store_true", help="print the result as JSON")
+    return stress
+
+
+def _report_parser(sub: Any) -> argparse.ArgumentParser:
+    """``warptd report RECORDING.json [B.json]``: a saved recording as an HTML report."""
     report = sub.add_parser(
         "report",
         help="render a saved recording as an HTML report",
@@ -546,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PRICE",
         help="price per kWh: show each energy's cost (replaces the recording's own figure)",
     )
+    return report
+
+
+def _workload_parser(sub: Any) -> argparse.ArgumentParser:
+    """``warptd workload [KIND ID]``: a workload's energy, from the local daemon."""
     workload = sub.add_parser(
         "workload",
         help="print a workload's energy (or every workload's) from the local daemon",
@@ -574,7 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the workload's HTML report there (report extra), and its recording's JSON beside it "
         "(job.html: job.json) unless --json FILE names where",
     )
-    profile = _profile_parser(sub)
+    return workload
+
+
+def _node_parsers(sub: Any) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """``warptd doctor`` and ``warptd capture``: what warptd is and costs on this node, and what its
+    NVML answers, without the daemon."""
     doctor = sub.add_parser(
         "doctor",
         help="is warptd right here, and what does it cost here?",
@@ -601,6 +325,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-mask", dest="mask", action="store_false", help="keep UUIDs, the hostname and process names"
     )
     capture.add_argument("--load", action="store_true", help="also capture every GPU under the stress child")
+    return doctor, capture
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The daemon's flags, and each subcommand with its own flags and the shared ones it uses."""
+    parser = _Parser(prog="warptd", description="Accelerator telemetry daemon for Prometheus.")
+    parser.add_argument("--version", action="version", version=f"warptd {__version__}")
+    sub = parser.add_subparsers(
+        dest="command",
+        title="commands",
+        metavar="{serve,list,sample,stress,profile,report,workload,doctor,capture}",
+    )
+    serve = sub.add_parser("serve", help="run the daemon (default)", description="Run the daemon.")
+    listing = sub.add_parser(
+        "list", help="list the devices of every backend", description="List every device."
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument(
+        "--verbose", action="store_true", help="also say why the other backends did not load"
+    )
+    sample = sub.add_parser("sample", help="print one snapshot", description="Print one snapshot on stdout.")
+    sample.add_argument("--json", action="store_true", help="print JSON")
+    stress, report, workload = _stress_parser(sub), _report_parser(sub), _workload_parser(sub)
+    profile = _profile_parser(sub)
+    doctor, capture = _node_parsers(sub)
     _add_flags(parser, "serve", None)  # `warptd` alone serves
     commands = (
         ("serve", serve),

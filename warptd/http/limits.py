@@ -5,9 +5,11 @@ from __future__ import annotations
 import ctypes
 import resource
 import sys
-from dataclasses import dataclass
+from typing import ClassVar
 
 import structlog
+
+from warptd.config import SettingsView
 
 log = structlog.get_logger("warptd.http")
 
@@ -15,20 +17,19 @@ log = structlog.get_logger("warptd.http")
 MAX_BODY_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class HttpLimits:
-    """Bounds on what one client can hold; the defaults match the settings' (docs/security.md)."""
+class HttpLimits(SettingsView, prefix="http_"):
+    """Bounds on what one client can hold (docs/security.md): the ``http_*`` settings."""
 
-    header_timeout: float = 10.0  # seconds from a new connection (or a request's first byte) to its full head
-    body_timeout: float = 10.0  # seconds to receive a request body, and again to send a response
-    idle_timeout: float = 120.0  # seconds a keep-alive connection may wait for its next request
-    max_connections: int = 4096  # open connections; beyond it the one doing least is closed
-    max_client_connections: int = 256  # open connections of one client address (an IPv6 /64)
-    max_requests: int = 40  # requests handled at once (node_exporter's --web.max-requests)
-    backlog: int = 1024  # listen backlog (the kernel caps it at net.core.somaxconn)
-    max_header_bytes: int = 16 * 1024  # request line and headers; over it: 431
-    max_body_bytes: int = MAX_BODY_BYTES
-    max_response_bytes: int = 16 * 2**20  # responses written, not yet taken: all connections together
+    header_timeout: float
+    body_timeout: float
+    idle_timeout: float
+    max_connections: int
+    max_client_connections: int
+    max_requests: int
+    backlog: int
+    max_header_bytes: int
+    max_response_bytes: int
+    max_body_bytes: ClassVar[int] = MAX_BODY_BYTES
 
 
 #: Allocations from this size up get pages of their own, returned to the system when freed.

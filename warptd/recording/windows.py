@@ -23,6 +23,7 @@ from typing import Protocol
 
 import structlog
 
+from warptd.config import SettingsView
 from warptd.power.base import DomainPower
 from warptd.recording.memory import SeriesBudget
 from warptd.recording.recorder import Recorder, forget_digests
@@ -90,14 +91,15 @@ class Lease:
     expires_at: float
 
 
-@dataclass(frozen=True)
-class WindowLimits:
-    max_open: int = 64
-    max_duration_s: float = 86400.0
-    history: int = 100
-    lease_min_s: float = 5.0
-    lease_max_s: float = 600.0
-    memory_bytes: int = 8 * 2**20  # the time series of open windows and the history (memory.py)
+class WindowLimits(SettingsView, prefix="window_"):
+    """Bounds on the windows open at once and kept: the ``window_*`` settings."""
+
+    max_open: int
+    max_duration: float
+    history: int
+    lease_min: float
+    lease_max: float
+    memory: int  # bytes: the time series of open windows and the history (memory.py)
 
 
 class WindowManager:
@@ -128,7 +130,7 @@ class WindowManager:
         # that would pin the allocator's arenas after the points are freed.
         self._ended: OrderedDict[str, bytes] = OrderedDict()
         self._kept: OrderedDict[str, Recorder] = OrderedDict()  # ended windows that keep points
-        self.budget = SeriesBudget(lambda: self.limits.memory_bytes)
+        self.budget = SeriesBudget(lambda: self.limits.memory)
         self._lock = threading.Lock()
         self._deadlines = threading.Condition(self._lock)  # wakes the reaper when one comes nearer
         self._reaper: threading.Thread | None = None
@@ -145,11 +147,11 @@ class WindowManager:
         """Start a window on ``devices`` (default: every accelerator and the CPU packages); with
         ``lease_s``, it ends ``lease_expired`` unless renewed within each ``lease_s``."""
         limits = self.limits
-        if lease_s is not None and not limits.lease_min_s <= lease_s <= limits.lease_max_s:
+        if lease_s is not None and not limits.lease_min <= lease_s <= limits.lease_max:
             raise WindowError(
                 422,
-                f"invalid window request: lease_s: {lease_s:g} is outside {limits.lease_min_s:g}-"
-                f"{limits.lease_max_s:g} s (--window-lease-min, --window-lease-max)",
+                f"invalid window request: lease_s: {lease_s:g} is outside {limits.lease_min:g}-"
+                f"{limits.lease_max:g} s (--window-lease-min, --window-lease-max)",
             )
         try:
             targets = select_targets(self.snapshot, devices, self.accelerator_backends)
@@ -186,7 +188,7 @@ class WindowManager:
                 raise WindowError(429, full)
             window.recorder.start()
             now = time.monotonic()
-            window.max_deadline = now + limits.max_duration_s
+            window.max_deadline = now + limits.max_duration
             if lease_s is not None:
                 window.lease_deadline = now + lease_s
             self._open[window.id] = window

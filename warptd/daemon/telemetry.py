@@ -1,48 +1,26 @@
-"""Wires backends, sampler, exposition and HTTP server together, and runs until signalled."""
+"""The daemon's samplers and everything fed by their samples: the snapshot scrapes read, the exposition,
+and the features (stress, windows, XID events, processes, pods, workloads), wired from the settings."""
 
 from __future__ import annotations
 
-import gc
-import signal
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry
 
-from warptd import __version__
-from warptd.config import RELOADABLE, Settings, SettingsError
+from warptd.config import Settings
 from warptd.events.collector import XidCollector
 from warptd.events.xid import XidMonitor, open_xid_monitor, xid_events_wanted
 from warptd.exporter.exposition import Exposition
-from warptd.http.app import Router
-from warptd.http.limits import (
-    HttpLimits,
-    favour_the_event_loop,
-    raise_nofile_limit,
-    return_large_buffers,
-    share_heap_arenas,
-)
-from warptd.http.routes import add_core_routes, add_openapi_route
-from warptd.http.server import WarptdHTTPServer
-from warptd.http.stress_routes import add_stress_routes
-from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
-from warptd.http.window_routes import add_window_routes
-from warptd.http.workload_routes import add_workload_routes
 from warptd.k8s.attribution import PodAttribution, from_settings
-from warptd.logs import configure_logging
 from warptd.metrics import catalog as m
 from warptd.recording.recorder import with_carbon_and_cost
 from warptd.recording.windows import WindowLimits, WindowManager
-from warptd.registry import Loaded, load_backends
+from warptd.registry import Loaded
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
 from warptd.stress.setup import make_job_manager
-from warptd.systemd import Notifier
 
 if TYPE_CHECKING:  # the opt-in features' modules load when they are on (--processes, --workloads, pods)
     from warptd.k8s.energy import SmUse
@@ -65,15 +43,13 @@ class Monitor(Protocol):
     def stop(self) -> None: ...
 
 
-class Daemon:
-    """The running service. ``start()`` returns once the HTTP server listens; ``stop()`` is idempotent."""
+class Telemetry:
+    """The backends' samples and what they feed, built from the settings; ``start()`` and ``stop()`` run
+    the sampler and the threads beside it. ``apply()`` takes what a reload changes."""
 
-    def __init__(
-        self, settings: Settings, loaded: Loaded | None = None, reload: Callable[[], Settings] | None = None
-    ) -> None:
+    def __init__(self, settings: Settings, loaded: Loaded) -> None:
         self.settings = settings
-        self._reload = reload
-        self.loaded = loaded if loaded is not None else load_backends(settings)
+        self.loaded = loaded
         self.snapshot = Snapshot(stale_after=settings.stale_after)
         self.sampler = Sampler(settings, self.snapshot, self.loaded.accelerators, self.loaded.power)
         self.pods = from_settings(settings)
@@ -112,32 +88,6 @@ class Daemon:
             self._add_pod_energy(self.pods, settings)
         self.workload_history: WorkloadHistory | None = None
         self.workloads = self._workload_energy(settings)
-        self.router = Router()
-        add_core_routes(self.router, self.snapshot, self.exposition, self.loaded.unavailable)
-        self._token = settings.stress_token_value()
-        add_stress_routes(self.router, self.stress, lambda: self._token)
-        add_window_routes(self.router, self.windows, lambda: self._token)
-        add_workload_routes(self.router, self.workloads, lambda: self._token, self.workload_history)
-        add_openapi_route(self.router)
-        host, port = settings.listen_address
-        web = load_web_config(settings.web_config_file) if settings.web_config_file else None
-        self._scheme = "https" if web and web.tls_server_config else "http"
-        raise_nofile_limit()  # thousands of connections need thousands of descriptors
-        return_large_buffers()  # report bodies are megabytes: give their memory back once sent
-        share_heap_arenas()  # fewer glibc heaps, fewer freed pages kept between live ones
-        favour_the_event_loop()  # a scrape waits a shorter turn for the GIL behind busy handlers
-        self.server = WarptdHTTPServer(
-            host,
-            port,
-            self.router,
-            limits=http_limits(settings),
-            tls=ssl_context(web.tls_server_config) if web and web.tls_server_config else None,
-            basic_auth=BasicAuth(web.basic_auth_users) if web and web.basic_auth_users else None,
-        )
-        self.notifier = Notifier()
-        self._http_thread: threading.Thread | None = None
-        self._stopped = threading.Event()
-        self._stop_lock = threading.Lock()
 
     def _add_nvidia_extras(self, settings: Settings) -> None:
         """XID events (on by default) and per-process memory (--processes), each on its own thread."""
@@ -249,11 +199,7 @@ class Daemon:
             indices += [(backend, s.reading.index) for s in samples if s.reading.uuid == uuid]
         self.sampler.read_edges(indices)
 
-    def _monitors(
-        self,
-    ) -> list[
-        PodAttribution | XidMonitor | ProcessMonitor | AmdProcessMonitor | DeviceFiles | WorkloadEnergy
-    ]:
+    def _monitors(self) -> list[Monitor]:
         """The threads beside the sampler that feed the exposition."""
         monitors = (
             self.pods,
@@ -265,102 +211,24 @@ class Daemon:
         )
         return [m for m in monitors if m is not None]
 
-    @property
-    def port(self) -> int:
-        return self.server.port
-
     def start(self) -> None:
+        """Sample, and run the threads beside the sampler."""
         self.sampler.start()
         for monitor in self._monitors():
             monitor.start()
-        self._http_thread = self.server.start()
-        # What start-up built lives as long as the process: out of the cyclic GC's full passes, which
-        # otherwise walk it all (~20 ms at 70k objects) while a scrape waits.
-        gc.freeze()
-        threading.Thread(target=self._announce_ready, name="warptd-ready", daemon=True).start()
-        self.notifier.start_watchdog(self.healthy)
-        log.info(
-            "warptd_started",
-            url=self.url,
-            version=__version__,
-            listen=f"{self.settings.listen_address[0] or '*'}:{self.port}",
-            backends=sorted(self.sampler.backends),
-            interval_s=self.settings.interval,
-        )
-
-    @property
-    def url(self) -> str:
-        """Where the metrics are served, as a URL to paste (``localhost`` when every address listens)."""
-        host = self.settings.listen_address[0] or "localhost"
-        host = f"[{host}]" if ":" in host else host
-        return f"{self._scheme}://{host}:{self.port}/metrics"
-
-    def healthy(self) -> bool:
-        """Alive for the watchdog: the HTTP thread serves and the scheduler runs."""
-        http_alive = self._http_thread is not None and self._http_thread.is_alive()
-        return http_alive and self.sampler.scheduler.running and not self._stopped.is_set()
-
-    def _announce_ready(self) -> None:
-        """READY=1 once every backend finished its first sample (bounded by one timeout); at once
-        when none loaded (the process is up; /readyz says 503 and why)."""
-        deadline = time.monotonic() + self.settings.interval + self.settings.sample_timeout + 5
-        while self.snapshot.pending() and time.monotonic() < deadline and not self._stopped.is_set():
-            time.sleep(0.05)
-        if not self._stopped.is_set():
-            self.notifier.ready(f"serving {len(self.sampler.backends)} backends on port {self.port}")
 
     def stop(self) -> None:
-        with self._stop_lock:
-            if self._stopped.is_set():
-                return
-            self.notifier.stopping()
-            self.server.shutdown()  # first: no request can start a job from here on
-            self.server.server_close()
-            if self.stress is not None:
-                self.stress.shutdown()
-            if self.windows is not None:
-                self.windows.shutdown()
-            self.sampler.stop()
-            for monitor in self._monitors():
-                monitor.stop()
-            self._stopped.set()
-        log.info("warptd_stopped")
+        """End running stress jobs and open windows, then stop sampling and the threads beside it."""
+        if self.stress is not None:
+            self.stress.shutdown()
+        if self.windows is not None:
+            self.windows.shutdown()
+        self.sampler.stop()
+        for monitor in self._monitors():
+            monitor.stop()
 
-    def run(self) -> int:
-        """Serve until SIGTERM or SIGINT."""
-
-        def on_signal(signum: int, _: FrameType | None) -> None:
-            log.info("signal_received", signal=signal.Signals(signum).name)
-            threading.Thread(target=self.stop, name="warptd-stop").start()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(
-            signal.SIGHUP, lambda *_: threading.Thread(target=self.reload, name="warptd-reload").start()
-        )
-        self.start()
-        while not self._stopped.wait(timeout=1.0):
-            pass
-        return 0
-
-    def reload(self) -> None:
-        """SIGHUP: re-read flags, environment and the config file; apply what can change live.
-
-        A bad file changes nothing. Settings that shape the process (listen, backends, sysfs,
-        stress on/off) are reported as needing a restart.
-        """
-        if self._reload is None:
-            return
-        try:
-            new = self._reload()
-            token = new.stress_token_value()
-        except SettingsError as exc:
-            log.error("config_reload_failed", error=str(exc))
-            return
-        old = self.settings
-        changed = sorted(k for k in type(old).model_fields if getattr(old, k) != getattr(new, k))
-        restart = [k for k in changed if k not in RELOADABLE]
-        configure_logging(new.log_level, new.log_format)
+    def apply(self, new: Settings) -> None:
+        """What a reload changes live: intervals, timeouts, the stress and window limits."""
         self.sampler.reconfigure(new)
         if self.process_monitor is not None:
             self.process_monitor.interval = new.interval
@@ -371,38 +239,9 @@ class Daemon:
         if self.stress is not None:
             self.stress.max_duration_s = new.stress_max_duration
             self.stress.history = new.stress_history
-        self._token = token
         if self.windows is not None:
-            self.windows.limits = window_limits(new)
+            self.windows.limits = WindowLimits.of(new)
         self.settings = new
-        log.info("config_reloaded", changed=changed, needs_restart=restart, interval_s=new.interval)
-
-
-def http_limits(settings: Settings) -> HttpLimits:
-    """The HTTP server's limits from the ``http_*`` settings."""
-    return HttpLimits(
-        header_timeout=settings.http_header_timeout,
-        body_timeout=settings.http_body_timeout,
-        idle_timeout=settings.http_idle_timeout,
-        max_connections=settings.http_max_connections,
-        max_client_connections=settings.http_max_client_connections,
-        max_requests=settings.http_max_requests,
-        backlog=settings.http_backlog,
-        max_header_bytes=settings.http_max_header_bytes,
-        max_response_bytes=settings.http_max_response_bytes,
-    )
-
-
-def window_limits(settings: Settings) -> WindowLimits:
-    """Energy windows' bounds (open, duration, history, lease, memory) from the ``window_*`` settings."""
-    return WindowLimits(
-        max_open=settings.window_max_open,
-        max_duration_s=settings.window_max_duration,
-        history=settings.window_history,
-        lease_min_s=settings.window_lease_min,
-        lease_max_s=settings.window_lease_max,
-        memory_bytes=settings.window_memory,
-    )
 
 
 def make_window_manager(
@@ -419,7 +258,7 @@ def make_window_manager(
         snapshot,
         sampler,
         {b.name for b in loaded.accelerators if b.is_accelerator},
-        window_limits(settings),
+        WindowLimits.of(settings),
         carbon=lambda r: with_carbon_and_cost(
             r, sampler.settings.carbon_intensity, sampler.settings.energy_price
         ),
