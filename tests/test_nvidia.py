@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml, nvml_error
 from tests.helpers import Rig, select, value, wait_until
-from warptd.backends.nvidia import NvidiaBackend
+from warptd.backends.nvidia.backend import NvidiaBackend
 from warptd.errors import ErrorKind
 from warptd.models import GPUInfo
 
