@@ -500,7 +500,8 @@ def test_a_reopen_opens_each_gpu_afresh_keeping_only_its_totals_and_identity(rig
     rig.tick("nvidia")
     samples = rig.tick("nvidia")  # reopened NVML before reading
     assert all(new is not old for new, old in zip(backend.gpus, before, strict=True))
-    assert backend.gpus[0].batch.totals is totals and backend.gpus[1].known == before[1].known
+    assert backend.gpus[0].batch.totals is totals
+    assert backend.gpus[1].identity.known == before[1].identity.known
     assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV1) >= 0
     assert value(samples, "warptd_device_nvml_field_latency_seconds_total", **DEV0) >= latency
 
