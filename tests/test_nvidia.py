@@ -329,7 +329,8 @@ def test_nvml_domains_come_from_the_nvidia_read_when_both_are_loaded(settings, f
     assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0-memory") == 0
     assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1-memory") == 1
 
-    rig.sampler.reads.fail("nvidia", ErrorKind.TIMEOUT, "timeout")  # what a read past --sample-timeout does
+    # what a read past --sample-timeout does
+    rig.sampler.reads.publisher.fail("nvidia", ErrorKind.TIMEOUT, "timeout")
     samples = rig.scrape()
     assert value(samples, "warptd_backend_up", backend="nvml") == 0
     assert value(samples, "warptd_sample_errors_total", backend="nvml", kind="timeout") == 1
