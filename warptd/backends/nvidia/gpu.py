@@ -98,11 +98,9 @@ class Gpu:
         #: Held by whoever reads the GPU (the device object keeps one read's state at a time).
         self.lock = threading.Lock()
         self.guard = guard = DeviceGuard(index, context.report)
-        self.batch = batch = FieldBatch(
-            api, guard, handle, context.field_set, before.batch.totals if before else None
-        )
-        self.calls = SampleCalls(api, guard, handle)
         asked = GpuHandle(api, guard, handle)
+        self.batch = batch = FieldBatch(asked, context.field_set, before.batch.totals if before else None)
+        self.calls = SampleCalls(api, guard, handle)
         self.health = HealthValues(asked, context.field_set.reads)
         self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
         self.energy_cadence = DeviceCadence(context.settings, Cadence.ENERGY)
