@@ -51,9 +51,7 @@ def fake() -> FakeAmdsmi:
         assert fake.initialised == 0, "a backend was not shut down: the shared amdsmi session leaked"
 
 
-@pytest.fixture
-def rig(fake, make_rig):  # fake first: the rig closes while the double is still installed
-    return make_rig("amd")
+pytestmark = pytest.mark.rig("amd", doubles=["fake"])
 
 
 def test_values_in_base_units(rig, fake):

@@ -41,9 +41,7 @@ def fake_hlml():
         yield fake
 
 
-@pytest.fixture
-def rig(fake_hlml, make_rig):  # the double outlives the rig, which releases HLML at teardown
-    return make_rig("gaudi")  # and its companion power backend, hlml
+pytestmark = pytest.mark.rig("gaudi", doubles=["fake_hlml"])  # and its companion power backend, hlml
 
 
 @pytest.fixture

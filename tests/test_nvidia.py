@@ -19,9 +19,7 @@ DEV0 = {"backend": "nvidia", "device": "0"}
 DEV1 = {"backend": "nvidia", "device": "1"}
 
 
-@pytest.fixture
-def rig(make_rig, fake_nvml):
-    return make_rig("nvidia")
+pytestmark = pytest.mark.rig("nvidia", doubles=["fake_nvml"])
 
 
 def test_values_in_base_units(rig, fake_nvml):

@@ -52,11 +52,13 @@ ACTIVITY = {
 }
 
 
-@pytest.fixture
-def rig(make_rig, fake_nvml, settings):
-    settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart (the driver's rule)
-    settings.metrics_include = ["*"]  # the media engines and SM occupancy too (opt-in by default)
-    return make_rig("nvidia")
+pytestmark = pytest.mark.rig(
+    "nvidia",
+    doubles=["fake_nvml"],
+    interval=0.1,  # GPM samples 0.11 s apart (the driver's rule)
+    health_interval=0.1,
+    metrics_include=["*"],  # the media engines and SM occupancy too (opt-in by default)
+)
 
 
 def test_every_activity_series_is_the_ratio_over_the_last_period(rig, fake_nvml):

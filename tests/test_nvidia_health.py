@@ -16,10 +16,11 @@ DEV1 = {"backend": "nvidia", "device": "1"}
 KIB = 1024
 
 
-@pytest.fixture
-def rig(make_rig, fake_nvml, settings):
-    settings.metrics_include = ["warptd_device_ecc_lifetime_errors_total"]  # opt-in by default
-    return make_rig("nvidia")
+pytestmark = pytest.mark.rig(
+    "nvidia",
+    doubles=["fake_nvml"],
+    metrics_include=["warptd_device_ecc_lifetime_errors_total"],  # opt-in by default
+)
 
 
 def test_ecc_counts_are_counters_by_kind(rig, fake_nvml):

@@ -42,9 +42,7 @@ def fake():
     fake.close()
 
 
-@pytest.fixture
-def rig(make_rig, fake):
-    return make_rig("nvidia", "nvidia_mig")
+pytestmark = pytest.mark.rig("nvidia", "nvidia_mig", doubles=["fake"])
 
 
 def test_mig_devices_of_the_mig_gpu_only_with_their_parent_identity(rig, fake):

@@ -52,9 +52,7 @@ def fake_luwen(sysfs):
         yield fake
 
 
-@pytest.fixture
-def rig(make_rig, fake_luwen):
-    return make_rig("tenstorrent")
+pytestmark = pytest.mark.rig("tenstorrent", doubles=["fake_luwen"])
 
 
 @pytest.fixture

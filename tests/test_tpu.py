@@ -79,9 +79,7 @@ def runtime(libtpu, monkeypatch, settings) -> Iterator[RuntimeServer]:
     server.stop()
 
 
-@pytest.fixture
-def rig(make_rig, three_chips, runtime):
-    return make_rig("tpu")
+pytestmark = pytest.mark.rig("tpu", doubles=["three_chips", "runtime"])
 
 
 def errors(samples, kind: str) -> float:
