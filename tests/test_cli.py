@@ -212,6 +212,7 @@ def test_every_flags_help_default_is_its_settings_default():
 
 
 # -- issue 39, finding 20: what a one-shot command prints means something there ------------------------
+@pytest.mark.slow
 def test_sample_prints_the_devices_and_not_its_own_one_second_process(tmp_path, capsys):
     paths = ["--sysfs", str(tmp_path), "--procfs", str(tmp_path)]
     assert main(["--backend", "cpu", *paths, "sample"]) == 0

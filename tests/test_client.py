@@ -37,6 +37,7 @@ def url(daemon: Daemon) -> str:
     return f"http://127.0.0.1:{daemon.port}"
 
 
+@pytest.mark.slow
 def test_a_window_around_a_block_records_its_energy(daemon):
     with client.window(
         "epoch-1", ["nvidia:0"], {"step": "1"}, url=url(daemon), token="s3cret", sync="torch"
@@ -67,6 +68,7 @@ def test_begin_and_end_take_the_token_from_the_environment(daemon, monkeypatch):
     assert client.end_window(opened["id"])["name"] == "env"
 
 
+@pytest.mark.slow
 def test_refusals_carry_the_daemons_message(daemon):
     with pytest.raises(client.WindowClientError) as refused:
         client.begin_window("x", ["nvidia:9"], url=url(daemon), token="s3cret")
@@ -179,6 +181,7 @@ class _LeaseStandInHandler(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_a_renewal_that_hangs_past_a_period_still_leaves_the_lease_held():
     lease_s = 1.5  # a period of 0.5 s; the first renewal hangs 1.2 s, longer than two periods
     stand_in = _LeaseStandIn(lease_s, hang_s=1.2)

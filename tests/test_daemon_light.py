@@ -53,10 +53,12 @@ def loaded_after_building(tmp_path: Path, **settings: object) -> set[str]:
     return set(filter(None, line.removeprefix("LOADED=").split(",")))
 
 
+@pytest.mark.slow
 def test_a_default_daemon_loads_no_opt_in_feature(tmp_path):
     assert loaded_after_building(tmp_path) == set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
@@ -144,6 +146,7 @@ def modules_of_a_running_daemon(tmp_path: Path, log_format: str) -> set[str]:
             proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_format", ["json", "console"])
 def test_a_running_daemon_holds_neither_rich_nor_pygments(tmp_path, log_format):
     """structlog imports rich (and pygments) wherever installed; warptd renders neither (warptd/logs.py)."""

@@ -174,6 +174,7 @@ def identity(fake: FakeNvml, index: int, node: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_every_served_series_equals_the_double_in_dcgm_exporter_s_units_and_labels(settings, fake_nvml):
     script(fake_nvml)
     time.sleep(1.15)  # the 1 s average (field 185 refreshed every 100 ms): let it hold the new level
@@ -418,6 +419,7 @@ def _busy_at(prom, gpu: int) -> float | None:
     return float(result[0]["values"][-1][0]) if result else None
 
 
+@pytest.mark.slow
 def test_nvidia_s_dashboard_gets_data_and_the_double_s_values(dcgm_stack, fake_nvml):
     """Every panel query and variable of NVIDIA's dashboard returns data; each per-GPU panel's values
     are the double's in dcgm-exporter's units (SM clock in Hz, as the panel multiplies MHz by 1e6)."""
@@ -453,6 +455,7 @@ def test_nvidia_s_dashboard_gets_data_and_the_double_s_values(dcgm_stack, fake_n
     assert float(total["data"]["result"][0]["value"][1]) == pytest.approx(312.0 + 313.0)
 
 
+@pytest.mark.slow
 def test_the_recording_rules_derive_dcgm_exporter_s_series_from_warptd_s(
     settings, fake_nvml, tmp_path, monkeypatch
 ):

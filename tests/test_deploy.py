@@ -421,6 +421,7 @@ def test_dockerfile_lints_clean():
     assert result.returncode == 0 and result.stdout == "", result.stdout
 
 
+@pytest.mark.slow
 def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
     """The build stage's commands, run here in a fresh venv (no container engine on this machine)."""
     dockerfile = (ROOT / "Dockerfile").read_text()

@@ -129,6 +129,7 @@ def test_sighup_reloads_the_config_file_and_a_bad_one_changes_nothing(tmp_path):
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_sigint_ends_a_running_stress_and_stops_within_5_seconds(tmp_path):
     pytest.importorskip("torch")
     proc, port = start_daemon("--backend", "cpu", "--interval", "0.2", "--sysfs", str(tmp_path))

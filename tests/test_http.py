@@ -126,6 +126,7 @@ def test_readyz_is_503_with_the_reasons_when_no_backend_loaded(settings):
         d.stop()
 
 
+@pytest.mark.slow
 def test_a_hung_gpu_reads_down_at_scrape_and_the_rest_is_served(settings, fake_nvml):
     """Updated by issue 39 #3: a GPU whose calls hang is held apart (down, named), not its backend."""
     settings.backends = ["nvidia", "cpu"]
@@ -352,6 +353,7 @@ def _raw(port: int, data: bytes, wait: float = 5.0) -> bytes:
         return out
 
 
+@pytest.mark.slow
 def test_head_body_and_idle_timeouts_close_connections(small_server):
     import time
 
@@ -511,6 +513,7 @@ def test_under_basic_auth_scrapes_have_their_own_lane():
         server.server_close()
 
 
+@pytest.mark.slow
 def test_responses_not_taken_hold_at_most_the_budget_and_give_it_back_when_gone():
     """250 connections that each pipelined 8 GET /windows and read nothing took RSS from 200 to
     439 MiB: each held its answer. Now what all such answers hold is bounded; a connection whose

@@ -140,6 +140,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"), **extra}
 
 
+@pytest.mark.slow
 def test_the_wheel_without_extras_lists_nvidia_gpus(wheel_venv, tmp_path):
     """The README's first command on an NVIDIA node: the GPUs are served, not just the CPU."""
     fake = FakeNvml(gpus=2, keep=True)

@@ -144,6 +144,7 @@ def test_socket_gone_keeps_the_last_mapping_and_counts_then_recovers(pod_rig, ku
     assert value(samples, "warptd_podresources_errors_total", kind="unavailable") == 1
 
 
+@pytest.mark.slow
 def test_a_refusing_socket_and_a_slow_kubelet_are_counted_by_kind(pod_rig, kubelet, tmp_path):
     kubelet.delay = 1.5  # over the client's 1 s timeout
     pod_rig.pods.poll_once()
@@ -198,6 +199,7 @@ def test_no_socket_means_attribution_off_with_one_log_line(tmp_path, capsys):
     assert from_settings(settings) is None
 
 
+@pytest.mark.slow
 def test_a_slow_kubelet_never_delays_a_scrape(tmp_path, kubelet):
     """The daemon polls on its own thread: scrapes while List hangs are served from the snapshot."""
     fake = FakeNvml([FakeGpu(index=i) for i in range(2)])

@@ -610,6 +610,7 @@ def test_memory_used_excludes_driver_reserved_memory_and_v1_on_old_drivers(setti
         fake.close()
 
 
+@pytest.mark.slow
 def test_power_is_the_instant_reading_and_the_driver_average_its_own_series(rig, fake_nvml):
     """nvmlDeviceGetPowerUsage averages the last second (Ampere+): a spike shows there as a fraction."""
     gpu = fake_nvml.gpus[0]

@@ -144,6 +144,7 @@ def test_a_metric_failing_once_comes_back_though_the_answers_stand_still(rig, fa
         assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_one_gpm_sample_and_one_metrics_get_per_gpu_per_tick(rig, fake_nvml):
     ticks = 6
     for _ in range(ticks):
@@ -352,6 +353,7 @@ def test_the_double_answers_samples_under_100_ms_apart_as_the_driver_does(fake_n
         pynvml.nvmlShutdown()
 
 
+@pytest.mark.slow
 def test_reads_sooner_than_the_gap_keep_the_last_period_and_sample_nothing(make_rig, fake_nvml, settings):
     """A read before the gap has passed (another job's, or a quick second tick) takes no GPM sample:
     the driver would pair one refresh of its counters with itself. The last period's values stand."""
@@ -381,6 +383,7 @@ def test_reads_sooner_than_the_gap_keep_the_last_period_and_sample_nothing(make_
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") == 0
 
 
+@pytest.mark.slow
 def test_a_window_beside_the_regular_job_pairs_no_samples_under_100_ms(settings):
     """The window's 0.1 s job and the regular job read one GPU: GPM samples stay over 100 ms apart
     (at --interval), no read reports a pair's NaN, and the bytes integrated over the time between the

@@ -54,6 +54,7 @@ def live(tmp_path_factory):
     daemon.stop()
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_no_5xx_and_no_schema_violation(live, tmp_path):
     """The schemathesis CLI (its pytest plugin does not support pytest 9) against the live daemon."""
     result = subprocess.run(

@@ -437,6 +437,7 @@ def test_without_the_process_monitor_the_split_is_even(settings, kubelet, fake_n
         rig.close()
 
 
+@pytest.mark.slow
 def test_the_daemon_splits_by_sm_share_with_processes(tmp_path, fake_nvml, kubelet, proc):
     """End to end: --processes and a kubelet on a real daemon; its threads poll, sample and serve."""
     gpu0 = fake_nvml.gpus[0]

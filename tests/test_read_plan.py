@@ -36,6 +36,7 @@ def _energy_reads(fake: FakeNvml) -> int:
 
 
 # -- the read plan -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_energy_counter_is_read_at_its_cadence_at_10_hz_and_bridged_between(h200_rig):
     rig, fake = h200_rig(interval=0.1, health_interval=10.0, energy_interval=1.0)
     gpu = fake.gpus[0]
@@ -82,6 +83,7 @@ def test_throttle_times_are_read_at_the_health_cadence_and_the_flags_every_sampl
     assert value(due, "warptd_device_throttle_seconds_total", reason="hw_thermal_slowdown", **DEV0) == 5
 
 
+@pytest.mark.slow
 def test_gpm_outside_windows_samples_at_most_once_a_second(h200_rig):
     rig, fake = h200_rig(interval=0.1, health_interval=10.0)
     deadline = time.monotonic() + 2.0
@@ -251,6 +253,7 @@ def test_the_default_asks_gpm_no_engine_and_no_occupancy(h200_rig):
     assert not {"warptd_device_engine_active_ratio", "warptd_device_sm_occupancy_ratio"} & asked
 
 
+@pytest.mark.slow
 def test_a_watched_gpu_at_the_default_interval_reads_the_counter_once_a_second_not_at_10_hz(h200_rig):
     """--interval 1 and --energy-interval 1 read the counter every regular sample; a window's 0.1 s
     reads of the same GPU do not read it each time."""

@@ -121,6 +121,7 @@ def test_a_run_on_an_idle_gpu_records_no_throttling(make_rig, fake_nvml):
     assert summary.throttle_seconds == {}
 
 
+@pytest.mark.slow
 def test_peak_power_is_the_peak_of_instant_readings_not_of_one_second_averages(make_rig, fake_nvml):
     """On Ampere and newer nvmlDeviceGetPowerUsage averages a second: a short spike barely shows there."""
     rig = make_rig("nvidia")
@@ -179,6 +180,7 @@ def test_remote_clients_need_a_token():
     assert not is_loopback("10.1.2.3") and not is_loopback("::ffff:10.0.0.1")
 
 
+@pytest.mark.slow
 def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
     settings.backends = ["nvidia", "cpu"]
     d = Daemon(settings)

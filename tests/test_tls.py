@@ -136,6 +136,7 @@ def test_mutual_tls_requires_a_client_certificate(settings, tmp_path, pki):
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_basic_auth_on_every_endpoint_with_bcrypt_users(settings, tmp_path, pki):
     hashed = bcrypt.hashpw(b"scrape-me", bcrypt.gensalt(rounds=4)).decode()
     tls = {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key")}
@@ -206,6 +207,7 @@ def test_configs_that_would_lock_everyone_out_are_refused(settings, tmp_path, pk
         Daemon(settings)
 
 
+@pytest.mark.slow
 def test_tls_clients_that_never_handshake_do_not_delay_scrapes(pki):
     """200 sockets that never start their handshake and 50 that stop halfway through the ClientHello:
     HTTPS scrapes meanwhile are served at once, and the stalled ones hold no connection slot."""

@@ -251,6 +251,7 @@ def _named(kind: str, workload_id: str) -> Request:
     return named
 
 
+@pytest.mark.slow
 def test_a_daemons_job_report_opens_in_chromium_with_the_jobs_joules_and_charts(
     node, fake_nvml, tmp_path, capsys
 ):

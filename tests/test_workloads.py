@@ -517,6 +517,7 @@ def workloads_daemon(node: Node, tmp_path: Path):
     return daemon
 
 
+@pytest.mark.slow
 def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_one(
     node, fake_nvml, tmp_path, capsys
 ):
