@@ -101,6 +101,7 @@ def test_list_prints_the_table_alone_and_why_others_did_not_load_with_verbose(ca
     assert "# rapl: no RAPL zones under" in captured.err and "{" not in captured.err
 
 
+@pytest.mark.slow
 def test_list_verbose_through_a_pipe_prints_the_table_then_the_notes(tmp_path):
     """``warptd list --verbose 2>&1 | cat``: stdout is a pipe (block-buffered), stderr is not; the
     table is flushed first, so it comes whole, then one note a line."""

@@ -80,6 +80,7 @@ def test_the_guide_s_table_and_the_shipped_rules_are_generated_from_the_table():
     assert RULES.read_text() == render_rules(), "run python -m warptd.metrics.dcgm_docs rules"
 
 
+@pytest.mark.slow
 def test_promtool_accepts_the_recording_rules():
     result = subprocess.run(
         [require_tool("promtool"), "check", "rules", str(RULES)], capture_output=True, timeout=30, check=False
@@ -290,6 +291,7 @@ def _promtool_findings(body: bytes) -> set[str]:
     return {line.strip() for line in (result.stdout + result.stderr).decode().splitlines() if line.strip()}
 
 
+@pytest.mark.slow
 def test_promtool_finds_nothing_but_what_dcgm_exporter_s_own_names_force(settings, fake_nvml):
     """warptd's series stay promtool-clean. The compat series repeat dcgm-exporter's contract, which
     promtool's lint rejects in three ways; exactly those are found, no other."""

@@ -287,6 +287,7 @@ def test_double_rejects_a_wrong_call(fake_hlml):
     pyhlml.hlmlShutdown()
 
 
+@pytest.mark.slow
 def test_exposition_passes_promtool(rig, fake_hlml):
     fake_hlml.aips[1].throttle_reasons = THROTTLE_THERMAL
     rig.tick()

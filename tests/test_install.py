@@ -158,6 +158,7 @@ def test_the_wheel_without_extras_lists_nvidia_gpus(wheel_venv, tmp_path):
     assert devices[:2] == ["nvidia:0", "nvidia:1"], result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_hint_from_a_wheel_install_names_the_wheel(wheel_venv, tmp_path):
     """A named vendor backend without its extra stops the start with a pip command that works here."""
     result = subprocess.run(

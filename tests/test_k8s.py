@@ -180,6 +180,7 @@ def test_per_pod_energy_follows_a_scripted_allocation_timeline(pod_rig, kubelet,
     assert len(select(samples, "warptd_pod_energy_joules_total")) == 2
 
 
+@pytest.mark.slow
 def test_exposition_with_pods_is_promtool_clean(pod_rig, kubelet, fake_nvml):
     kubelet.pods = {("ml", "train-0", "trainer"): {GPU: [fake_nvml.gpus[0].uuid]}}
     pod_rig.poll_and_tick()
@@ -292,6 +293,7 @@ def test_pod_labels_put_the_owners_on_device_series(settings, kubelet, fake_nvml
         rig.close()
 
 
+@pytest.mark.slow
 def test_committed_stubs_match_the_proto(tmp_path):
     """The generated podresources_pb2 is what grpc_tools makes of podresources.proto today."""
     import sys

@@ -95,6 +95,7 @@ def test_lapsed_windows_end_at_once_though_a_backend_hangs(settings, gpus):
             gpus.gpus[0].release.set()
 
 
+@pytest.mark.slow
 def test_a_client_end_after_its_lease_lapsed_is_a_lease_expiry(daemon):
     """A client's end that comes after the deadline, before the reaper acted, ends the window as
     lease_expired and answers 409, as if the reaper had been first."""
@@ -106,6 +107,7 @@ def test_a_client_end_after_its_lease_lapsed_is_a_lease_expiry(daemon):
     assert daemon.sampler.watches.devices("nvidia") == set()
 
 
+@pytest.mark.slow
 def test_a_failing_end_still_stops_the_windows_sampling_and_frees_its_memory(daemon, monkeypatch):
     window = opened(daemon.port, name="doomed", devices=["nvidia:0"])
     manager = daemon.windows
@@ -183,6 +185,7 @@ def test_lease_bounds_must_be_in_order():
         load_settings(window_lease_min=10, window_lease_max=5)
 
 
+@pytest.mark.slow
 def test_renewals_are_protected_like_the_other_writes(daemon):
     assert call(daemon.port, "POST", "/windows/nope/renew")[0] == 404
     window = opened(daemon.port, name="guarded", devices=["nvidia:0"], lease_s=5)

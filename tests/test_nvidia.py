@@ -232,6 +232,7 @@ def by_reason(samples, name: str, device: dict[str, str]) -> dict[str, float]:
     return {s.labels["reason"]: s.value for s in select(samples, name, **device)}
 
 
+@pytest.mark.slow
 def test_an_idle_gpu_is_a_clock_event_not_throttling(rig, fake_nvml):
     gpu = fake_nvml.gpus[0]
     gpu.current_reasons = pynvml.nvmlClocksEventReasonGpuIdle

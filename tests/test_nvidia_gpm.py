@@ -286,6 +286,7 @@ def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypat
     fake.close()
 
 
+@pytest.mark.slow
 def test_promtool_clean(rig, fake_nvml):
     for _ in range(3):
         for gpu in fake_nvml.gpus:

@@ -204,6 +204,7 @@ def test_r470_driver_lacks_the_newer_fields(make_rig):
     fake.close()
 
 
+@pytest.mark.slow
 def test_exposition_is_promtool_clean(rig, fake_nvml):
     fake_nvml.gpus[1].fans = [30]
     fake_nvml.gpus[0].ecc_volatile[0] = 1

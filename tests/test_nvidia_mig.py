@@ -180,6 +180,7 @@ def test_samples_freed_at_shutdown(settings):
     fake.close()
 
 
+@pytest.mark.slow
 def test_promtool_clean(rig, fake):
     for _ in range(3):
         fake.gpus[0].advance_gpm(activity={SM: 0.2}, mig=0)

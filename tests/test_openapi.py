@@ -88,6 +88,7 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(live, tmp_path):
     assert http(live.port, "GET", "/healthz")[0] == 200
 
 
+@pytest.mark.slow
 def test_openapi_document_lists_every_route(live):
     status, _, body = http(live.port, "GET", "/openapi.json")
     document = json.loads(body)
@@ -124,6 +125,7 @@ def test_openapi_document_lists_every_route(live):
     assert window["schema"] == {"$ref": "#/components/schemas/Recording"}
 
 
+@pytest.mark.slow
 def test_workload_answers_match_the_document(live):
     """The listing and one Slurm job, as served, validate against the schemas /openapi.json names."""
     jsonschema = pytest.importorskip("jsonschema")

@@ -124,6 +124,7 @@ def test_sigint_is_forwarded_and_its_exit_code_passed_through(gpus):
     assert json.loads(out)["end_reason"] == "command_exited"
 
 
+@pytest.mark.slow
 def test_a_killed_command_exits_128_plus_the_signal(gpus):
     result = run_profile(gpus, "--local", "--", sys.executable, "-c", "import os; os.kill(os.getpid(), 9)")
     assert result.returncode == 128 + 9, result.stderr
@@ -255,6 +256,7 @@ def test_a_recording_that_cannot_be_saved_goes_to_the_temporary_directory(gpus, 
         fallback.unlink()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "code", "message"),
     [
@@ -275,6 +277,7 @@ def test_a_command_that_cannot_run_exits_as_a_shell_does(gpus, tmp_path, command
     assert result.returncode == code and message in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_a_command_that_cannot_run_leaves_no_window_on_the_daemon(gpus, daemon, tmp_path):
     url = f"http://127.0.0.1:{daemon.port}"
     script = tmp_path / "script.sh"
@@ -286,6 +289,7 @@ def test_a_command_that_cannot_run_leaves_no_window_on_the_daemon(gpus, daemon, 
     assert json.loads(http(daemon.port, "GET", "/windows")[2])["windows"] == []
 
 
+@pytest.mark.slow
 def test_a_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     marker = tmp_path / "ran"
     result = run_profile(gpus, "--url", NOBODY, "--", *marker_command(marker))
@@ -308,6 +312,7 @@ def test_a_named_daemon_without_windows_is_an_error(gpus, settings, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_warptd_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     marker = tmp_path / "ran"
     result = run_command(gpus, profile_args("--", *marker_command(marker)), env={"WARPTD_URL": NOBODY})
@@ -315,6 +320,7 @@ def test_warptd_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_no_energy_source_is_named(tmp_path):
     """The CPU alone, on a sysfs without RAPL: the total has no energy, and one line says why."""
     cpu_alone = [sys.executable, "-m", "warptd", "--backend", "cpu", "--sysfs", str(tmp_path)]
@@ -369,6 +375,7 @@ def test_carbon_and_cost_from_the_flags(gpus):
     assert recording["carbon_intensity_g_per_kwh"] == 400
 
 
+@pytest.mark.slow
 def test_an_unknown_device_is_refused_before_running(gpus, tmp_path):
     marker = tmp_path / "ran"
     command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
@@ -377,6 +384,7 @@ def test_an_unknown_device_is_refused_before_running(gpus, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_no_command_is_a_usage_error(gpus):
     result = run_profile(gpus, "--local")
     assert result.returncode == 2 and "give the command" in result.stderr

@@ -217,6 +217,7 @@ def test_report_help_names_its_arguments(capsys):
     assert "RECORDING.json" in text and "--output" in text and "--backend" not in text
 
 
+@pytest.mark.slow
 def test_report_module_stays_out_of_a_fresh_interpreter_until_rendering():
     """Importing what the daemon imports (routes, renderer) does not import plotly."""
     code = (
@@ -244,6 +245,7 @@ def daemon(settings):
     d.stop()
 
 
+@pytest.mark.slow
 def test_stress_report_over_http_is_the_page_and_errors_are_json(daemon):
     recording = sample_recording(count=12)
     job = finished_job(daemon.stress, recording)

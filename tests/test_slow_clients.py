@@ -134,6 +134,7 @@ def test_slow_and_silent_clients_do_not_starve_scrapes(daemon):
             conn.close()
 
 
+@pytest.mark.slow
 def test_burst_of_500_connections_is_accepted_and_served(daemon):
     port = daemon[0]
     conns, waits = [], []

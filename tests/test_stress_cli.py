@@ -53,6 +53,7 @@ def test_stress_cli_table_and_progress():
     assert "/2 s" in result.stderr  # progress lines (no TTY: one every 2 s)
 
 
+@pytest.mark.slow
 def test_stress_cli_bad_input_exit_2():
     result = _run("--test", "matmul", "--device", "cpu:0", "--dtype", "tf32", "--duration", "1")
     assert result.returncode == 2 and "tf32" in result.stderr

@@ -22,6 +22,7 @@ from warptd.stress.registry import discover_tests
 from warptd.stress.telemetry import TelemetryRecorder
 
 
+@pytest.mark.slow
 def test_discovery_finds_the_workloads_without_importing_torch():
     code = (
         "import sys; from warptd.stress.registry import discover_tests; t = discover_tests();"
@@ -235,6 +236,7 @@ def test_token_in_x_stress_token_when_authorization_carries_basic_auth():
     assert info.value.status == 401
 
 
+@pytest.mark.slow
 def test_stress_devices_follow_a_rediscovery(settings, fake_nvml):
     settings.backends = ["nvidia"]
     d = Daemon(settings)
@@ -272,6 +274,7 @@ def test_the_default_test_is_the_one_that_runs_on_the_device():
     assert manager.parameters("memory", "cpu:0", 1.0, None, None).test == "memory"  # as asked
 
 
+@pytest.mark.slow
 def test_defaults_are_resolved_in_the_daemon_without_torch():
     """bfloat16 from NVIDIA compute capability 8.0 and on ROCm, float16 before, float32 on the CPU."""
     from warptd.stress.base import DeviceRef

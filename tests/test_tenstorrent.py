@@ -309,6 +309,7 @@ def test_double_is_the_real_api():
             chip.arc_msg(0x90)
 
 
+@pytest.mark.slow
 def test_exposition_passes_promtool(rig):
     rig.tick()
     body = rig.exposition.render(None, None)[0]

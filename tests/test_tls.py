@@ -106,6 +106,7 @@ def _client(pki: Path, with_cert: bool = False) -> ssl.SSLContext:
     return context
 
 
+@pytest.mark.slow
 def test_tls_serves_metrics_and_refuses_plain_http(settings, tmp_path, pki):
     tls = {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key")}
     daemon = _daemon(settings, tmp_path, {"tls_server_config": tls})
@@ -120,6 +121,7 @@ def test_tls_serves_metrics_and_refuses_plain_http(settings, tmp_path, pki):
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_mutual_tls_requires_a_client_certificate(settings, tmp_path, pki):
     tls = {
         "cert_file": str(pki / "server.crt"),
@@ -155,6 +157,7 @@ def test_basic_auth_on_every_endpoint_with_bcrypt_users(settings, tmp_path, pki)
         daemon.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("config", "message"),
     [
@@ -175,6 +178,7 @@ def test_bad_web_config_fails_the_start_with_one_line(settings, tmp_path, config
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_basic_auth_survives_hostile_input(settings, tmp_path, pki):
     from warptd.http.webconfig import BasicAuth
 
@@ -187,6 +191,7 @@ def test_basic_auth_survives_hostile_input(settings, tmp_path, pki):
     assert auth.check("Basic " + base64.b64encode(b"u:pw").decode()) is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("config", "message"),
     [

@@ -198,6 +198,7 @@ def test_faster_sampling_switches_on_for_the_windowed_device_only(make_daemon):
         assert reads[("nvidia", 0)] <= 3  # back to --interval once the last window ended
 
 
+@pytest.mark.slow
 def test_fast_sampling_stays_on_until_the_last_window_on_the_device_ends(make_daemon):
     daemon = make_daemon()
     first = open_window(daemon.port, name="a", devices=["nvidia:0"])
@@ -293,6 +294,7 @@ def test_the_listing_comes_in_pages_of_at_most_100(make_daemon):
         assert status == 422 and "invalid page request" in body["error"], bad
 
 
+@pytest.mark.slow
 def test_only_the_newest_ended_windows_keep_their_time_series(make_daemon, monkeypatch):
     """The history keeps every ended window's summary, and the samples of the newest few only."""
     from warptd.recording import windows
@@ -341,6 +343,7 @@ def test_bad_requests_are_refused_and_start_nothing(make_daemon, payload, status
     assert daemon.sampler.watches.devices("nvidia") == set()
 
 
+@pytest.mark.slow
 def test_other_4xx(make_daemon):
     daemon = make_daemon()
     port = daemon.port
@@ -359,6 +362,7 @@ def test_other_4xx(make_daemon):
     assert status == 409 and "already ended" in body["error"]
 
 
+@pytest.mark.slow
 def test_deep_nesting_is_400_and_http10_without_host_is_403(make_daemon):
     import socket
 
@@ -406,6 +410,7 @@ def test_remote_clients_need_the_token():
     assert wrong.value.status == 401
 
 
+@pytest.mark.slow
 def test_the_token_protects_windows_on_the_daemon(make_daemon):
     daemon = make_daemon(stress_token="s3cret")
     assert call(daemon.port, "POST", "/windows", {"name": "a"})[0] == 401
@@ -421,6 +426,7 @@ def test_the_token_protects_windows_on_the_daemon(make_daemon):
     assert call(daemon.port, "GET", f"/windows/{body['id']}")[0] == 200  # reading needs no token
 
 
+@pytest.mark.slow
 def test_no_windows_turns_the_endpoints_off(make_daemon):
     daemon = make_daemon(windows=False)
     status, body = call(daemon.port, "POST", "/windows", {"name": "a"})
@@ -429,6 +435,7 @@ def test_no_windows_turns_the_endpoints_off(make_daemon):
     assert not select(parse(http(daemon.port, "GET", "/metrics")[2].decode()), "warptd_windows_open")
 
 
+@pytest.mark.slow
 def test_window_metrics_only_name_allowed_windows_and_pass_promtool(make_daemon):
     daemon = make_daemon(window_energy_names=["epoch"], carbon_intensity=400.0, energy_price=0.25)
     samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())

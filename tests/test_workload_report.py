@@ -438,6 +438,7 @@ def test_the_cli_refuses_report_outputs_it_cannot_write_or_without_an_id(tmp_pat
     assert not list(tmp_path.iterdir())  # nothing written, nothing asked of a daemon
 
 
+@pytest.mark.slow
 def test_the_recording_memory_setting_reads_sizes_and_zero_keeps_none(node, fake_nvml, tmp_path):
     from warptd.arguments import build_parser
     from warptd.cli import _settings

@@ -486,6 +486,7 @@ def test_kinds_and_the_cap(node, monitor, fake_nvml):
     assert value(rig.scrape(), DROPPED) == 2
 
 
+@pytest.mark.slow
 def test_series_are_promtool_clean_and_name_no_command_line(rig, node, fake_nvml):
     layouts(node, fake_nvml)
     node.cpu(CpuCgroup("/system.slice/ollama.service"), 0)

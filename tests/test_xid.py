@@ -210,6 +210,7 @@ def test_a_lost_gpu_does_not_end_the_thread(monitor, fake_nvml):
     assert wait_until(lambda: xid_count(monitor, 0, 74) == 1, timeout=5)
 
 
+@pytest.mark.slow
 def test_exposition_is_promtool_clean(monitor, fake_nvml):
     fake_nvml.gpus[0].events.append((XID, 119))
     assert wait_until(lambda: xid_count(monitor, 0, 119) == 1, timeout=5)
