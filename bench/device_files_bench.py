@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import emit
 from warptd.models import GPUInfo
 from warptd.processes.device_files import DeviceFiles
+from warptd.registry import node_rules
 
 GPUS, HOLDERS_PER_GPU, FIRST_PID = 8, 2, 10_000
 
@@ -76,7 +77,8 @@ def measure(processes: int, fds: int, rounds: int) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="warptd-device-files-") as tmp:
         procfs, sysfs, infos = fixture(Path(tmp), processes, fds)
-        bounded = DeviceFiles(procfs, sysfs, lambda _: infos, ["hwmon"])
+        hwmon = {"hwmon": node_rules()["hwmon"]}
+        bounded = DeviceFiles(procfs, sysfs, lambda _: infos, hwmon)
         first = math.ceil(processes / bounded.budget)
         cpu, wall = per_poll(bounded, first)
         what = f"bounded, first {first} polls (every pid once)"
@@ -86,7 +88,7 @@ def measure(processes: int, fds: int, rounds: int) -> list[dict[str, object]]:
         rows.append({"what": what, "cpu ms": cpu, "wall ms": wall})
         held = bounded.devices("hwmon")
         assert all(len(d.memory_by_pid) == HOLDERS_PER_GPU for d in held.values()), held
-        full = DeviceFiles(procfs, sysfs, lambda _: infos, ["hwmon"], budget=10**9)
+        full = DeviceFiles(procfs, sysfs, lambda _: infos, hwmon, budget=10**9)
         full.poll()
         cpu, wall = per_poll(full, rounds)
         rows.append({"what": "every pid every poll (unbounded)", "cpu ms": cpu, "wall ms": wall})

@@ -29,7 +29,7 @@ _CHILD = """
 import json, statistics, sys, time
 from pathlib import Path
 from warptd.config import load_settings
-from warptd.backends.cpu import CpuBackend
+from warptd.backends.cpu.backend import CpuBackend
 
 samples, sysfs, procfs = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 import psutil

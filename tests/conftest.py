@@ -93,12 +93,12 @@ def fake_nvml() -> Iterator[FakeNvml]:
 def _fresh_sdk_sessions():
     """Each test starts without a shared SDK session: a read still hung in an earlier test's worker
     releases its session only when it returns, and must not hand its handles to this test."""
-    from warptd.backends import gaudi
     from warptd.backends.amd import session as amd_session
+    from warptd.backends.gaudi import session as hlml_session
     from warptd.backends.nvidia import session as nvml_session
 
     yield
-    for shared in (nvml_session._shared, gaudi._shared, amd_session._shared):
+    for shared in (nvml_session._shared, hlml_session._shared, amd_session._shared):
         shared._session, shared._refs = None, 0
 
 

@@ -14,7 +14,7 @@ from tests.conftest import assert_promtool_clean
 from tests.doubles.amdsmi import TT, U16, U32, FakeAmdsmi, FakeGpu, amdsmi, library_error, wrapper
 from tests.helpers import Rig, select, value
 from tests.sysfs_tree import drm_card
-from warptd.backends.amd import AmdBackend
+from warptd.backends.amd.backend import AmdBackend
 from warptd.errors import BackendUnavailableError
 from warptd.models import GPUInfo
 from warptd.registry import load_backends
@@ -205,9 +205,9 @@ def test_sdk_errors_are_classified_and_never_escape(settings, fake, raised, kind
     backend = AmdBackend(settings)
     try:
         fake.gpus[0].raises["amdsmi_get_power_info"] = raised
-        assert backend.get_power_usage(0) is None
+        assert backend.devices[0].power() is None
         assert backend.take_errors() == {kind: 1}
-        assert backend.get_power_usage(1) == 212  # the other GPU answers
+        assert backend.devices[1].power() == 212  # the other GPU answers
     finally:
         backend.shutdown()
 
@@ -266,7 +266,7 @@ def test_older_rocm_energy_key_was_power(settings, fake, monkeypatch):
     try:
         old = {"power": 64_000_000, "counter_resolution": 15.625, "timestamp": 1}
         monkeypatch.setattr(amdsmi, "amdsmi_get_energy_count", lambda handle: old)
-        assert backend.get_energy_counter(0) == 1000
+        assert backend.devices[0].energy() == 1000
     finally:
         backend.shutdown()
 
@@ -328,9 +328,9 @@ def test_amdsmi_power_backend_domains(fake, make_rig):
     assert value(samples, "warptd_power_watts", source="amdsmi", domain="gpu0") == 480
     assert value(samples, "warptd_power_watts", source="amdsmi", domain="gpu1") == 212
     assert value(samples, "warptd_energy_joules_total", source="amdsmi", domain="gpu0") == 5000
-    gpus = rig.loaded.power[0].get_gpu_power()
-    assert [g.power_watts for g in gpus] == [480.0, 212.0]
-    assert gpus[0].metadata == {"uuid": fake.gpus[0].uuid}
+    gpus = rig.loaded.power[0].devices  # the companion's devices, read through their contract
+    assert [gpus.read_device(i).power_watts for i in range(2)] == [480.0, 212.0]
+    assert gpus.list_devices()[0].uuid == fake.gpus[0].uuid
 
 
 def test_pytorch_device_string_and_worker_pinning(settings, fake):
@@ -338,7 +338,6 @@ def test_pytorch_device_string_and_worker_pinning(settings, fake):
     backend = AmdBackend(settings)
     try:
         devices = backend.list_devices()
-        assert backend.get_pytorch_device_string(0) == "cuda:1"
         assert backend.worker_device(devices[0]) == ("cuda:0", {"HIP_VISIBLE_DEVICES": "1"})
         assert backend.worker_device(devices[1]) == ("cuda:0", {"HIP_VISIBLE_DEVICES": "0"})
         unknown = GPUInfo(index=5, model="AMD GPU")
@@ -356,7 +355,6 @@ def test_pytorch_device_string_without_enumeration_info(settings, fake, monkeypa
     backend = AmdBackend(settings)
     try:
         devices = backend.list_devices()
-        assert backend.get_pytorch_device_string(1) == "cuda:1"
         assert backend.worker_device(devices[1]) == ("cuda:1", {})
         assert devices[1].uuid == fake.gpus[1].uuid
         assert backend.take_errors() == {}
@@ -408,7 +406,7 @@ def test_missing_library_is_a_log_line_not_an_error(settings, capsys):
 def test_missing_library_in_a_clean_interpreter():
     """Nothing of the double in the process at all: a fresh Python as the daemon starts."""
     code = (
-        "from warptd.backends.amd import AmdBackend\n"
+        "from warptd.backends.amd.backend import AmdBackend\n"
         "from warptd.config import load_settings\n"
         "try:\n"
         "    AmdBackend(load_settings(listen='127.0.0.1:0'))\n"
@@ -589,10 +587,10 @@ def test_counter_power_matches_socket_power(settings, fake):
     reports, where amdsmi's rounded 15.3 µJ would read 0.27 % high."""
     backend = AmdBackend(settings)
     try:
-        first = backend.get_energy_counter(0)
+        first = backend.devices[0].energy()
         fake.advance(10.0)
-        second = backend.get_energy_counter(0)
-        assert (second - first) / 10.0 == pytest.approx(backend.get_power_usage(0), rel=1e-5)
+        second = backend.devices[0].energy()
+        assert (second - first) / 10.0 == pytest.approx(backend.devices[0].power(), rel=1e-5)
         assert first == 5000  # 5000 * 2^16 ticks
     finally:
         backend.shutdown()

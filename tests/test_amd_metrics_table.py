@@ -61,7 +61,7 @@ def test_the_amd_backend_imports_nothing_of_sampling():
     """Backends sit below warptd.sampling: the backend, loaded alone, brings none of it along."""
     code = (
         "import sys\n"
-        "import warptd.backends.amd\n"
+        "import warptd.backends.amd.backend\n"
         "print(sorted(m for m in sys.modules if m.startswith('warptd.sampling')))\n"
     )
     run = [sys.executable, "-c", code]

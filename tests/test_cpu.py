@@ -11,8 +11,8 @@ import pytest
 from tests.helpers import Rig, select, value
 from tests.sysfs_tree import cpuinfo
 from warptd.backends import cadence
-from warptd.backends.cpu import CpuBackend
-from warptd.backends.cpu_clock import CpuClock
+from warptd.backends.cpu.backend import CpuBackend
+from warptd.backends.cpu.clock import CpuClock
 from warptd.config import load_settings
 
 CPU = {"backend": "cpu", "device": "0", "uuid": ""}
@@ -42,40 +42,40 @@ def test_cpu_series(settings, sysfs):
 
 def test_first_utilization_is_absent_not_zero(settings):
     backend = CpuBackend(settings)
-    assert backend.get_utilization(0) is None
-    assert 0 <= backend.get_utilization(0).compute <= 1
+    assert backend.devices[0].utilization() is None
+    assert 0 <= backend.devices[0].utilization().compute <= 1
 
 
 def test_two_socket_k10temp_keeps_both(settings, sysfs):
     sysfs.hwmon(0, "k10temp", {"Tctl": 50000})
     sysfs.hwmon(1, "k10temp", {"Tctl": 60000})
-    assert CpuBackend(settings).get_temperatures(0) == {"tctl": 50.0, "tctl_1": 60.0}
+    assert CpuBackend(settings).devices[0].temperatures() == {"tctl": 50.0, "tctl_1": 60.0}
 
 
 def test_k10temp_labels_and_unlabeled_sensor(settings, sysfs):
     sysfs.hwmon(0, "k10temp", {"Tctl": 61250, "Tccd1": 58000})
     sysfs.hwmon(1, "cpu_thermal", {"temp1": 45000})
     backend = CpuBackend(settings)
-    assert backend.get_temperatures(0) == {"tctl": 61.25, "tccd1": 58.0, "cpu": 45.0}
-    assert backend.get_temperature(0) == 61.25
+    assert backend.devices[0].temperatures() == {"tctl": 61.25, "tccd1": 58.0, "cpu": 45.0}
+    assert backend.read_device(0).primary_temperature == ("tctl", 61.25)
 
 
 def test_cpu_without_sensors_has_no_temperature(settings):
     backend = CpuBackend(settings)
-    assert backend.get_temperatures(0) == {}
-    assert backend.get_pytorch_device_string(0) == "cpu"
+    assert backend.devices[0].temperatures() == {}
+    assert backend.worker_device(backend.list_devices()[0]) == ("cpu", {})
 
 
 def test_psutil_failure_is_counted(settings, monkeypatch):
     backend = CpuBackend(settings)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: (_ for _ in ()).throw(psutil.AccessDenied()))
-    assert backend.get_memory_usage(0) is None
+    assert backend.devices[0].memory() is None
     assert backend.take_errors()["permission"] == 1
 
 
 def test_no_cpufreq_and_no_cpuinfo_no_clock(settings):
     backend = CpuBackend(settings)
-    assert backend.get_clocks(0) == {} and backend.get_clocks(0) == {}
+    assert backend.devices[0].clocks() == {} and backend.devices[0].clocks() == {}
     assert not backend.take_errors()  # no such file: not supported, asked once
 
 
@@ -91,9 +91,9 @@ def test_the_clock_comes_from_cpufreq_every_sample_never_from_cpuinfo(settings, 
     sysfs.cpufreq_policy(3, 3_000_000, [3])
     _unreadable_cpuinfo(procfs)
     backend = CpuBackend(settings)
-    assert backend.get_clocks(0) == {"cpu": 2.25e9}
+    assert backend.devices[0].clocks() == {"cpu": 2.25e9}
     first.write_text("1000000\n")
-    assert backend.get_clocks(0) == {"cpu": 1.5e9}  # read again: it changes as often as it is read
+    assert backend.devices[0].clocks() == {"cpu": 1.5e9}  # read again: it changes as often as it is read
     assert not backend.take_errors()
     assert backend.read_costs.totals()["clock"].reads == 2
 
@@ -104,14 +104,14 @@ def test_without_cpufreq_cpuinfo_is_read_at_the_health_cadence_only(sysfs, procf
     now = [100.0]
     monkeypatch.setattr(cadence, "time", SimpleNamespace(monotonic=lambda: now[0]))
     backend = CpuBackend(settings)
-    assert backend.get_clocks(0) == {"cpu": pytest.approx(2048.068e6)}
+    assert backend.devices[0].clocks() == {"cpu": pytest.approx(2048.068e6)}
     _unreadable_cpuinfo(procfs)  # a read between two health reads would fail, and be counted
     for _ in range(9):
         now[0] += 1.0
-        assert backend.get_clocks(0) == {"cpu": pytest.approx(2048.068e6)}
+        assert backend.devices[0].clocks() == {"cpu": pytest.approx(2048.068e6)}
     assert not backend.take_errors()
     now[0] += 1.0  # 10 s after the first read: read again, and now it fails
-    assert backend.get_clocks(0) == {}
+    assert backend.devices[0].clocks() == {}
     assert backend.take_errors() == {"unexpected": 1}
     assert backend.read_costs.totals()["clock"].reads == 2
 

@@ -9,10 +9,25 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.helpers import parse, select, value
 from warptd.backends.base import AcceleratorBackend
+from warptd.backends.device import ValueDevice
 from warptd.exporter.exposition import Exposition
-from warptd.models import GPUInfo, LabelledValues, MemoryUsage, Utilization
+from warptd.models import GPUInfo, LabelledValues
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
+
+
+class ScriptedDevice(ValueDevice):
+    """The one device: its further gauges and counters are what the test set on the backend."""
+
+    def __init__(self, backend: ScriptedBackend) -> None:
+        super().__init__(0)
+        self._backend = backend
+
+    def gauges(self) -> dict[str, LabelledValues]:
+        return {name: dict(values) for name, values in self._backend.gauges.items()}
+
+    def counters(self) -> dict[str, LabelledValues]:
+        return {name: dict(values) for name, values in self._backend.counters.items()}
 
 
 class ScriptedBackend(AcceleratorBackend):
@@ -25,39 +40,10 @@ class ScriptedBackend(AcceleratorBackend):
         super().__init__(settings)
         self.gauges: dict[str, LabelledValues] = {}
         self.counters: dict[str, LabelledValues] = {}
-
-    def is_available(self) -> bool:
-        return True
-
-    def get_device_count(self) -> int:
-        return 1
+        self.devices = (ScriptedDevice(self),)
 
     def list_devices(self) -> list[GPUInfo]:
         return [GPUInfo(index=0, model="Scripted", uuid="S-0")]
-
-    def get_driver_version(self) -> str | None:
-        return None
-
-    def get_pytorch_device_string(self, device_id: int) -> str:
-        return "cpu"
-
-    def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        return None
-
-    def get_utilization(self, index: int) -> Utilization | None:
-        return None
-
-    def get_temperatures(self, index: int) -> dict[str, float]:
-        return {}
-
-    def get_power_usage(self, index: int) -> float | None:
-        return None
-
-    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
-        return {name: dict(values) for name, values in self.gauges.items()}
-
-    def get_counters(self, index: int) -> dict[str, LabelledValues]:
-        return {name: dict(values) for name, values in self.counters.items()}
 
 
 @pytest.fixture

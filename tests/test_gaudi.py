@@ -24,9 +24,10 @@ from tests.doubles.hlml import (
     hlml_err,
 )
 from tests.helpers import Rig, select, value
-from warptd.backends.gaudi import GaudiBackend
+from warptd.backends.gaudi.backend import GaudiBackend
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.install import install_command
+from warptd.models import GPUInfo
 from warptd.registry import load_backends
 
 DEV0 = {"backend": "gaudi", "device": "0"}
@@ -111,7 +112,7 @@ def test_vendor_extras_in_list_devices(gaudi, fake_hlml):
 
 def test_pytorch_device_and_worker_pinned_by_module_id(gaudi, fake_hlml):
     backend = gaudi
-    assert backend.get_pytorch_device_string(2) == "hpu:2"
+    assert backend.worker_device(GPUInfo(index=2, model="Intel Gaudi"))[0] == "hpu:2"  # torch's own index
     info = backend.list_devices()[1]
     assert backend.worker_device(info) == ("hpu:0", {"HABANA_VISIBLE_MODULES": "6"})
     fake_hlml.aips[2].unsupported = {"hlmlDeviceGetModuleID"}

@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import select, value
 from tests.sysfs_tree import drm_card
 from warptd.backends import cadence
-from warptd.backends.hwmon import HwmonBackend
+from warptd.backends.hwmon.backend import HwmonBackend
 from warptd.config import load_settings
 from warptd.errors import BackendUnavailableError
 
@@ -126,7 +126,7 @@ def test_a_removed_card_goes_down_the_others_stay_up(rig, three_gpus):
 
 def test_torch_devices_per_runtime(settings, three_gpus):
     backend = HwmonBackend(settings)
-    assert [backend.get_pytorch_device_string(i) for i in range(3)] == ["cuda:0", "xpu:0", "xpu:1"]
+    assert [backend.worker_device(info)[0] for info in backend.list_devices()] == ["cuda:0", "xpu:0", "xpu:1"]
 
 
 def test_no_cards_means_unavailable(settings):

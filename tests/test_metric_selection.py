@@ -156,7 +156,7 @@ def test_excluding_the_clock_globs_removes_every_clock_series_and_no_other_famil
 def test_a_read_serving_only_excluded_families_is_not_made(settings, monkeypatch):
     """The CPU backend's clock (cpufreq, else /proc/cpuinfo) and temperatures are not read once their
     families are left out; the rest of its reading is."""
-    from warptd.backends.cpu_clock import CpuClock
+    from warptd.backends.cpu.clock import CpuClock
 
     calls = []
     monkeypatch.setattr(CpuClock, "read", lambda self: calls.append(1) or 2.4e9)
@@ -182,13 +182,13 @@ def test_without_the_xid_families_no_event_thread_unless_compat_reads_them(setti
     settings.backends = ["nvidia"]
     settings.metrics_exclude = ["warptd_device_*xid*"]
     with serving(settings) as daemon:
-        assert daemon.xid_monitor is None
+        assert daemon.event_monitors == []
     settings.compat = "dcgm-exporter"  # DCGM_FI_DEV_XID_ERRORS is made from the XID counts
     with serving(settings) as daemon:
-        assert daemon.xid_monitor is not None
+        assert daemon.event_monitors != []
     settings.compat, settings.metrics_exclude = None, []
     with serving(settings) as daemon:
-        assert daemon.xid_monitor is not None
+        assert daemon.event_monitors != []
 
 
 @pytest.mark.slow

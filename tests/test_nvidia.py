@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import pynvml
@@ -11,9 +10,9 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml, nvml_error
 from tests.helpers import Rig, select, value, wait_until
-from warptd.backends.base import AcceleratorBackend
 from warptd.backends.nvidia import NvidiaBackend
 from warptd.errors import ErrorKind
+from warptd.models import GPUInfo
 
 DEV0 = {"backend": "nvidia", "device": "0"}
 DEV1 = {"backend": "nvidia", "device": "1"}
@@ -338,11 +337,11 @@ def test_nvml_domains_come_from_the_nvidia_read_when_both_are_loaded(settings, f
 
 def test_pytorch_device_string_and_errors_never_escape(settings, fake_nvml):
     backend = NvidiaBackend(settings)
-    assert backend.get_pytorch_device_string(1) == "cuda:1"
+    assert backend.worker_device(GPUInfo(index=1, model="NVIDIA GPU"))[0] == "cuda:1"  # without a UUID
     fake_nvml.gpus[0].raises["nvmlDeviceGetMemoryInfo_v2"] = nvml_error(pynvml.NVML_ERROR_UNKNOWN)
     fake_nvml.gpus[0].raises["nvmlDeviceGetUtilizationRates"] = pynvml.NVML_ERROR_NO_PERMISSION
-    assert backend.get_memory_usage(0) is None  # a failing v2 is an error, not a reason to use v1
-    assert backend.get_utilization(0) is None
+    assert backend.gpus[0].memory() is None  # a failing v2 is an error, not a reason to use v1
+    assert backend.gpus[0].utilization() is None
     errors = backend.take_errors()
     assert errors["sdk_error"] == 1 and errors["permission"] == 1
     assert fake_nvml.calls("nvmlDeviceGetMemoryInfo") == 0
@@ -806,12 +805,13 @@ def test_a_steady_sample_makes_its_calls_in_one_pass_read_as_the_getters_read_th
     backend = rig.loaded.accelerators[0]
     rig.tick()
     before = fake_nvml.calls("nvmlDeviceGetTemperature")
-    backend.begin_read(0, power_only=False)
-    one_pass = backend.read_values(0)
+    gpu = backend.gpus[0]
+    gpu.begin()
+    one_pass = gpu.reading()
     assert fake_nvml.calls("nvmlDeviceGetTemperature") == before + 1
-    assert backend.gpus[0].calls.one_pass() is not None  # every call answered: no getter was asked
-    getters = AcceleratorBackend.read_values(backend, 0)  # the same batch, call by call
-    assert dataclasses.replace(one_pass, read_at=None) == getters  # (which keep no time of the read)
+    assert gpu.calls.one_pass() is not None  # every call answered: no getter was asked
+    getters = gpu.reading([gpu.calls.answer(slot) for slot in range(len(gpu.calls.slots))])  # call by call
+    assert one_pass == getters  # the same batch
     assert one_pass.memory is not None and one_pass.memory.reserved is not None  # nvmlMemory_v2
     assert one_pass.clocks_hertz and one_pass.temperatures_celsius["gpu"] > 0
 

@@ -63,7 +63,7 @@ def test_an_edge_reads_the_energy_counter_and_the_throttle_times_whatever_their_
     assert _energy_reads(fake) == energy + 1
     assert fake.calls("nvmlDeviceGetFieldValues") == policy + 2  # the cheap batch, then the edge's one
     backend = rig.loaded.accelerators[0]
-    assert backend.gpus[0].throttle_counters()  # the edge's batch held the duration fields
+    assert backend.gpus[0].edges.throttle_seconds()  # the edge's batch held the duration fields
 
 
 def test_throttle_times_are_read_at_the_health_cadence_and_the_flags_every_sample(h200_rig):

@@ -8,9 +8,20 @@ from typing import ClassVar
 import pytest
 
 from warptd import registry
-from warptd.backends.cpu import CpuBackend
+from warptd.backends.cpu.backend import CpuBackend
+from warptd.backends.device import ValueDevice
 from warptd.config import SettingsError
 from warptd.models import GPUInfo, MemoryUsage, Utilization
+
+
+class PluginDevice(ValueDevice):
+    """A third-party device: one method per value it has."""
+
+    def memory(self) -> MemoryUsage | None:
+        return MemoryUsage(total=16, used=4, free=12)
+
+    def utilization(self) -> Utilization | None:
+        return Utilization(compute=0.5)
 
 
 class PluginBackend(CpuBackend):
@@ -18,14 +29,12 @@ class PluginBackend(CpuBackend):
 
     name: ClassVar[str] = "acme"
 
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.devices = (PluginDevice(0),)
+
     def list_devices(self) -> list[GPUInfo]:
         return [GPUInfo(index=0, model="ACME NPU", uuid="acme-0")]
-
-    def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        return MemoryUsage(total=16, used=4, free=12)
-
-    def get_utilization(self, index: int) -> Utilization | None:
-        return Utilization(compute=0.5)
 
 
 class BrokenBackend(CpuBackend):
@@ -120,14 +129,18 @@ def test_a_non_backend_class_is_refused(settings, monkeypatch):
 
 
 def test_builtins_are_listed_once_in_the_registry():
-    """The package declares no entry points of its own: plugins use them, built-ins are BUILTIN alone."""
+    """The package declares no entry points of its own: plugins use them, built-ins are each vendor
+    package's declaration alone (its ``VENDOR``)."""
     import tomllib
     from pathlib import Path
 
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
-    assert not set(project.get("entry-points", {})) & set(registry.GROUPS.values())
+    assert not set(project.get("entry-points", {})) & {*registry.GROUPS.values(), registry.VENDORS}
     names = [c.name for c in registry.discover() if c.origin == "builtin"]
-    assert names == [*registry.BUILTIN["accelerator"], *registry.BUILTIN["power"]]
+    vendors = registry.builtin_vendors()
+    assert names == [b.name for vendor in vendors for b in (*vendor.accelerators, *vendor.power)]
+    packages = {p.parent.name for p in (Path(registry.__file__).parent / "backends").glob("*/__init__.py")}
+    assert len(vendors) == len(packages) == 7  # every backend package declares its vendor
 
 
 class CrashingBackend(PluginBackend):
@@ -184,3 +197,72 @@ def test_a_fallback_left_without_devices_is_unavailable_with_the_reason(settings
         assert loaded.unavailable["hwmon"] == "every device is served by an SDK backend"
     finally:
         loaded.shutdown()
+
+
+_ACME_VENDOR = """
+from warptd.backends.vendor import Accelerator, Power, Vendor
+
+VENDOR = Vendor(
+    accelerators=(Accelerator("acme", "acme_warptd.backend:AcmeBackend"),),
+    power=(Power("acme_power", companion="acme"),),
+)
+"""
+_ACME_BACKEND = '''
+from warptd.backends.base import AcceleratorBackend
+from warptd.backends.device import ValueDevice
+from warptd.models import GPUInfo
+
+
+class AcmeDevice(ValueDevice):
+    def power(self):
+        """W."""
+        return 42.0
+
+    def temperatures(self):
+        """°C."""
+        return {"asic": 51.0}
+
+
+class AcmeBackend(AcceleratorBackend):
+    name = "acme"
+    source = "acme-sdk"
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.devices = [AcmeDevice(0)]
+
+    def list_devices(self):
+        return [GPUInfo(index=0, model="ACME NPU", uuid="acme-0")]
+'''
+
+
+def test_a_vendor_package_of_its_own_is_on_metrics_without_any_other_file(settings, monkeypatch, tmp_path):
+    """A new vendor is its package (a ``VENDOR`` and a backend with a device object) and its entry
+    point: the daemon serves its device and its power backend over the devices, and a backend that
+    runs no stress workload (no ``worker_device``) offers no device to stress."""
+    from tests.helpers import parse, value
+    from warptd.daemon import Daemon
+    from warptd.http.app import Request
+    from warptd.stress.setup import make_job_manager
+
+    package = tmp_path / "acme_warptd"
+    package.mkdir()
+    (package / "__init__.py").write_text(_ACME_VENDOR)
+    (package / "backend.py").write_text(_ACME_BACKEND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _entry_points(monkeypatch, EntryPoint("acme", "acme_warptd:VENDOR", registry.VENDORS))
+    settings.backends = ["acme"]
+    daemon = Daemon(settings)
+    try:
+        assert [b.name for b in [*daemon.loaded.accelerators, *daemon.loaded.power]] == ["acme", "acme_power"]
+        daemon.sampler.sample_all()
+        response = daemon.router.dispatch(
+            Request("GET", "/metrics", {}, {"host": "localhost"}, b"", "127.0.0.1")
+        )
+        samples = parse(bytes(response.body).decode())
+        assert value(samples, "warptd_device_power_watts", backend="acme", device="0") == 42.0
+        assert value(samples, "warptd_device_temperature_celsius", backend="acme", sensor="asic") == 51.0
+        assert value(samples, "warptd_power_watts", source="acme_power", domain="gpu0") == 42.0
+        assert make_job_manager(settings, daemon.loaded, daemon.snapshot).devices == {}
+    finally:
+        daemon.stop()

@@ -22,7 +22,8 @@ from tests.doubles.pyluwen import (
     blackhole_words,
 )
 from tests.helpers import select, value
-from warptd.backends.tenstorrent import TenstorrentBackend, asic_celsius, limit
+from warptd.backends.tenstorrent.backend import TenstorrentBackend
+from warptd.backends.tenstorrent.chip import asic_celsius, limit
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.install import install_command
 from warptd.registry import load_backends
@@ -133,7 +134,7 @@ def test_no_memory_utilization_or_energy_counter_absent_not_zero(rig):
         "warptd_device_throttle_active",
     ):
         assert not select(samples, name, backend="tenstorrent"), name
-    assert rig.loaded.accelerators[0].get_energy_counter(0) is None
+    assert rig.loaded.accelerators[0].devices[0].energy() is None
 
 
 def test_energy_integrated_from_power(rig, fake_luwen):
@@ -275,8 +276,8 @@ def test_pyluwen_not_installed_is_unavailable(settings, monkeypatch):
 
 def test_pytorch_device_string(settings, fake_luwen):
     backend = TenstorrentBackend(settings)
-    assert backend.get_pytorch_device_string(2) == "tt:2"
     info = backend.list_devices()[2]
+    assert backend.worker_device(info)[0] == "tt:2"
     assert backend.worker_device(info) == ("tt:2", {})
 
 

@@ -25,7 +25,7 @@ from tests.doubles.tpu_runtime import (
     tpu_pci_device,
 )
 from tests.helpers import select, value, wait_until
-from warptd.backends.tpu import TpuBackend
+from warptd.backends.tpu.backend import TpuBackend
 from warptd.config import load_settings
 from warptd.errors import BackendUnavailableError
 from warptd.registry import load_backends
@@ -131,7 +131,7 @@ def test_identity_nodes_and_extras(settings, three_chips, runtime):
     }
     assert infos[0].memory_gb == device.TpuChip.V5E.value.hbm_gib  # nominal, from tpu-info's table
     assert backend.device_identity(2) == infos[2].uuid == "TPU-0000:00:06.0"
-    assert [backend.get_pytorch_device_string(i) for i in range(3)] == ["xla:0", "xla:1", "xla:2"]
+    assert [backend.worker_device(info)[0] for info in backend.list_devices()] == ["xla:0", "xla:1", "xla:2"]
     backend.shutdown()
     backend.shutdown()  # idempotent
 

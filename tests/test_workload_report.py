@@ -458,7 +458,7 @@ def test_the_recording_memory_setting_reads_sizes_and_zero_keeps_none(node, fake
     assert daemon.workload_history is None and daemon.workloads.listeners == []
     node.add(1001, SLURM_V1, uid=0)
     fake_nvml.gpus[0].processes = [(1001, GIB)]
-    daemon.process_monitor.poll()
+    daemon.process_sources[0].poll()  # nvidia's
     daemon.workloads.poll()
     assert answer(daemon.router, "/workloads/slurm_job/4242")[0] == 200
     status, body = answer(daemon.router, "/workloads/slurm_job/4242/recording")

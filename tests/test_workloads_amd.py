@@ -316,8 +316,8 @@ def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):
     settings.backends, settings.workloads = ["amd"], True
     settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs
     with serving(settings) as daemon:
-        assert daemon.amd_processes is not None
-        assert daemon.workloads.sources == [daemon.amd_processes]
+        (source,) = daemon.process_sources  # amd's
+        assert daemon.workloads.sources == [source]
 
         def scraped() -> list:
             fake.advance(1.0)  # the GPU draws on, its firmware counting the energy
@@ -339,7 +339,7 @@ def test_without_amdsmi_the_daemon_runs_with_no_amd_source(settings, node):
     settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs
     daemon = Daemon(settings)  # import amdsmi fails here: no libamd_smi.so
     try:
-        assert daemon.amd_processes is None
+        assert daemon.process_sources == []
         assert daemon.workloads is not None and daemon.workloads.sources == []
     finally:
         daemon.stop()

@@ -20,20 +20,23 @@ from tests.doubles.tpu_runtime import tpu_pci_device
 from tests.helpers import parse, value
 from tests.sysfs_tree import SysfsTree, drm_card
 from tests.test_workloads import SLURM_V1, SLURM_V2, Clock, Node
-from warptd.backends.gaudi import GaudiBackend
-from warptd.backends.hwmon import HwmonBackend
-from warptd.backends.tenstorrent import TenstorrentBackend
-from warptd.backends.tpu import TpuBackend
+from warptd.backends.gaudi.backend import GaudiBackend
+from warptd.backends.hwmon.backend import HwmonBackend
+from warptd.backends.tenstorrent.backend import TenstorrentBackend
+from warptd.backends.tpu.backend import TpuBackend
 from warptd.exporter.text import render_text
 from warptd.models import DeviceReading, GPUInfo
 from warptd.processes import device_files
 from warptd.processes.collector import DeviceFilesCollector
 from warptd.processes.device_files import DeviceFiles
-from warptd.processes.device_nodes import RULES, device_key, device_nodes
+from warptd.processes.device_nodes import device_key, device_nodes
 from warptd.processes.engine_time import EngineTime
 from warptd.processes.fdinfo import parse_fdinfo
+from warptd.registry import node_rules
 from warptd.sampling.snapshot import DeviceSample
 from warptd.workloads.energy import WorkloadEnergy
+
+RULES = node_rules()  # each vendor package declares its backends' device nodes
 
 JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")  # SLURM_V1's and SLURM_V2's jobs
 N300, P150 = 0x0100014111712034, 0x0000004310234567
@@ -90,7 +93,8 @@ class Rig:
 
     def __init__(self, node: Node, sysfs: SysfsTree, infos: dict[str, list[GPUInfo]], **options) -> None:
         self.node, self.infos = node, infos
-        self.files = DeviceFiles(node.proc.root, sysfs.root, lambda b: infos.get(b, []), infos, **options)
+        rules = {backend: RULES[backend] for backend in infos}
+        self.files = DeviceFiles(node.proc.root, sysfs.root, lambda b: infos.get(b, []), rules, **options)
         self.clock = Clock()
         self.tracker = WorkloadEnergy(self.files.sources(), node.proc.root, node.cgroupfs, clock=self.clock)
         self.energy: dict[tuple[str, int], float] = {}
@@ -463,7 +467,7 @@ def test_a_daemon_with_workloads_attributes_a_drm_gpu_from_the_kernel(node, file
     daemon = Daemon(settings)
     daemon.start()
     try:
-        assert daemon.process_monitor is None and daemon.device_files is not None
+        assert daemon.process_sources == [] and daemon.device_files is not None
         counter = energy / "hwmon" / "hwmon3" / "energy1_input"
 
         def attributed() -> bool:

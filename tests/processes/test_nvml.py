@@ -235,10 +235,10 @@ def test_the_daemon_hands_the_setting_to_the_monitor_and_a_reload_changes_it(fak
     assert "process_utilization_interval" in RELOADABLE
     daemon = Daemon(settings(3.0), reload=lambda: settings(7.0))
     try:
-        assert daemon.process_monitor is not None
-        assert daemon.process_monitor.utilization_interval == 3.0
+        (monitor,) = daemon.process_sources  # nvidia's
+        assert monitor.utilization_interval == 3.0
         daemon.reload()
-        assert daemon.process_monitor.utilization_interval == 7.0
+        assert monitor.utilization_interval == 7.0
     finally:
         daemon.stop()
 

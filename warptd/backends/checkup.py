@@ -23,15 +23,6 @@ from warptd.backends.costs import ReadCost, ReadCosts, thread_time
 if TYPE_CHECKING:
     from warptd.config import Settings
 
-#: The SDK package a ``source`` reads through, whose version the checkup reports (sysfs: the kernel's).
-SDK_DISTRIBUTIONS = {
-    "nvml": "nvidia-ml-py",
-    "amdsmi": "amdsmi",
-    "hlml": "pyhlml",
-    "pyluwen": "pyluwen",
-    "tpu-info": "tpu-info",
-    "psutil": "psutil",
-}
 #: Where an expected CPU is given: the default ``--interval`` and a fast one.
 INTERVALS = (1.0, 0.1)
 #: The cadence of a read every sample makes.
@@ -178,9 +169,8 @@ def median_cpu(read: Callable[[], object], calls: int) -> float:
     return statistics.median(spent)
 
 
-def sdk_versions(source: str) -> dict[str, str]:
-    """The installed version of the SDK package ``source`` reads through, where it has one."""
-    distribution = SDK_DISTRIBUTIONS.get(source)
+def sdk_versions(distribution: str | None) -> dict[str, str]:
+    """The installed version of the SDK package a backend reads through (its ``sdk``), where it has one."""
     if distribution is None:
         return {}
     try:

@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry
 
 from warptd.config import Settings
 from warptd.events.collector import XidCollector
-from warptd.events.xid import XidMonitor, open_xid_monitor, xid_events_wanted
 from warptd.exporter.exposition import Exposition
 from warptd.k8s.attribution import PodAttribution, from_settings
 from warptd.metrics import catalog as m
@@ -23,10 +22,11 @@ from warptd.sampling.snapshot import Snapshot
 from warptd.stress.setup import make_job_manager
 
 if TYPE_CHECKING:  # the opt-in features' modules load when they are on (--processes, --workloads, pods)
+    from warptd.events.xid import XidMonitor
     from warptd.k8s.energy import SmUse
-    from warptd.processes.amd import AmdProcessMonitor
+    from warptd.processes.collector import ListsProcesses
     from warptd.processes.device_files import DeviceFiles
-    from warptd.processes.nvml import ProcessMonitor
+    from warptd.processes.source import ProcessPoller
     from warptd.workloads.energy import WorkloadEnergy
     from warptd.workloads.history import WorkloadHistory
 
@@ -70,44 +70,49 @@ class Telemetry:
         )
         if self.windows is not None:
             self.sampler.listeners.append(self.windows.on_sample)
-        self.xid_monitor: XidMonitor | None = None
-        self.process_monitor: ProcessMonitor | None = None
-        self.amd_processes: AmdProcessMonitor | None = None
+        self.event_monitors: list[XidMonitor] = []
+        self.process_sources: list[ProcessPoller] = []
         self.device_files: DeviceFiles | None = None
-        if any(backend.name == "nvidia" for backend in self.loaded.accelerators):
-            self._add_nvidia_extras(settings)
+        self._add_vendor_extras(settings)
         if settings.compat == "dcgm-exporter":
             from warptd.exporter.dcgm import DcgmCompatCollector
 
+            xid, release = next(iter(self.event_monitors), None), settings.dcgm_exporter_release
             self.exposition.registry.register(
-                DcgmCompatCollector(
-                    self.snapshot, settings.node, self.pods, self.xid_monitor, settings.dcgm_exporter_release
-                )
+                DcgmCompatCollector(self.snapshot, settings.node, self.pods, xid, release)
             )
         if self.pods is not None:
             self._add_pod_energy(self.pods, settings)
         self.workload_history: WorkloadHistory | None = None
         self.workloads = self._workload_energy(settings)
 
-    def _add_nvidia_extras(self, settings: Settings) -> None:
-        """XID events (on by default) and per-process memory (--processes), each on its own thread."""
-        if xid_events_wanted(settings):
-            self.xid_monitor = open_xid_monitor("nvidia", on_change=self.snapshot.touch)
-            if self.xid_monitor is not None:
-                self.exposition.registry.register(XidCollector(self.xid_monitor))
-        if settings.processes or settings.workloads:  # workloads read the monitor's process lists
+    def _add_vendor_extras(self, settings: Settings) -> None:
+        """What the loaded backends' vendors declare beside them, each on its own thread where the
+        settings want it: events (XIDs, on by default) and process lists (--processes, --workloads)."""
+        for backend, open_events in self.loaded.wired("events"):
+            monitor = open_events(settings, backend, self.snapshot.touch)
+            if monitor is not None:
+                self.event_monitors.append(monitor)
+                self.exposition.registry.register(XidCollector(monitor))
+        if not (settings.processes or settings.workloads):
+            return  # nothing reads process lists: their modules are not even imported
+        for backend, open_processes in self.loaded.wired("processes"):
+            source = open_processes(settings, backend, self.snapshot.touch)
+            if source is not None:
+                self.process_sources.append(source)
+        if settings.processes:
             from warptd.processes.collector import ProcessesCollector
-            from warptd.processes.nvml import open_process_monitor
 
-            self.process_monitor = open_process_monitor(
-                settings.procfs,
-                "nvidia",
-                settings.interval,
-                on_change=self.snapshot.touch,
-                utilization_interval=settings.process_utilization_interval,
-            )
-            if self.process_monitor is not None and settings.processes:
-                self.exposition.registry.register(ProcessesCollector(self.process_monitor))
+            for lists in self._process_lists():
+                self.exposition.registry.register(ProcessesCollector(lists))
+
+    def _process_lists(self) -> list[ListsProcesses]:
+        """The process sources that list each process with its memory and engine use."""
+        if not self.process_sources:
+            return []
+        from warptd.processes.collector import ListsProcesses
+
+        return [source for source in self.process_sources if isinstance(source, ListsProcesses)]
 
     def _add_pod_energy(self, pods: PodAttribution, settings: Settings) -> None:
         """Each pod's share of its devices' energy, and the pods' series (a kubelet was found)."""
@@ -122,41 +127,32 @@ class Telemetry:
         self.exposition.registry.register(KubernetesCollector(pods, pod_energy, self.snapshot))
 
     def _sm_use(self, settings: Settings) -> SmUse | None:
-        """SM use per container for splitting shared GPUs' energy, where --processes polls it."""
-        if self.process_monitor is None:
+        """SM use per container for splitting shared GPUs' energy, where a process source polls it."""
+        lists = self._process_lists()
+        if not lists:
             return None
         from warptd.k8s.containers import ContainerOwners
         from warptd.k8s.shares import SmShares
 
         roots = (Path("/"), settings.procfs / "1" / "root")  # the runtime's bundles, as mounted or the host's
-        return SmShares(self.process_monitor, ContainerOwners(roots)).by_owner
+        return SmShares(lists[0], ContainerOwners(roots)).by_owner
 
     def _workload_energy(self, settings: Settings) -> WorkloadEnergy | None:
         """Energy per Slurm job, unit, container and user (--workloads), from the process lists."""
         if not settings.workloads:
             return None
-        from warptd.processes.device_nodes import RULES
         from warptd.recording.selection import available_targets
         from warptd.workloads.collector import WorkloadCollector
         from warptd.workloads.energy import ProcessSource, WorkloadEnergy
         from warptd.workloads.history import WorkloadHistory
 
-        amd = next((backend for backend in self.loaded.accelerators if backend.name == "amd"), None)
-        if amd is not None:  # its processes filed under the identities the backend's samples carry
-            from warptd.processes.amd import open_amd_process_monitor
-
-            self.amd_processes = open_amd_process_monitor(
-                settings.procfs, settings.interval, amd.device_identity
-            )
-        if any(backend.name in RULES for backend in self.loaded.accelerators):
+        if self.loaded.node_rules():
             from warptd.processes.device_files import open_device_files
 
             self.device_files = open_device_files(
                 settings, self.loaded, self.snapshot, lambda: self.settings.interval
             )
-        sources: list[ProcessSource] = [
-            s for s in (self.process_monitor, self.amd_processes) if s is not None
-        ]
+        sources: list[ProcessSource] = list(self.process_sources)
         if self.device_files is not None:
             sources += self.device_files.sources()
             from warptd.processes.collector import DeviceFilesCollector
@@ -201,14 +197,7 @@ class Telemetry:
 
     def _monitors(self) -> list[Monitor]:
         """The threads beside the sampler that feed the exposition."""
-        monitors = (
-            self.pods,
-            self.xid_monitor,
-            self.process_monitor,
-            self.amd_processes,
-            self.device_files,
-            self.workloads,
-        )
+        monitors = (self.pods, *self.event_monitors, *self.process_sources, self.device_files, self.workloads)
         return [m for m in monitors if m is not None]
 
     def start(self) -> None:
@@ -230,11 +219,8 @@ class Telemetry:
     def apply(self, new: Settings) -> None:
         """What a reload changes live: intervals, timeouts, the stress and window limits."""
         self.sampler.reconfigure(new)
-        if self.process_monitor is not None:
-            self.process_monitor.interval = new.interval
-            self.process_monitor.utilization_interval = new.process_utilization_interval
-        if self.amd_processes is not None:
-            self.amd_processes.interval = new.interval
+        for source in self.process_sources:
+            source.reconfigure(new)
         self.snapshot.stale_after = new.stale_after
         if self.stress is not None:
             self.stress.max_duration_s = new.stress_max_duration

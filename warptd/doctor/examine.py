@@ -37,7 +37,6 @@ from warptd.backends.checkup import (
 from warptd.doctor.report import DoctorReport, Excluded
 from warptd.doctor.text import render, text_width
 from warptd.events.collector import XidCollector
-from warptd.events.xid import open_xid_monitor, xid_events_wanted
 from warptd.exporter.exposition import Exposition
 from warptd.logs import get_logger
 from warptd.metrics import catalog
@@ -131,21 +130,20 @@ def _rendered(settings: Settings, loaded: Loaded, snapshot: Snapshot) -> str:
     whose series belong to a device (XID counts, dcgm-exporter's series); features that need the
     daemon running (windows, stress jobs, pods, processes, workloads) aside."""
     exposition = Exposition(snapshot, node=settings.node, selection=settings.metric_selection)
-    xid = None
-    if xid_events_wanted(settings) and any(b.name == "nvidia" for b in loaded.accelerators):
-        xid = open_xid_monitor("nvidia")  # registered, never started: its counts stand at 0
+    # the events the vendors declare: registered, never started, so their counts stand at 0
+    events = [m for backend, open_events in loaded.wired("events") if (m := open_events(settings, backend))]
     try:
-        if xid is not None:
-            exposition.registry.register(XidCollector(xid))
+        for monitor in events:
+            exposition.registry.register(XidCollector(monitor))
         if settings.compat == "dcgm-exporter":
             from warptd.exporter.dcgm import DcgmCompatCollector
 
-            release = settings.dcgm_exporter_release
+            xid, release = next(iter(events), None), settings.dcgm_exporter_release
             exposition.registry.register(DcgmCompatCollector(snapshot, settings.node, None, xid, release))
         return exposition.render(None, None)[0].decode()
     finally:
-        if xid is not None:
-            xid.stop()
+        for monitor in events:
+            monitor.stop()
 
 
 def _checked(
@@ -182,7 +180,7 @@ def _sampled(
             backend=backend.name,
             source=source,
             kind="power",
-            sdk=sdk_versions(source),
+            sdk=sdk_versions(backend.sdk),
             prices=prices,
             notes=() if prices else (_UNPRICED,),
         )
@@ -202,7 +200,7 @@ def _sampled(
         source=source,
         kind=device_kind(backend.is_accelerator),
         driver=backend.get_driver_version(),
-        sdk=sdk_versions(source),
+        sdk=sdk_versions(backend.sdk),
         prices=prices,
         devices=tuple(DeviceCheckup(index=i.index, model=i.model, uuid=i.uuid) for i in infos),
         notes=() if prices else (_UNPRICED,),

@@ -22,6 +22,7 @@ from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.metrics import catalog as m
 
 if TYPE_CHECKING:
+    from warptd.backends.base import AcceleratorBackend
     from warptd.config import Settings
 
 log = structlog.get_logger("warptd.xid")
@@ -226,6 +227,14 @@ def xid_events_wanted(settings: Settings) -> bool:
     """XID events are counted (the daemon's, and so what ``warptd doctor`` counts): on, and a family
     of theirs exported."""
     return settings.xid_events and settings.metric_selection.reads(m.XID_ERRORS.name, m.LAST_XID.name)
+
+
+def open_events(
+    settings: Settings, backend: AcceleratorBackend, on_change: Callable[[], None] | None = None
+) -> XidMonitor | None:
+    """The ``nvidia`` vendor's events: ``backend``'s XIDs, where ``--xid-events`` and the metric selection
+    want them (registered: ``start()`` it); None otherwise or where no GPU delivers them."""
+    return open_xid_monitor(backend.name, on_change) if xid_events_wanted(settings) else None
 
 
 def open_xid_monitor(

@@ -13,7 +13,7 @@ import time
 
 from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.podresources import Owner
-from warptd.processes.nvml import ProcessMonitor
+from warptd.processes.collector import ListsProcesses
 
 #: A poll older than this many monitor intervals tells nothing about the current sample.
 _FRESH_INTERVALS = 3.0
@@ -22,7 +22,7 @@ _FRESH_INTERVALS = 3.0
 class SmShares:
     """SM use per container on a GPU in the monitor's latest poll."""
 
-    def __init__(self, monitor: ProcessMonitor, owners: ContainerOwners) -> None:
+    def __init__(self, monitor: ListsProcesses, owners: ContainerOwners) -> None:
         self.monitor = monitor
         self.owners = owners
 

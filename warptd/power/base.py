@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from warptd.backends.guard import GuardedSDK
 from warptd.config import with_live_settings
@@ -18,13 +18,12 @@ if TYPE_CHECKING:
 
 
 class PowerSource(StrEnum):
-    """Where a power or energy figure comes from; the ``source`` label of domain series."""
+    """Where a power or energy figure comes from; the ``source`` label of domain series (a power backend
+    a vendor declares over its devices is labelled with its own name)."""
 
     NVML = "nvml"
     RAPL = "rapl"
     HWMON = "hwmon"
-    AMDSMI = "amdsmi"
-    HLML = "hlml"
     ESTIMATED = "estimated"
 
 
@@ -55,50 +54,16 @@ class DomainPower:
     readable: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class GPUPowerInfo:
-    """Per-device power reading of a power backend."""
-
-    index: int
-    name: str
-    power_watts: float
-    power_limit_watts: float | None
-    utilization_percent: float
-    memory_utilization_percent: float
-    temperature_celsius: float | None
-    processes: list[dict[str, Any]] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessPower:
-    """Power attributed to one process (filled by later attribution work)."""
-
-    pid: int
-    name: str
-    power_watts: float
-
-
-@dataclass(frozen=True, slots=True)
-class PowerSnapshot:
-    """Everything one power backend reported at one instant."""
-
-    timestamp: float
-    total_power_watts: float | None
-    domains: list[DomainPower]
-    gpus: list[GPUPowerInfo]
-    processes: list[ProcessPower]
-    platform: str
-    available_sources: list[PowerSource]
-
-
 class PowerBackend(GuardedSDK, ABC):
     """A source of continuous power by domain. Constructors raise when the source is absent."""
 
     name: ClassVar[str]
-    source: ClassVar[PowerSource]
-    #: The accelerator backend this source measures: ``--backend nvidia`` also loads ``nvml``.
-    companion: ClassVar[str | None] = None
+    source: ClassVar[PowerSource | str]
+    #: The distribution its SDK comes in, whose version ``warptd doctor`` reports (a companion: its devices').
+    sdk: ClassVar[str | None] = None
+    #: The accelerator backend this source measures, as its vendor declares it and the registry sets it
+    #: (:class:`~warptd.backends.vendor.Power`): ``--backend nvidia`` also loads ``nvml``.
+    companion: str | None = None
     #: The longest the sampler may wait between two reads (s), whatever ``--interval`` says: e.g.
     #: a counter that wraps must be read before it can wrap twice. None: no limit.
     max_interval: float | None = None
@@ -118,10 +83,6 @@ class PowerBackend(GuardedSDK, ABC):
     @abstractmethod
     def read_domains(self) -> list[DomainReading]:
         """Read every domain now. Never raises; an unreadable domain has ``readable=False``."""
-
-    def get_gpu_power(self) -> list[GPUPowerInfo]:
-        """Per-device readings where this source covers accelerators."""
-        return []
 
     def anchor(self) -> None:
         """Read every counter exactly at the next read (a window's edge): see

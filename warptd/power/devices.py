@@ -6,7 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, ClassVar
 
 from warptd.errors import ErrorKind
-from warptd.power.base import DomainReading, GPUPowerInfo, PowerBackend
+from warptd.power.base import DomainReading, PowerBackend
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 class DevicePowerBackend(PowerBackend):
-    """Domains ``<prefix><index>`` from ``accelerator_cls``; subclasses name the class and the source.
+    """Domains ``<prefix><index>`` from ``accelerator_cls``'s power-only reads; a vendor declares one
+    by its name and companion (:func:`companion_power`), or subclasses it where it reads more.
 
     Devices without an energy counter report power only; the sampler integrates it into energy.
     """
@@ -28,6 +29,7 @@ class DevicePowerBackend(PowerBackend):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self.devices = self.accelerator_cls(settings)
+        self.sdk = self.accelerator_cls.sdk  # type: ignore[misc]
 
     def classify_error(self, exc: BaseException) -> ErrorKind:
         return self.devices.classify_error(exc)
@@ -48,7 +50,10 @@ class DevicePowerBackend(PowerBackend):
     def read_domains(self) -> list[DomainReading]:
         readings = []
         for index in range(self.devices.get_device_count()):
-            power, energy = self.devices.read_power(index) or (None, None)
+            reading = self.devices.read_device(index, power_only=True)
+            power, energy = (
+                (reading.power_watts, reading.energy_counter_joules) if reading.up else (None, None)
+            )
             readings.append(self._domain(index, power, energy, self.devices.device_identity(index)))
         return readings
 
@@ -82,26 +87,12 @@ class DevicePowerBackend(PowerBackend):
             limit_watts=limit,
         )
 
-    def get_gpu_power(self) -> list[GPUPowerInfo]:
-        gpus = []
-        for info in self.devices.list_devices():
-            reading = self.devices.read_device(info.index)
-            if not reading.up or reading.power_watts is None:
-                continue
-            util = reading.utilization
-            gpus.append(
-                GPUPowerInfo(
-                    index=info.index,
-                    name=info.model,
-                    power_watts=reading.power_watts,
-                    power_limit_watts=reading.power_limit_watts,
-                    utilization_percent=100 * ((util.compute or 0.0) if util else 0.0),
-                    memory_utilization_percent=100 * ((util.memory or 0.0) if util else 0.0),
-                    temperature_celsius=next(iter(reading.temperatures_celsius.values()), None),
-                    metadata={"uuid": info.uuid},
-                )
-            )
-        return gpus
-
     def shutdown(self) -> None:
         self.devices.shutdown()
+
+
+def companion_power(name: str, accelerator_cls: type[AcceleratorBackend]) -> type[DevicePowerBackend]:
+    """The power backend ``name`` over ``accelerator_cls``'s devices, its ``source`` label its name (a
+    vendor's :class:`~warptd.backends.vendor.Power` without a class of its own: ``amdsmi``, ``hlml``)."""
+    attributes = {"name": name, "source": name, "accelerator_cls": accelerator_cls, "__module__": __name__}
+    return type(f"{accelerator_cls.__name__}Power", (DevicePowerBackend,), attributes)

@@ -26,7 +26,6 @@ class NvmlPowerBackend(DevicePowerBackend):
     """
 
     name: ClassVar[str] = "nvml"
-    companion: ClassVar[str | None] = "nvidia"
     source: ClassVar[PowerSource] = PowerSource.NVML
     accelerator_cls = NvidiaBackend
 

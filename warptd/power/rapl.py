@@ -60,7 +60,6 @@ class RaplPowerBackend(PowerBackend):
     """
 
     name: ClassVar[str] = "rapl"
-    companion: ClassVar[str | None] = "cpu"
     source: ClassVar[PowerSource] = PowerSource.RAPL
 
     def __init__(self, settings: Settings) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -31,6 +31,10 @@ from warptd.processes.cgroup import start_time
 from warptd.processes.engine_time import EngineCount, EngineTime
 from warptd.processes.shares import DeviceProcesses
 from warptd.processes.source import DeviceCalls, ProcessPoller
+
+if TYPE_CHECKING:
+    from warptd.backends.base import AcceleratorBackend
+    from warptd.config import Settings
 
 log = structlog.get_logger("warptd.processes")
 
@@ -186,3 +190,13 @@ def open_amd_process_monitor(
     except BackendUnavailableError as exc:
         log.debug("processes_unavailable", backend="amd", reason=str(exc))
         return None
+
+
+def open_processes(
+    settings: Settings, backend: AcceleratorBackend, on_change: Callable[[], None] | None = None
+) -> AmdProcessMonitor | None:
+    """The ``amd`` vendor's process source, its processes filed under the identities ``backend``'s
+    samples carry, where ``--workloads`` reads it; None otherwise or where amdsmi is absent."""
+    if not settings.workloads:
+        return None
+    return open_amd_process_monitor(settings.procfs, settings.interval, backend.device_identity)

@@ -18,7 +18,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,13 +28,14 @@ import structlog
 from warptd.files import read_text
 from warptd.models import GPUInfo
 from warptd.processes.cgroup import PidCache
-from warptd.processes.device_nodes import RULES, device_key, device_nodes
+from warptd.processes.device_nodes import device_key, device_nodes
 from warptd.processes.engine_time import EngineTime
 from warptd.processes.fdinfo import ClientKey, DrmClient, parse_fdinfo
 from warptd.processes.shares import DeviceProcesses
 from warptd.sampling.poller import PollingThread
 
 if TYPE_CHECKING:
+    from warptd.backends.vendor import NodeRule
     from warptd.config import Settings
     from warptd.registry import Loaded
     from warptd.sampling.snapshot import Snapshot
@@ -69,14 +70,15 @@ class _Device:
 
 
 class DeviceFiles:
-    """Polls ``<procfs>/*/fd`` for the nodes of every device of the given backends."""
+    """Polls ``<procfs>/*/fd`` for the nodes of every device of the backends ``rules`` names (each by
+    the rule its vendor declares)."""
 
     def __init__(
         self,
         procfs: Path,
         sysfs: Path,
         infos: Callable[[str], list[GPUInfo]],
-        backends: Iterable[str],
+        rules: Mapping[str, NodeRule],
         *,
         interval: Callable[[], float] = lambda: 1.0,
         budget: int = 256,
@@ -84,7 +86,8 @@ class DeviceFiles:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.procfs, self.sysfs = procfs, sysfs
-        self.backends = sorted(backend for backend in backends if backend in RULES)
+        self.rules = rules
+        self.backends = sorted(rules)
         self.budget, self.young = budget, young
         #: Pids whose fd directory was refused when last looked at (skipped, never guessed).
         self.unreadable = 0
@@ -146,7 +149,7 @@ class DeviceFiles:
         watched: dict[str, list[_Device]] = {}
         known = {device: device for device in self._listed}  # their engine counters carry over
         for backend, listed in infos.items():
-            rule = RULES[backend]
+            rule = self.rules[backend]
             nodes = device_nodes(self.sysfs, rule, listed)
             for info in listed:
                 device = _Device(backend, device_key(info), info.index, rule.fdinfo)
@@ -345,12 +348,12 @@ def open_device_files(
 ) -> DeviceFiles | None:
     """A scanner for the loaded backends that list no processes through an SDK (``start()`` it), or
     None where none is loaded; the devices are those the sampler last listed for each backend."""
-    backends = [backend.name for backend in loaded.accelerators if backend.name in RULES]
-    if not backends:
+    rules = loaded.node_rules()
+    if not rules:
         return None
 
     def infos(backend: str) -> list[GPUInfo]:
         state = snapshot.get(backend)
         return list(state.devices_info) if state is not None else []
 
-    return DeviceFiles(settings.procfs, settings.sysfs, infos, backends, interval=interval)
+    return DeviceFiles(settings.procfs, settings.sysfs, infos, rules, interval=interval)

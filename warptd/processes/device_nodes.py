@@ -3,8 +3,10 @@
 Each class device (``<sysfs>/class/<class>/<name>``) links to the PCI device it belongs to
 (``device``), and its ``uevent`` names its node the way devtmpfs and udev create it
 (``DEVNAME=dri/renderD128``, ``DEVNAME=tenstorrent/0``, ``DEVNAME=accel/accel0``). What differs
-between vendors is only data, a :class:`NodeRule`: which classes hold the nodes, which node names
-open the device for work (not the control nodes monitoring tools open), and where else to look.
+between vendors is only data, a :class:`~warptd.backends.vendor.NodeRule` each vendor package declares
+for its backend (checked against each vendor's own code or documentation: see docs/workloads.md):
+which classes hold the nodes, which node names open the device for work (not the control nodes
+monitoring tools open), and where else to look.
 """
 
 from __future__ import annotations
@@ -13,48 +15,11 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from warptd.backends.vendor import NodeRule
 from warptd.files import read_text
 from warptd.models import GPUInfo, pci_address
-
-
-@dataclass(frozen=True)
-class NodeRule:
-    """How one backend's devices map to the device nodes a process opens to use them."""
-
-    #: sysfs classes (``<sysfs>/class/<class>``) whose devices are the nodes.
-    classes: tuple[str, ...]
-    #: The ``DEVNAME`` values (regular expression, whole name) that open the device for work.
-    names: str
-    #: Also ``/dev/vfio/<iommu group>`` of each function (a device passed to userspace through VFIO).
-    vfio_group: bool = False
-    #: Every PCI function of the device's slot, not only the one the backend names (a TPU chip: one
-    #: function per core).
-    whole_slot: bool = False
-    #: A device without a PCI address of its own (reached through another) takes the nodes of the
-    #: devices whose ``extra_metrics`` hold the same value under this key.
-    board_key: str = ""
-    #: The node's open files carry DRM client usage stats in ``/proc/PID/fdinfo``.
-    fdinfo: bool = False
-
-
-#: Checked against each vendor's own code or documentation (see docs/workloads.md).
-RULES: dict[str, NodeRule] = {
-    # tpu-info's get_chip_owners: /dev/accelN (v2-v4, class accel) or /dev/vfio/<group> (v5e and newer).
-    "tpu": NodeRule(
-        ("accel", "vfio-dev"), r"accel\d+|vfio/devices/vfio\d+", vfio_group=True, whole_slot=True
-    ),
-    # tt-kmd: class "tenstorrent", device "tenstorrent/%d"; an n300's second chip is reached through
-    # the first one's node.
-    "tenstorrent": NodeRule(("tenstorrent",), r"tenstorrent/\d+", board_key="board_id"),
-    # habanalabs: /dev/accel/accelN (accel subsystem) or /dev/hlN (before it); the accel_controlDN and
-    # hl_controlDN nodes are for monitoring (hl-smi, HLML) and hold no compute context.
-    "gaudi": NodeRule(("accel", "habanalabs"), r"accel/accel\d+|hl\d+"),
-    # DRM GPUs served through sysfs (amdgpu, i915, xe): the primary and render nodes.
-    "hwmon": NodeRule(("drm",), r"dri/card\d+|dri/renderD\d+", fdinfo=True),
-}
 
 
 def device_key(info: GPUInfo) -> str:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -28,6 +28,10 @@ from warptd.processes.cgroup import Attribution, CgroupResolver
 from warptd.processes.shares import DeviceProcesses
 from warptd.processes.source import DeviceCalls, ProcessPoller
 from warptd.processes.utilization import ENGINES, ProcessSample, UtilizationReader
+
+if TYPE_CHECKING:
+    from warptd.backends.base import AcceleratorBackend
+    from warptd.config import Settings
 
 log = structlog.get_logger("warptd.processes")
 
@@ -174,6 +178,11 @@ class ProcessMonitor(ProcessPoller):
         self._capped: dict[int, int] = {}  # device index -> processes left out at the last poll
         self._latest: list[GpuProcess] = []
         super().__init__(backend, interval, "warptd-processes", self._lease.release)
+
+    def reconfigure(self, settings: Settings) -> None:
+        """A reload: the new ``--interval`` and ``--process-utilization-interval``."""
+        super().reconfigure(settings)
+        self.utilization_interval = settings.process_utilization_interval
 
     # -- polling ------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -420,3 +429,19 @@ def open_process_monitor(
         log.debug("processes_unavailable", backend=backend, reason=str(exc))
         return None
     return monitor
+
+
+def open_processes(
+    settings: Settings, backend: AcceleratorBackend, on_change: Callable[[], None] | None = None
+) -> ProcessMonitor | None:
+    """The ``nvidia`` vendor's process source for ``backend``'s GPUs, where ``--processes`` (their
+    series) or ``--workloads`` (the lists) read it; None otherwise or where NVML is absent."""
+    if not (settings.processes or settings.workloads):
+        return None
+    return open_process_monitor(
+        settings.procfs,
+        backend.name,
+        settings.interval,
+        on_change=on_change,
+        utilization_interval=settings.process_utilization_interval,
+    )

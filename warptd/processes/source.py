@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
 from warptd.errors import ErrorKind
 from warptd.processes.shares import DeviceProcesses
 from warptd.sampling.poller import PollingThread
+
+if TYPE_CHECKING:
+    from warptd.config import Settings
 
 log = structlog.get_logger("warptd.processes")
 
@@ -101,6 +105,10 @@ class ProcessPoller:
         weights (for the workload energy split; never calls the SDK)."""
         with self._lock:
             return dict(self._devices)
+
+    def reconfigure(self, settings: Settings) -> None:
+        """A reload: poll at the new ``--interval`` from the next poll on."""
+        self.interval = settings.interval
 
     def start(self) -> None:
         self._poller.start()

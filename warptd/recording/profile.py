@@ -220,18 +220,13 @@ def local_energy_reasons(loaded: Loaded, snapshot: Snapshot) -> tuple[str, ...]:
     (``rapl: no RAPL zones``), each that loaded but was refused its counter, and no accelerator."""
     from warptd.errors import ErrorKind
     from warptd.registry import discover
-    from warptd.targets import resolve_target
 
     present = {backend.name for backend in loaded.accelerators}
     reasons = []
     for candidate in discover():
         if candidate.kind != "power" or candidate.name not in loaded.unavailable:
             continue
-        try:
-            companion = getattr(resolve_target(candidate.target), "companion", None)
-        except (ImportError, AttributeError):
-            continue
-        if companion in present:
+        if candidate.companion in present:
             reasons.append(f"{candidate.name}: {loaded.unavailable[candidate.name]}")
     for backend in loaded.power:
         state = snapshot.get(backend.name)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from warptd.backends.capabilities import StressTarget
 from warptd.config import Settings
 from warptd.recording.recorder import with_carbon_and_cost
 from warptd.registry import Loaded
@@ -27,6 +28,8 @@ def make_job_manager(
         """From the snapshot's current identities, so a re-discovered GPU is stressed by its UUID."""
         refs = []
         for backend in loaded.accelerators:
+            if not isinstance(backend, StressTarget):
+                continue  # its devices run no stress workload
             state = snapshot.get(backend.name)
             for info in state.devices_info if state else []:
                 torch_device, environment = backend.worker_device(info)

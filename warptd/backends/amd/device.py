@@ -22,11 +22,11 @@ from warptd.backends.amd.handle import AmdHandle, Call
 from warptd.backends.amd.health import Health, read_health
 from warptd.backends.amd.metrics_table import MetricsTable
 from warptd.backends.amd.values import integer, number, one, reported, text
-from warptd.backends.base import throttle_states
 from warptd.backends.cadence import DeviceCadence
 from warptd.backends.costs import ReadCosts, thread_time
+from warptd.backends.device import ReadPlan, ValueDevice, throttle_states
 from warptd.metrics import catalog
-from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
+from warptd.models import GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -67,7 +67,7 @@ class Sensors:
         )
 
 
-class AmdDevice(AmdHandle):
+class AmdDevice(AmdHandle, ValueDevice):
     """One handle amdsmi gave (a whole GPU, or a partition of one) and what is kept about it."""
 
     def __init__(
@@ -127,14 +127,14 @@ class AmdDevice(AmdHandle):
         )
 
     # -- one read -----------------------------------------------------------------------------
-    def begin_read(self, power_only: bool) -> None:
+    def begin(self, plan: ReadPlan) -> None:
         """One GPU metrics table per read, power-only reads included: power, energy, activity, clocks,
         throttle residency, engine activities and XGMI counters all come from it. The power cap and the
         fan at the health cadence, and ECC, replays and bad pages, by the primary partition."""
         started = thread_time()
         self.table.update(self.get("metrics_table", "amdsmi_get_gpu_metrics_info") or {})
         self._costs.charge("metrics_table", started)
-        if power_only or not self._health_cadence.due():
+        if plan.power_only or not self._health_cadence.due():
             return
         started = thread_time()
         self.power_cap = self._power_cap()
@@ -142,24 +142,6 @@ class AmdDevice(AmdHandle):
         if self.primary:
             self.health = read_health(self.get, self._sdk.amdsmi_wrapper)
         self._costs.charge("health", started)
-
-    def read(self) -> DeviceReading:
-        """Every value of this read (after :meth:`begin_read`), in one reading."""
-        throttle = throttle_states(self.table.supported_throttle_reasons(), self.table.throttle_reasons())
-        return DeviceReading(
-            index=self.index,
-            memory=self.memory(),
-            utilization=self.utilization(),
-            power_watts=self.power(),
-            power_limit_watts=self.power_cap,
-            energy_counter_joules=self.energy(),
-            temperatures_celsius=self.temperatures(),
-            clocks_hertz=self.clocks(),
-            throttle_active=throttle,
-            throttle_counter_seconds=self.table.throttle_counters(),
-            gauges=self.gauges(),
-            counters=self.counters(),
-        )
 
     def _asked(self, kind: str, what: str, fn_name: str, *args: object) -> Any:
         """A getter asked where the device has no metrics table this read (:meth:`get`), charged as
@@ -171,6 +153,7 @@ class AmdDevice(AmdHandle):
 
     # -- the values ---------------------------------------------------------------------------
     def memory(self) -> MemoryUsage | None:
+        """VRAM total, used and free, bytes (amdsmi: MB)."""
         started = thread_time()
         vram = self.get("memory", "amdsmi_get_gpu_vram_usage")
         self._costs.charge("memory", started)
@@ -198,6 +181,7 @@ class AmdDevice(AmdHandle):
         )
 
     def temperatures(self) -> dict[str, float]:
+        """Edge, junction and memory sensors, °C."""
         temperatures = {}
         started = thread_time()
         for sensor, (kind, metric) in self._sensors.temperatures.items():
@@ -215,6 +199,10 @@ class AmdDevice(AmdHandle):
         if not info:
             return None
         return next((w for key in _POWER_FIELDS if (w := number(info.get(key)))), None)
+
+    def power_limit(self) -> float | None:
+        """The power cap, W, as last read at the health cadence."""
+        return self.power_cap
 
     def _power_cap(self) -> float | None:
         cap = self.get("power_cap", "amdsmi_get_power_cap_info")
@@ -256,7 +244,16 @@ class AmdDevice(AmdHandle):
                 clocks[clock] = mhz * 1e6
         return clocks
 
+    def throttle(self) -> dict[str, bool]:
+        """The reasons the metrics table's residency accumulators count, by whether each moved."""
+        return throttle_states(self.table.supported_throttle_reasons(), self.table.throttle_reasons())
+
+    def throttle_counters(self) -> dict[str, float]:
+        """Seconds in each throttle reason, from the residency accumulators."""
+        return self.table.throttle_counters()
+
     def gauges(self) -> dict[str, LabelledValues]:
+        """Media engine activity, the fan's speed ratio and pages pending retirement."""
         return reported(
             {
                 "warptd_device_engine_active_ratio": self.table.engine_activity(),
@@ -276,6 +273,7 @@ class AmdDevice(AmdHandle):
         return speed / self._fan_max if speed is not None else None
 
     def counters(self) -> dict[str, LabelledValues]:
+        """ECC, replays and XGMI bytes: socket-wide, so on the primary partition only."""
         if not self.primary:
             return {}  # socket-wide counters: the primary partition reports them, once
         return reported({**self.health.counters, catalog.NVLINK_LINK_BYTES.name: self.table.xgmi_bytes()})

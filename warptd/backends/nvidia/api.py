@@ -8,9 +8,10 @@ import ctypes
 import functools
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from warptd.backends.base import throttle_states
+from warptd.backends.device import throttle_states
 from warptd.backends.nvidia import calls, fields
 from warptd.backends.nvidia.guard import DeviceGuard, Version
 from warptd.errors import ErrorKind
@@ -109,7 +110,7 @@ class NvmlApi:
 
     def states(self, supported: int, mask: int | None) -> States:
         """The reading's ``throttle_active`` and ``clock_events_active`` from the clock-event masks:
-        what :func:`~warptd.backends.base.throttle_states` and the reading itself would make of them,
+        what :func:`~warptd.backends.device.throttle_states` and the reading itself would make of them,
         made once per supported and active masks."""
         supported &= self.known_bits
         if mask is None or not supported:
@@ -124,3 +125,17 @@ class NvmlApi:
                 {reason: on for reason, on in bits if reason in CLOCK_EVENT_REASONS},
             )
         return states
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHandle:
+    """One GPU's NVML handle with the API and the guard it is asked through: what each part of a GPU's
+    device object (:mod:`~warptd.backends.nvidia.gpu`) reads it with."""
+
+    api: NvmlApi
+    guard: DeviceGuard
+    handle: Any
+
+    def get(self, what: str, name: str, *args: object) -> Any:
+        """``nvml.<name>(handle, *args)`` through the guard (:meth:`NvmlApi.get`)."""
+        return self.api.get(self.guard, self.handle, what, name, *args)

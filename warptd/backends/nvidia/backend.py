@@ -16,9 +16,8 @@ from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.api import NvmlApi
 from warptd.backends.nvidia.base import NvmlBackend
 from warptd.backends.nvidia.gpu import Gpu, GpuContext
-from warptd.backends.nvidia.sample import CLOCKS, PSTATE, REASONS, TEMPERATURE
 from warptd.errors import BackendUnavailableError, ErrorKind
-from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
+from warptd.models import DeviceReading, GPUInfo
 
 if TYPE_CHECKING:
     from warptd.backends.checkup import BackendCheckup, CheckupPlan
@@ -39,11 +38,14 @@ class NvidiaBackend(NvmlBackend):
             raise BackendUnavailableError(f"nvidia-ml-py too old: {exc}") from exc
         self._handles = self._session.handles
         self._mig_on = False  # some GPU has MIG on: its instances are re-listed at every rediscovery
-        self._watched: frozenset[int] = frozenset()  # the GPUs a window records (:meth:`watch_devices`)
-        self._anchored: set[int] = set()  # the GPUs whose next read is an edge (:meth:`anchor`)
         self._sync_lock = threading.Lock()  # one reader opens the device objects again after a reopen
         #: One device object per GPU that NVML counts, as of NVML initialisation ``_generation``.
         self.gpus: tuple[Gpu, ...] = self._open_gpus(())
+
+    @property
+    def devices(self) -> tuple[Gpu, ...]:  # type: ignore[override]
+        """One device object per GPU NVML counts (:attr:`gpus`)."""
+        return self.gpus
 
     def _open_gpus(self, before: Sequence[Gpu]) -> tuple[Gpu, ...]:
         """A device object per GPU NVML lists now, with the field ids of the driver's branch (a reload
@@ -107,46 +109,29 @@ class NvidiaBackend(NvmlBackend):
             if not gpu.lock.acquire(blocking=False):  # being read, perhaps hung: as last listed
                 return gpu.known.uuid if gpu.known is not None else None
             try:
-                return gpu.uuid()
+                return gpu.identity.uuid()
             finally:
                 gpu.lock.release()
 
-    def read_device(self, index: int) -> DeviceReading:
-        """One GPU's reading, under its own lock and a share of the session's: the other GPUs are
-        read meanwhile, from other threads, however long this one's calls take."""
+    def read_device(self, index: int, *, power_only: bool = False) -> DeviceReading:
+        """One GPU's reading by its plan, under its own lock and a share of the session's: the other
+        GPUs are read meanwhile, from other threads, however long this one's calls take. An edge
+        (:meth:`anchor`) is kept on the backend, not the device objects, so an NVML reopen at that
+        read keeps it."""
         with self._session.lock:
             self._sync_generation()
             if self._absent(index):
                 if index < len(self.gpus):
                     self.gpus[index].cadence.forget()  # back up, it reads everything at once
                 return DeviceReading(index=index, up=False)
-            edge = index in self._anchored
-            self._anchored.discard(index)
+            plan = self.plan(index, power_only)
             gpu = self.gpus[index]
             with gpu.lock:
-                return gpu.read(index in self._watched, edge)
-
-    def anchor(self, indices: Sequence[int]) -> None:
-        """Read these GPUs' energy counters and throttle times at their next read: an edge. Kept on
-        the backend, not the device objects, so an NVML reopen at that read keeps it."""
-        self._anchored.update(indices)
-
-    def watch_devices(self, indices: frozenset[int]) -> None:
-        """The GPUs windows record now: their GPM follows the windows' reads."""
-        self._watched = indices
-
-    def read_power(self, index: int) -> tuple[float | None, float | None] | None:
-        with self._session.lock:
-            self._sync_generation()
-            if self._absent(index):
-                return None
-            gpu = self.gpus[index]
-            with gpu.lock:
-                return gpu.read_power()
+                return gpu.read(plan)
 
     def power_parts(self, index: int) -> tuple[str, ...]:
         """The parts GPU ``index`` measures the power of apart (module, memory), as far as known."""
-        return self.gpus[index].power_parts() if index < len(self.gpus) else ()
+        return self.gpus[index].power.parts() if index < len(self.gpus) else ()
 
     def read_power_scopes(self, index: int) -> dict[str, float] | None:
         """W of the parts of GPU ``index`` NVML measures apart (module, memory), read now; None when
@@ -158,15 +143,6 @@ class NvidiaBackend(NvmlBackend):
             gpu = self.gpus[index]
             with gpu.lock:
                 return gpu.read_scopes()
-
-    def begin_read(self, index: int, power_only: bool) -> None:
-        """The read plan's batches (a power-only read has none of its own: see :meth:`Gpu.read_power`)."""
-        self.gpus[index].begin()
-
-    def read_values(self, index: int) -> DeviceReading:
-        """The values after :meth:`begin_read`: the sample's calls in one pass where they can be,
-        converted as the getters convert them."""
-        return self.gpus[index].reading()
 
     def device_present(self, index: int) -> bool:
         """False for an index gone from the list, or a GPU whose handle NVML refused (retried by
@@ -182,9 +158,6 @@ class NvidiaBackend(NvmlBackend):
         return ErrorKind.DEVICE_LOST if refused is None else self.classify_error(refused)
 
     # -- discovery and identity -------------------------------------------------------------
-    def is_available(self) -> bool:
-        return self.get_device_count() > 0
-
     def get_device_count(self) -> int:
         return len(self._handles)
 
@@ -209,18 +182,15 @@ class NvidiaBackend(NvmlBackend):
         if not gpu.lock.acquire(blocking=False):
             return gpu.known or GPUInfo(index=gpu.index, model="NVIDIA GPU")
         try:
-            return gpu.info(driver)
+            return gpu.identity.info(driver, gpu.memory)
         finally:
             gpu.lock.release()
-
-    def get_pytorch_device_string(self, device_id: int) -> str:
-        return f"cuda:{device_id}"
 
     def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
         """CUDA orders GPUs fastest-first and honours CUDA_VISIBLE_DEVICES, NVML does neither:
         pin the worker to this GPU by UUID so the GPU that runs is the one measured."""
         if not info.uuid:
-            return self.get_pytorch_device_string(info.index), {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+            return f"cuda:{info.index}", {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         return "cuda:0", {"CUDA_VISIBLE_DEVICES": info.uuid, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
     def shutdown(self) -> None:
@@ -236,48 +206,3 @@ class NvidiaBackend(NvmlBackend):
         with self._session.lock:
             self._sync_generation()
             return checkup(self, self._api, plan)
-
-    # -- the getters: each GPU's own code, as its reading makes them ---------------------------
-    def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        return self.gpus[index].memory()
-
-    def get_utilization(self, index: int) -> Utilization | None:
-        return self.gpus[index].utilization()
-
-    def get_temperatures(self, index: int) -> dict[str, float]:
-        gpu = self.gpus[index]
-        return gpu.temperatures(gpu.calls.answer(TEMPERATURE))
-
-    def get_power_usage(self, index: int) -> float | None:
-        return self.gpus[index].power()
-
-    def get_power_average(self, index: int) -> float | None:
-        return self.gpus[index].power_average()
-
-    def get_power_limit(self, index: int) -> float | None:
-        """The enforced limit as of the last read of the slow values."""
-        return self.gpus[index].slow.power_limit
-
-    def get_energy_counter(self, index: int) -> float | None:
-        return self.gpus[index].energy()
-
-    def get_clocks(self, index: int) -> dict[str, float]:
-        gpu = self.gpus[index]
-        return gpu.clocks([gpu.calls.answer(CLOCKS + n) for n in range(len(self._api.clocks))])
-
-    def get_supported_throttle_reasons(self, index: int) -> list[str]:
-        return self._api.reason_names(self.gpus[index].supported_mask()) or []
-
-    def get_throttle_reasons(self, index: int) -> list[str] | None:
-        gpu = self.gpus[index]
-        return self._api.reason_names(gpu.calls.answer(REASONS))
-
-    def get_throttle_counters(self, index: int) -> dict[str, float]:
-        return self.gpus[index].throttle_counters()
-
-    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
-        gpu = self.gpus[index]
-        return gpu.gauges(gpu.calls.answer(PSTATE))
-
-    def get_counters(self, index: int) -> dict[str, LabelledValues]:
-        return self.gpus[index].counters()

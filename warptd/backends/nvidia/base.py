@@ -24,6 +24,7 @@ class NvmlBackend(AcceleratorBackend):
     """An accelerator backend leasing the process-wide NVML session (``nvidia``, ``nvidia_mig``)."""
 
     source: ClassVar[str] = "nvml"
+    sdk: ClassVar[str | None] = "nvidia-ml-py"
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)

@@ -4,7 +4,8 @@ read of the plan (each field batch kind, the prepared calls, the slow values, a 
 metrics, the energy call), each the median of a few calls of that exact read; how often energy and
 power change; the paths that must agree (field 83 and ``nvmlDeviceGetTotalEnergyConsumption``, field
 185 and ``nvmlDeviceGetPowerUsage``, GPM SM activity and utilization on an idle GPU); and what a GPU
-has no series of, and why. Reads only: nothing of the backend's own state changes.
+has no series of, and why (the prices of the plan's reads: :mod:`~warptd.backends.nvidia.prices`).
+Reads only: nothing of the backend's own state changes.
 """
 
 from __future__ import annotations
@@ -12,15 +13,12 @@ from __future__ import annotations
 import ctypes
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from warptd.backends.cadence import DeviceCadence
 from warptd.backends.checkup import (
-    EACH_SAMPLE,
     Absent,
     Agreement,
     BackendCheckup,
@@ -30,15 +28,16 @@ from warptd.backends.checkup import (
     ReadPrice,
     Refresh,
     interval_key,
-    median_cpu,
     sdk_versions,
 )
 from warptd.backends.costs import thread_time
 from warptd.backends.nvidia import calls, fields
 from warptd.backends.nvidia.engines import MEDIA_UTILIZATION
 from warptd.backends.nvidia.fields import FieldKey, FieldRequest
-from warptd.backends.nvidia.gpm import MIN_SAMPLE_GAP_S, GpmContext, GpmSource, sample_gap
-from warptd.backends.nvidia.gpu import AVERAGING_SINCE, Gpu, read_kind
+from warptd.backends.nvidia.gpm import MIN_SAMPLE_GAP_S, GpmContext, GpmSource
+from warptd.backends.nvidia.gpu import Gpu
+from warptd.backends.nvidia.power import AVERAGING_SINCE
+from warptd.backends.nvidia.prices import Prices, plan_rates
 from warptd.backends.nvidia.session import text
 from warptd.errors import ErrorKind
 from warptd.metrics import catalog
@@ -46,7 +45,6 @@ from warptd.metrics import catalog
 if TYPE_CHECKING:
     from warptd.backends.nvidia.api import NvmlApi
     from warptd.backends.nvidia.backend import NvidiaBackend
-    from warptd.config import Settings
 
 ENERGY_PAIR = "field 83 = nvmlDeviceGetTotalEnergyConsumption"
 POWER_PAIR = "field 185 = nvmlDeviceGetPowerUsage"
@@ -77,8 +75,6 @@ IDLE_SM = 0.02
 #: read by the longest period after it.
 UTILIZATION_POLL_S = 0.1
 UTILIZATION_LONGEST_PERIOD_S = 1.0
-#: The most reads :func:`plan_rates` simulates (an --interval of a millisecond: 200 s of them).
-_MOST_TICKS = 200_000
 _ENERGY: FieldKey = (fields.FI_TOTAL_ENERGY, 0)
 _INSTANT: FieldKey = (fields.FI_POWER_INSTANT, 0)
 _AVERAGE: FieldKey = (fields.FI_POWER_AVERAGE, 0)
@@ -86,19 +82,6 @@ _POLLED = {
     _ENERGY: "energy counter (field 83)",
     _INSTANT: "instant power (field 186)",
     _AVERAGE: "average power (field 185)",
-}
-#: What each kind of field batch is charged as (``read_costs``), by :meth:`Gpu.begin`.
-_CHARGED = {"full": "health"}
-#: A prepared call of a sample, by what it is guarded as, in plain words.
-_CALLED = {
-    "memory_v2": "memory",
-    "pstate": "performance state",
-    "clock_graphics": "graphics clock",
-    "clock_sm": "SM clock",
-    "clock_memory": "memory clock",
-    "clock_video": "video clock",
-    "clocks_event_Current": "clock-event reasons",
-    "clocks_throttle_Current": "clock-event reasons",
 }
 
 #: The NVLink families: each link's and the GPU's totals.
@@ -127,8 +110,8 @@ def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendC
         DeviceCheckup(
             index=probe.index,
             model=probe.model,
-            uuid=probe.gpu.uuid(),
-            prices=(*probe.prices(settings), *gpm[probe.index].prices),
+            uuid=probe.gpu.identity.uuid(),
+            prices=(*probe.prices.of_plan(settings), *gpm[probe.index].prices),
             durations=probe.durations(),
             absent=probe.absent(reads),
         )
@@ -141,33 +124,13 @@ def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendC
         source=backend.source,
         kind="accelerator",
         driver=driver,
-        sdk={**sdk_versions(backend.source), **_library_versions(api)},
+        sdk={**sdk_versions(backend.sdk), **_library_versions(api)},
         numbering=_numbering_check(numbering, driver),
         devices=tuple(devices),
         refresh=tuple(refresh),
         agreements=tuple(agreements),
         notes=tuple(notes),
     )
-
-
-def plan_rates(settings: Settings, interval: float) -> dict[str, float]:
-    """Reads a second of each kind the plan makes of one GPU at ``interval``, outside windows (``sample``:
-    every read): the GPU's own cadences (:func:`~warptd.backends.nvidia.gpu.read_kind`) run over a
-    simulated span after the first read (which reads everything), GPM at
-    :func:`~warptd.backends.nvidia.gpm.sample_gap`."""
-    at = settings.model_copy(update={"interval": interval})
-    health, energy = DeviceCadence(lambda: at), DeviceCadence(lambda: at, "energy_interval")
-    span = min(3600.0, max(60.0, 10 * max(at.health_interval, at.energy_interval)))
-    ticks = min(_MOST_TICKS, max(1, round(span / interval)))
-    gap, taken = sample_gap(at), 0.0
-    read_kind(health, energy, now=0.0)
-    counts: Counter[str] = Counter(sample=ticks)
-    for tick in range(1, ticks + 1):
-        now = tick * interval
-        counts[read_kind(health, energy, now=now)] += 1
-        if now - taken >= gap:
-            counts["gpm"], taken = counts["gpm"] + 1, now
-    return {kind: count / (ticks * interval) for kind, count in counts.items()}
 
 
 def _numbering_check(numbering: fields.Numbering, driver: str | None) -> NumberingCheck:
@@ -201,10 +164,6 @@ def _first_of_each_model(probes: Sequence[_Probe]) -> list[_Probe]:
     return list(seen.values())
 
 
-def _key_text(key: FieldKey) -> str:
-    return f"{key[0]}" if not key[1] else f"{key[0]}/{key[1]}"
-
-
 class _GpmResult:
     """One GPU's GPM pairs as measured: their price, the SM activity of the last one (or why not), the
     GPU's utilization read with each of that pair's two samples, and when the pair ended (monotonic)."""
@@ -229,8 +188,7 @@ def _gpm(
     rates: dict[str, dict[str, float]],
 ) -> dict[int, _GpmResult]:
     """A few GPM pairs (``nvmlGpmSampleGet`` + ``nvmlGpmMetricsGet`` of the metrics the backend asks)
-    of every GPU with GPM, from sources of the doctor's own, the GPUs taken in turn 110 ms apart (the
-    driver refreshes its counters every 100 ms): each pair's CPU, and the last pair's SM activity."""
+    of every GPU with GPM, from sources of the doctor's own (:func:`_gpm_pairs`)."""
     context = GpmContext(
         api.nvml,
         lambda exc: backend.classify_error(exc) is ErrorKind.NOT_SUPPORTED,
@@ -238,52 +196,60 @@ def _gpm(
         reject=lambda n: None,
         reads=backend.selection.reads,
     )
-    results: dict[int, _GpmResult] = {}
     if not context.table:
         return {p.index: _GpmResult(why="GPM is not read: no GPM family is exported") for p in probes}
+    results: dict[int, _GpmResult] = {}
     sources: dict[int, tuple[_Probe, GpmSource]] = {}
     for probe in probes:
         gpu = probe.gpu
-        supported = context.supported(gpu.guard, gpu.handle)
-        source = (
-            context.open(gpu.guard, "nvmlGpmSampleGet", (gpu.handle,), gpu.presence()) if supported else None
-        )
+        source = None
+        if context.supported(gpu.guard, gpu.handle):
+            source = context.open(gpu.guard, "nvmlGpmSampleGet", (gpu.handle,), gpu.activity.presence())
         if source is None:
             results[probe.index] = _GpmResult(why="no GPM on this GPU (Hopper and newer have it)")
         else:
             sources[probe.index] = (probe, source)
-    spent: dict[int, list[float]] = {index: [] for index in sources}
-    #: Utilization read right after each GPU's samples: the last pair's two say whether it was idle.
-    busy: dict[int, list[float | None]] = {index: [] for index in sources}
-    ended: dict[int, float] = {}
     try:
-        for pair in range(plan.gpm_pairs + 1):
-            began = time.monotonic()
-            for index, (probe, source) in sources.items():
-                started = thread_time()
-                if source.sample(probe.gpu.guard, "doctor_gpm_sample") and pair:
-                    spent[index].append(thread_time() - started)
-                busy[index].append(probe.compute())
-                ended[index] = time.monotonic()
-            time.sleep(max(0.0, began + MIN_SAMPLE_GAP_S + 0.005 - time.monotonic()))
-        for index, (_, source) in sources.items():
-            metrics, cpu = len(source.metrics), spent[index]
-            price = ReadPrice(
-                read=f"GPM sample + metrics ({metrics})",
-                what=f"GPM activity ({metrics} metrics)",
-                charged_as="gpm",
-                cpu_seconds=statistics.median(cpu) if cpu else 0.0,
-                measured=len(cpu),
-                cadence="once a second",
-                per_second={key: rate.get("gpm", 0.0) for key, rate in rates.items()},
-            )
-            active = source.gauges.get(catalog.SM_ACTIVE.name, {}).get(())
-            why = "" if active is not None else f"{catalog.SM_ACTIVE.name} is not read or did not answer"
-            last = tuple(busy[index][-2:])
-            results[index] = _GpmResult((price,) if cpu else (), active, why, last, ended[index])
+        return {**results, **_gpm_pairs(sources, plan, rates)}
     finally:
         for _, source in sources.values():
             source.close()
+
+
+def _gpm_pairs(
+    sources: dict[int, tuple[_Probe, GpmSource]], plan: CheckupPlan, rates: dict[str, dict[str, float]]
+) -> dict[int, _GpmResult]:
+    """The GPUs' pairs taken in turn 110 ms apart (the driver refreshes its counters every 100 ms):
+    each pair's CPU, the last pair's SM activity, and utilization read right after each GPU's samples
+    (the last pair's two say whether it was idle)."""
+    spent: dict[int, list[float]] = {index: [] for index in sources}
+    busy: dict[int, list[float | None]] = {index: [] for index in sources}
+    ended: dict[int, float] = {}
+    for pair in range(plan.gpm_pairs + 1):
+        began = time.monotonic()
+        for index, (probe, source) in sources.items():
+            started = thread_time()
+            if source.sample(probe.gpu.guard, "doctor_gpm_sample") and pair:
+                spent[index].append(thread_time() - started)
+            busy[index].append(probe.compute())
+            ended[index] = time.monotonic()
+        time.sleep(max(0.0, began + MIN_SAMPLE_GAP_S + 0.005 - time.monotonic()))
+    results = {}
+    for index, (_, source) in sources.items():
+        metrics, cpu = len(source.metrics), spent[index]
+        price = ReadPrice(
+            read=f"GPM sample + metrics ({metrics})",
+            what=f"GPM activity ({metrics} metrics)",
+            charged_as="gpm",
+            cpu_seconds=statistics.median(cpu) if cpu else 0.0,
+            measured=len(cpu),
+            cadence="once a second",
+            per_second={key: rate.get("gpm", 0.0) for key, rate in rates.items()},
+        )
+        active = source.gauges.get(catalog.SM_ACTIVE.name, {}).get(())
+        why = "" if active is not None else f"{catalog.SM_ACTIVE.name} is not read or did not answer"
+        last = tuple(busy[index][-2:])
+        results[index] = _GpmResult((price,) if cpu else (), active, why, last, ended[index])
     return results
 
 
@@ -361,95 +327,14 @@ class _Probe:
 
     def __init__(self, gpu: Gpu, api: NvmlApi, plan: CheckupPlan, rates: dict[str, dict[str, float]]) -> None:
         self.gpu, self.api, self.index = gpu, api, gpu.index
-        #: How many calls each price is the median of; the plan's reads a second by interval and kind.
-        self.calls, self.rates = plan.calls, rates
         self.model = gpu.known.model if gpu.known is not None else "NVIDIA GPU"
         nvml, handle = api.nvml, gpu.handle
         self.energy_call = calls.scalar(
             nvml, "nvmlDeviceGetTotalEnergyConsumption", handle, out=ctypes.c_ulonglong
         )
         self.power_call = calls.scalar(nvml, "nvmlDeviceGetPowerUsage", handle)
-
-    # -- prices --------------------------------------------------------------------------------------
-    def prices(self, settings: Settings) -> list[ReadPrice]:
-        """The median CPU of each read of the plan: every kind of field batch and the full one, the
-        prepared calls of a sample, the slow values, the energy call."""
-        gpu, batch, prices = self.gpu, self.gpu.batch, []
-        health = f"every {settings.health_interval:g} s"
-        plainly = {  # kind: (what it reads, how often, which rate of the plan)
-            "power": ("power fields", "each sample that reads no energy", "power"),
-            "energy": (
-                "power fields and the energy counter",
-                f"every {settings.energy_interval:g} s",
-                "energy",
-            ),
-            "edge": (
-                "every counter at once",
-                "at the start and end of a window, profile or stress run",
-                None,
-            ),
-            "full": ("health and link fields", health, "health"),
-            "scopes": ("module and memory power", "each sample of nvml alone", None),
-        }
-        for kind in (*batch.field_set.kinds, "full"):
-            request = batch.request(kind)
-            if request is None:
-                continue
-            cost = self._median(lambda request=request: request.send(gpu.handle))
-            if cost is None:
-                continue
-            ids = " ".join(map(_key_text, request.keys)) if kind != "full" else f"{len(request.keys)} ids"
-            what, cadence, planned = plainly.get(kind, (f"{kind} fields", "not made", None))
-            price = self._price(f"fields {kind}: {ids}", _CHARGED.get(kind, kind), cost, cadence, planned)
-            prices.append(price.model_copy(update={"what": what}))
-        for versions in gpu.calls.slots:
-            what, call, _ = next(
-                (v for v in versions if v[0] not in gpu.guard.unsupported), (None, None, None)
-            )
-            cost = self._median(call) if call is not None else None
-            if cost is not None and call is not None and what is not None:
-                name = f"{call.name} ({what})" if what.startswith("clock_") else call.name
-                price = self._price(name, None, cost, EACH_SAMPLE, "sample")  # charged to none
-                update = {"what": _CALLED.get(what, what.replace("_", " ")), "per_sample_call": True}
-                prices.append(price.model_copy(update=update))
-        slow = self._median(lambda: (gpu.slow.health(batch), gpu.slow.read(gpu.presence())))
-        if slow is not None:
-            read = "slow values: limit, fans, encoder, decoder, stand-ins"
-            price = self._price(read, "health", slow, health, "health")
-            prices.append(price.model_copy(update={"what": "power limit, fans, media engines"}))
-        energy = self._median(self.energy_call)
-        if energy is not None:
-            lacks = batch.lacks(fields.FI_TOTAL_ENERGY)
-            cadence = "with each energy read (no field 83)" if lacks else "never (field 83 reads the counter)"
-            price = self._price("nvmlDeviceGetTotalEnergyConsumption", "energy", energy, cadence, None)
-            update: dict[str, object] = {"what": "the energy counter's own call"}
-            if lacks:
-                update["per_second"] = {
-                    k: r.get("energy", 0.0) + r.get("health", 0.0) for k, r in self.rates.items()
-                }
-            prices.append(price.model_copy(update=update))
-        return prices
-
-    def _price(
-        self, read: str, charged_as: str | None, cost: float, cadence: str, planned: str | None
-    ) -> ReadPrice:
-        """A read's price, made by the plan as often as reads of kind ``planned`` (None: not in it)."""
-        per_second = {key: rate.get(planned, 0.0) if planned else 0.0 for key, rate in self.rates.items()}
-        return ReadPrice(
-            read=read,
-            charged_as=charged_as,
-            cpu_seconds=cost,
-            measured=self.calls,
-            cadence=cadence,
-            per_second=per_second,
-        )
-
-    def _median(self, read: Callable[[], object]) -> float | None:
-        """The median CPU of ``read``; None where it fails (an NVML error)."""
-        try:
-            return median_cpu(read, self.calls)
-        except self.api.nvml.NVMLError:
-            return None
+        #: Its plan's reads priced: each the median of ``plan.calls`` calls, made as often as ``rates`` say.
+        self.prices = Prices(gpu, api, plan.calls, rates, self.energy_call)
 
     # -- what the plan found ---------------------------------------------------------------------------
     def durations(self) -> dict[str, int]:
@@ -622,7 +507,7 @@ class _Probe:
         plan = batch.plan
         if plan is not None and plan.links == 0:
             add(_NVLINK, f"no NVLink: {self._links_answer()}")
-        presence = gpu.presence()
+        presence = gpu.activity.presence()
         if presence is not None and presence.counts is None:
             add(
                 (catalog.ENGINE_ACTIVE, *MEDIA_UTILIZATION.values()),

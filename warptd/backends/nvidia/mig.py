@@ -15,6 +15,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from warptd.backends.base import AcceleratorBackend
+from warptd.backends.device import ReadPlan, ValueDevice
 from warptd.backends.nvidia import session as nvml_session
 from warptd.backends.nvidia.base import NvmlBackend
 from warptd.backends.nvidia.engines import Presence
@@ -22,7 +24,7 @@ from warptd.backends.nvidia.gpm import GpmSources
 from warptd.backends.nvidia.guard import Guard, IndexGuard
 from warptd.backends.nvidia.sample import memory_versions
 from warptd.metrics import catalog
-from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
+from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -67,6 +69,61 @@ class MigDevice:
         return ("gpu_instance", self.parent, self.gpu_instance)
 
 
+class MigSlice(ValueDevice):
+    """The reads of one MIG device: its memory slice (through its own handle) and its GPU instance's GPM
+    activity (one sample per GPU instance a tick: ``sampled``, the instances sampled this tick). No
+    power, utilization, temperature or clocks: the parent GPU has them."""
+
+    def __init__(
+        self,
+        index: int,
+        mig: MigDevice,
+        *,
+        nvml: Any,
+        backend: AcceleratorBackend,
+        sources: GpmSources,
+        sampled: set[Hashable],
+    ) -> None:
+        super().__init__(index)
+        self.mig, self._nvml, self._backend = mig, nvml, backend
+        self._sources, self._sampled = sources, sampled
+
+    def begin(self, plan: ReadPlan) -> None:
+        """One GPM sample per GPU instance per tick (its compute instances share it), at the windows'
+        pace while one records the device."""
+        mig = self.mig
+        source = mig.gpm_source
+        if plan.power_only or source in self._sampled:
+            return
+        self._sampled.add(source)
+        parent, guard = mig.parent_handle, IndexGuard(self._backend, self.index)
+        if self._sources.supported(("gpu", mig.parent), guard, parent):
+            self._sources.sample(
+                source,
+                guard,
+                "gpm_mig_sample",
+                "nvmlGpmMigSampleGet",
+                parent,
+                mig.gpu_instance,
+                costs=self._backend.read_costs,
+                watched=plan.watched,
+            )
+
+    def memory(self) -> MemoryUsage | None:
+        """The slice's memory, bytes."""
+        return self._backend.call_versions(self.index, *memory_versions(self._nvml, self.mig.handle))
+
+    def gauges(self) -> dict[str, LabelledValues]:
+        """``warptd_device_mig_info`` naming its parent and profile, and its GPU instance's GPM activity."""
+        mig = self.mig
+        identity = (mig.parent_uuid, str(mig.gpu_instance), str(mig.compute_instance), mig.profile)
+        return {catalog.MIG_INFO.name: {identity: 1.0}, **self._sources.gauges(mig.gpm_source)}
+
+    def counters(self) -> dict[str, LabelledValues]:
+        """Its GPU instance's integrated PCIe and NVLink bytes."""
+        return self._sources.counters(self.mig.gpm_source)
+
+
 class NvidiaMigBackend(NvmlBackend):
     """The MIG devices of the node's MIG-enabled GPUs, over the shared NVML session."""
 
@@ -75,13 +132,18 @@ class NvidiaMigBackend(NvmlBackend):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
         self._sampled: set[Hashable] = set()  # GPU instances sampled this tick
-        self._watched: frozenset[int] = frozenset()  # the MIG devices windows record (watch_devices)
         # by GPU instance; NVLink is the parent GPU's, its engines shown once active
         self._sources = GpmSources(self._gpm, Presence(counts=None, links=0))
         with self._session.lock:
             self._generation = self._session.generation
             self._mig_gpus = self._mig_enabled_gpus()
-            self._devices = self._enumerate()
+            self.devices = self._slices(self._enumerate())
+
+    def _slices(self, found: list[MigDevice]) -> list[MigSlice]:
+        return [
+            MigSlice(index, mig, nvml=self._nvml, backend=self, sources=self._sources, sampled=self._sampled)
+            for index, mig in enumerate(found)
+        ]
 
     # -- discovery -------------------------------------------------------------------------------
     def _mig_enabled_gpus(self) -> int:
@@ -137,9 +199,6 @@ class NvidiaMigBackend(NvmlBackend):
         """While a GPU has MIG mode on (with or without instances yet)."""
         return self._mig_gpus > 0
 
-    def get_device_count(self) -> int:
-        return len(self._devices)
-
     def needs_rediscovery(self) -> bool:
         """Always: MIG instances come and go at any time (mig-manager), and pods hold them by UUID."""
         return True
@@ -157,16 +216,16 @@ class NvidiaMigBackend(NvmlBackend):
                 self._generation = self._session.generation
                 self._sources.reset()  # the samples belonged to the NVML before the reopen
                 self._unsupported.clear()
-            before, failed = [device.uuid for device in self._devices], self._failures()
+            before, failed = [device.mig.uuid for device in self.devices], self._failures()
             found = self._enumerate()
             if self._failures() > failed:
                 return False  # NVML failing (reset, GPU lost): keep the list, whose reads show down
-            self._devices = found
-            sources = {device.gpm_source for device in self._devices}
+            self.devices = self._slices(found)
+            sources = {mig.gpm_source for mig in found}
             for key in self._sources.opened():
                 if key not in sources:
                     self._sources.forget(key)
-            changed = [device.uuid for device in self._devices] != before
+            changed = [mig.uuid for mig in found] != before
             if changed:  # what an index answered belonged to the device that had it before
                 self._unsupported.clear()
             return changed
@@ -175,30 +234,27 @@ class NvidiaMigBackend(NvmlBackend):
         with self._session.lock:  # never beside a reopen (by this backend or nvidia)
             driver = self.get_driver_version()
             devices = []
-            for index, device in enumerate(self._devices):
-                memory = self.get_memory_usage(index) if self._present(index) else None
+            for device in self.devices:
+                memory = device.memory() if self._present(device.index) else None
                 devices.append(
                     GPUInfo(
-                        index=index,
-                        model=device.name or "NVIDIA MIG device",
+                        index=device.index,
+                        model=device.mig.name or "NVIDIA MIG device",
                         **GPUInfo.memory_fields(memory.total if memory else None),
-                        uuid=device.uuid,
+                        uuid=device.mig.uuid,
                         driver_version=driver,
                     )
                 )
         return devices
 
     def device_identity(self, index: int) -> str | None:
-        return self._devices[index].uuid if index < len(self._devices) else None
+        return self.devices[index].mig.uuid if index < len(self.devices) else None
 
     def device_present(self, index: int) -> bool:
         return self._present(index)
 
     def _present(self, index: int) -> bool:
-        return index < len(self._devices) and self._session.generation == self._generation
-
-    def get_pytorch_device_string(self, device_id: int) -> str:
-        return "cuda:0"
+        return index < len(self.devices) and self._session.generation == self._generation
 
     def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
         """CUDA sees a MIG device only through CUDA_VISIBLE_DEVICES=MIG-<uuid>, as device 0."""
@@ -208,58 +264,9 @@ class NvidiaMigBackend(NvmlBackend):
     def begin_sample(self) -> None:
         self._sampled.clear()
 
-    def read_device(self, index: int) -> DeviceReading:
+    def read_device(self, index: int, *, power_only: bool = False) -> DeviceReading:
         with self._session.lock:
-            return super().read_device(index)
-
-    def watch_devices(self, indices: frozenset[int]) -> None:
-        """The MIG devices windows record now: their GPU instances' GPM follows the windows' reads."""
-        self._watched = indices
-
-    def begin_read(self, index: int, power_only: bool) -> None:
-        """One GPM sample per GPU instance per tick (its compute instances share it)."""
-        device = self._devices[index]
-        source = device.gpm_source
-        if power_only or source in self._sampled:
-            return
-        self._sampled.add(source)
-        parent, guard = device.parent_handle, IndexGuard(self, index)
-        if self._sources.supported(("gpu", device.parent), guard, parent):
-            self._sources.sample(
-                source,
-                guard,
-                "gpm_mig_sample",
-                "nvmlGpmMigSampleGet",
-                parent,
-                device.gpu_instance,
-                costs=self.read_costs,
-                watched=index in self._watched,
-            )
-
-    def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        return self.call_versions(index, *memory_versions(self._nvml, self._devices[index].handle))
-
-    def get_utilization(self, index: int) -> Utilization | None:
-        return None  # NVML has no utilization for a MIG device: its GPM activity stands in
-
-    def get_temperatures(self, index: int) -> dict[str, float]:
-        return {}
-
-    def get_power_usage(self, index: int) -> float | None:
-        return None  # no power sensor per MIG device: the parent GPU's power is the whole board's
-
-    def get_gauges(self, index: int) -> dict[str, LabelledValues]:
-        device = self._devices[index]
-        identity = (
-            device.parent_uuid,
-            str(device.gpu_instance),
-            str(device.compute_instance),
-            device.profile,
-        )
-        return {catalog.MIG_INFO.name: {identity: 1.0}, **self._sources.gauges(device.gpm_source)}
-
-    def get_counters(self, index: int) -> dict[str, LabelledValues]:
-        return self._sources.counters(self._devices[index].gpm_source)
+            return super().read_device(index, power_only=power_only)
 
     def shutdown(self) -> None:
         with self._session.lock:

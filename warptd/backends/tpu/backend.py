@@ -1,31 +1,26 @@
-"""Google Cloud TPUs: chips from the PCI devices under ``--sysfs``, usage from the libtpu runtime.
+"""The ``tpu`` backend: Google Cloud TPU chips (:mod:`~warptd.backends.tpu.chips`) and the libtpu runtime.
 
-Chips are found with tpu-info's own vendor id and chip table; HBM bytes, duty cycle and HBM
-bandwidth come from the libtpu runtime metrics gRPC service (tpu-info's stubs), which answers only
-while a TPU workload runs. TPUs report no power, energy, temperature, clocks or throttling.
+HBM bytes, duty cycle and HBM bandwidth come from the libtpu runtime metrics gRPC service (tpu-info's
+stubs), which answers only while a TPU workload runs, once per sample for every chip. TPUs report no
+power, energy, temperature, clocks or throttling.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
-import re
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import structlog
 
 from warptd.backends.base import AcceleratorBackend
+from warptd.backends.tpu.chips import RuntimeValues, discover
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.install import import_failure
-from warptd.models import DeviceReading, GPUInfo, MemoryUsage, Utilization, pci_address
-from warptd.sysfs import read_text
+from warptd.models import GPUInfo
 
 if TYPE_CHECKING:
     from collections.abc import Hashable
-    from types import ModuleType
 
     from warptd.config import Settings
 
@@ -46,26 +41,6 @@ _METRICS = {
     "DUTY_CYCLE_PCT": "as_double",
     "HBM_BW_UTIL": "as_double",  # newer tpu-info/libtpu only: absent series otherwise
 }
-_NUMBER = re.compile(r"(\d+)")
-
-
-@dataclass(slots=True)
-class TpuChipDevice:
-    """One chip: its PCI functions (``bus/pci/devices/<addr>``, function 0 first) and device node."""
-
-    kind: Any  # tpu_info.device.TpuChip
-    functions: list[Path]
-    node: str | None
-    driver: str | None
-    first_core: int = 0  # the runtime's device id of this chip's first core
-
-    @property
-    def address(self) -> str:
-        return pci_address(self.functions[0].name) or self.functions[0].name
-
-    @property
-    def cores(self) -> range:
-        return range(self.first_core, self.first_core + self.kind.value.devices_per_chip)
 
 
 class TpuBackend(AcceleratorBackend):
@@ -73,6 +48,7 @@ class TpuBackend(AcceleratorBackend):
 
     name: ClassVar[str] = "tpu"
     source: ClassVar[str] = "tpu-info"
+    sdk: ClassVar[str | None] = "tpu-info"
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -83,7 +59,7 @@ class TpuBackend(AcceleratorBackend):
         except ImportError as exc:
             raise BackendUnavailableError(import_failure("tpu-info", "tpu_info", "tpu", exc)) from exc
         self._grpc, self._pb = grpc, tpu_metric_service_pb2
-        self.chips = _discover(settings.sysfs, device)
+        self.chips = self.devices = discover(settings.sysfs, device, self._runtime_values)
         if not self.chips:
             raise BackendUnavailableError(
                 f"no TPU chip (PCI vendor {device.GOOGLE_PCI_VENDOR_ID}) in {settings.sysfs}/bus/pci/devices"
@@ -104,7 +80,7 @@ class TpuBackend(AcceleratorBackend):
         )
         self._stub = tpu_metric_service_pb2_grpc.RuntimeMetricServiceStub(self._channel)
         self._budget = min(RPC_BUDGET_S, settings.sample_timeout / 2)
-        self._runtime: dict[str, dict[int, float]] | None = None  # this pass's values, by member name
+        self._runtime: RuntimeValues | None = None  # this pass's values, by member name
         self._runtime_up: bool | None = None
         self._closed = False
 
@@ -165,26 +141,13 @@ class TpuBackend(AcceleratorBackend):
                 break  # unavailable, timed out or failing: the other metrics would be too
         return values
 
-    def _per_chip(self, metric: str, index: int) -> list[float] | None:
-        """The values of chip ``index``: one per core where the runtime reports per core, else one."""
-        by_id = (self._runtime or {}).get(metric)
-        if not by_id:
-            return None
-        chip = self.chips[index]
-        ids = chip.cores if len(by_id) > len(self.chips) else range(index, index + 1)
-        found = [by_id[i] for i in ids if i in by_id]
-        return found if len(found) == len(ids) else None
+    def _runtime_values(self) -> RuntimeValues:
+        """This sample's values (read now where the sampler has not begun one: ``warptd list``, tests)."""
+        if self._runtime is None:
+            self.begin_sample()
+        return self._runtime or {}
 
     # -- discovery and identity -------------------------------------------------------------
-    def is_available(self) -> bool:
-        return bool(self.chips)
-
-    def get_device_count(self) -> int:
-        return len(self.chips)
-
-    def get_driver_version(self) -> str | None:
-        return None  # libtpu lives in the workload's process; its version is not visible from here
-
     def list_devices(self) -> list[GPUInfo]:
         devices = []
         for index, chip in enumerate(self.chips):
@@ -205,7 +168,7 @@ class TpuBackend(AcceleratorBackend):
                     **GPUInfo.memory_fields(nominal),
                     uuid=self.device_identity(index),
                     pci_bus_id=chip.address,
-                    driver_version=self.get_driver_version(),
+                    driver_version=None,  # libtpu lives in the workload's process: not visible here
                     extra_metrics=extra,
                 )
             )
@@ -215,107 +178,18 @@ class TpuBackend(AcceleratorBackend):
         """TPUs expose no serial number: the chip's PCI address, fixed for a VM's lifetime."""
         return f"TPU-{self.chips[index].address}"
 
-    def get_pytorch_device_string(self, device_id: int) -> str:
-        return f"xla:{device_id}"  # torch_xla
+    def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
+        """torch_xla's device."""
+        return f"xla:{info.index}", {}
 
     # -- telemetry --------------------------------------------------------------------------
     def begin_sample(self) -> None:
         self._runtime = self._read_runtime()  # every chip's values in one pass, not per chip
 
-    def read_device(self, index: int) -> DeviceReading:
-        if self._runtime is None:  # read outside the sampler (warptd list, tests)
-            self.begin_sample()
-        return super().read_device(index)
-
     def device_present(self, index: int) -> bool:
-        return all(function.exists() for function in self.chips[index].functions)  # not unbound
-
-    def get_memory_usage(self, index: int) -> MemoryUsage | None:
-        total = self._per_chip("TOTAL_MEMORY", index)
-        used = self._per_chip("MEMORY_USAGE", index)
-        if not total or used is None or sum(total) <= 0:
-            return None
-        return MemoryUsage(total=int(sum(total)), used=int(sum(used)), free=int(sum(total) - sum(used)))
-
-    def get_utilization(self, index: int) -> Utilization | None:
-        duty = self._per_chip("DUTY_CYCLE_PCT", index)
-        hbm = self._per_chip("HBM_BW_UTIL", index)
-        if duty is None and hbm is None:
-            return None
-        return Utilization(
-            compute=sum(duty) / len(duty) / 100 if duty else None,
-            memory=sum(hbm) / len(hbm) / 100 if hbm else None,
-        )
-
-    def get_temperatures(self, index: int) -> dict[str, float]:
-        return {}  # not reported by TPUs
-
-    def get_power_usage(self, index: int) -> float | None:
-        return None  # not reported by TPUs
+        return self.chips[index].present()
 
     def shutdown(self) -> None:
         if not self._closed:
             self._closed = True
             self._channel.close()
-
-
-def _discover(sysfs: Path, device: ModuleType) -> list[TpuChipDevice]:
-    """TPU chips under ``sysfs``/bus/pci/devices, grouped and ordered as tpu-info's ``get_chips``.
-
-    tpu-info's own functions read the real /sys; this reads ``--sysfs`` with its constants instead.
-    """
-    functions: dict[str, list[Path]] = {}
-    kinds: dict[str, Any] = {}
-    for path in sorted((sysfs / "bus" / "pci" / "devices").glob("*")):
-        try:
-            if read_text(path / "vendor") != device.GOOGLE_PCI_VENDOR_ID:
-                continue
-            subsystem = path / "subsystem_device"  # tells v2 from v3 only
-            kind = device.TpuChip.from_pci_device_id(
-                read_text(path / "device"), read_text(subsystem) if subsystem.exists() else ""
-            )
-        except OSError:
-            continue
-        if kind is None:
-            continue  # gVNIC and other Google devices
-        base, _, _ = path.name.rpartition(".")  # domain:bus:device; the function is the core
-        functions.setdefault(base, []).append(path)
-        kinds[base] = kind
-    chips = []
-    for base, paths in functions.items():
-        paths.sort(key=_function)
-        chips.append(TpuChipDevice(kinds[base], paths, _node(paths[0]), _driver(paths[0])))
-    chips.sort(key=lambda chip: (chip.node is None, _natural(chip.node or ""), chip.address))
-    first_core = 0
-    for position, chip in enumerate(chips):
-        chip.node = chip.node or device.chip_path(chip.kind, position)
-        chip.first_core = first_core
-        first_core += chip.kind.value.devices_per_chip
-    return chips
-
-
-def _function(path: Path) -> int:
-    return int(path.name.rpartition(".")[2] or "0", 16)
-
-
-def _node(path: Path) -> str | None:
-    """``/dev/accelN`` (the accel class device under the PCI device), else tpu-info's vfio group node."""
-    accel = sorted((path / "accel").glob("accel*"), key=lambda p: _natural(p.name))
-    if accel:
-        return f"/dev/{accel[0].name}"
-    try:
-        return f"/dev/vfio/{os.path.basename(os.readlink(path / 'iommu_group'))}"
-    except OSError:
-        return None
-
-
-def _driver(path: Path) -> str | None:
-    try:
-        return os.path.basename(os.readlink(path / "driver"))
-    except OSError:
-        return None
-
-
-def _natural(text: str) -> list[Any]:
-    """Sort key that puts ``/dev/vfio/2`` before ``/dev/vfio/10``."""
-    return [int(part) if part.isdigit() else part for part in _NUMBER.split(text)]
