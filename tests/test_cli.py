@@ -81,11 +81,12 @@ def test_a_bad_flag_is_one_line_and_exit_2(capsys, args, message):
 
 
 def test_pydantic_prefixes_never_reach_a_stress_client():
-    from warptd.http.stress_routes import StressRequest, _validation_error
+    from warptd.http.protection import validation_error
+    from warptd.http.stress_routes import StressRequest
 
     with pytest.raises(ValidationError) as info:
         StressRequest.model_validate({"dtype": "fp8"})
-    error = _validation_error(info.value)
+    error = validation_error(info.value, "stress")
     assert error.message == "invalid stress request: dtype: must be one of float32, tf32, bfloat16, float16"
 
 

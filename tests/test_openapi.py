@@ -14,6 +14,7 @@ from tests.helpers import http, wait_until
 from tests.test_workloads import Node
 from warptd.config import load_settings
 from warptd.daemon import Daemon
+from warptd.http import openapi
 from warptd.workloads.placement import CpuCgroup
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
@@ -90,10 +91,14 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(live, tmp_path):
 
 @pytest.mark.slow
 def test_openapi_document_lists_every_route(live):
+    """Every endpoint the daemon routes, as docs/http.md's groups declare them, and at least these."""
     status, _, body = http(live.port, "GET", "/openapi.json")
     document = json.loads(body)
     assert status == 200 and document["openapi"].startswith("3.1")
-    assert set(document["paths"]) == {
+    routed, declared = live.router.endpoints, openapi.endpoints()
+    assert len(routed) == len(declared) and all(endpoint in declared for endpoint in routed)
+    assert set(document["paths"]) == {endpoint.path for endpoint in live.router.endpoints}
+    assert set(document["paths"]) >= {
         "/metrics",
         "/healthz",
         "/readyz",

@@ -12,7 +12,8 @@ import pytest
 from tests.helpers import http
 from warptd.daemon import Daemon
 from warptd.http.app import HttpError, Request, Router
-from warptd.http.stress_routes import add_stress_routes, is_loopback
+from warptd.http.protection import is_loopback
+from warptd.http.stress_routes import add_stress_routes
 from warptd.models import DeviceReading, Utilization
 from warptd.power.base import DomainPower, PowerSource
 from warptd.sampling.snapshot import DeviceSample
@@ -162,7 +163,7 @@ def test_browser_and_dns_rebinding_requests_are_refused(headers, body, status, m
 
 
 def test_loopback_host_names():
-    from warptd.http.stress_routes import is_loopback_host
+    from warptd.http.protection import is_loopback_host
 
     for host in ("localhost:9465", "127.0.0.1", "127.0.0.1:9465", "[::1]:9465", "::1", "LOCALHOST"):
         assert is_loopback_host(host), host

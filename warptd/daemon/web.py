@@ -15,7 +15,8 @@ from warptd.http.limits import (
     return_large_buffers,
     share_heap_arenas,
 )
-from warptd.http.routes import add_core_routes, add_openapi_route
+from warptd.http.openapi import add_openapi_route
+from warptd.http.routes import add_core_routes
 from warptd.http.server import WarptdHTTPServer
 from warptd.http.stress_routes import add_stress_routes
 from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context

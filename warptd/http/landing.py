@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-from typing import Any
+from collections.abc import Iterable
+
+from warptd.http.app import Endpoint
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; max-width: 60em; }
@@ -104,26 +106,22 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-def endpoint_lines(document: dict[str, Any]) -> list[str]:
-    """One ``<li>`` per method and path of the OpenAPI document, with its summary; GETs are links."""
+def endpoint_lines(endpoints: Iterable[Endpoint]) -> list[str]:
+    """One ``<li>`` per endpoint with its title; a GET without parameters is a link."""
     lines = []
-    for path, item in document["paths"].items():
-        for method, operation in item.items():
-            if method == "parameters":
-                continue
-            name = html.escape(path)
-            target = f'<a href="{name}">{name}</a>' if method == "get" and "{" not in path else name
-            summary = html.escape(operation.get("summary", ""))
-            lines.append(f"<li><code>{method.upper()}</code> {target}: {summary}</li>")
+    for declared in endpoints:
+        name = html.escape(declared.path)
+        target = f'<a href="{name}">{name}</a>' if declared.method == "GET" and "{" not in name else name
+        lines.append(f"<li><code>{declared.method}</code> {target}: {html.escape(declared.title)}</li>")
     return lines
 
 
-def render(version: str, backends: list[str], document: dict[str, Any]) -> bytes:
+def render(version: str, backends: list[str], endpoints: Iterable[Endpoint]) -> bytes:
     """The page, with every inserted value escaped."""
     return PAGE.format(
         style=STYLE,
         script=SCRIPT,
         version=html.escape(version),
         backends=", ".join(html.escape(name) for name in backends) or "none",
-        endpoints="\n".join(endpoint_lines(document)),
+        endpoints="\n".join(endpoint_lines(endpoints)),
     ).encode()

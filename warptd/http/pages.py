@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from pydantic import ConfigDict, Field, ValidationError
 
@@ -24,6 +24,7 @@ class PageQuery(WireModel):
     """``?limit=N&offset=M`` of a listing; other parameters are not its business."""
 
     model_config = ConfigDict(extra="ignore")
+    errors: ClassVar[tuple[int, ...]] = (422,)
 
     limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="items in this page")
     offset: int = Field(0, ge=0, le=MAX_OFFSET, description="items of the listing before this page")
@@ -44,12 +45,3 @@ class PageQuery(WireModel):
         """The path of the page after this one, or None where this one reaches the end."""
         after = self.offset + self.limit
         return f"{path}?offset={after}&limit={self.limit}" if after < total else None
-
-
-PARAMETERS = [
-    {"name": name, "in": "query", "required": False, "schema": schema}
-    for name, schema in (
-        ("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
-        ("offset", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0}),
-    )
-]

@@ -1,6 +1,6 @@
 """A recording's HTML report as an HTTP response, for every route that serves one (stress, windows).
 
-Routes that call this must be added with ``offload=True``: rendering runs a child process for about
+Endpoints that call this are declared in the ``waits`` lane: rendering runs a child process for about
 a second, on a handler thread, never on the event loop that serves scrapes, at a lower CPU priority
 than the daemon (``nice`` 10), so a scrape does not wait for a core behind it.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from warptd.http.app import HttpError, Response
+from warptd.http.app import Answer, HttpError, Response
 
 if TYPE_CHECKING:
     from warptd.recording.schema import Recording
@@ -20,6 +20,9 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+
+#: What an endpoint that serves a report answers.
+REPORT = Answer("the report: plots and summary, works offline", media="text/html")
 
 
 def report_response(recording: Recording) -> Response:

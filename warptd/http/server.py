@@ -191,9 +191,9 @@ class WarptdHTTPServer:
     async def _dispatch(self, request: Request) -> Response:
         """Under basic auth, credentials that passed before are known on the loop at once; others
         are checked by bcrypt in a lane of their own (:meth:`_check`). Then cache readers (/metrics
-        …) run inline on the loop. In the thread pool, each lane apart: the routes added with
-        ``offload``, ``max_requests`` at once; those added with ``builds``, ``BUILDS_AT_ONCE`` at
-        once; a route only while the responses not yet taken hold less than the budget
+        …) run inline on the loop. In the thread pool, each lane apart: the endpoints declared in
+        the ``waits`` lane, ``max_requests`` at once; those in the ``builds`` lane, ``BUILDS_AT_ONCE``
+        at once; a route only while the responses not yet taken hold less than the budget
         (``max_response_bytes``)."""
         auth = self.basic_auth
         if auth is not None:

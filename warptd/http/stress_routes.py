@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
-from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.api import Api
+from warptd.http.app import Answer, HttpError, Request, Response, endpoint, json_response
 from warptd.http.pages import PageQuery
-from warptd.http.protection import authorize, is_loopback, is_loopback_host, parse_body, validation_error
-from warptd.http.reports import report_response
+from warptd.http.reports import REPORT, report_response
 from warptd.models import Page, WireModel
 from warptd.stress.job import Job, JobView, StressError
 from warptd.stress.jobs import JobManager
@@ -47,79 +48,62 @@ class JobList(Page):
     jobs: list[JobView]
 
 
-def _validation_error(exc: ValidationError) -> HttpError:
-    return validation_error(exc, "stress")
+@dataclass
+class StressApi(Api):
+    """``/stress``: start, list, show, cancel and report jobs, one job per device."""
 
+    noun, refusals = "stress", (StressError,)
+    off = "stress endpoints are disabled on this daemon (--no-stress)"
 
-def parse_request(request: Request) -> StressRequest:
-    """The JSON body as a :class:`StressRequest` (empty: the defaults); 415, 400 or 422 otherwise."""
-    if not request.body.strip():
-        return StressRequest()
-    return parse_body(request, StressRequest, "stress")
+    manager: JobManager
+    token: Callable[[], str | None]
 
-
-def _disabled(_: Request) -> Response:
-    raise HttpError(404, "stress endpoints are disabled on this daemon (--no-stress)")
-
-
-__all__ = [
-    "JobList",
-    "StressRequest",
-    "add_stress_routes",
-    "authorize",
-    "is_loopback",
-    "is_loopback_host",
-    "parse_request",
-]
-
-
-def add_stress_routes(router: Router, manager: JobManager | None, token: Callable[[], str | None]) -> None:
-    """Register /stress; with ``manager=None`` (``--no-stress``) every /stress call is a 404 saying so."""
-    if manager is None:
-        for method, path in (
-            ("GET", "/stress"),
-            ("POST", "/stress"),
-            ("GET", "/stress/{job_id}"),
-            ("DELETE", "/stress/{job_id}"),
-            ("GET", "/stress/{job_id}/report"),
-        ):
-            router.add(method, path, _disabled)
-        return
-
-    def start(request: Request) -> Response:
-        authorize(request, token())
-        body = parse_request(request)
-        try:  # the default device too may be refused: a node without an accelerator has none
-            params = manager.parameters(body.test, body.device, body.duration_s, body.dtype, body.size)
-            job = manager.start(params)
-        except StressError as exc:
-            raise HttpError(exc.status, str(exc)) from None
+    @endpoint(
+        "POST /stress",
+        {202: Answer("started; Location names the job", JobView)},
+        errors=(409, 503),
+        protected=True,
+    )
+    def start(self, request: Request, body: StressRequest) -> Response:
+        """start a stress job"""
+        # The default device too may be refused: a node without an accelerator has none.
+        params = self.manager.parameters(body.test, body.device, body.duration_s, body.dtype, body.size)
+        job = self.manager.start(params)
         return json_response(202, job.view(), headers={"Location": f"/stress/{job.id}"})
 
-    def listing(request: Request) -> Response:
-        page, jobs = PageQuery.of(request), manager.list()
-        views = [job.view() for job in page.cut(jobs)]
-        return json_response(200, JobList(jobs=views, total=len(jobs), next=page.next("/stress", len(jobs))))
+    @endpoint("GET /stress", {200: Answer("bounded history", JobList)}, lane="builds")  # a lock, then views
+    def listing(self, request: Request, query: PageQuery) -> Response:
+        """recent jobs, newest first (one page: limit, offset)"""
+        jobs = self.manager.list()
+        views = [job.view() for job in query.cut(jobs)]
+        return json_response(200, JobList(jobs=views, total=len(jobs), next=query.next("/stress", len(jobs))))
 
-    def find(request: Request) -> Job:
-        job = manager.get(request.params["job_id"])
+    def _job(self, request: Request) -> Job:
+        job = self.manager.get(request.params["job_id"])
         if job is None:
             raise HttpError(404, f"no stress job {request.params['job_id']!r}")
         return job
 
-    def show(request: Request) -> Response:
-        return json_response(200, find(request).view())
+    @endpoint("GET /stress/{job_id}", {200: Answer("the job", JobView)}, errors=(404,), lane="builds")
+    def show(self, request: Request) -> Response:
+        """one job's status and result"""
+        return json_response(200, self._job(request).view())
 
-    def cancel(request: Request) -> Response:
-        authorize(request, token())
-        job = find(request)
+    @endpoint(
+        "DELETE /stress/{job_id}", {200: Answer("cancelled", JobView)}, errors=(404, 409), protected=True
+    )
+    def cancel(self, request: Request) -> Response:
+        """cancel a running job"""
+        job = self._job(request)
         if not job.status.active:
             raise HttpError(409, f"stress job {job.id} already ended: {job.status}")
-        manager.cancel(job.id)
+        self.manager.cancel(job.id)
         return json_response(200, job.view())
 
-    def report(request: Request) -> Response:
-        job = find(request)
+    @endpoint("GET /stress/{job_id}/report", {200: REPORT}, errors=(404, 409, 500, 503))
+    def report(self, request: Request) -> Response:
+        """an ended job's recording as a self-contained HTML report (report extra)"""
+        job = self._job(request)
         if job.status.active:
             raise HttpError(
                 409, f"stress job {job.id} is still {job.status}; its report is ready when it ends"
@@ -129,8 +113,6 @@ def add_stress_routes(router: Router, manager: JobManager | None, token: Callabl
             raise HttpError(404, f"no recording for stress job {job.id}")
         return report_response(recording)
 
-    router.add("POST", "/stress", start, offload=True)  # spawns a process
-    router.add("GET", "/stress", listing, builds=True)  # the job manager's lock, then the views
-    router.add("GET", "/stress/{job_id}", show, builds=True)
-    router.add("DELETE", "/stress/{job_id}", cancel, offload=True)
-    router.add("GET", "/stress/{job_id}/report", report, offload=True)  # a child process renders it
+
+#: ``add_stress_routes(router, manager, token)``; with ``manager=None`` (``--no-stress``) a 404 each.
+add_stress_routes = StressApi.add

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
 from warptd.config import WINDOW_NAME
-from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.api import Api
+from warptd.http.app import Answer, HttpError, Request, Response, endpoint, json_response
 from warptd.http.pages import PageQuery
-from warptd.http.protection import authorize, parse_body
-from warptd.http.reports import report_response
+from warptd.http.reports import REPORT, report_response
 from warptd.models import Page, WireModel
 from warptd.recording.schema import Recording, recording_json
 from warptd.recording.windows import WindowError, WindowManager
@@ -84,79 +85,75 @@ class WindowList(Page):
     windows: list[Recording]
 
 
-def _disabled(_: Request) -> Response:
-    raise HttpError(404, "window endpoints are disabled on this daemon (--no-windows)")
+#: ``DELETE /windows/ID`` and ``POST /windows/ID/end`` (for clients that cannot send DELETE) alike.
+_END: dict[str, Any] = {"errors": (404, 409), "protected": True}
 
 
-def _error(exc: WindowError) -> HttpError:
-    return HttpError(exc.status, str(exc))
+@dataclass
+class WindowApi(Api):
+    """``/windows``: open, list, show, end, renew and report energy windows. Reads build their answers
+    (one at a time); the rest wait on locks, reads of the devices at the edges, or a report's renderer."""
 
+    noun, refusals = "window", (WindowError,)
+    off = "window endpoints are disabled on this daemon (--no-windows)"
 
-def add_window_routes(router: Router, manager: WindowManager | None, token: Callable[[], str | None]) -> None:
-    """Register /windows; with ``manager=None`` (``--no-windows``) every call is a 404 saying so."""
-    routes = (
-        ("GET", "/windows"),
-        ("POST", "/windows"),
-        ("GET", "/windows/{window_id}"),
-        ("DELETE", "/windows/{window_id}"),
-        ("POST", "/windows/{window_id}/end"),
-        ("GET", "/windows/{window_id}/report"),
-        ("POST", "/windows/{window_id}/renew"),
-    )
-    if manager is None:
-        for method, path in routes:
-            router.add(method, path, _disabled)
-        return
+    manager: WindowManager
+    token: Callable[[], str | None]
 
-    def begin(request: Request) -> Response:
-        authorize(request, token(), "window")
-        body = parse_body(request, WindowRequest, "window")
-        try:
-            recording = manager.open(body.name, body.devices, body.labels, body.lease_s)
-        except WindowError as exc:
-            raise _error(exc) from None
-        return Response(201, recording_json(recording), headers={"Location": f"/windows/{recording.id}"})
-
-    def listing(request: Request) -> Response:
-        """One page of :class:`WindowList`, written from each window's JSON as the manager keeps it."""
-        page = PageQuery.of(request)
-        windows, total = manager.page(page.offset, page.limit)
-        rest = Page(total=total, next=page.next("/windows", total)).model_dump_json().encode()
+    @endpoint("GET /windows", {200: Answer("the windows", WindowList)}, lane="builds")
+    def listing(self, request: Request, query: PageQuery) -> Response:
+        """open windows, then ended ones (bounded history), without time series (one page: limit, offset)"""
+        # Written from each window's JSON as the manager keeps it.
+        windows, total = self.manager.page(query.offset, query.limit)
+        rest = Page(total=total, next=query.next("/windows", total)).model_dump_json().encode()
         return Response(200, b'{"windows":[' + b",".join(windows) + b"]," + rest[1:])  # rest: {"total":…}
 
-    def find(request: Request) -> Recording:
-        recording = manager.get(request.params["window_id"])
+    @endpoint(
+        "POST /windows",
+        {201: Answer("opened; Location names the window", Recording)},
+        errors=(409, 429, 503),
+        protected=True,
+    )
+    def begin(self, request: Request, body: WindowRequest) -> Response:
+        """open an energy window"""
+        recording = self.manager.open(body.name, body.devices, body.labels, body.lease_s)
+        return Response(201, recording_json(recording), headers={"Location": f"/windows/{recording.id}"})
+
+    def _window(self, request: Request) -> Recording:
+        recording = self.manager.get(request.params["window_id"])
         if recording is None:
             raise HttpError(404, f"no window {request.params['window_id']!r}")
         return recording
 
-    def show(request: Request) -> Response:
-        return Response(200, recording_json(find(request)))
+    @endpoint(
+        "GET /windows/{window_id}", {200: Answer("the window", Recording)}, errors=(404,), lane="builds"
+    )
+    def show(self, request: Request) -> Response:
+        """one window: live while open, its recording once ended"""
+        return Response(200, recording_json(self._window(request)))
 
-    def report(request: Request) -> Response:
-        """The window's HTML report: of what it recorded so far while open, of all of it once ended."""
-        return report_response(find(request))
+    @endpoint("GET /windows/{window_id}/report", {200: REPORT}, errors=(404, 500, 503))
+    def report(self, request: Request) -> Response:
+        """a window's recording as a self-contained HTML report (report extra); while open, of what it
+        recorded so far"""
+        return report_response(self._window(request))
 
-    def end(request: Request) -> Response:
-        authorize(request, token(), "window")
-        try:
-            return Response(200, recording_json(manager.end(request.params["window_id"])))
-        except WindowError as exc:
-            raise _error(exc) from None
+    @endpoint("DELETE /windows/{window_id}", {200: Answer("the ended window", Recording)}, **_END)
+    @endpoint("POST /windows/{window_id}/end", {200: Answer("the ended window", Recording)}, **_END)
+    def end(self, request: Request) -> Response:
+        """end an open window; answers its recording"""
+        return Response(200, recording_json(self.manager.end(request.params["window_id"])))
 
-    def renew(request: Request) -> Response:
-        authorize(request, token(), "window")
-        try:
-            lease = manager.renew(request.params["window_id"])
-        except WindowError as exc:
-            raise _error(exc) from None
+    @endpoint("POST /windows/{window_id}/renew", {200: Answer("renewed", WindowLease)}, **_END)
+    def renew(self, request: Request) -> Response:
+        """renew a leased window's lease by its lease_s from now (a client that stops renewing has its
+        window ended, end_reason lease_expired)"""
+        lease = self.manager.renew(request.params["window_id"])
         view = WindowLease(
             id=lease.window_id, lease_seconds=lease.lease_seconds, lease_expires_at=lease.expires_at
         )
         return json_response(200, view)
 
-    handlers = (listing, begin, show, end, end, report, renew)
-    for (method, path), handler in zip(routes, handlers, strict=True):
-        # Reads build their answers (one at a time); the rest wait on locks, reads of the devices at
-        # the edges, or a child process rendering a report.
-        router.add(method, path, handler, offload=True, builds=handler in (listing, show))
+
+#: ``add_window_routes(router, manager, token)``; with ``manager=None`` (``--no-windows``) a 404 each.
+add_window_routes = WindowApi.add

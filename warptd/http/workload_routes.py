@@ -8,32 +8,33 @@ the answers name users, Slurm jobs, services and containers of this node.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import unquote
 
 from pydantic import ConfigDict, Field, ValidationError
 
 from warptd.config import WORKLOAD_KINDS, WorkloadKind
-from warptd.http.app import HttpError, Request, Response, Router, json_response
+from warptd.http.api import Api
+from warptd.http.app import Answer, HttpError, Request, Response, endpoint, json_response
 from warptd.http.pages import PageQuery
-from warptd.http.protection import authorize
 from warptd.models import WireModel
-from warptd.recording.schema import recording_json
+from warptd.recording.schema import Recording, WorkloadView, recording_json
+from warptd.workloads.views import WorkloadList
 
 if TYPE_CHECKING:  # loaded with --workloads only: the daemon builds them, these routes only call them
-    from warptd.recording.schema import WorkloadView
     from warptd.workloads.energy import WorkloadEnergy
     from warptd.workloads.history import WorkloadHistory
 
 #: The longest workload id asked for (a container id is 64 hex, a unit name at most 255 bytes).
 MAX_ID_CHARS = 256
-ROUTES = ("/workloads", "/workloads/{kind}/{workload_id}", "/workloads/{kind}/{workload_id}/recording")
 
 
 class WorkloadPath(WireModel):
     """The workload a path names: a kind warptd tracks, and an id of at most MAX_ID_CHARS."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    errors: ClassVar[tuple[int, ...]] = (404, 414)
 
     kind: WorkloadKind
     workload_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
@@ -55,52 +56,52 @@ class WorkloadPath(WireModel):
             raise HttpError(414, f"a workload id is at most {MAX_ID_CHARS} characters") from None
 
 
-def _disabled(_: Request) -> Response:
-    raise HttpError(404, "workload endpoints are off on this daemon (start it with --workloads)")
+@dataclass
+class WorkloadApi(Api):
+    """``/workloads``: each workload's energy, and one's recording. A listing builds a model per
+    workload (100 a page at most), a recording up to 2048 points: off the event loop, one at a time."""
 
+    noun, lane, protected = "workload", "builds", True
+    off = "workload endpoints are off on this daemon (start it with --workloads)"
+    energy: WorkloadEnergy
+    token: Callable[[], str | None]
+    history: WorkloadHistory | None = None
 
-def add_workload_routes(
-    router: Router,
-    energy: WorkloadEnergy | None,
-    token: Callable[[], str | None],
-    history: WorkloadHistory | None = None,
-) -> None:
-    """Register /workloads; with ``energy=None`` (no ``--workloads``) each call is a 404 saying so.
-    Without ``history`` a workload's recording has its identity and energy but no readings."""
-    if energy is None:
-        for route in ROUTES:
-            router.add("GET", route, _disabled)
-        return
+    @endpoint(
+        "GET /workloads",
+        {200: Answer("running workloads, then those ended within the retention", WorkloadList)},
+    )
+    def listing(self, request: Request, query: PageQuery) -> Response:
+        """energy per Slurm job, systemd unit, container and user (--workloads; one page: limit, offset)"""
+        listed = self.energy.listing(query.offset, query.limit)
+        return json_response(200, listed.model_copy(update={"next": query.next("/workloads", listed.total)}))
 
-    def listing(request: Request) -> Response:
-        authorize(request, token(), "workload")
-        page = PageQuery.of(request)
-        listed = energy.listing(page.offset, page.limit)
-        return json_response(200, listed.model_copy(update={"next": page.next("/workloads", listed.total)}))
-
-    def find(request: Request) -> WorkloadView:
-        """The workload the path names; 404 for an unknown kind or workload, 414 for a huge id."""
-        authorize(request, token(), "workload")
-        path = WorkloadPath.of(request)
-        view = energy.view(path.kind, path.workload_id)
+    def _view(self, params: WorkloadPath) -> WorkloadView:
+        view = self.energy.view(params.kind, params.workload_id)
         if view is None:
             raise HttpError(
-                404, f"no {path.kind} {path.workload_id!r} now, nor ended within --workload-retention"
+                404, f"no {params.kind} {params.workload_id!r} now, nor ended within --workload-retention"
             )
         return view
 
-    def show(request: Request) -> Response:
-        return json_response(200, find(request))
+    @endpoint("GET /workloads/{kind}/{workload_id}", {200: Answer("the workload", WorkloadView)})
+    def show(self, request: Request, params: WorkloadPath) -> Response:
+        """one workload's energy per device and CPU, its devices, start and end"""
+        return json_response(200, self._view(params))
 
-    def recording(request: Request) -> Response:
-        """The workload's recording (at most WORKLOAD_POINTS points), for warptd workload --report."""
-        view = find(request)
-        if history is None:
+    @endpoint(
+        "GET /workloads/{kind}/{workload_id}/recording",
+        {200: Answer("the workload's recording (kind workload)", Recording)},
+    )
+    def recording(self, request: Request, params: WorkloadPath) -> Response:
+        """a workload's recording (--workloads): its devices' and CPU packages' readings with its share
+        of their energy, while it runs and for --workload-retention after it ended"""
+        view = self._view(params)
+        if self.history is None:
             raise HttpError(404, "this daemon keeps no workload recordings (--workload-recording-memory 0)")
-        return Response(200, recording_json(history.recording(view)))
+        return Response(200, recording_json(self.history.recording(view)))
 
-    # A listing builds a model per workload (100 a page at most), a recording up to 2048 points:
-    # off the event loop, one at a time.
-    router.add("GET", ROUTES[0], listing, builds=True)
-    router.add("GET", ROUTES[1], show, builds=True)
-    router.add("GET", ROUTES[2], recording, builds=True)
+
+#: ``add_workload_routes(router, energy, token, history)``; with ``energy=None`` (no ``--workloads``)
+#: a 404 each. Without ``history`` a workload's recording has its identity and energy but no readings.
+add_workload_routes = WorkloadApi.add
