@@ -198,6 +198,7 @@ def test_every_served_series_equals_the_double_in_dcgm_exporter_s_units_and_labe
             assert found[0].value == pytest.approx(want, rel=1e-6), (name, index)
 
 
+@pytest.mark.slow
 def test_before_hopper_the_profiling_series_are_absent_and_the_rest_served(settings):
     fake = FakeNvml(gpus=1)
     fake.gpus[0].compute_capability = (8, 0)  # an A100: no GPM
