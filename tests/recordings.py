@@ -121,8 +121,8 @@ def finished_job(
         recorder=None,
     )
     job.recording = recording
-    with manager._lock:
-        manager._jobs[job.id] = job
+    with manager.jobs._lock:
+        manager.jobs._jobs[job.id] = job
     return job
 
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from warptd.arguments import _COMMAND_GROUPS, _FLAGS, build_parser, flag_setting
+from warptd.arguments import _COMMAND_GROUPS, _FLAGS, build_parser
 from warptd.config import Settings
 
 COMMANDS = [command for command, groups in _COMMAND_GROUPS.items() if groups]
@@ -28,7 +28,7 @@ def test_help_names_the_variable_of_every_flag_it_offers(command, monkeypatch):
     named = dict(re.findall(r"(--[a-z-]+): (WARPTD_[A-Z_]+)", text.split("Named otherwise:")[-1]))
     for title in _COMMAND_GROUPS[command]:
         for names, options in _FLAGS[title]:
-            flag, setting = names[0], flag_setting(names[0], options)
+            flag, setting = names[0], options["dest"]  # every shared flag names its setting
             told = named.get(flag, "WARPTD_" + flag.removeprefix("--").replace("-", "_").upper())
             assert told == f"WARPTD_{setting.upper()}", f"{command} --help: {flag} is {told}?"
             assert setting in Settings.model_fields
@@ -37,7 +37,7 @@ def test_help_names_the_variable_of_every_flag_it_offers(command, monkeypatch):
 def test_the_daemons_help_names_every_setting_no_flag_sets(monkeypatch):
     text = " ".join(_help("serve", monkeypatch).split())
     without = re.findall(r"WARPTD_[A-Z_]+", text.split("Without a flag:")[1].split(".")[0])
-    flagged = {flag_setting(n[0], o) for title in _COMMAND_GROUPS["serve"] for n, o in _FLAGS[title]}
+    flagged = {o["dest"] for title in _COMMAND_GROUPS["serve"] for n, o in _FLAGS[title]}
     assert {f"WARPTD_{name.upper()}" for name in set(Settings.model_fields) - flagged - {"config"}} == set(
         without
     )

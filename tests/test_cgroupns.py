@@ -113,6 +113,6 @@ def test_the_namespace_root_is_searched_at_the_first_poll_not_at_construction(po
         pod_node.add(3001, JOB_TASK, uid=1000)
         fake_nvml.gpus[0].processes = [(3001, 1 << 30)]
         rig.poll()
-        assert rig.tracker._cgroup_root == POD
+        assert rig.tracker.lists._cgroup_root == POD
     finally:
         monitor.stop()

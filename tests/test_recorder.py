@@ -9,7 +9,9 @@ import pytest
 
 from warptd.models import DeviceReading, Utilization
 from warptd.power.base import DomainPower, PowerSource
-from warptd.recording.recorder import CounterAnchors, Recorder, Target, activity_ratios, with_carbon_and_cost
+from warptd.recording.anchors import CounterAnchors
+from warptd.recording.digest import activity_ratios
+from warptd.recording.recorder import Recorder, Target, with_carbon_and_cost
 from warptd.sampling.snapshot import DeviceSample
 
 GPU = Target("device", "nvidia", "0", model="H100", uuid="GPU-0")

@@ -182,7 +182,7 @@ def test_ended_windows_give_their_memory_back(make_daemon, monkeypatch):
     assert open_bytes > 5 * 2 * 5 * 8 * 5  # five windows, two GPUs, at least five points each
     for window_id in ids:
         end_window(daemon.port, window_id)
-    recorders = list(daemon.windows._kept.values())
+    recorders = list(daemon.windows.history.kept.values())
     assert len(recorders) == 2
     assert budget.used == sum(r.series_bytes for r in recorders) < open_bytes
     shown = [call(daemon.port, "GET", f"/windows/{i}")[1] for i in ids]
@@ -190,7 +190,7 @@ def test_ended_windows_give_their_memory_back(make_daemon, monkeypatch):
     assert all(s["targets"][0]["samples"] >= 5 for s in shown)  # the summaries stay
     monkeypatch.setattr(windows, "HISTORY_WITH_POINTS", 0)
     end_window(daemon.port, open_window(daemon.port, name="last", devices=["nvidia:0"])["id"])
-    assert budget.used == 0 and not daemon.windows._kept
+    assert budget.used == 0 and not daemon.windows.history.kept
 
 
 def test_floor_points_fit_the_default_bound():

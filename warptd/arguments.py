@@ -149,12 +149,6 @@ def environment_help(command: str) -> str:
     return text + " docs/configuration.md describes each."
 
 
-def flag_setting(flag: str, options: dict[str, Any]) -> str:
-    """The setting a shared flag sets: its ``dest``, else its name (``--sample-timeout`` sets
-    ``sample_timeout``)."""
-    return options.get("dest") or flag.removeprefix("--").replace("-", "_")
-
-
 def _profile_parser(sub: Any) -> argparse.ArgumentParser:
     """``warptd profile [options] -- CMD [ARGS…]``."""
     profile = sub.add_parser(

@@ -60,7 +60,7 @@ def test_an_ended_window_keeps_its_points_in_arrays_of_their_exact_size():
         manager.on_sample("nvidia", [sample(n)], None, at=1000.0 + n / 10)
     ended = manager.end("w0")
     assert len(ended.targets[0].points) == 75
-    store = manager._kept["w0"]._states[("device", "nvidia", "0")].series
+    store = manager.history.kept["w0"]._states[("device", "nvidia", "0")].series
     arrays = [*(c for s in store._segments for c in s.chunks), store._throttle]
     assert all(sys.getsizeof(a) == ARRAY_HEADER_BYTES + a.itemsize * len(a) for a in arrays)
     assert manager.get("w0").targets[0].points == ended.targets[0].points

@@ -17,7 +17,7 @@ import ctypes
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,14 +155,13 @@ class Recorder:
         self.samples: dict[int, tuple[int, int | None]] = {}
         self._wrapped: dict[str, _Recorded] = {}
         self._lock = threading.Lock()
-        self._lookup: Callable[[str], Any] | None = None
 
     # -- installing -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def installed(self) -> Iterator[Recorder]:
         """Wrap every function nvidia-ml-py looks up from now on, for the block."""
         nvml = self.nvml
-        original = self._lookup = nvml._nvmlGetFunctionPointer
+        original = nvml._nvmlGetFunctionPointer
 
         def lookup(name: str) -> Any:
             try:
@@ -185,7 +184,6 @@ class Recorder:
             yield self
         finally:
             nvml._nvmlGetFunctionPointer = original
-            self._lookup = None
 
     def begin(self, state: str) -> None:
         """Record into ``state`` from now on (its clock starts now)."""

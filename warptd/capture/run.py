@@ -94,7 +94,7 @@ def record(
     recorder.begin(schema.IDLE)
     began = time.monotonic()
     loaded = _load(settings)
-    say(f"idle: warptd doctor's checks of {_gpu_count(loaded)} GPU(s)")
+    say(f"idle: warptd doctor's checks of {len(_nvidia(loaded).gpus)} GPU(s)")
     measured.report = examine(settings, loaded)  # shuts the backends down when done
     loaded = _load(settings)
     try:
@@ -197,10 +197,6 @@ def _load(settings: Settings) -> Loaded:
 
 def _nvidia(loaded: Loaded) -> NvidiaBackend:
     return next(b for b in loaded.accelerators if b.name == "nvidia")  # type: ignore[return-value]
-
-
-def _gpu_count(loaded: Loaded) -> int:
-    return len(_nvidia(loaded).gpus)
 
 
 def _discover(settings: Settings) -> None:

@@ -167,32 +167,22 @@ def _sampled(
 ) -> BackendCheckup:
     """A backend without a checkup of its own: its kinds of read priced over a few samples of it."""
     source = str(backend.source)
-    if isinstance(backend, PowerBackend):
-        prices = sampled_prices(
-            backend.read_costs,
-            lambda: read_domains(backend),
-            samples=plan.calls,
-            settings=settings,
-            intervals=plan.intervals,
-            max_interval=backend.max_interval,
-        )
-        return BackendCheckup(
-            backend=backend.name,
-            source=source,
-            kind="power",
-            sdk=sdk_versions(backend.sdk),
-            prices=prices,
-            notes=() if prices else (_UNPRICED,),
-        )
-    indices = list(range(backend.get_device_count()))
+    power = isinstance(backend, PowerBackend)
+    indices = [] if power else list(range(backend.get_device_count()))
     prices = sampled_prices(
         backend.read_costs,
-        lambda: read_devices(backend, indices, {}),
+        (lambda: read_domains(backend)) if power else (lambda: read_devices(backend, indices, {})),
         samples=plan.calls,
         settings=settings,
         intervals=plan.intervals,
         max_interval=backend.max_interval,
     )
+    notes = () if prices else (_UNPRICED,)
+    sdk = sdk_versions(backend.sdk)
+    if power:
+        return BackendCheckup(
+            backend=backend.name, source=source, kind="power", sdk=sdk, prices=prices, notes=notes
+        )
     state = snapshot.get(backend.name)
     infos = state.devices_info if state is not None else []
     return BackendCheckup(
@@ -200,10 +190,10 @@ def _sampled(
         source=source,
         kind=device_kind(backend.is_accelerator),
         driver=backend.get_driver_version(),
-        sdk=sdk_versions(backend.sdk),
+        sdk=sdk,
         prices=prices,
         devices=tuple(DeviceCheckup(index=i.index, model=i.model, uuid=i.uuid) for i in infos),
-        notes=() if prices else (_UNPRICED,),
+        notes=notes,
     )
 
 

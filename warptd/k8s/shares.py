@@ -14,9 +14,7 @@ import time
 from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.podresources import Owner
 from warptd.processes.collector import ListsProcesses
-
-#: A poll older than this many monitor intervals tells nothing about the current sample.
-_FRESH_INTERVALS = 3.0
+from warptd.processes.shares import FRESH_INTERVALS
 
 
 class SmShares:
@@ -31,7 +29,7 @@ class SmShares:
         cannot tell: no per-process utilization, no recent poll, or SM used by a process whose cgroup
         could not be read or by a pod's container whose names are unknown."""
         usage = self.monitor.sm_usage(uuid)
-        if usage is None or time.monotonic() - usage.polled_at > _FRESH_INTERVALS * self.monitor.interval:
+        if usage is None or time.monotonic() - usage.polled_at > FRESH_INTERVALS * self.monitor.interval:
             return None
         used: dict[Owner | None, float] = {}
         for attribution, sm in usage.by_attribution.items():

@@ -181,22 +181,16 @@ class AmdProcessMonitor(ProcessPoller):
         return entries
 
 
-def open_amd_process_monitor(
-    procfs: Path, interval: float = 1.0, identity: Callable[[int], str | None] | None = None
-) -> AmdProcessMonitor | None:
-    """A monitor (``start()`` it to poll on its own thread), or None where amdsmi is absent."""
-    try:
-        return AmdProcessMonitor(procfs, "amd", interval, identity)
-    except BackendUnavailableError as exc:
-        log.debug("processes_unavailable", backend="amd", reason=str(exc))
-        return None
-
-
 def open_processes(
     settings: Settings, backend: AcceleratorBackend, on_change: Callable[[], None] | None = None
 ) -> AmdProcessMonitor | None:
-    """The ``amd`` vendor's process source, its processes filed under the identities ``backend``'s
-    samples carry, where ``--workloads`` reads it; None otherwise or where amdsmi is absent."""
+    """The ``amd`` vendor's process source (``start()`` it to poll on its own thread), its processes
+    filed under the identities ``backend``'s samples carry, where ``--workloads`` reads it; None
+    otherwise or where amdsmi is absent."""
     if not settings.workloads:
         return None
-    return open_amd_process_monitor(settings.procfs, settings.interval, backend.device_identity)
+    try:
+        return AmdProcessMonitor(settings.procfs, "amd", settings.interval, backend.device_identity)
+    except BackendUnavailableError as exc:
+        log.debug("processes_unavailable", backend="amd", reason=str(exc))
+        return None

@@ -15,6 +15,8 @@ from typing import Literal, TypeVar
 Holder = TypeVar("Holder", bound=Hashable)
 #: How a split was decided: by SM use, by device memory held, or evenly.
 Method = Literal["sm_share", "memory", "even"]
+#: A process list older than this many intervals of its monitor tells nothing about the current sample.
+FRESH_INTERVALS = 3.0
 
 
 @dataclass(frozen=True)

@@ -12,23 +12,24 @@ whichever of the two comes first.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 
 from warptd.config import SettingsView
 from warptd.power.base import DomainPower
+from warptd.recording.digest import forget_digests
 from warptd.recording.memory import SeriesBudget
-from warptd.recording.recorder import Recorder, forget_digests
+from warptd.recording.reaper import Reaper
+from warptd.recording.recorder import Recorder
 from warptd.recording.schema import Recording
 from warptd.recording.selection import UnknownTarget, select_targets
+from warptd.recording.window_history import WindowHistory
 from warptd.sampling.snapshot import DeviceSample, Snapshot
 
 #: Ended windows that keep their time series (the rest keep their summaries only).
@@ -61,12 +62,38 @@ class Window:
     max_deadline: float = float("inf")  # opened + --window-max-duration
     lease_s: float | None = None  # the lease its client renews; None: held to the maximum only
     lease_deadline: float = float("inf")  # last renewal + lease_s
-    devices: dict[str, set[int]] = field(default_factory=dict)  # accelerator backend -> indices
-    power: set[str] = field(default_factory=set)  # power backends of its domains
 
     @property
     def id(self) -> str:
         return self.recorder.id
+
+    @property
+    def devices(self) -> set[tuple[str, int]]:
+        """Its devices, as (backend, index)."""
+        return {(t.backend, int(t.key)) for t in self.recorder.targets if t.kind == "device"}
+
+    @property
+    def power(self) -> set[str]:
+        """The power backends of its domains."""
+        return {t.backend for t in self.recorder.targets if t.kind == "domain"}
+
+    def start(self, max_duration_s: float) -> None:
+        """Start recording, its deadlines counted from now."""
+        self.recorder.start()
+        now = time.monotonic()
+        self.max_deadline = now + max_duration_s
+        if self.lease_s is not None:
+            self.lease_deadline = now + self.lease_s
+
+    def renew(self) -> Lease:
+        """Extend the lease by its ``lease_s`` from now; 409 without one, or once it lapsed."""
+        if self.lease_s is None:
+            raise WindowError(409, f"window {self.id} has no lease to renew (open it with lease_s)")
+        now = time.monotonic()
+        if self.lease_deadline <= now:  # lapsed; the reaper ends it at once
+            raise WindowError(409, f"window {self.id}'s lease expired before this renewal")
+        self.lease_deadline = now + self.lease_s
+        return Lease(self.id, self.lease_s, time.time() + self.lease_s)
 
     def due(self) -> tuple[float, str]:
         """When this window ends by itself, and the end_reason it then gets."""
@@ -126,15 +153,17 @@ class WindowManager:
         self._on_end = on_end or (lambda _: None)
         self._on_change = on_change or (lambda: None)
         self._open: dict[str, Window] = {}
-        # Summaries without points, as their JSON: one buffer each, not thousands of small objects
-        # that would pin the allocator's arenas after the points are freed.
-        self._ended: OrderedDict[str, bytes] = OrderedDict()
-        self._kept: OrderedDict[str, Recorder] = OrderedDict()  # ended windows that keep points
         self.budget = SeriesBudget(lambda: self.limits.memory)
+        self.history = WindowHistory(lambda: self.limits.history, lambda: HISTORY_WITH_POINTS, self.budget)
         self._lock = threading.Lock()
         self._deadlines = threading.Condition(self._lock)  # wakes the reaper when one comes nearer
-        self._reaper: threading.Thread | None = None
         self._closing = False
+        self._reaper = Reaper(
+            self._deadlines,
+            lambda: {w.id: w.due() for w in self._open.values()},
+            self._end_by_itself,
+            lambda: self._closing,
+        )
 
     # -- opening ------------------------------------------------------------------------------
     def open(
@@ -146,6 +175,24 @@ class WindowManager:
     ) -> Recording:
         """Start a window on ``devices`` (default: every accelerator and the CPU packages); with
         ``lease_s``, it ends ``lease_expired`` unless renewed within each ``lease_s``."""
+        window = self._window(name, devices, labels, lease_s)
+        self._admit(window)
+        self.sampling.watch(window.id, window.devices, window.power)
+        with self._lock:
+            ended_meanwhile = window.id not in self._open
+        if ended_meanwhile:  # a request or the reaper ended it (and unwatched) before the watch above
+            self.sampling.unwatch(window.id)
+            raise WindowError(409, f"window {window.id} was ended while it opened")
+        self._read_edges(window)
+        targets = [t.id for t in window.recorder.targets]
+        log.info("window_opened", window=window.id, name=name, targets=targets, lease_s=lease_s)
+        self._on_change()
+        return self._view(window)
+
+    def _window(
+        self, name: str, devices: list[str] | None, labels: dict[str, str] | None, lease_s: float | None
+    ) -> Window:
+        """A window on the targets ``devices`` names, not started; 422 for a request that cannot be."""
         limits = self.limits
         if lease_s is not None and not limits.lease_min <= lease_s <= limits.lease_max:
             raise WindowError(
@@ -159,24 +206,22 @@ class WindowManager:
             raise WindowError(422, str(exc)) from None
         if not targets:
             raise WindowError(422, "no device or power domain to record on this node")
-        window = Window(
-            Recorder(
-                targets,
-                kind="window",
-                name=name,
-                labels=labels,
-                recording_id=uuid.uuid4().hex[:12],
-                interval_seconds=self._interval(),
-                edges=True,
-                on_grow=self.budget.update,
-            ),
-            lease_s=lease_s,
+        recorder = Recorder(
+            targets,
+            kind="window",
+            name=name,
+            labels=labels,
+            recording_id=uuid.uuid4().hex[:12],
+            interval_seconds=self._interval(),
+            edges=True,
+            on_grow=self.budget.update,
         )
-        for target in targets:
-            if target.kind == "device":
-                window.devices.setdefault(target.backend, set()).add(int(target.key))
-            else:
-                window.power.add(target.backend)
+        return Window(recorder, lease_s=lease_s)
+
+    def _admit(self, window: Window) -> None:
+        """Start the window among the open ones, its deadlines counted from now: 503 while shutting
+        down, 429 past --window-max-open or where its series do not fit --window-memory."""
+        targets = window.recorder.targets
         with self._lock:
             if self._closing:
                 raise WindowError(503, "the daemon is shutting down")
@@ -186,26 +231,10 @@ class WindowManager:
             if not self.budget.admit(window.recorder, len(targets) - domains, domains):
                 full = f"open windows fill --window-memory: {len(targets)} more targets do not fit"
                 raise WindowError(429, full)
-            window.recorder.start()
-            now = time.monotonic()
-            window.max_deadline = now + limits.max_duration
-            if lease_s is not None:
-                window.lease_deadline = now + lease_s
+            window.start(self.limits.max_duration)
             self._open[window.id] = window
-            self._start_reaper()  # before the edge reads: a window always ends by itself
+            self._reaper.start()  # before the edge reads: a window always ends by itself
             self._deadlines.notify_all()
-        self.sampling.watch(window.id, _pairs(window.devices), window.power)
-        with self._lock:
-            ended_meanwhile = window.id not in self._open
-        if ended_meanwhile:  # a request or the reaper ended it (and unwatched) before the watch above
-            self.sampling.unwatch(window.id)
-            raise WindowError(409, f"window {window.id} was ended while it opened")
-        self._read_edges(window)
-        log.info(
-            "window_opened", window=window.id, name=name, targets=[t.id for t in targets], lease_s=lease_s
-        )
-        self._on_change()
-        return self._view(window)
 
     def _view(self, window: Window, points: bool = True) -> Recording:
         """An open window's recording so far (without its points for a listing), with its lease."""
@@ -215,7 +244,7 @@ class WindowManager:
     def _read_edges(self, window: Window) -> None:
         """Read the window's devices and domains now, every counter exactly (the energy counter, throttle
         times, whatever their cadence): its first or last sample is at its edge."""
-        self.sampling.read_edges(_pairs(window.devices), window.power)
+        self.sampling.read_edges(window.devices, window.power)
 
     # -- the sampler's samples ------------------------------------------------------------------
     def on_sample(
@@ -237,13 +266,10 @@ class WindowManager:
     # -- queries and ending ---------------------------------------------------------------------
     def get(self, window_id: str) -> Recording | None:
         with self._lock:
-            window, ended = self._open.get(window_id), self._ended.get(window_id)
+            window, ended = self._open.get(window_id), self.history.summary(window_id)
         if window is not None:
             return self._view(window)
-        if ended is None:
-            return None
-        kept, summary = self._kept.get(window_id), Recording.model_validate_json(ended)
-        return kept.with_points(summary) if kept is not None else summary
+        return None if ended is None else self.history.recording(window_id, ended)
 
     def list(self) -> list[Recording]:
         """Open windows, then ended ones, newest first, without their time series."""
@@ -256,7 +282,7 @@ class WindowManager:
         holding the GIL, kept the scrapes waiting)."""
         with self._lock:
             live = list(reversed(self._open.values()))
-            ended = list(reversed(self._ended.values()))
+            ended = self.history.newest_first()
         stop = None if limit is None else offset + limit
         shown = [self._view(w, points=False).model_dump_json().encode() for w in live[offset:stop]]
         after = max(offset - len(live), 0)
@@ -303,35 +329,19 @@ class WindowManager:
         return recording
 
     def _file(self, window_id: str, window: Window, reason: str) -> Recording:
-        """Stop the window's recorder and keep its summary (and, for a while, its points) in the
-        history; the whole recording returned. Called with the lock held."""
+        """Stop the window's recorder and keep it in the history; the whole recording returned.
+        Called with the lock held."""
         window.recorder.stop(reason)
         recording = self._carbon(window.recorder.recording_now())
         recording = recording.model_copy(update={"lease_seconds": window.lease_s})
-        targets = [target.model_copy(update={"points": []}) for target in recording.targets]
-        summary = recording.model_copy(update={"targets": targets})
-        self._ended[window_id] = summary.model_dump_json().encode()
-        self._kept[window_id] = window.recorder
-        self.budget.ended(window.recorder)
-        window.recorder.compact_series()  # kept among windows that come and go
-        while len(self._ended) > self.limits.history:
-            self._ended.popitem(last=False)
-        self._thin_history()
+        self.history.add(recording, window.recorder)
         return recording
-
-    def _thin_history(self) -> None:
-        """Only the newest ``HISTORY_WITH_POINTS`` ended windows still in the history keep their
-        time series (compact, and charged to --window-memory); older ones keep their summaries."""
-        for window_id in list(self._kept):
-            if window_id not in self._ended or len(self._kept) > HISTORY_WITH_POINTS:
-                self.budget.release(self._kept.pop(window_id))
 
     def _not_open(self, window_id: str) -> WindowError:
         """409 naming how an ended window ended (``lease_expired`` tells a client it was too late),
         else 404. Called with the lock held."""
-        ended = self._ended.get(window_id)
-        if ended is not None:
-            reason = json.loads(ended).get("end_reason")  # kept as its summary's JSON
+        reason = self.history.end_reason(window_id)
+        if reason is not None:
             return WindowError(409, f"window {window_id} already ended ({reason})")
         return WindowError(404, f"no window {window_id!r}")
 
@@ -342,42 +352,12 @@ class WindowManager:
             window = self._open.get(window_id)
             if window is None:
                 raise self._not_open(window_id)
-            if window.lease_s is None:
-                raise WindowError(409, f"window {window_id} has no lease to renew (open it with lease_s)")
-            now = time.monotonic()
-            if window.lease_deadline <= now:  # lapsed; the reaper ends it at once
-                raise WindowError(409, f"window {window_id}'s lease expired before this renewal")
-            window.lease_deadline = now + window.lease_s
-        return Lease(window_id, window.lease_s, time.time() + window.lease_s)
+            return window.renew()
 
-    def _start_reaper(self) -> None:
-        """Start the one thread that ends windows at their deadlines (with the lock held)."""
-        if self._reaper is None:
-            self._reaper = threading.Thread(target=self._reap, name="warptd-window-reaper", daemon=True)
-            self._reaper.start()
-
-    def _reap(self) -> None:
-        """Sleep until the nearest deadline of any open window (woken when a nearer one appears), then
-        end every window past its own: a lease not renewed in time, or the maximum duration."""
-        while True:
-            with self._lock:
-                if self._closing:
-                    return
-                now = time.monotonic()
-                deadlines = {window_id: window.due() for window_id, window in self._open.items()}
-                due = [(window_id, reason) for window_id, (at, reason) in deadlines.items() if at <= now]
-                if not due:
-                    nearest = min((at for at, _ in deadlines.values()), default=float("inf"))
-                    self._deadlines.wait(None if nearest == float("inf") else nearest - now)
-                    continue
-            for window_id, reason in due:
-                try:
-                    self.end(window_id, reason)
-                except WindowError:  # a request ended it at the same moment
-                    pass
-                except Exception:  # the reaper outlives any one window's end, without spinning on it
-                    log.exception("window_end_failed", window=window_id, reason=reason)
-                    time.sleep(1.0)
+    def _end_by_itself(self, window_id: str, reason: str) -> None:
+        """End a window past its deadline, or at shutdown; one a request ended meanwhile stays ended."""
+        with contextlib.suppress(WindowError):
+            self.end(window_id, reason)
 
     def shutdown(self) -> None:
         """Refuse new windows and end the open ones (their recordings stay in the history)."""
@@ -386,9 +366,4 @@ class WindowManager:
             self._deadlines.notify_all()
             ids = list(self._open)
         for window_id in ids:
-            with contextlib.suppress(WindowError):
-                self.end(window_id, "shutdown")
-
-
-def _pairs(devices: dict[str, set[int]]) -> set[tuple[str, int]]:
-    return {(backend, index) for backend, indices in devices.items() for index in indices}
+            self._end_by_itself(window_id, "shutdown")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import structlog
 
 from warptd.metrics.catalog import SUMS
 from warptd.models import DriverInstance, LabelledValues
+from warptd.sampling.power_integral import PowerIntegral
+from warptd.sampling.restart import Resumed
 
 log = structlog.get_logger("warptd.counters")
 
@@ -82,11 +83,6 @@ class MonotonicCounter:
         self.previous, self.total = raw, total
 
 
-#: The window of the driver's own power average (NVML's ``nvmlDeviceGetPowerUsage`` and field 185 on
-#: Ampere and newer: the last second), which tiles the past: ``F(t) = F(t - W) + W * average(t)``.
-AVERAGE_WINDOW_S = 1.0
-#: Read several times a window, how far each reading's tile is drawn toward the instant power's step.
-CHAIN_DAMPING = 0.1
 #: Of the estimate's growth, the share that goes to absorb what a total ran ahead of its counter.
 ABSORB = 0.5
 
@@ -113,165 +109,6 @@ class Reconciled:
         return value
 
 
-class PowerIntegral:
-    """Energy (J) drawn since it began, from the power a device reports at each reading.
-
-    The driver's trailing average tiles the past: ``F(t) = F(t - W) + W * A(t)`` from the history of
-    earlier readings, one tile per window whatever the sampling rate. It counts what a load changing
-    faster than the sampler drew (a 1 Hz sample of instant power cannot), and between readings under
-    a window apart it gives each its share (the difference of two overlapping windows). Over the
-    first window, where the history does not reach back, and for devices without an average, the
-    instant power's trapezoid; sampled slower than the window, the time before it at the powers on
-    both sides. An average that lags the counter tiles a past as late as it is: :meth:`tail` adds the
-    energy of the last ``lag`` s (:class:`AverageLag`, learnt from the instant power against the
-    average) to a span.
-    """
-
-    __slots__ = ("_history", "_last", "lag", "tiled_from", "window")
-
-    def __init__(self, window: float = AVERAGE_WINDOW_S) -> None:
-        self.window = window
-        self.lag = AverageLag()
-        #: (time, F, the instant power's trapezoid, the instant power or None), oldest first
-        self._history: deque[tuple[float, float, float, float | None]] = deque()
-        #: The last reading: time, F, trapezoid, instant power, average power (None: unknown)
-        self._last: tuple[float, float, float, float | None, float | None] | None = None
-        #: When F began to be tiled from the average (None: not yet since the start or a gap): what F
-        #: counts from then on owes nothing to the first window's trapezoid.
-        self.tiled_from: float | None = None
-
-    def add(self, now: float, instant: float | None, average: float | None) -> float | None:
-        """F at ``now`` given this reading's powers (W); None where neither is known (nothing added)."""
-        if instant is None and average is None:
-            return None
-        last = self._last
-        if last is None:
-            self._record(now, 0.0, 0.0, instant, average)
-            return 0.0
-        then, total, trapezoid, before, before_average = last
-        dt = now - then
-        if dt <= 0:
-            return total
-        between = _mean(before, instant)  # the trapezoid's power, else the averages'
-        if between is None:
-            between = _mean(before_average, average)
-        trapezoid += dt * (between or 0.0)
-        window = self.window
-        start = now - window
-        back = self._at(start, within=dt / 2) if start < then else None
-        if average is None:
-            total += dt * (between or 0.0)
-        elif start >= then:  # read slower than the window: the time before it at the powers around it
-            total += (start - then) * (between or 0.0) + window * average
-        elif back is None:  # the history does not reach a window back at this pace yet
-            total += dt * (between or 0.0)
-        else:
-            if self.tiled_from is None:
-                self.tiled_from = now
-            tiled = back[0] + window * average
-            # Read several times a window, each reading starts a chain of tiles of its own, whose
-            # offsets (from where each began) are drawn toward the trapezoid's steps, so they fade.
-            total = (
-                tiled + CHAIN_DAMPING * (total + dt * (between or 0.0) - tiled) if dt < window / 2 else tiled
-            )
-            if dt <= DENSE_S and instant is not None and back[2] is not None:
-                # Read densely, the instant power's trapezoid over the window is the energy drawn in
-                # it: against the average's tile, what the average lags by.
-                self.lag.learn(trapezoid - back[1] - window * average, instant - back[2])
-        self._record(now, total, trapezoid, instant, average)
-        return total
-
-    def tail(self, since: float | None) -> float:
-        """The energy of the last ``lag`` s that the tiles hold only later, as of now less as of a time
-        the instant power was ``since`` W: the lag times the instant power's change (0 where either is
-        unknown)."""
-        now = self.last_instant
-        return self.lag.seconds * (now - since) if now is not None and since is not None else 0.0
-
-    def _at(self, t: float, within: float) -> tuple[float, float, float | None] | None:
-        """F, the trapezoid and the instant power at time ``t`` between two readings of the history, one
-        of them at most ``within`` s from it (or the oldest reading, that close after it: a read a
-        little early); None where it does not reach back, or only across a wider gap (read sparsely
-        then: what fell between is not known at this reading's pace)."""
-        later = None
-        for at, total, trapezoid, power in reversed(self._history):
-            if at <= t:
-                if later is None:
-                    return total, trapezoid, power
-                if min(t - at, later[0] - t) > within:
-                    return None
-                share = (t - at) / (later[0] - at)
-                between = power if power is None or later[3] is None else power + (later[3] - power) * share
-                return total + (later[1] - total) * share, trapezoid + (later[2] - trapezoid) * share, between
-            later = (at, total, trapezoid, power)
-        if later is not None and later[0] - t <= within:
-            return later[1], later[2], later[3]
-        return None
-
-    def _record(
-        self, now: float, total: float, trapezoid: float, instant: float | None, average: float | None
-    ) -> None:
-        history = self._history
-        history.append((now, total, trapezoid, instant))
-        horizon = now - self.window
-        while len(history) > 2 and history[1][0] <= horizon:
-            history.popleft()
-        self._last = (now, total, trapezoid, instant, average)
-
-    @property
-    def last_instant(self) -> float | None:
-        """The instant power of the last reading (W), where it had one."""
-        return self._last[3] if self._last is not None else None
-
-    def restart(self) -> None:
-        """Forget the history (a gap in readings): the next reading starts anew. The lag is kept."""
-        self._history.clear()
-        self._last = self.tiled_from = None
-
-
-def _mean(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else (a + b) / 2
-
-
-#: Readings at most this far apart resolve a window well enough to tell the average's lag from (read
-#: once a second, a step between two readings is anywhere between them: a load in step with the
-#: sampler would look like a lag).
-DENSE_S = 0.25
-#: The most an average's lag may be taken to be (s): beyond, the fit is not of a lag.
-MAX_LAG_S = 0.3
-#: W² of power change the fit leans on toward no lag before it moves: one pair of readings alone
-#: (a step of 100 W) moves it halfway.
-LAG_PRIOR = 100.0**2
-#: How much of the fit each further reading leaves of the earlier ones.
-LAG_MEMORY = 0.99
-
-
-@dataclass(slots=True)
-class AverageLag:
-    """How late the driver's average is (s): a least-squares slope (within ``[0, MAX_LAG_S]``, leaning on
-    :data:`LAG_PRIOR` toward none, older pairs fading by :data:`LAG_MEMORY`) of what the tiles missed
-    against how much the instant power changed, from two kinds of pairs. At each read of the counter,
-    what it found since its last read beyond the tiles of that time, against the instant power's change
-    since (an average ``lag`` s late misses the last ``lag`` s before the later read and counts those
-    before the earlier one). Read densely (:data:`DENSE_S` apart at most), the instant power's
-    trapezoid over the last window beyond its tile, against the instant power's change over the window
-    (read once a second, a step between two readings could be anywhere between them: a load in step
-    with the sampler would look like a lag).
-    """
-
-    seconds: float = 0.0
-    _moment: float = 0.0  #: sum of (difference * power change)
-    _spread: float = 0.0  #: sum of power change squared
-
-    def learn(self, missed: float, change: float) -> None:
-        """The tiles missed ``missed`` J of what was drawn while the instant power changed ``change`` W."""
-        self._moment = self._moment * LAG_MEMORY + missed * change
-        self._spread = self._spread * LAG_MEMORY + change * change
-        self.seconds = min(MAX_LAG_S, max(0.0, self._moment / (self._spread + LAG_PRIOR)))
-
-
 @dataclass(slots=True)
 class _Anchor:
     """Where the estimate is counted from: the total there, and the power's estimate then."""
@@ -281,24 +118,6 @@ class _Anchor:
     estimate: float = 0.0  #: the integral's F then
     power: float | None = None  #: the instant power then (W)
     counted: bool = False  #: the total is the counter's own, read then (not a reset's, nor held)
-
-
-@dataclass(frozen=True, slots=True)
-class Resumed:
-    """What an earlier run of the daemon saved of one total: the total, the raw counter it was computed
-    from (None: not of this boot), whether that run was on this boot, the Unix time of that reading,
-    the power then (W), the most it had handed out (J), the most it promised to hand out before its
-    next save (J) and the driver's initialisation of the device then; None in files of earlier
-    versions."""
-
-    total: float
-    raw: float | None = None
-    same_boot: bool = False
-    read_at: float | None = None
-    power: float | None = None
-    published: float | None = None
-    promise: float | None = None
-    driver: DriverInstance | None = None  #: the driver's initialisation the raw value was counted under
 
 
 @dataclass(slots=True)
@@ -337,23 +156,8 @@ class EnergyTracker:
     driver: DriverInstance | None = None
 
     def resume_from(self, resumed: Resumed) -> None:
-        """Continue from an earlier run's total, applied at the first reading.
-
-        A counter that ran on across the gap measured it: at or above the saved raw value on the same
-        boot (or with the boot unknown), or below it on the same boot with a known wrap range (a wrap;
-        more than one cannot be told from one). What it adds is at most the ceiling (the device's power
-        limit) times the time since the saved reading. A counter that restarted meanwhile (no raw value
-        after a reboot, else lower without a wrap: a driver reload) counted only since then, and its
-        reading is no measure of the gap: it adds at most the gap's estimate from the power on both
-        sides of it (the one known, where the other is not), and nothing where neither is known.
-        Beyond either bound is dropped (:attr:`dropped_joules`), never the power limit times the gap. A
-        reading time in the future (the wall clock stepped back) takes the time since boot instead.
-
-        Nothing handed out goes back: a total the earlier run had handed out beyond the counter's is
-        carried (:class:`Reconciled`, as ahead of a counter), and where the counter restarted, the total
-        starts at the most the earlier run promised before its next save, the rest counted in
-        :attr:`overcount`: it may have been killed just before that save.
-        """
+        """Continue from an earlier run's total, applied at the first reading (:meth:`Resumed.continued`):
+        nothing handed out goes back, and what a restarted counter adds is counted in :attr:`overcount`."""
         self.resumed = resumed
 
     @property
@@ -518,7 +322,8 @@ class EnergyTracker:
     def _resumed_total(
         self, energy: float, power: float | None, wrap_range: float | None, ceiling: float
     ) -> float:
-        """The resumed total at the first reading (``energy`` J, ``power`` W) after the gap."""
+        """The resumed total at the first reading (``energy`` J, ``power`` W) after the gap, whose length
+        a reading time in the future (the wall clock stepped back) takes from the boot instead."""
         resumed, counter = self.resumed, self.counter
         assert resumed is not None and counter is not None
         since = time.time() - resumed.read_at if resumed.read_at is not None else None
@@ -527,49 +332,11 @@ class EnergyTracker:
             log.warning(
                 "energy_restore_clock_behind", behind_s=round(behind, 3), bounded_by_s=round(since, 3)
             )
-        raw, total = resumed.raw, resumed.total
-        same = self._same_driver(resumed, energy, ceiling, since)
-        if raw is not None and energy >= raw and same is not False:  # it ran on: the gap's energy
-            total += counter.bounded(energy - raw, ceiling, since)
-            if same is None and resumed.promise is not None and resumed.promise > total:
-                # Not told either way: as counted it adds only what the counter says, but a reload may
-                # have come between, so nothing handed out before goes back.
-                self.overcount += resumed.promise - total
-                total = resumed.promise
-            return total
-        if raw is not None and same is not False and resumed.same_boot and wrap_range:  # a wrap
-            counter.wraps += 1
-            return total + counter.bounded((wrap_range - raw) + energy, ceiling, since)
-        # It restarted (a reboot; a reset, or the boot unknown): the gap's power as measured around it.
-        measured = [watts for watts in (resumed.power, power) if watts is not None]
-        estimate = min(sum(measured) / len(measured), ceiling) if measured else 0.0
-        total = max(
-            total + counter.bounded(energy, estimate, since if since is not None else 0.0),
-            resumed.published or 0.0,
-        )  # handed out for sure
-        if resumed.promise is not None and resumed.promise > total:  # it may have handed out up to that
-            self.overcount += resumed.promise - total
-            total = resumed.promise
+        total, overcount = resumed.continued(
+            counter, energy, power, wrap_range=wrap_range, ceiling=ceiling, since=since, driver=self.driver
+        )
+        self.overcount += overcount
         return total
-
-    def _same_driver(
-        self, resumed: Resumed, energy: float, ceiling: float, since: float | None
-    ) -> bool | None:
-        """Whether the counter kept counting across the gap under one initialisation of the device by its
-        driver: what the driver tells (:meth:`DriverInstance.same_as`); else True where the counter now
-        holds more than twice the ceiling times the gap (it cannot have restarted since), False where
-        it went back; None where nothing tells."""
-        if resumed.raw is None:
-            return False  # another boot
-        if self.driver is not None and resumed.driver is not None:
-            same = self.driver.same_as(resumed.driver)
-            if same is not None:
-                return same
-        if energy < resumed.raw:
-            return None  # a wrap or a reset: the counter's own range tells
-        if since is not None and energy > 2 * ceiling * since:
-            return True
-        return None
 
     def gap(self) -> None:
         """The device or domain was not read this time: integrate nothing across the hole.

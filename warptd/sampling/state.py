@@ -32,7 +32,8 @@ import structlog
 from warptd import files
 from warptd.config import SettingsError
 from warptd.models import DriverInstance
-from warptd.sampling.counters import MAX_PLAUSIBLE_WATTS, EnergyTracker, Resumed, uptime
+from warptd.sampling.counters import MAX_PLAUSIBLE_WATTS, EnergyTracker, uptime
+from warptd.sampling.restart import Resumed
 
 log = structlog.get_logger("warptd.state")
 SAVE_EVERY_S = 10.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -11,7 +12,7 @@ from typing import Any
 from warptd.models import WireModel
 from warptd.recording.schema import Recording
 from warptd.stress.base import DeviceRef, WorkloadResult
-from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder
+from warptd.stress.telemetry import RunTelemetry, TelemetryRecorder, summarize
 
 
 class JobStatus(StrEnum):
@@ -108,6 +109,36 @@ class Job:
             efficiency=self.efficiency(),
             recording=recording,
         )
+
+    def conclude(
+        self, result: dict[str, Any] | None, error: str | None, carbon: Callable[[Recording], Recording]
+    ) -> None:
+        """End the job as its worker ended: cancelled where asked, succeeded with its ``result``, else
+        failed with ``error``; its run's recording finished (``carbon`` adds carbon and cost), and the
+        recorder let go, so that the bounded history keeps the result, not the recorder."""
+        self.ended_at = datetime.now(UTC)
+        if self.cancel_requested:
+            self.status = JobStatus.CANCELLED
+        elif result is not None:
+            try:
+                self.status, self.workload = JobStatus.SUCCEEDED, WorkloadResult(**result)
+            except (TypeError, ValueError) as exc:
+                self.status, self.error = JobStatus.FAILED, f"malformed result from the worker: {exc}"
+        else:
+            self.status, self.error = JobStatus.FAILED, error
+        recorder = self.recorder
+        if recorder is None:
+            return
+        if self.workload is not None:
+            recorder.recorder.workload = {
+                "throughput": self.workload.throughput,
+                "unit": self.workload.unit,
+                "work": self.workload.work,
+                "work_unit": self.workload.work_unit,
+            }
+        self.recording = carbon(recorder.finish(str(self.status), self.error))
+        self.telemetry = summarize(self.recording)
+        self.recorder = None
 
     def efficiency(self) -> Efficiency | None:
         energy = self.telemetry.energy_joules if self.telemetry else None

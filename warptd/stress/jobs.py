@@ -4,10 +4,8 @@ device, bounded history, and the samples of each running job's device handed to 
 from __future__ import annotations
 
 import importlib.util
-import threading
 import time
 import uuid
-from collections import Counter, OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -20,10 +18,11 @@ from warptd.recording.recorder import Target
 from warptd.recording.schema import Recording
 from warptd.sampling.snapshot import DeviceSample
 from warptd.stress import supervise
-from warptd.stress.base import DeviceRef, StressTest, WorkloadResult
+from warptd.stress.base import DeviceRef
+from warptd.stress.catalog import StressCatalog
+from warptd.stress.history import JobHistory, MetricsView
 from warptd.stress.job import Job, JobStatus, StressError, StressParameters
-from warptd.stress.registry import discover_tests, resolve_test
-from warptd.stress.telemetry import TelemetryRecorder, summarize
+from warptd.stress.telemetry import TelemetryRecorder
 from warptd.stress.worker import WorkerJob
 
 log = structlog.get_logger("warptd.stress")
@@ -52,137 +51,67 @@ class JobManager:
         carbon: Callable[[Recording], Recording] | None = None,
         in_daemon: bool = True,
     ) -> None:
-        """``watch``/``unwatch``: the sampler's, so a running job's device is sampled faster;
+        """``refresh`` re-reads the device list (after a backend re-discovered its devices) before each
+        start; ``watch``/``unwatch``: the sampler's, so a running job's device is sampled faster;
         ``edge``: reads a job's device and power domains with every counter exact, as its run begins
         and ends; ``carbon`` adds carbon and cost to a finished run's recording; ``in_daemon``: the
         daemon's manager, whose refusals go to API clients (else ``warptd stress``'s, run here)."""
-        self.in_daemon = in_daemon
-        self.devices = {d.key: d for d in devices}
-        #: Re-reads the device list (after a backend re-discovered its devices) before each start.
-        self._refresh = refresh
+        self.catalog = StressCatalog(devices, refresh, in_daemon)
         self.companions = companions  # accelerator backend -> power backends that measure it
         self.max_duration_s = max_duration_s
-        self.tests = discover_tests()
-        self._classes: dict[str, type[StressTest]] = {}  # target -> class
         self.history = history
-        self._jobs: OrderedDict[str, Job] = OrderedDict()
-        self._busy: dict[str, str] = {}  # device key -> job id
-        self._lock = threading.Lock()
+        self.jobs = JobHistory(lambda: self.history)
         self._on_change = on_change or (lambda: None)
         self._free_memory = free_memory or (lambda _: None)
-        self._closing = False
         self._watch = watch or (lambda *_: None)
         self._unwatch = unwatch or (lambda _: None)
         self._edge = edge or (lambda *_: None)
         self._carbon = carbon or (lambda recording: recording)
-        self.runs: Counter[tuple[str, str]] = Counter()
-        self.last: dict[tuple[str, str, str], Job] = {}  # (backend, device, test) -> last finished job
+
+    # -- the catalog's, as the routes, the CLI and the collector ask it ------------------------
+    @property
+    def tests(self) -> dict[str, str]:
+        return self.catalog.tests
+
+    @property
+    def devices(self) -> dict[str, DeviceRef]:
+        return self.catalog.devices
+
+    def default_device(self) -> str:
+        return self.catalog.default_device()
+
+    def tests_for(self, device: DeviceRef) -> list[str]:
+        return self.catalog.tests_for(device)
+
+    def usable_tests(self) -> list[str]:
+        return self.catalog.usable_tests()
 
     # -- starting -----------------------------------------------------------------------------
     def parameters(
         self, test: str | None, device: str | None, duration_s: float, dtype: str | None, size: int | None
     ) -> StressParameters:
         """A request's parameters, with the default device and the default test for it filled in."""
-        self._refresh_devices()
+        self.catalog.refresh()
         device = device or self.default_device()
-        test = test or self.default_test(device)
+        test = test or self.catalog.default_test(device)
         return StressParameters(test=test, device=device, duration_s=duration_s, dtype=dtype, size=size)
-
-    def default_test(self, device: str) -> str:
-        """``matmul`` where it runs, else the first workload that runs on the device (Path B)."""
-        ref = self.devices.get(device)
-        suitable = self.tests_for(ref) if ref is not None else []
-        return "matmul" if "matmul" in suitable or not suitable else suitable[0]
-
-    def test_class(self, name: str) -> type[StressTest]:
-        """The class of a discovered test, imported once per target."""
-        target = self.tests[name]
-        if target not in self._classes:
-            self._classes[target] = resolve_test(target)
-        return self._classes[target]
-
-    def tests_for(self, device: DeviceRef) -> list[str]:
-        """The workloads that run on this device, sorted."""
-        return [name for name in sorted(self.tests) if self.test_class(name).runs_on(device)]
-
-    def usable_tests(self) -> list[str]:
-        """The workloads some device of this node runs: the only ones series and messages name."""
-        devices = list(self.devices.values())
-        return [name for name in sorted(self.tests) if any(self.test_class(name).runs_on(d) for d in devices)]
-
-    def _refresh_devices(self) -> None:
-        if self._refresh is not None:
-            self.devices = {d.key: d for d in self._refresh()}
-
-    def default_device(self) -> str:
-        """The first accelerator. A node without one has no default: a stress of its CPU is asked for
-        by name, so that a request meant for a GPU (whose driver failed to load, say) never loads the
-        CPU instead."""
-        accelerators = [key for key, ref in self.devices.items() if ref.is_accelerator]
-        if accelerators:
-            return accelerators[0]
-        named = ""
-        for key, ref in self.devices.items():  # the CPU's device, named as the request names it
-            if not ref.is_accelerator:
-                asked = f'"device": "{key}"' if self.in_daemon else f"--device {key}"
-                named = f"; to stress the CPU, name it: {asked}"
-                break
-        raise StressError(
-            422,
-            f"no accelerator on this node (warptd list --verbose says why each backend did not load){named}",
-        )
 
     def start(self, params: StressParameters) -> Job:
         """Validate, then spawn; raises :class:`StressError` and starts nothing on bad input."""
-        self._refresh_devices()
-        target = self.tests.get(params.test)
-        if target is None:
-            available = ", ".join(self.usable_tests()) or "none"
-            raise StressError(422, f"unknown test {params.test!r}; available: {available}")
-        device = self.devices.get(params.device)
-        if device is None:
-            raise StressError(422, f"unknown device {params.device!r}; available: {', '.join(self.devices)}")
-        if not 1 <= params.duration_s <= self.max_duration_s:
-            raise StressError(422, f"duration_s must be between 1 and {self.max_duration_s:g}")
-        test_cls = self.test_class(params.test)
-        try:
-            dtype, size = test_cls.resolve_parameters(device, params.dtype, params.size)
-        except ValueError as exc:
-            raise StressError(422, str(exc)) from None
-        params = params.model_copy(update={"dtype": dtype, "size": size})
-        self._check_memory(device, test_cls.estimate_bytes(dtype, size))
+        self.catalog.refresh()
+        target, device, test_cls, params = self.catalog.resolve(params, self.max_duration_s)
+        self._check_memory(device, test_cls.estimate_bytes(params.dtype, params.size))
         self._check_torch()  # after validation: a bad request is 422 whether or not torch is here
-        with self._lock:
-            if self._closing:
-                raise StressError(503, "the daemon is shutting down")
-            if device.key in self._busy:
-                raise StressError(
-                    409, f"device {device.key} is busy with stress job {self._busy[device.key]}"
-                )
-            job = Job(id=uuid.uuid4().hex[:12], params=params, device=device)
-            job.recorder = TelemetryRecorder(
-                device=Target(
-                    "device",
-                    device.backend,
-                    str(device.index),
-                    device_kind=device_kind(device.is_accelerator),
-                ),
-                name=params.test,
-            )
-            self._busy[device.key] = job.id
-            self._jobs[job.id] = job
-            self._trim()
+        job = Job(id=uuid.uuid4().hex[:12], params=params, device=device)
+        kind = device_kind(device.is_accelerator)
+        target_of = Target("device", device.backend, str(device.index), device_kind=kind)
+        job.recorder = TelemetryRecorder(device=target_of, name=params.test)
+        self.jobs.admit(job)
         try:
-            supervise.spawn(
-                job,
-                WorkerJob(target, device, params.duration_s, params.dtype, params.size),
-                self._handle,
-                self._finish,
-            )
+            work = WorkerJob(target, device, params.duration_s, params.dtype, params.size)
+            supervise.spawn(job, work, self._handle, self._finish)
         except Exception as exc:  # EAGAIN/EMFILE: nothing may stay half-started or the device stays busy
-            with self._lock:
-                self._busy.pop(device.key, None)
-                self._jobs.pop(job.id, None)
+            self.jobs.discard(job)
             log.error("stress_spawn_failed", job=job.id, error=str(exc))
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             raise StressError(503, f"could not start the stress worker: {reason}") from None
@@ -200,7 +129,7 @@ class JobManager:
             return
         from warptd.install import client_install_command, install_command
 
-        if not self.in_daemon:
+        if not self.catalog.in_daemon:
             raise StressError(
                 503, f"torch is not installed: install the stress extra: {install_command('stress')}"
             )
@@ -218,11 +147,6 @@ class JobManager:
             raise StressError(
                 422, f"the workload needs {need:.1f} GiB but {device.key} has {have:.1f} GiB free"
             )
-
-    def _trim(self) -> None:
-        finished = [jid for jid, j in self._jobs.items() if not j.status.active]
-        for jid in finished[: max(0, len(finished) - self.history)]:  # keep the newest `history`
-            del self._jobs[jid]
 
     # -- the worker's messages and end ---------------------------------------------------------
     def _handle(
@@ -251,41 +175,14 @@ class JobManager:
         return {(job.device.backend, job.device.index)}, set(self.companions.get(job.device.backend, ()))
 
     def _finish(self, job: Job, result: dict[str, Any] | None, error: str | None) -> None:
-        recorder = job.recorder
-        if recorder is not None and recorder.recording:
+        if job.recorder is not None and job.recorder.recording:
             self._edge(*self._measured(job))  # the recording's last sample, at the run's end
         self._unwatch(f"stress-{job.id}")
-        job.ended_at = datetime.now(UTC)
-        if job.cancel_requested:
-            job.status = JobStatus.CANCELLED
-        elif result is not None:
-            try:
-                job.status, job.workload = JobStatus.SUCCEEDED, WorkloadResult(**result)
-            except (TypeError, ValueError) as exc:
-                job.status, job.error = JobStatus.FAILED, f"malformed result from the worker: {exc}"
-        else:
-            job.status = JobStatus.FAILED
-            job.error = error or supervise.exit_reason(
-                job.process.exitcode if job.process is not None else None
-            )
-        if recorder is not None:
-            if job.workload is not None:
-                recorder.recorder.workload = {
-                    "throughput": job.workload.throughput,
-                    "unit": job.workload.unit,
-                    "work": job.workload.work,
-                    "work_unit": job.workload.work_unit,
-                }
-            job.recording = self._carbon(recorder.finish(str(job.status), job.error))
-            job.telemetry = summarize(job.recording)
-            job.recorder = None  # keep the result, not the recorder, in the bounded history
+        if result is None and not job.cancel_requested:
+            error = error or supervise.exit_reason(job.process.exitcode if job.process is not None else None)
+        job.conclude(result, error, self._carbon)
         process, job.process = job.process, None
-        with self._lock:
-            self._busy.pop(job.device.key, None)
-            self.runs[(job.params.test, str(job.status))] += 1
-            self._trim()
-            if job.status is JobStatus.SUCCEEDED:
-                self.last[(job.device.backend, str(job.device.index), job.params.test)] = job
+        self.jobs.finished(job)
         log.info("stress_finished", job=job.id, status=str(job.status), error=job.error)
         job.done.set()
         self._on_change()
@@ -311,31 +208,18 @@ class JobManager:
             elif domains is not None and backend in self.companions.get(job.device.backend, ()):
                 recorder.add_domains(domains, at, backend)
 
-    # -- queries and cancel -------------------------------------------------------------------
+    # -- queries (the history's, as the routes and the collector ask them) and cancel -----------
     def running(self) -> list[Job]:
-        """Jobs starting or running."""
-        with self._lock:
-            return [j for j in self._jobs.values() if j.status.active]
+        return self.jobs.running()
 
     def get(self, job_id: str) -> Job | None:
-        with self._lock:
-            return self._jobs.get(job_id)
+        return self.jobs.get(job_id)
 
     def list(self) -> list[Job]:
-        with self._lock:
-            return list(reversed(self._jobs.values()))
+        return self.jobs.list()
 
-    def metrics_view(
-        self,
-    ) -> tuple[set[tuple[str, str, str]], dict[tuple[str, str], int], list[tuple[tuple[str, str, str], Job]]]:
-        """Running (backend, device, test), finished-run counts and last results, copied under the lock."""
-        with self._lock:
-            running = {
-                (j.device.backend, str(j.device.index), j.params.test)
-                for j in self._jobs.values()
-                if j.status.active
-            }
-            return running, dict(self.runs), list(self.last.items())
+    def metrics_view(self) -> MetricsView:
+        return self.jobs.metrics_view()
 
     def cancel(self, job_id: str, timeout: float = 2.0) -> Job | None:
         """Ask the worker to stop (SIGTERM; the monitor reaps it, SIGKILL after 1 s) and wait."""
@@ -350,8 +234,7 @@ class JobManager:
 
     def shutdown(self, timeout: float = 3.0) -> None:
         """Refuse new jobs, stop every worker at once, and wait for all within one deadline."""
-        with self._lock:
-            self._closing = True
+        self.jobs.close()
         jobs = self.running()
         for job in jobs:
             job.cancel_requested = True

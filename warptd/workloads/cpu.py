@@ -8,10 +8,12 @@ processes in no tracked workload stay unattributed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from warptd.files import read_text
-from warptd.workloads.placement import CpuCgroup
+from warptd.workloads.placement import CpuCgroup, WorkloadKey
+from warptd.workloads.tracked import Workload
 
 #: The clock ticks of /proc/stat (USER_HZ), in µs each.
 _TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
@@ -47,3 +49,44 @@ def node_cpu_us(procfs: Path) -> float | None:
         return sum(int(v) for v in fields[1 : 1 + _STAT_FIELDS]) * _TICK_US
     except ValueError:
         return None
+
+
+def share_cpu(
+    workloads: Mapping[WorkloadKey, Workload],
+    usage: Mapping[WorkloadKey, float | None],
+    cgroups: Mapping[WorkloadKey, CpuCgroup],
+    elapsed: float | None,
+) -> None:
+    """Each workload's CPU share: its cgroup's CPU time since the last poll (``usage`` now, in µs) over
+    the node's (``elapsed`` µs); a cgroup nested in another tracked one (a user's service in the
+    user's slice) is taken out of it, and shares over 1 in all are scaled down to 1."""
+    spent: dict[WorkloadKey, float] = {}
+    for key, used in usage.items():
+        workload = workloads.get(key)
+        if workload is None:
+            continue
+        if used is not None and workload.cpu_usage_us is not None and used >= workload.cpu_usage_us:
+            spent[key] = used - workload.cpu_usage_us
+        workload.cpu_usage_us = used
+    own = dict(spent)
+    by_cgroup = {cgroups[key]: key for key in spent}
+    for key, used in spent.items():
+        parent = _enclosing(cgroups[key], by_cgroup)
+        if parent is not None:
+            own[parent] -= used
+    shares = {k: max(0.0, used) / elapsed for k, used in own.items()} if elapsed and elapsed > 0 else {}
+    total = sum(shares.values())
+    for workload in workloads.values():
+        share = shares.get(workload.key, 0.0)
+        workload.cpu_share = share / total if total > 1 else share
+
+
+def _enclosing(cgroup: CpuCgroup, tracked: Mapping[CpuCgroup, WorkloadKey]) -> WorkloadKey | None:
+    """The tracked workload whose cgroup most closely encloses ``cgroup`` (same hierarchy), if any."""
+    path = cgroup.path.rstrip("/")
+    while "/" in path:
+        path = path.rsplit("/", 1)[0]
+        found = tracked.get(CpuCgroup(path or "/", cgroup.v1_controllers))
+        if found is not None:
+            return found
+    return None

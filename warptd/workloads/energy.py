@@ -5,8 +5,8 @@ A thread polls (never an SDK: the process sources' latest lists, ``/proc`` and t
 keeps, per device, who held it and their SM use and memory; the sampler's listener applies each new
 energy delta to them with the split pods use (:func:`warptd.processes.shares.split`). What no known
 workload takes (idle devices, processes whose cgroup could not be read, workloads over the cap) is
-unattributed, so the parts of a device's energy always sum to it. A workload that ends keeps its
-totals for ``retention`` seconds, then goes; a pid reused by a new process is read again.
+unattributed, so the parts of a device's energy always sum to it. Who holds each device is
+holders.py's; which workloads are kept, and for how long, tracked.py's; the CPU shares, cpu.py's.
 """
 
 from __future__ import annotations
@@ -14,30 +14,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from warptd.config import SLURM_ROOTS
-from warptd.processes.cgroup import PidCache
-from warptd.processes.shares import DeviceProcesses, split
+from warptd.processes.shares import FRESH_INTERVALS, split
 from warptd.sampling.deltas import TotalDeltas
 from warptd.sampling.poller import PollingThread
-from warptd.workloads.cgroupns import namespace_root
-from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us
-from warptd.workloads.placement import (
-    KINDS,
-    CpuCgroup,
-    Kind,
-    Placement,
-    WorkloadKey,
-    read_placement,
-    slurm_roots,
-    user_name,
-)
+from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us, share_cpu
+from warptd.workloads.holders import Held, ProcessLists, ProcessSource, changed_holders
+from warptd.workloads.placement import KINDS, Kind, Placement, WorkloadKey, slurm_roots
 from warptd.workloads.slurm_tree import job_uid, slurm_jobs
-from warptd.workloads.tracked import Workload, WorkloadTotals
+from warptd.workloads.tracked import WorkloadTable, WorkloadTotals
 from warptd.workloads.views import WorkloadList, WorkloadView
 
 if TYPE_CHECKING:
@@ -45,38 +35,7 @@ if TYPE_CHECKING:
     from warptd.sampling.snapshot import DeviceSample
     from warptd.workloads.listener import WorkloadListener
 
-#: A poll older than this many intervals tells nothing about the current sample.
-_FRESH_INTERVALS = 3.0
 ACCELERATOR, CPU = "accelerator", "cpu"
-Holders = dict[WorkloadKey | None, float]
-
-
-class ProcessSource(Protocol):
-    """An SDK's process lists per device (:class:`warptd.processes.nvml.ProcessMonitor` for NVIDIA,
-    :class:`warptd.processes.amd.AmdProcessMonitor` for AMD)."""
-
-    backend: str
-    interval: float
-
-    def devices(self) -> Mapping[str, DeviceProcesses]: ...
-
-
-@dataclass(frozen=True)
-class _Held:
-    """Who held one device at a poll, with their SM use and memory (None: no known workload)."""
-
-    at: float
-    holders: tuple[WorkloadKey, ...]
-    sm: Holders | None
-    memory: Holders | None
-
-
-@dataclass(frozen=True)
-class _Listed:
-    backend: str
-    uuid: str
-    processes: DeviceProcesses
-    placements: dict[int, Placement | None]
 
 
 class WorkloadEnergy:
@@ -102,23 +61,16 @@ class WorkloadEnergy:
         begins or ends on them (its recording's energy is then the counter's at those edges)."""
         self.sources = sources
         self._edge = edge
-        self.slurm = slurm_roots(slurm)  # where slurmd puts jobs
+        self.lists = ProcessLists(sources, procfs, cgroupfs, slurm_roots(slurm))  # slurmd's roots
         self.listeners = list(listeners)  # told after each poll and each split (their recordings)
         self.procfs, self.cgroupfs = procfs, cgroupfs
-        self.kinds = frozenset(kinds)
-        self.retention = retention
-        self.max_workloads = max_workloads
+        self.table = WorkloadTable(kinds, max_workloads, retention)
+        self._workloads = self.table.workloads  # the split's, read at each sample
         self._interval, self._clock, self._wall = interval, clock, wall
-        self._cgroup_root: str | None = None  # '/' unless warptd runs in a private cgroup namespace
-        self._placements = PidCache(procfs, self._placement)
         self._backends = {source.backend for source in sources}
-        self._workloads: dict[WorkloadKey, Workload] = {}
-        self._held: dict[tuple[str, str], _Held] = {}  # (backend, uuid) -> latest holders
+        self._held: dict[tuple[str, str], Held] = {}  # (backend, uuid) -> latest holders
         self._deltas: TotalDeltas[tuple[str, str]] = TotalDeltas()  # (backend, uuid or domain)
         self._unattributed: dict[str, float] = {}
-        self._over_cap: set[WorkloadKey] = set()
-        self._running: set[WorkloadKey] = set()  # found on a device or in the cgroup tree this poll
-        self.dropped = 0
         self._node_cpu_us: float | None = None
         self._cpu_at: float | None = None
         self._lock = threading.Lock()
@@ -127,150 +79,60 @@ class WorkloadEnergy:
         self._telling = threading.Lock()
         self._poller = PollingThread("warptd-workloads", self.poll, interval)
 
+    @property
+    def dropped(self) -> int:
+        """Workloads refused over the cap (``--workload-max``), each counted once."""
+        return self.table.dropped
+
     # -- the poll: who holds each device, each workload's CPU share -----------------------------
     def poll(self) -> None:
         """Place every listed process, note who holds each device, and take the CPU shares."""
-        listed = self._list()
+        listed = self.lists.listed()
         node_cpu = node_cpu_us(self.procfs)
         now, wall = self._clock(), self._wall()
         jobs = self._slurm_jobs()
+        table = self.table
         with self._lock:
-            held, over_cap = {}, set()
-            self._running = set()
+            table.poll_begins()
+            held = {}
             for item in listed:
-                held[(item.backend, item.uuid)] = self._holders(item, now, wall, over_cap)
-            edges = _changed_holders(self._held, held)
+                keys = {pid: table.track(placement, now, wall) for pid, placement in item.placements.items()}
+                held[(item.backend, item.uuid)] = Held.of(item, keys, now)
+            edges = changed_holders(self._held, held)
         if edges:  # a workload began or ended there: the energy up to now goes to the holders until now
             self._edge(edges)
         with self._lock:
             self._held = held
             for job in jobs:  # running, on a device or not: their CPU share is theirs
-                self._track(job, now, wall, over_cap)
-            self.dropped += len(over_cap - self._over_cap)
-            self._over_cap = over_cap
-            cgroups = {w.key: w.cpu for w in self._workloads.values() if w.cpu is not None}
+                table.track(job, now, wall)
+            table.count_refused()
+            cgroups = table.cpu_cgroups()
         usage = {key: cgroup_usage_us(self.cgroupfs, cgroup) for key, cgroup in cgroups.items()}
         with self._telling:
             with self._lock:
-                self._cpu_shares(usage, cgroups, node_cpu, now)
-                self._end_and_expire(usage, now, wall)
+                elapsed = (
+                    None if node_cpu is None or self._node_cpu_us is None else node_cpu - self._node_cpu_us
+                )
+                self._node_cpu_us = node_cpu
+                share_cpu(self._workloads, usage, cgroups, elapsed)
+                if elapsed:
+                    self._cpu_at = now
+                table.end_and_expire(usage, now, wall)
                 told = self._totals_told()
             for listener in self.listeners:
                 listener.after_poll(told)
 
-    def _list(self) -> list[_Listed]:
-        """Each source's fresh device lists, every pid placed (one /proc read per new process)."""
-        listed, pids = [], set()
-        for source in self.sources:
-            for uuid, processes in source.devices().items():
-                if time.monotonic() - processes.polled_at > _FRESH_INTERVALS * source.interval:
-                    continue
-                named = {*processes.memory_by_pid, *(processes.sm_by_pid or ())}
-                placements = {pid: self._placements.get(pid) for pid in named}
-                pids |= named
-                listed.append(_Listed(source.backend, uuid, processes, placements))
-        self._placements.retain(pids)
-        return listed
-
-    def _placement(self, procfs: Path, pid: int) -> Placement | None:
-        """A pid's placement; the namespace root is searched at the first one, on the poll thread, so
-        that a walk of the host's cgroup tree never delays the daemon's start."""
-        if self._cgroup_root is None:
-            self._cgroup_root = namespace_root(self.procfs, self.cgroupfs)
-        return read_placement(procfs, pid, self._cgroup_root, self.slurm)
-
     def _slurm_jobs(self) -> list[Placement]:
         """The Slurm jobs with a cgroup here; the uid of a new one on cgroup v2 from one of its pids."""
-        if "slurm_job" not in self.kinds:
+        if "slurm_job" not in self.table.kinds:
             return []
-        jobs = slurm_jobs(self.cgroupfs, self.slurm)
+        jobs = slurm_jobs(self.cgroupfs, self.lists.slurm)
         with self._lock:
             new = [job for job in jobs if job.key not in self._workloads and job.uid is None and job.cpu]
         for job in new:
             uid = job_uid(self.cgroupfs, self.procfs, job.cpu)  # type: ignore[arg-type]
             jobs[jobs.index(job)] = replace(job, uid=uid)
         return jobs
-
-    def _holders(self, item: _Listed, now: float, wall: float, over_cap: set[WorkloadKey]) -> _Held:
-        keys = {
-            pid: self._track(placement, now, wall, over_cap) for pid, placement in item.placements.items()
-        }
-        holders = tuple(sorted({k for k in keys.values() if k is not None}, key=lambda k: (k.kind, k.id)))
-        sm = None if item.processes.sm_by_pid is None else _by_holder(keys, item.processes.sm_by_pid)
-        memory = item.processes.memory_by_pid
-        known = None if any(m is None for m in memory.values()) else _by_holder(keys, memory)  # type: ignore[arg-type]
-        return _Held(now, holders, sm, known)
-
-    def _track(
-        self, placement: Placement | None, now: float, wall: float, over_cap: set[WorkloadKey]
-    ) -> WorkloadKey | None:
-        """The workload a process counts for (creating it), or None: unknown, or over the cap."""
-        if placement is None:
-            return None
-        key, cpu = placement.key, placement.cpu
-        if key.kind not in self.kinds:
-            key, cpu = WorkloadKey("user", user_name(placement.uid)), None
-            if "user" not in self.kinds:
-                return None
-        if not key.id:
-            return None
-        workload = self._workloads.get(key)
-        if workload is None:
-            if len(self._workloads) >= self.max_workloads:
-                over_cap.add(key)
-                return None
-            workload = self._workloads[key] = Workload(key, user_name(placement.uid), wall, now, cpu)
-        workload.seen, workload.ended_at = now, None
-        self._running.add(key)
-        if workload.cpu is None:  # first seen through a process whose cgroup keeps no CPU time
-            workload.cpu = cpu
-        if placement.step is not None and key.kind == "slurm_job":
-            workload.steps.add(placement.step)
-        return key
-
-    def _cpu_shares(
-        self,
-        usage: dict[WorkloadKey, float | None],
-        cgroups: dict[WorkloadKey, CpuCgroup],
-        node: float | None,
-        now: float,
-    ) -> None:
-        """Each workload's CPU time over the node's since the last poll; a cgroup nested in another
-        tracked one (a user's service in the user's slice) is taken out of it."""
-        spent: dict[WorkloadKey, float] = {}
-        for key, used in usage.items():
-            workload = self._workloads.get(key)
-            if workload is None:
-                continue
-            if used is not None and workload.cpu_usage_us is not None and used >= workload.cpu_usage_us:
-                spent[key] = used - workload.cpu_usage_us
-            workload.cpu_usage_us = used
-        own = dict(spent)
-        by_cgroup = {cgroups[key]: key for key in spent}
-        for key, used in spent.items():
-            parent = _enclosing(cgroups[key], by_cgroup)
-            if parent is not None:
-                own[parent] -= used
-        elapsed = None if node is None or self._node_cpu_us is None else node - self._node_cpu_us
-        self._node_cpu_us = node
-        shares = {k: max(0.0, used) / elapsed for k, used in own.items()} if elapsed and elapsed > 0 else {}
-        total = sum(shares.values())
-        for workload in self._workloads.values():
-            share = shares.get(workload.key, 0.0)
-            workload.cpu_share = share / total if total > 1 else share
-        if elapsed:
-            self._cpu_at = now
-
-    def _end_and_expire(self, usage: dict[WorkloadKey, float | None], now: float, wall: float) -> None:
-        """A workload runs while a device lists its processes or its cgroup is there; an ended one
-        goes ``retention`` seconds after it was last seen."""
-        for key, workload in list(self._workloads.items()):
-            if key not in self._running and usage.get(key) is not None:
-                workload.seen, workload.ended_at = now, None
-            elif key not in self._running and workload.ended_at is None:
-                workload.ended_at = wall
-            if now - workload.seen > self.retention:
-                del self._workloads[key]
 
     # -- the listener: apply each energy delta ----------------------------------------------------
     def on_sample(
@@ -293,12 +155,10 @@ class WorkloadEnergy:
 
     def _totals_told(self) -> Mapping[WorkloadKey, WorkloadTotals]:
         """A frozen copy of every workload's totals for the listeners (none without one)."""
-        if not self.listeners:
-            return MappingProxyType({})
-        return MappingProxyType({key: workload.totals() for key, workload in self._workloads.items()})
+        return self.table.frozen() if self.listeners else MappingProxyType({})
 
     def _fresh(self, at: float | None) -> bool:
-        return at is not None and self._clock() - at <= _FRESH_INTERVALS * self._interval()
+        return at is not None and self._clock() - at <= FRESH_INTERVALS * self._interval()
 
     def _unattribute(self, source: str, joules: float) -> None:
         self._unattributed[source] = self._unattributed.get(source, 0.0) + joules
@@ -341,13 +201,9 @@ class WorkloadEnergy:
 
     # -- what the collector and the endpoints read ------------------------------------------------
     def views(self, offset: int = 0, limit: int | None = None) -> list[WorkloadView]:
-        """Every workload (from ``offset``, at most ``limit``): running ones first, then ended ones,
-        each newest first; only those shown are built."""
+        """Every workload from ``offset``, at most ``limit`` (:meth:`WorkloadTable.views`)."""
         with self._lock:
-            workloads = sorted(
-                self._workloads.values(), key=lambda w: (w.ended_at is not None, -w.started_at, w.key.id)
-            )
-            return [w.view() for w in workloads[offset : None if limit is None else offset + limit]]
+            return self.table.views(offset, limit)
 
     def view(self, kind: str, workload_id: str) -> WorkloadView | None:
         with self._lock:
@@ -379,35 +235,3 @@ class WorkloadEnergy:
 
     def stop(self) -> None:
         self._poller.stop()
-
-
-def _changed_holders(
-    before: Mapping[tuple[str, str], _Held], now: Mapping[tuple[str, str], _Held]
-) -> set[tuple[str, str]]:
-    """The devices whose workloads changed since the last poll: one began or ended on them."""
-    return {
-        device
-        for device in before.keys() | now.keys()
-        if (before[device].holders if device in before else ())
-        != (now[device].holders if device in now else ())
-    }
-
-
-def _by_holder(keys: Mapping[int, WorkloadKey | None], weights: Mapping[int, float]) -> Holders:
-    """Per-pid weights summed per workload (None: processes of no known workload)."""
-    summed: Holders = {}
-    for pid, weight in weights.items():
-        holder = keys.get(pid)
-        summed[holder] = summed.get(holder, 0.0) + weight
-    return summed
-
-
-def _enclosing(cgroup: CpuCgroup, tracked: Mapping[CpuCgroup, WorkloadKey]) -> WorkloadKey | None:
-    """The tracked workload whose cgroup most closely encloses ``cgroup`` (same hierarchy), if any."""
-    path = cgroup.path.rstrip("/")
-    while "/" in path:
-        path = path.rsplit("/", 1)[0]
-        found = tracked.get(CpuCgroup(path or "/", cgroup.v1_controllers))
-        if found is not None:
-            return found
-    return None

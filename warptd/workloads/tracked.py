@@ -1,12 +1,13 @@
-"""One workload's state while warptd tracks it: its energy per device and CPU, when it was seen."""
+"""The workloads warptd tracks: each one's energy per device and CPU and when it was seen, and the
+table that bounds how many are kept, and for how long."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from warptd.workloads.placement import CpuCgroup, WorkloadKey
+from warptd.workloads.placement import CpuCgroup, Kind, Placement, WorkloadKey, user_name
 from warptd.workloads.views import DeviceEnergy, WorkloadView
 
 
@@ -69,3 +70,80 @@ class Workload:
             cpu_joules=self.cpu_joules,
             total_joules=accelerator + (self.cpu_joules or 0.0),
         )
+
+
+class WorkloadTable:
+    """The workloads tracked, by key: those of ``kinds`` (a process of another kind counts for its
+    user, where users are tracked), at most ``max_workloads`` (one beyond is refused, and counted once
+    in ``dropped``), an ended one forgotten ``retention`` s after it was last seen. Not thread-safe:
+    the split's lock guards it."""
+
+    def __init__(self, kinds: Collection[Kind], max_workloads: int, retention: float) -> None:
+        self.kinds = frozenset(kinds)
+        self.max_workloads, self.retention = max_workloads, retention
+        self.workloads: dict[WorkloadKey, Workload] = {}
+        self.dropped = 0
+        self._running: set[WorkloadKey] = set()  # found on a device or in the cgroup tree this poll
+        self._refused: set[WorkloadKey] = set()  # over the cap this poll
+        self._over_cap: set[WorkloadKey] = set()  # over the cap at the poll before
+
+    def poll_begins(self) -> None:
+        """A poll begins: no workload found running yet, none refused."""
+        self._running, self._refused = set(), set()
+
+    def track(self, placement: Placement | None, now: float, wall: float) -> WorkloadKey | None:
+        """The workload a process counts for (creating it), or None: unknown, or over the cap."""
+        if placement is None:
+            return None
+        key, cpu = placement.key, placement.cpu
+        if key.kind not in self.kinds:
+            key, cpu = WorkloadKey("user", user_name(placement.uid)), None
+            if "user" not in self.kinds:
+                return None
+        if not key.id:
+            return None
+        workload = self.workloads.get(key)
+        if workload is None:
+            if len(self.workloads) >= self.max_workloads:
+                self._refused.add(key)
+                return None
+            workload = self.workloads[key] = Workload(key, user_name(placement.uid), wall, now, cpu)
+        workload.seen, workload.ended_at = now, None
+        self._running.add(key)
+        if workload.cpu is None:  # first seen through a process whose cgroup keeps no CPU time
+            workload.cpu = cpu
+        if placement.step is not None and key.kind == "slurm_job":
+            workload.steps.add(placement.step)
+        return key
+
+    def count_refused(self) -> None:
+        """Count the workloads this poll refused that the one before did not: each once, not per poll."""
+        self.dropped += len(self._refused - self._over_cap)
+        self._over_cap = self._refused
+
+    def end_and_expire(self, usage: Mapping[WorkloadKey, float | None], now: float, wall: float) -> None:
+        """A workload runs while a device lists its processes or its cgroup is there (``usage``); an
+        ended one goes ``retention`` seconds after it was last seen."""
+        for key, workload in list(self.workloads.items()):
+            if key not in self._running and usage.get(key) is not None:
+                workload.seen, workload.ended_at = now, None
+            elif key not in self._running and workload.ended_at is None:
+                workload.ended_at = wall
+            if now - workload.seen > self.retention:
+                del self.workloads[key]
+
+    def cpu_cgroups(self) -> dict[WorkloadKey, CpuCgroup]:
+        """The cgroup that keeps each workload's CPU time, where it has one."""
+        return {w.key: w.cpu for w in self.workloads.values() if w.cpu is not None}
+
+    def frozen(self) -> Mapping[WorkloadKey, WorkloadTotals]:
+        """A frozen copy of every workload's totals."""
+        return MappingProxyType({key: workload.totals() for key, workload in self.workloads.items()})
+
+    def views(self, offset: int, limit: int | None) -> list[WorkloadView]:
+        """The workloads from ``offset``, at most ``limit``: running ones first, then ended ones, each
+        newest first; only those shown are built."""
+        workloads = sorted(
+            self.workloads.values(), key=lambda w: (w.ended_at is not None, -w.started_at, w.key.id)
+        )
+        return [w.view() for w in workloads[offset : None if limit is None else offset + limit]]

@@ -65,14 +65,11 @@ class AmdBackend(AcceleratorBackend):
     def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
         """ROCm builds of torch call AMD GPUs ``cuda``, numbered in HIP's order, which may differ from
         amdsmi's: pin the worker to this GPU's HIP id."""
-        hip_id = self._hip_id(info.index)
-        if hip_id is None:
-            return f"cuda:{info.index}", {}
+        index = info.index
+        hip_id = self.devices[index].hip_id if 0 <= index < len(self.devices) else None
+        if hip_id is None:  # amdsmi did not say (or there is no such device)
+            return f"cuda:{index}", {}
         return "cuda:0", {"HIP_VISIBLE_DEVICES": str(hip_id)}
-
-    def _hip_id(self, index: int) -> int | None:
-        """Device ``index``'s HIP id, None where amdsmi did not say (or there is no such device)."""
-        return self.devices[index].hip_id if 0 <= index < len(self.devices) else None
 
     def shutdown(self) -> None:
         self._lease.release()

@@ -55,8 +55,8 @@ class EdgeCounters:
     def energy(self) -> float | None:
         """The energy counter where this read asked it, J (NVML: mJ): the field, or
         ``nvmlDeviceGetTotalEnergyConsumption`` where the driver lacks the field (a field failing this
-        read is counted once, as the call's failure would be). None between two reads of it: the
-        sampler then adds the energy the power drew (:class:`~warptd.sampling.counters.PowerIntegral`)."""
+        read is counted once, as the call's failure would be). None between two reads of it: the sampler
+        then adds the energy the power drew (:class:`~warptd.sampling.power_integral.PowerIntegral`)."""
         if not self.energy_read:
             return None
         millijoules = self._batch.field(fields.FI_TOTAL_ENERGY)
