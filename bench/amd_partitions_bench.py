@@ -35,7 +35,9 @@ def make_samples(sampler: Sampler, name: str) -> None:
         return
     tracks = sampler.publisher.tracks[name]
     tracks.follow(sampler.snapshot.get(name).devices_info)  # type: ignore[union-attr,arg-type]
-    raw = sampler._reader.read(name)
+    # a ``--code`` tree from before ReadsInFlight keeps the reader on the Sampler
+    reader = sampler.reads.reader if hasattr(sampler, "reads") else sampler._reader  # type: ignore[attr-defined]
+    raw = reader.read(name)
     tracks.update(raw.readings, raw.at)  # type: ignore[arg-type]
 
 

@@ -34,7 +34,7 @@ def make_samples(sampler: Sampler, name: str) -> None:
     """One read of backend ``name`` made samples by its tracks, as a tick does, but not published."""
     tracks = sampler.publisher.tracks[name]
     tracks.follow(sampler.snapshot.get(name).devices_info)  # type: ignore[union-attr,arg-type]
-    raw = sampler._reader.read(name)
+    raw = sampler.reads.reader.read(name)
     tracks.update(raw.readings, raw.at)  # type: ignore[arg-type]
 
 

@@ -31,7 +31,7 @@ from common import ROOT, emit, free_port, get, stop, wait_http
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.fleet import BUSY_ENGINES, node_series, series_by_family
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
 from warptd.metrics.catalog import EVERY
 from warptd.metrics.selection import DEFAULT_EXCLUDE
 
@@ -54,10 +54,10 @@ def scrape(make_gpu, gpus: int, *extra: str) -> tuple[dict[str, int], Counter[st
     proc = subprocess.Popen(args, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL)
     try:
         wait_http(port, "/readyz")
-        _until(port, lambda found: len(found.get(catalog.SM_ACTIVE.name, {})) == gpus)  # two GPM samples
+        _until(port, lambda found: len(found.get(nvidia.SM_ACTIVE.name, {})) == gpus)  # two GPM samples
         for gpu in fake.gpus:
             gpu.busy_engines(BUSY_ENGINES)
-        _until(port, lambda found: len(found.get(catalog.OFA_UTILIZATION.name, {})) == gpus)
+        _until(port, lambda found: len(found.get(nvidia.OFA_UTILIZATION.name, {})) == gpus)
         time.sleep(1.5)  # a GPM period past the busy one, and a health read: every series is there
         body = get(port)[1].decode()
         found = series_by_family(body)

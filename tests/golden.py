@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers import http
 from warptd.backends.nvidia import fields, gpm
 from warptd.capture import schema
-from warptd.metrics import catalog
+from warptd.metrics import catalog, nvidia
 from warptd.metrics.selection import DEFAULT_EXCLUDE
 
 ROOT = Path(__file__).parents[1]
@@ -58,25 +58,25 @@ def _field_families() -> dict[int, set[str]]:
     """Field id -> the families warptd makes of it: its health and link tables, and the fields it reads
     one by one (power, energy, throttle times, memory temperature, recovery action, link count)."""
     found: dict[int, set[str]] = {}
-    for spec in (*fields.HEALTH, *fields.nvlink(fields.MAX_LINKS)):
-        found.setdefault(spec.field_id, set()).add(spec.metric)
-    links = {catalog.NVLINK_LINK_ERRORS.name, catalog.NVLINK_ERRORS.name}
-    links |= {catalog.NVLINK_LINK_BYTES.name, catalog.NVLINK_BYTES.name}
+    for row in (*fields.HEALTH, *fields.nvlink(nvidia.MAX_LINKS)):
+        found.setdefault(row.source.id, set()).add(row.metric.name)
+    links = {nvidia.NVLINK_LINK_ERRORS.name, nvidia.NVLINK_ERRORS.name}
+    links |= {nvidia.NVLINK_LINK_BYTES.name, nvidia.NVLINK_BYTES.name}
     throttle = {field_id for n in fields.NUMBERINGS for ids in n.throttle.values() for field_id in ids}
     for field_id, families in (
         (fields.FI_TOTAL_ENERGY, {catalog.ENERGY.name, catalog.ENERGY_READ.name}),
         (fields.FI_POWER_INSTANT, {catalog.POWER.name, catalog.ENERGY.name}),
         (fields.FI_POWER_AVERAGE, {catalog.POWER_AVERAGE.name}),
         (fields.FI_MEMORY_TEMP, {catalog.TEMPERATURE.name}),
-        (fields.FI_GPU_RECOVERY_ACTION, {catalog.RECOVERY_ACTION.name}),
-        (fields.FI_RESET_STATUS, {catalog.RECOVERY_ACTION.name}),
-        (fields.FI_DRAIN_AND_RESET_STATUS, {catalog.RECOVERY_ACTION.name}),
+        (fields.FI_GPU_RECOVERY_ACTION, {nvidia.RECOVERY_ACTION.name}),
+        (fields.FI_RESET_STATUS, {nvidia.RECOVERY_ACTION.name}),
+        (fields.FI_DRAIN_AND_RESET_STATUS, {nvidia.RECOVERY_ACTION.name}),
         (fields.FI_NVLINK_LINK_COUNT, links),
         *((field_id, {catalog.THROTTLE_SECONDS.name}) for field_id in throttle),
     ):
         found.setdefault(field_id, set()).update(families)
     for families in found.values():
-        families.add(catalog.FIELD_LATENCY.name)
+        families.add(nvidia.FIELD_LATENCY.name)
     return found
 
 
@@ -86,8 +86,8 @@ for _metric in gpm.metric_table(pynvml):
     GPM_METRICS.setdefault(_metric.id, set()).add(_metric.metric)
 #: The GPM families (and the byte counters GPM stands in for): all rest on GPM where it answers.
 GPM_FAMILIES = frozenset(m.metric for m in gpm.metric_table(pynvml)) | {
-    catalog.PCIE_BYTES.name,
-    catalog.NVLINK_BYTES.name,
+    nvidia.PCIE_BYTES.name,
+    nvidia.NVLINK_BYTES.name,
 }
 _MIG = {"warptd_device_mig_info", catalog.MIG_INFO.name}
 _PROCESSES = {catalog.PROCESS_UTILIZATION.name, catalog.PROCESS_MEMORY.name}
@@ -103,26 +103,26 @@ CALL_FAMILIES: dict[str, set[str]] = {
     "nvmlDeviceGetUtilizationRates": {catalog.UTILIZATION.name, catalog.MEMORY_UTILIZATION.name},
     "nvmlDeviceGetTemperature": {catalog.TEMPERATURE.name},
     "nvmlDeviceGetClockInfo": {catalog.CLOCK.name},
-    "nvmlDeviceGetPerformanceState": {catalog.PERFORMANCE_STATE.name},
+    "nvmlDeviceGetPerformanceState": {nvidia.PERFORMANCE_STATE.name},
     "nvmlDeviceGetSupportedClocksEventReasons": _REASONS,
     "nvmlDeviceGetCurrentClocksEventReasons": _REASONS,
     "nvmlDeviceGetViolationStatus": {catalog.THROTTLE_SECONDS.name},
-    "nvmlDeviceGetNumFans": {catalog.FAN_SPEED.name},
-    "nvmlDeviceGetFanSpeed_v2": {catalog.FAN_SPEED.name},
-    "nvmlDeviceGetEncoderUtilization": {catalog.ENCODER_UTILIZATION.name},
-    "nvmlDeviceGetDecoderUtilization": {catalog.DECODER_UTILIZATION.name},
-    "nvmlDeviceGetJpgUtilization": {catalog.JPEG_UTILIZATION.name},
-    "nvmlDeviceGetOfaUtilization": {catalog.OFA_UTILIZATION.name},
-    "nvmlDeviceGetRemappedRows": {catalog.REMAPPED_ROWS.name, catalog.ROW_REMAP_PENDING.name,
-                                  catalog.ROW_REMAP_FAILURE.name},
-    "nvmlDeviceGetPcieReplayCounter": {catalog.PCIE_REPLAYS.name},
-    "nvmlDeviceGetNvLinkState": {catalog.NVLINK_LINK_ERRORS.name, catalog.NVLINK_ERRORS.name,
-                                 catalog.NVLINK_LINK_BYTES.name, catalog.NVLINK_BYTES.name},
+    "nvmlDeviceGetNumFans": {nvidia.FAN_SPEED.name},
+    "nvmlDeviceGetFanSpeed_v2": {nvidia.FAN_SPEED.name},
+    "nvmlDeviceGetEncoderUtilization": {nvidia.ENCODER_UTILIZATION.name},
+    "nvmlDeviceGetDecoderUtilization": {nvidia.DECODER_UTILIZATION.name},
+    "nvmlDeviceGetJpgUtilization": {nvidia.JPEG_UTILIZATION.name},
+    "nvmlDeviceGetOfaUtilization": {nvidia.OFA_UTILIZATION.name},
+    "nvmlDeviceGetRemappedRows": {nvidia.REMAPPED_ROWS.name, nvidia.ROW_REMAP_PENDING.name,
+                                  nvidia.ROW_REMAP_FAILURE.name},
+    "nvmlDeviceGetPcieReplayCounter": {nvidia.PCIE_REPLAYS.name},
+    "nvmlDeviceGetNvLinkState": {nvidia.NVLINK_LINK_ERRORS.name, nvidia.NVLINK_ERRORS.name,
+                                 nvidia.NVLINK_LINK_BYTES.name, nvidia.NVLINK_BYTES.name},
     "nvmlDeviceGetSupportedEventTypes": {catalog.XID_ERRORS.name, catalog.LAST_XID.name},
     "nvmlDeviceGetMaxMigDeviceCount": _MIG,
-    "nvmlDeviceGetGpuInstanceProfileInfoV": {catalog.ENGINE_ACTIVE.name, catalog.ENCODER_UTILIZATION.name,
-                                             catalog.DECODER_UTILIZATION.name, catalog.JPEG_UTILIZATION.name,
-                                             catalog.OFA_UTILIZATION.name},
+    "nvmlDeviceGetGpuInstanceProfileInfoV": {nvidia.ENGINE_ACTIVE.name, nvidia.ENCODER_UTILIZATION.name,
+                                             nvidia.DECODER_UTILIZATION.name, nvidia.JPEG_UTILIZATION.name,
+                                             nvidia.OFA_UTILIZATION.name},
     "nvmlDeviceGetProcessUtilization": _PROCESS_UTILIZATION,
     "nvmlDeviceGetProcessesUtilizationInfo": _PROCESS_UTILIZATION,
     "nvmlDeviceGetComputeRunningProcesses_v3": _PROCESSES,

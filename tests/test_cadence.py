@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from warptd.backends.cadence import DeviceCadence, SlowReads
+from warptd.backends.cadence import DeviceCadence, DeviceCadences
 from warptd.config import Settings
+from warptd.metrics.spec import Cadence
 
 
 def test_a_device_cadence_reads_the_slow_values_every_health_interval():
@@ -31,9 +32,9 @@ def test_every_read_is_due_when_sampling_is_no_faster_than_the_health_interval()
 
 
 def test_slow_reads_by_index_follow_the_device_cadence():
-    """The index-keyed :class:`SlowReads` (NVIDIA) gives the same answers, one cadence per index."""
+    """The index-keyed :class:`DeviceCadences` gives the same answers, one cadence per index."""
     defaults = Settings()
-    reads = SlowReads(lambda: defaults)
+    reads = DeviceCadences(lambda: defaults)
     assert [s for s in range(65) if reads.due(1, now=float(s))] == [0, 30, 60]
     assert reads.due(0, now=64.0)
     reads.forget(1)
@@ -46,7 +47,7 @@ def test_a_watched_device_reads_its_energy_counter_every_window_energy_interval(
     """A window samples the device at 0.1 s: its counter is read every --window-energy-interval (1 s)
     rather than every --energy-interval (30 s), and again every 30 s once nothing watches it."""
     defaults = Settings()
-    energy = DeviceCadence(lambda: defaults, "energy_interval", "window_energy_interval")
+    energy = DeviceCadence(lambda: defaults, Cadence.ENERGY)
     watched = [round(t / 10, 1) for t in range(0, 35) if energy.due(now=t / 10, pace=0.1)]
     assert watched == [0.0, 1.0, 2.0, 3.0]
     unwatched = [second for second in range(4, 70) if energy.due(now=float(second))]

@@ -14,6 +14,7 @@ from warptd.cli import main
 from warptd.config import SettingsError, load_settings
 from warptd.exporter.text import render_text
 from warptd.metrics import catalog as m
+from warptd.metrics import nvidia
 from warptd.metrics.selection import DEFAULT_EXCLUDE, EVERYTHING, matching, select
 from warptd.metrics.series_counts import MODELS, SERIES_PER_GPU
 
@@ -21,7 +22,7 @@ from warptd.metrics.series_counts import MODELS, SERIES_PER_GPU
 def test_the_default_leaves_out_only_its_list_and_an_include_brings_one_back():
     default = select()
     assert {s.name for s in m.EVERY} - default.exported == set(DEFAULT_EXCLUDE)
-    engines = m.ENGINE_ACTIVE.name
+    engines = nvidia.ENGINE_ACTIVE.name
     assert not default.wants(engines)
     assert select(include=("warptd_device_engine_*",)).wants(engines)
     assert select(include=("*",)).exported == EVERYTHING.exported
@@ -57,7 +58,9 @@ def test_flags_environment_and_file_give_the_lists(monkeypatch, tmp_path):
     )
     s = load_settings(config=config)
     assert (s.metrics_exclude, s.metrics_include) == (["warptd_device_pcie_*"], ["warptd_device_engine_*"])
-    assert not s.metric_selection.wants(m.PCIE_BYTES.name) and s.metric_selection.wants(m.ENGINE_ACTIVE.name)
+    assert not s.metric_selection.wants(nvidia.PCIE_BYTES.name) and s.metric_selection.wants(
+        nvidia.ENGINE_ACTIVE.name
+    )
     monkeypatch.setenv("WARPTD_METRICS_EXCLUDE", "warptd_device_clock_*, warptd_device_fan_speed_ratio")
     s = load_settings(config=config)
     assert s.metrics_exclude == ["warptd_device_clock_*", "warptd_device_fan_speed_ratio"]  # env over file
@@ -113,7 +116,7 @@ def _rendered(daemon, selection) -> str:
 
 
 def _gpm_in(body: str) -> bool:
-    return len(series_by_family(body).get(m.SM_ACTIVE.name, {})) == 8  # GPM needs two samples
+    return len(series_by_family(body).get(nvidia.SM_ACTIVE.name, {})) == 8  # GPM needs two samples
 
 
 @pytest.mark.slow
@@ -128,7 +131,7 @@ def test_the_default_leaves_out_the_engines_and_the_sampled_throttle_flags(setti
     full, plain = series_by_family(everything), series_by_family(served)
     assert set(full) - set(plain) == {name for name in DEFAULT_EXCLUDE if name in full}
     assert m.THROTTLE_ACTIVE.name in set(full) - set(plain)
-    assert m.ENGINE_ACTIVE.name in DEFAULT_EXCLUDE  # idle engines: shown only once active anyway
+    assert nvidia.ENGINE_ACTIVE.name in DEFAULT_EXCLUDE  # idle engines: shown only once active anyway
     gpu = h200s.gpus[0].uuid
     left_out = sum(full[name][gpu] for name in DEFAULT_EXCLUDE if name in full)
     assert series_per_gpu(served)[gpu] == series_per_gpu(everything)[gpu] - left_out
@@ -229,7 +232,7 @@ def test_the_documented_series_per_gpu_are_what_a_daemon_over_the_double_exports
             gpu.busy_engines(BUSY_ENGINES)
 
         def busy() -> bool:  # each kind's average shows once the kind is busy
-            return len(series_by_family(_scrape(daemon.port)).get(m.OFA_UTILIZATION.name, {})) == 8
+            return len(series_by_family(_scrape(daemon.port)).get(nvidia.OFA_UTILIZATION.name, {})) == 8
 
         assert wait_until(busy, timeout=10)
         time.sleep(1.5)  # a GPM period past the busy one, and a health read

@@ -168,7 +168,7 @@ def test_a_hung_gpu_reads_down_without_blocking_the_other_gpu_or_backends(settin
     finally:
         gpu.hang.clear()
         gpu.release.set()
-    assert wait_until(lambda: not rig.sampler._workers["nvidia"].held(), timeout=5)
+    assert wait_until(lambda: not rig.sampler.reads.workers["nvidia"].held(), timeout=5)
     samples = rig.tick("nvidia")
     assert value(samples, "warptd_device_up", **DEV1) == 1
     assert value(samples, "warptd_device_power_watts", **DEV1) > 0
@@ -328,7 +328,7 @@ def test_nvml_domains_come_from_the_nvidia_read_when_both_are_loaded(settings, f
     assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0-memory") == 0
     assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1-memory") == 1
 
-    rig.sampler._fail("nvidia", ErrorKind.TIMEOUT, "timeout")  # what a read past --sample-timeout does
+    rig.sampler.reads.fail("nvidia", ErrorKind.TIMEOUT, "timeout")  # what a read past --sample-timeout does
     samples = rig.scrape()
     assert value(samples, "warptd_backend_up", backend="nvml") == 0
     assert value(samples, "warptd_sample_errors_total", backend="nvml", kind="timeout") == 1

@@ -12,7 +12,7 @@ import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import select, value
-from warptd.backends.cadence import SlowReads
+from warptd.backends.cadence import DeviceCadences
 from warptd.config import Settings
 
 DEV0 = {"backend": "nvidia", "device": "0"}
@@ -175,6 +175,7 @@ def test_the_newest_numbering_is_the_installed_nvidia_ml_py_one():
     """nvidia-ml-py 13.x follows the R590 header: its duration and power-smoothing constants are
     those of the newest numbering, and its NVLink error counter kinds those warptd asks."""
     from warptd.backends.nvidia import fields as f
+    from warptd.metrics import nvidia
 
     newest = f.NUMBERINGS[-1].throttle
     assert newest["sw_thermal_slowdown"] == (pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,)
@@ -183,7 +184,7 @@ def test_the_newest_numbering_is_the_installed_nvidia_ml_py_one():
     assert newest["hw_power_brake_slowdown"] == (brake,)
     assert pynvml.NVML_FI_PWR_SMOOTHING_ENABLED == 251  # what an R580 driver answers durations at
     assert f.NUMBERINGS[0].throttle["sw_thermal_slowdown"] == (pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL,)
-    assert f.NVLINK_ERROR_COUNTERS == {
+    assert nvidia.NVLINK_ERROR_COUNTERS == {
         "crc_flit": pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
         "crc_data": pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
         "replay": pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
@@ -329,7 +330,7 @@ def test_the_default_health_interval_reads_the_health_batch_every_thirtieth_seco
     on an H200, the energy counter with it) is read every thirtieth sample, not every sample."""
     defaults = Settings()
     assert (defaults.interval, defaults.health_interval, defaults.energy_interval) == (1.0, 30.0, 30.0)
-    reads = SlowReads(lambda: defaults)
+    reads = DeviceCadences(lambda: defaults)
     due = [second for second in range(90) if reads.due(0, now=float(second))]
     assert due == [0, 30, 60]
 

@@ -71,6 +71,25 @@ def test_row_remapping_and_page_retirement(rig, fake_nvml):
     assert fake_nvml.calls("nvmlDeviceGetRemappedRows") == 1
 
 
+#: The fields of NVIDIA's table the double answers as given (tests/doubles/nvml.py FIELD_ANSWERS): field
+#: id, the series it fills (its family, its label values) and its value on /metrics, the answer converted.
+AS_GIVEN: list[tuple[int, str, dict[str, str], float]] = [
+    (173, "warptd_device_pcie_correctable_errors_total", {}, 12),
+]
+
+
+@pytest.mark.parametrize("given", AS_GIVEN, ids=lambda given: str(given[0]))
+def test_a_field_answered_as_given_is_its_series_and_absent_where_the_gpu_lacks_it(
+    make_rig, fake_nvml, settings, given
+):
+    field_id, name, labels, expected = given
+    settings.metrics_include = [name]  # an opt-in family too
+    fake_nvml.gpus[1].unsupported_fields = {field_id}  # a driver or GPU without it: absent, never 0
+    samples = make_rig("nvidia").tick()
+    assert value(samples, name, **DEV0, **labels) == expected
+    assert not select(samples, name, **DEV1)
+
+
 def test_remapped_rows_call_where_the_driver_lacks_the_fields(rig, fake_nvml):
     gpu = fake_nvml.gpus[0]
     gpu.unsupported_fields = {142, 143, 144, 145, 94}
@@ -264,6 +283,7 @@ def test_field_ids_are_those_of_the_installed_pynvml():
     import pynvml
 
     from warptd.backends.nvidia import fields as f
+    from warptd.metrics import nvidia
 
     expected = {
         "ECC_SBE_VOL_TOTAL": 3,
@@ -276,8 +296,8 @@ def test_field_ids_are_those_of_the_installed_pynvml():
         "MEMORY_TEMP": f.FI_MEMORY_TEMP,
         "NVLINK_LINK_COUNT": f.FI_NVLINK_LINK_COUNT,
         "PCIE_REPLAY_COUNTER": f.FI_PCIE_REPLAY_COUNTER,
-        "NVLINK_THROUGHPUT_DATA_TX": f.FI_NVLINK_THROUGHPUT_DATA_TX,
-        "NVLINK_THROUGHPUT_DATA_RX": f.FI_NVLINK_THROUGHPUT_DATA_RX,
+        "NVLINK_THROUGHPUT_DATA_TX": 138,
+        "NVLINK_THROUGHPUT_DATA_RX": 139,
         "REMAPPED_COR": f.FI_REMAPPED_ROWS[0],
         "REMAPPED_UNC": f.FI_REMAPPED_ROWS[1],
         "REMAPPED_PENDING": f.FI_REMAPPED_ROWS[2],
@@ -294,15 +314,16 @@ def test_field_ids_are_those_of_the_installed_pynvml():
         ("replay", "REPLAY"),
         ("recovery", "RECOVERY"),
     ):
-        for link in range(f.NVLINK_ERROR_LINKS):
+        for link in range(nvidia.NVLINK_ERROR_LINKS):
             expected[f"NVLINK_{name}_ERROR_COUNT_L{link}"] = next(
-                s.field_id for s in f.nvlink(f.NVLINK_ERROR_LINKS) if s.labels == (str(link), kind)
+                s.source.id for s in f.nvlink(nvidia.NVLINK_ERROR_LINKS) if s.labels == (str(link), kind)
             )
     for name, field_id in expected.items():
         assert getattr(pynvml, f"NVML_FI_DEV_{name}") == field_id, name
+    # every field read beside NVIDIA's table is checked above (each row of the table is held to
+    # nvidia-ml-py by its own name: tests/metrics/test_nvidia.py)
     other = {key[0] for numbering in f.NUMBERINGS for key in f.FieldSet(numbering).other}
-    used = {spec.field_id for spec in f.HEALTH} | other
-    assert used <= set(expected.values())  # every health field is checked above
+    assert other <= set(expected.values())
     for code, action in enumerate(f.RECOVERY_ACTIONS):
         assert getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{action.upper()}") == code
 

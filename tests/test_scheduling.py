@@ -63,7 +63,7 @@ def test_scheduled_reads_publish_from_the_worker_and_a_hung_gpu_is_held_apart(se
         assert wait_until(lambda: (rig.snapshot.get("nvml").samples or 0) >= 3, timeout=5)  # with nvidia's
         fake_nvml.gpus[1].hang.set()
         hung_at = time.monotonic()
-        assert wait_until(lambda: rig.sampler._workers["nvidia"].held() == {1}, timeout=5)
+        assert wait_until(lambda: rig.sampler.reads.workers["nvidia"].held() == {1}, timeout=5)
         assert time.monotonic() - hung_at >= 0.25  # held apart at its deadline, not before
         done = rig.snapshot.get("nvidia").samples
         assert wait_until(lambda: rig.snapshot.get("nvidia").samples >= done + 3, timeout=5)
@@ -77,7 +77,7 @@ def test_scheduled_reads_publish_from_the_worker_and_a_hung_gpu_is_held_apart(se
         assert value(samples, "warptd_device_up", backend="nvidia", device="0") == 1
         fake_nvml.gpus[1].hang.clear()
         fake_nvml.gpus[1].release.set()
-        assert wait_until(lambda: not rig.sampler._workers["nvidia"].held(), timeout=5)
+        assert wait_until(lambda: not rig.sampler.reads.workers["nvidia"].held(), timeout=5)
         assert wait_until(
             lambda: value(rig.scrape(), "warptd_device_up", backend="nvidia", device="1") == 1, timeout=5
         )
@@ -110,8 +110,8 @@ def test_a_late_timeout_never_marks_a_newer_sample_stale(settings, fake_nvml):
     settings.backends = ["nvidia"]
     settings.interval, settings.sample_timeout = 0.05, 0.2
     rig = Rig(settings)
-    report = rig.sampler._deadlines._on_timeout
-    rig.sampler._deadlines._on_timeout = lambda name: (time.sleep(0.3), report(name))  # a slow report
+    report = rig.sampler.reads.deadlines._on_timeout
+    rig.sampler.reads.deadlines._on_timeout = lambda name: (time.sleep(0.3), report(name))  # a slow report
     rig.sampler.start()
     try:
         assert wait_until(lambda: (rig.snapshot.get("nvidia").samples or 0) >= 2, timeout=5)
@@ -137,7 +137,7 @@ def test_halt_waits_at_most_one_timeout_and_not_for_reads_given_up_on(settings, 
     try:
         assert wait_until(lambda: (rig.snapshot.get("nvidia").samples or 0) >= 1, timeout=5)
         fake_nvml.gpus[1].hang.set()
-        assert wait_until(lambda: rig.sampler._workers["nvidia"].held() == {1}, timeout=5)
+        assert wait_until(lambda: rig.sampler.reads.workers["nvidia"].held() == {1}, timeout=5)
         started = time.monotonic()
         rig.sampler.halt()
         assert time.monotonic() - started < 0.25  # the hung read was cut: not waited for

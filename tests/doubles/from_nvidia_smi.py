@@ -30,6 +30,7 @@ from tests.doubles.nvidia_smi import Failure, SmiCapture, SmiGpu, Stated
 from warptd.backends.nvidia import fields as nvidia_fields
 from warptd.capture import schema
 from warptd.capture.schema import Call, FieldValue, GpuState
+from warptd.metrics import nvidia
 
 TOOL = "tests.doubles.from_nvidia_smi"
 SMI = "nvidia-smi"
@@ -443,7 +444,7 @@ def _unknown_fields(branch: tuple[int, int], links: Stated[int] | None) -> list[
     if branch < (575, 0):
         unknowns.append((75, 0))
     if isinstance(links, int):
-        unknowns += [spec.key for spec in nvidia_fields.nvlink(links)]
+        unknowns += [row.source.key for row in nvidia_fields.nvlink(links)]
     return [FieldValue(id=field_id, scope=scope, ret=schema.UNKNOWN) for field_id, scope in unknowns]
 
 
@@ -453,8 +454,8 @@ def _unknown_link_calls(links: Stated[int] | None) -> list[Call]:
         return []
     return [
         unknown("nvmlDeviceGetNvLinkErrorCounter", link, counter)
-        for link in range(nvidia_fields.NVLINK_ERROR_LINKS, links)
-        for counter in sorted(nvidia_fields.NVLINK_ERROR_COUNTERS.values())
+        for link in range(nvidia.NVLINK_ERROR_LINKS, links)
+        for counter in sorted(nvidia.NVLINK_ERROR_COUNTERS.values())
     ]
 
 

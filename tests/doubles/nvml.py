@@ -66,7 +66,7 @@ CLOCK_EVENT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_b
 #: The times of the last field batches the double keeps (BATCH_TIMES).
 BATCH_TIMES = 64
 #: STATE_VERSION of nvml_double.c: the library refuses a state file of another layout.
-STATE_VERSION = 7
+STATE_VERSION = 8
 # The array sizes of nvml_double.c.
 MAX_GPUS, MAX_MIG, MAX_EVENTS, MAX_PROCS, MAX_FIELD = 64, 7, 64, 80, 320
 POWER_HISTORY, MAX_FN, MAX_SETS = 32, 64, 64
@@ -341,6 +341,8 @@ class GpuState(ctypes.Structure):
         ("gpm_replay_value", (ctypes.c_double * GPM_METRIC_IDS) * (1 + MAX_MIG)),
         ("field_asked", ctypes.c_uint8 * MAX_FIELD),
         # --- end nv-replay ---
+        ("field_answer", _U64 * MAX_FIELD),  # nv-answers: FIELD_ANSWERS
+        ("field_answer_type", ctypes.c_uint8 * MAX_FIELD),
     ]
 
 
@@ -575,8 +577,14 @@ _SCALARS = (
 #: answers instead of its count (``gpu.nvlink_error_code[14] = NVML_ERROR_NOT_SUPPORTED``; 0: the count).
 _ARRAYS = (
     "ecc_volatile", "ecc_aggregate", "remapped", "retired", "pcie_bytes", "nvlink_errors", "nvlink_kib",
-    "fan_percent", "nvlink_error_code",
+    "fan_percent", "nvlink_error_code", "field_answer",
 )  # fmt: skip
+#: nv-answers: the fields the double answers as given, by id (at scope 0), where it models no state of
+#: their own: (nvmlValueType_t, the value each GPU starts at). ``gpu.field_answer[id] = n`` changes one
+#: GPU's answer; ``gpu.unsupported_fields`` and an older driver's NVML_FI_MAX still apply.
+FIELD_ANSWERS: dict[int, tuple[int, int]] = {
+    pynvml.NVML_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS: (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 12),
+}
 
 
 class FakeGpu:
@@ -658,6 +666,15 @@ class FakeGpu:
         self.state.driver_loaded_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)  # loaded now
         self.prices_us = PRICES_US  # nv-replay: the H200's prices and refresh periods
         self.refresh_ns = dict(zip(REFRESH_VALUES, REFRESHES_NS, strict=True))
+        for field_id, (value_type, value) in FIELD_ANSWERS.items():
+            self.answer_field(field_id, value, value_type)
+
+    def answer_field(
+        self, field_id: int, value: int, value_type: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    ) -> None:
+        """Answer field ``field_id`` (scope 0) with ``value`` of ``value_type`` (nv-answers)."""
+        self.state.field_answer[field_id] = value
+        self.state.field_answer_type[field_id] = value_type + 1
 
     @classmethod
     def h200(cls, index: int = 0, **properties: Any) -> FakeGpu:

@@ -72,7 +72,7 @@ enum { R_ENERGY, R_INSTANT, R_AVERAGE, R_POWER_USAGE, R_GPM }; /* refresh_ns: en
                                                                 * nvmlDeviceGetPowerUsage, GPM counters */
 /* --- end nv-replay --- */
 #define STATE_MAGIC 0x4e564d4cu /* "NVML" */
-#define STATE_VERSION 7u
+#define STATE_VERSION 8u
 
 /* Return codes and constants, as nvml.h defines them. */
 enum {
@@ -285,6 +285,10 @@ struct gpu {
     double gpm_replay_value[1 + MAX_MIG][GPM_METRIC_IDS];
     uint8_t field_asked[MAX_FIELD]; /* per field id: asked in some batch (what a capture must hold) */
     /* --- end nv-replay --- */
+    /* --- nv-answers: the fields answered as given (FIELD_ANSWERS of tests/doubles/nvml.py), by id at
+     * scope 0: the value, and 1 + its nvmlValueType_t (0: the model answers) --- */
+    uint64_t field_answer[MAX_FIELD];
+    uint8_t field_answer_type[MAX_FIELD];
 };
 
 struct state {
@@ -918,6 +922,11 @@ static int field(struct gpu *g, struct field_value *v) {
     uint32_t id = v->field_id;
     if (id >= FIELD_IDS || id >= n->fi_max) return ERROR_INVALID_ARGUMENT; /* past this NVML_FI_MAX */
     if (g->field_unsupported[id]) return ERROR_NOT_SUPPORTED;
+    if (g->field_answer_type[id] && !v->scope_id) { /* nv-answers */
+        v->value_type = g->field_answer_type[id] - 1u;
+        v->value = g->field_answer[id];
+        return SUCCESS;
+    }
     v->value_type = VALUE_UINT;
     if (n->smoothing && id >= n->smoothing && id <= n->smoothing_last) {
         /* A GPU without power smoothing (an H200) answers NOT_SUPPORTED, with value type 1. */

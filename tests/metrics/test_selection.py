@@ -11,7 +11,7 @@ from tests.doubles.amdsmi import FakeGpu as AmdGpu
 from tests.doubles.nvml import GIB, FakeGpu, FakeMig, FakeNvml
 from tests.fleet import series_by_family, series_per_gpu
 from tests.helpers import http, serving, wait_until
-from warptd.metrics import catalog as m
+from warptd.metrics import nvidia
 
 #: README.md and docs/metrics.md: what a GPU costs Prometheus at the defaults.
 MAX_SERIES_PER_GPU = 60
@@ -54,8 +54,8 @@ def test_every_nvidia_model_of_the_double_costs_at_most_60_series_per_gpu(settin
 
         def settled() -> bool:  # GPM needs two samples; the averages come with the slow values
             found = series_by_family(_scrape(daemon.port))
-            ready = len(found.get(m.SM_ACTIVE.name, {})) >= 1
-            return ready and (not busy or len(found.get(m.OFA_UTILIZATION.name, {})) >= 1)
+            ready = len(found.get(nvidia.SM_ACTIVE.name, {})) >= 1
+            return ready and (not busy or len(found.get(nvidia.OFA_UTILIZATION.name, {})) >= 1)
 
         assert wait_until(settled, timeout=15)
         body = _scrape(daemon.port)
@@ -67,12 +67,12 @@ def test_every_nvidia_model_of_the_double_costs_at_most_60_series_per_gpu(settin
         assert set(per_mig) == {device.uuid for device in SLICES}
         assert max(per_mig.values()) <= MAX_SERIES_PER_GPU, per_mig
     families = series_by_family(body)
-    assert m.NVLINK_LINK_ERRORS.name not in families and m.NVLINK_LINK_BYTES.name not in families
+    assert nvidia.NVLINK_LINK_ERRORS.name not in families and nvidia.NVLINK_LINK_BYTES.name not in families
     if gpus[1].nvlink_count:
-        assert max(families[m.NVLINK_ERRORS.name].values()) == 4  # every link's, by kind
-        assert max(families[m.NVLINK_BYTES.name].values()) == 2
+        assert max(families[nvidia.NVLINK_ERRORS.name].values()) == 4  # every link's, by kind
+        assert max(families[nvidia.NVLINK_BYTES.name].values()) == 2
     if busy:
-        for spec in (m.DECODER_UTILIZATION, m.JPEG_UTILIZATION, m.OFA_UTILIZATION):
+        for spec in (nvidia.DECODER_UTILIZATION, nvidia.JPEG_UTILIZATION, nvidia.OFA_UTILIZATION):
             assert gpus[1].uuid in families[spec.name], spec.name
 
 
@@ -85,5 +85,5 @@ def test_the_amd_double_s_mi300x_costs_at_most_60_series_per_gpu_with_its_xgmi_l
         body = _scrape(daemon.port)
     per_gpu, families = series_per_gpu(body, "amd"), series_by_family(body, "amd")
     assert len(per_gpu) == 2 and max(per_gpu.values()) <= MAX_SERIES_PER_GPU, per_gpu
-    assert max(families[m.NVLINK_BYTES.name].values()) == 2  # the 7 XGMI links summed, by direction
-    assert m.NVLINK_LINK_BYTES.name not in families
+    assert max(families[nvidia.NVLINK_BYTES.name].values()) == 2  # the 7 XGMI links summed, by direction
+    assert nvidia.NVLINK_LINK_BYTES.name not in families

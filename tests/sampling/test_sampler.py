@@ -24,7 +24,7 @@ def test_an_edge_read_is_published_before_the_read_queued_behind_it(settings, fa
     settings.backends = ["nvidia"]
     rig = Rig(settings)
     sampler = rig.sampler
-    worker = sampler._workers["nvidia"]
+    worker = sampler.reads.workers["nvidia"]
     published: list[tuple[float, int]] = []
     sampler.listeners.append(lambda name, devices, domains, at: published.append((at, len(devices or ()))))
     publish = sampler.publisher.publish
@@ -42,7 +42,7 @@ def test_an_edge_read_is_published_before_the_read_queued_behind_it(settings, fa
     edge = threading.Thread(target=sampler.sample_watched, args=("nvidia", {0, 1}), kwargs={"edge": True})
     edge.start()
     assert wait_until(lambda: worker._queue.qsize() == 1, timeout=5)
-    sampler._hand_off("nvidia")  # the next scheduled tick, queued behind the edge read
+    sampler.reads.hand_off("nvidia")  # the next scheduled tick, queued behind the edge read
     gate.set()
     edge.join(timeout=5)
     assert wait_until(lambda: len(published) == 2, timeout=5)
@@ -105,7 +105,7 @@ def test_a_device_whose_read_hangs_is_held_apart_and_the_others_stay_current(gat
     sampler.start()
     assert wait_until(lambda: (sampler.snapshot.get("gated").samples or 0) >= 2, timeout=5)
     backend.gates[1].clear()
-    assert wait_until(lambda: sampler._workers["gated"].held() == {1}, timeout=5)
+    assert wait_until(lambda: sampler.reads.workers["gated"].held() == {1}, timeout=5)
     backend.power = 200.0  # read every sample: the others follow it
     assert wait_until(lambda: _power(scrape(), "2") == [202], timeout=5)
     samples = scrape()
@@ -137,6 +137,6 @@ def test_a_backend_hung_outside_its_devices_reads_is_stale_as_a_whole(gated):
     samples = scrape()
     assert not select(samples, "warptd_device_up", backend="gated")
     assert value(samples, "warptd_sample_errors_total", backend="gated", kind="timeout", device="") == 1
-    assert sampler._workers["gated"].held() == frozenset()
+    assert sampler.reads.workers["gated"].held() == frozenset()
     backend.setup.set()
     assert wait_until(lambda: value(scrape(), "warptd_backend_up", backend="gated") == 1, timeout=5)

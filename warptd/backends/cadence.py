@@ -1,9 +1,10 @@
-"""When a device's slow-changing values are read again: health counters, limits, fans, media engines.
+"""When a device's values of a cadence are read again: the health values (counters, limits, fans, media
+engines) every ``--health-interval``, the energy counter every ``--energy-interval``.
 
-They change on events (an ECC error, a row remapped, an administrator's power limit), not from one
-sample to the next, so a backend sampled faster than ``--health-interval`` reads them only that often
-and reports the last values in between, like DCGM's per-field update intervals (dcgm-exporter
-collects every 30 s). At the defaults (1 s and 10 s) every tenth sample reads them; at ``--interval``
+The health values change on events (an ECC error, a row remapped, an administrator's power limit),
+not from one sample to the next, so a backend sampled faster than ``--health-interval`` reads them only
+that often and reports the last values in between, like DCGM's per-field update intervals (dcgm-exporter
+collects every 30 s). At the defaults (1 s and 30 s) every thirtieth sample reads them; at ``--interval``
 equal to or longer than ``--health-interval`` every sample does.
 """
 
@@ -14,24 +15,30 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from warptd.metrics.cadence import PERIODS
+from warptd.metrics.spec import Cadence
+
 if TYPE_CHECKING:
     from warptd.config import Settings
 
 
+def is_due(last: float | None, now: float, period: float, pace: float) -> bool:
+    """Whether a value read every ``period`` s is due again at ``now`` (monotonic) for a reader that
+    comes every ``pace`` s: at every read where the reader is no faster, else once ``period`` less half
+    a read (a read a little early still counts) has passed since ``last`` (None: never read)."""
+    return pace >= period or last is None or now - last >= period - pace / 2
+
+
 class DeviceCadence:
-    """One device's monotonic time of its last read of some values, read every ``period`` (a setting's
-    name: ``health_interval`` for the slow values, ``energy_interval`` for the energy counter), or every
-    ``watched`` (a setting's name) where that is shorter while a window samples the device;
-    ``settings()`` gives the settings in force (a reload changes the intervals live)."""
+    """One device's monotonic time of its last read of the values of a ``cadence`` (the health values,
+    the energy counter), read every period :data:`~warptd.metrics.cadence.PERIODS` gives it under the
+    settings in force (``settings()``: a reload changes the intervals live)."""
 
-    __slots__ = ("_last", "_period", "_settings", "_watched")
+    __slots__ = ("_cadence", "_last", "_settings")
 
-    def __init__(
-        self, settings: Callable[[], Settings], period: str = "health_interval", watched: str | None = None
-    ) -> None:
+    def __init__(self, settings: Callable[[], Settings], cadence: Cadence = Cadence.HEALTH) -> None:
         self._settings = settings
-        self._period = period
-        self._watched = watched
+        self._cadence = cadence
         self._last: float | None = None
 
     def due(self, now: float | None = None, pace: float | None = None) -> bool:
@@ -40,15 +47,12 @@ class DeviceCadence:
         often the device is read now where that is not ``--interval`` (a window's 0.1 s): the device is
         watched."""
         settings = self._settings()
-        period = getattr(settings, self._period)
-        if pace is not None and self._watched is not None:
-            period = min(period, getattr(settings, self._watched))
+        period = PERIODS[self._cadence](settings, pace is not None)
         pace = min(settings.interval, pace or math.inf)  # how often the device is read now
         if pace >= period:
             return True  # every read reads them
         now = time.monotonic() if now is None else now
-        last = self._last
-        if last is not None and now - last < period - pace / 2:
+        if not is_due(self._last, now, period, pace):
             return False
         self._last = now
         return True
@@ -63,23 +67,25 @@ class DeviceCadence:
         self._last = None
 
 
-class SlowReads:
-    """Per device index, its :class:`DeviceCadence` (for backends without device objects)."""
+class DeviceCadences:
+    """Per device index, its :class:`DeviceCadence` of one cadence (for backends without device
+    objects)."""
 
-    def __init__(self, settings: Callable[[], Settings]) -> None:
+    def __init__(self, settings: Callable[[], Settings], cadence: Cadence = Cadence.HEALTH) -> None:
         self._settings = settings
+        self._cadence = cadence
         self._devices: dict[int, DeviceCadence] = {}
 
     def due(self, index: int, now: float | None = None) -> bool:
         """:meth:`DeviceCadence.due` of device ``index``."""
         cadence = self._devices.get(index)
         if cadence is None:
-            cadence = self._devices[index] = DeviceCadence(self._settings)
+            cadence = self._devices[index] = DeviceCadence(self._settings, self._cadence)
         return cadence.due(now)
 
     def forget(self, index: int | None = None) -> None:
-        """Read device ``index``'s (or every device's) slow values at its next read: it was down, or
-        the SDK was reopened."""
+        """Read device ``index``'s (or every device's) values at its next read: it was down, or the SDK
+        was reopened."""
         if index is None:
             self._devices.clear()
         else:

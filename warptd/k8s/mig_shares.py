@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from warptd.metrics import catalog
+from warptd.metrics import catalog, nvidia
 
 if TYPE_CHECKING:
     from warptd.k8s.podresources import Owner
@@ -49,7 +49,7 @@ def mig_shares(
             continue
         holders = owners_of(info)
         if holders:
-            activity = reading.gauges.get(catalog.SM_ACTIVE.name, {}).get(())
+            activity = reading.gauges.get(nvidia.SM_ACTIVE.name, {}).get(())
             held.append((holders, float(compute_slices(identity[3])), activity))
     if not held or {o for holders, _, _ in held for o in holders} != set(owners):
         return None

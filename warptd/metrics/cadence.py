@@ -9,24 +9,27 @@ holds every shipped rule, panel and example to it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from warptd.metrics.spec import Cadence
 
 if TYPE_CHECKING:
     from warptd.config import Settings
-    from warptd.metrics.catalog import Cadence, MetricSpec
+    from warptd.metrics.spec import MetricSpec
 
 #: A GPM source is sampled at most once a second outside windows, whatever ``--interval``.
 GPM_PERIOD_FLOOR_S = 1.0
 #: The fewest steps of a counter a shipped rate window spans.
 RATE_STEPS = 4
 #: Each cadence as docs/metrics.md names it.
-DESCRIBED: dict[str, str] = {
-    "sample": "`--interval`",
-    "gpm": "`--interval`, 1 s at least",
-    "health": "`--health-interval`",
-    "energy": "`--energy-interval` (an estimate between)",
-    "pods": "`--pod-resources-interval`",
-    "event": "when it happens",
+DESCRIBED: dict[Cadence, str] = {
+    Cadence.SAMPLE: "`--interval`",
+    Cadence.GPM: "`--interval`, 1 s at least",
+    Cadence.HEALTH: "`--health-interval`",
+    Cadence.ENERGY: "`--energy-interval` (an estimate between)",
+    Cadence.PODS: "`--pod-resources-interval`",
+    Cadence.EVENT: "when it happens",
 }
 
 
@@ -34,13 +37,27 @@ def seconds(cadence: Cadence, settings: Settings) -> float:
     """Seconds between two changes of a family of this cadence under ``settings`` (0: an event's)."""
     interval = settings.interval
     return {
-        "sample": interval,
-        "gpm": max(interval, GPM_PERIOD_FLOOR_S),
-        "health": max(interval, settings.health_interval),  # every sample reads them at --interval ≥ it
-        "energy": max(interval, min(settings.energy_interval, settings.health_interval)),
-        "pods": settings.pod_resources_interval,
-        "event": 0.0,
+        Cadence.SAMPLE: interval,
+        Cadence.GPM: max(interval, GPM_PERIOD_FLOOR_S),
+        Cadence.HEALTH: max(interval, settings.health_interval),  # every sample reads them at --interval ≥ it
+        Cadence.ENERGY: max(interval, min(settings.energy_interval, settings.health_interval)),
+        Cadence.PODS: settings.pod_resources_interval,
+        Cadence.EVENT: 0.0,
     }[cadence]
+
+
+#: The period of a device's own reads of a cadence's values (:class:`~warptd.backends.cadence.DeviceCadence`),
+#: by the settings and whether a window watches the device: the health values every
+#: ``--health-interval``; the energy counter every ``--energy-interval``, and every
+#: ``--window-energy-interval`` where shorter while a window watches the device.
+PERIODS: dict[Cadence, Callable[[Settings, bool], float]] = {
+    Cadence.HEALTH: lambda settings, watched: settings.health_interval,
+    Cadence.ENERGY: lambda settings, watched: (
+        min(settings.energy_interval, settings.window_energy_interval)
+        if watched
+        else settings.energy_interval
+    ),
+}
 
 
 def shortest_window(spec: MetricSpec, settings: Settings) -> float:

@@ -1,64 +1,16 @@
-"""Every metric warptd exports: one table that both the collector and docs/metrics.md are built from."""
+"""Every metric warptd exports: one table that both the collector and docs/metrics.md are built from.
+
+The families every device reading has are declared here, with the node's own and the features'; the
+families a vendor's rows fill come from its table (:mod:`warptd.metrics.nvidia`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from warptd.metrics import nvidia
+from warptd.metrics.spec import DOMAIN_LABELS, Cadence, MetricSpec, Twin
+from warptd.metrics.spec import device as _device
 
-DEVICE_LABELS = ("backend", "device", "uuid")
-DOMAIN_LABELS = ("source", "domain")
-#: How often a family's values change on /metrics (:mod:`warptd.metrics.cadence` gives the seconds):
-#: each sample (``--interval``), each GPM period (``--interval``, at least a second), each read of the
-#: slow values (``--health-interval``), each kubelet poll (``--pod-resources-interval``), or when an
-#: event happens (XIDs, stress jobs, windows).
-Cadence = Literal["sample", "gpm", "health", "energy", "pods", "event"]
-
-
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    """Name as exposed (counters end in ``_total``), type, help text, label names, and how often its
-    values change (its ``cadence``: a rate over less than 4 of its steps is not a rate of it)."""
-
-    name: str
-    type: Literal["gauge", "counter", "histogram"]
-    help: str
-    labels: tuple[str, ...]
-    #: A histogram's bucket upper bounds (``+Inf`` is implied).
-    buckets: tuple[float, ...] = ()
-    cadence: Cadence = "sample"
-
-    @property
-    def family(self) -> str:
-        """The name prometheus_client wants: counters without their ``_total`` suffix."""
-        return self.name.removesuffix("_total") if self.type == "counter" else self.name
-
-
-def _device(
-    name: str, type_: Literal["gauge", "counter"], help_: str, *extra: str, cadence: Cadence = "sample"
-) -> MetricSpec:
-    return MetricSpec(name, type_, help_, (*DEVICE_LABELS, *extra), cadence=cadence)
-
-
-@dataclass(frozen=True, slots=True)
-class Sum:
-    """A per-device family that is another's series summed over one label (``over``): a GPU's NVLink
-    errors, every link's. Made from each instance's monotonic total, the last one kept where a read
-    misses it, so the sum never goes down (warptd.sampling.counters.CounterTotals)."""
-
-    total: MetricSpec
-    of: MetricSpec
-    over: str
-
-    def series(self, instances: Mapping[tuple[str, ...], float]) -> dict[tuple[str, ...], float]:
-        """The sum's series from ``instances`` (the label values of ``of`` after the device's)."""
-        position = self.of.labels.index(self.over) - len(DEVICE_LABELS)
-        sums: dict[tuple[str, ...], float] = {}
-        for labels, value in instances.items():
-            key = labels[:position] + labels[position + 1 :]
-            sums[key] = sums.get(key, 0.0) + value
-        return sums
-
+#: dcgm-exporter counts memory in MiB.
+MIB = 2**20
 
 DEVICE_INFO = _device(
     "warptd_device_info",
@@ -88,23 +40,32 @@ MEMORY_USED = _device(
     "gauge",
     "Device memory allocated by processes, as nvidia-smi shows it (driver-reserved memory apart where "
     "the SDK reports it).",
+    dcgm=(Twin("DCGM_FI_DEV_FB_USED", 1 / MIB),),
 )
-MEMORY_FREE = _device("warptd_device_memory_free_bytes", "gauge", "Device memory available for allocation.")
+MEMORY_FREE = _device(
+    "warptd_device_memory_free_bytes",
+    "gauge",
+    "Device memory available for allocation.",
+    dcgm=(Twin("DCGM_FI_DEV_FB_FREE", 1 / MIB),),
+)
 MEMORY_RESERVED = _device(
     "warptd_device_memory_reserved_bytes",
     "gauge",
     "Device memory the driver reserves for itself (NVML memory v2), not available to processes.",
+    dcgm=(Twin("DCGM_FI_DEV_FB_RESERVED", 1 / MIB),),
 )
 UTILIZATION = _device(
     "warptd_device_utilization_ratio",
     "gauge",
     "Fraction of the last sample period during which the device was busy (0-1). NVML: time one or "
     "more kernels ran, not how many cores were busy.",
+    dcgm=(Twin("DCGM_FI_DEV_GPU_UTIL", 100.0),),
 )
 MEMORY_UTILIZATION = _device(
     "warptd_device_memory_utilization_ratio",
     "gauge",
     "Fraction of the last sample period the memory controller was busy (0-1).",
+    dcgm=(Twin("DCGM_FI_DEV_MEM_COPY_UTIL", 100.0),),
 )
 POWER = _device(
     "warptd_device_power_watts",
@@ -114,14 +75,16 @@ POWER = _device(
     "absent on R525/R530 drivers on Ampere and newer, whose only reading is the 1 s average). A device "
     "with an energy counter and no power reading at all (RAPL, i915) gets its counter's change over "
     "the sample interval.",
+    dcgm=(Twin("DCGM_FI_DEV_POWER_USAGE", fallback=True),),
 )
 POWER_AVERAGE = _device(
     "warptd_device_power_average_watts",
     "gauge",
     "Power draw as averaged by the driver (NVML: over 1 s, Ampere and newer), where it keeps an average.",
+    dcgm=(Twin("DCGM_FI_DEV_POWER_USAGE"),),
 )
 POWER_LIMIT = _device(
-    "warptd_device_power_limit_watts", "gauge", "Enforced power limit of the device.", cadence="health"
+    "warptd_device_power_limit_watts", "gauge", "Enforced power limit of the device.", cadence=Cadence.HEALTH
 )
 ENERGY = _device(
     "warptd_device_energy_joules_total",
@@ -130,7 +93,8 @@ ENERGY = _device(
     "integrated power. Where the counter is read less often than the power (NVML: every "
     "--energy-interval), the energy the power drew since its last read (NVML: the 1 s average's tiles); "
     "never lower than before, and the counter's own at each read where it was behind it.",
-    cadence="energy",
+    cadence=Cadence.ENERGY,
+    dcgm=(Twin("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1000.0),),
 )
 ENERGY_READ = _device(
     "warptd_device_energy_read_timestamp_seconds",
@@ -139,22 +103,40 @@ ENERGY_READ = _device(
     "counter's own at each read, and between reads an estimate from the power (NVML: its 1 s average); "
     "the counter is read every --energy-interval, every second while a window records the device, and at "
     "each window's edges.",
+    opt_in="the same for every device of a backend but around recordings: "
+    "warptd_energy_read_timestamp_seconds{backend}, the oldest of them, stays",
 )
-TEMPERATURE = _device("warptd_device_temperature_celsius", "gauge", "Device temperature by sensor.", "sensor")
-CLOCK = _device("warptd_device_clock_hertz", "gauge", "Current clock frequency by clock domain.", "clock")
+TEMPERATURE = _device(
+    "warptd_device_temperature_celsius",
+    "gauge",
+    "Device temperature by sensor.",
+    "sensor",
+    dcgm=(Twin("DCGM_FI_DEV_MEMORY_TEMP", labels=("memory",)), Twin("DCGM_FI_DEV_GPU_TEMP", labels=("gpu",))),
+)
+CLOCK = _device(
+    "warptd_device_clock_hertz",
+    "gauge",
+    "Current clock frequency by clock domain.",
+    "clock",
+    dcgm=(Twin("DCGM_FI_DEV_SM_CLOCK", 1e-6, ("sm",)), Twin("DCGM_FI_DEV_MEM_CLOCK", 1e-6, ("memory",))),
+)
 THROTTLE_ACTIVE = _device(
     "warptd_device_throttle_active",
     "gauge",
     "1 while a clock throttle reason is active, 0 otherwise; one series per reason the device supports. "
     "Clock events that are not throttling (idle, clocks set) are in warptd_device_clock_event_active.",
     "reason",
+    opt_in="a 0/1 sample per reason at scrape time, which misses throttling between "
+    "scrapes: rate() of warptd_device_throttle_seconds_total over at least 4 of its steps gives the "
+    "fraction of time throttled (to within one step of the counter over the window), and the shipped "
+    "alerts use it",
 )
 THROTTLE_SECONDS = _device(
     "warptd_device_throttle_seconds_total",
     "counter",
     "Time spent throttled by reason: the hardware violation counter where one exists, else sampled time.",
     "reason",
-    cadence="health",  # NVIDIA's duration fields come in the health batch
+    cadence=Cadence.HEALTH,  # NVIDIA's duration fields come in the health batch
 )
 CLOCK_EVENT_ACTIVE = _device(
     "warptd_device_clock_event_active",
@@ -163,217 +145,7 @@ CLOCK_EVENT_ACTIVE = _device(
     "reason the device supports: gpu_idle (clocks low because the device is idle), "
     "applications_clocks_setting and display_clock_setting (clocks set by an administrator or the display).",
     "reason",
-)
-# -- health: ECC, row remapping, page retirement, link errors ------------------------------------
-ECC_ERRORS = _device(
-    "warptd_device_ecc_errors_total",
-    "counter",
-    "ECC errors counted since the driver loaded (NVML volatile counts), monotonic across driver reloads; "
-    "kind corrected (single-bit) or uncorrected (double-bit). AMD: summed over the RAS blocks.",
-    "kind",
-    cadence="health",
-)
-ECC_LIFETIME_ERRORS = _device(
-    "warptd_device_ecc_lifetime_errors_total",
-    "counter",
-    "ECC errors over the device's lifetime as the device stores them (NVML aggregate counts, kept across "
-    "reboots); kind corrected or uncorrected.",
-    "kind",
-    cadence="health",
-)
-REMAPPED_ROWS = _device(
-    "warptd_device_remapped_rows",
-    "gauge",
-    "Memory rows remapped by the row-remapping mechanism, by the kind of error that caused it "
-    "(correctable, uncorrectable).",
-    "kind",
-    cadence="health",
-)
-ROW_REMAP_PENDING = _device(
-    "warptd_device_row_remap_pending",
-    "gauge",
-    "1 while a row remap is pending (it takes effect at the next GPU reset), else 0.",
-    cadence="health",
-)
-ROW_REMAP_FAILURE = _device(
-    "warptd_device_row_remap_failure",
-    "gauge",
-    "1 if a row remap has failed (the GPU should be serviced), else 0.",
-    cadence="health",
-)
-RETIRED_PAGES = _device(
-    "warptd_device_retired_pages",
-    "gauge",
-    "Memory pages retired, on GPUs that retire pages instead of remapping rows; cause single_bit_ecc "
-    "(multiple single-bit errors) or double_bit_ecc.",
-    "cause",
-    cadence="health",
-)
-RETIRED_PAGES_PENDING = _device(
-    "warptd_device_retired_pages_pending",
-    "gauge",
-    "1 while a page retirement is pending (it takes effect at the next reboot or driver reload), else 0.",
-    cadence="health",
-)
-PCIE_REPLAYS = _device(
-    "warptd_device_pcie_replays_total",
-    "counter",
-    "PCIe replays (link-level retransmissions) of the device, monotonic across driver reloads.",
-    cadence="health",
-)
-NVLINK_LINK_ERRORS = _device(
-    "warptd_device_nvlink_link_errors_total",
-    "counter",
-    "NVLink errors per link by kind: crc_flit, crc_data, replay, recovery; monotonic across driver reloads.",
-    "link",
-    "kind",
-    cadence="health",
-)
-NVLINK_ERRORS = _device(
-    "warptd_device_nvlink_errors_total",
-    "counter",
-    "NVLink errors of the GPU by kind (crc_flit, crc_data, replay, recovery), every link's summed: "
-    "warptd_device_nvlink_link_errors_total summed over link, each link's last total kept where a read "
-    "misses it.",
-    "kind",
-    cadence="health",
-)
-RECOVERY_ACTION = _device(
-    "warptd_device_recovery_action",
-    "gauge",
-    "The recovery action the driver recommends now, as one series of value 1 labelled with it: none, "
-    "gpu_reset, node_reboot, drain_p2p, drain_and_reset, recover_imex_domain, bus_reset, system_reboot "
-    "(a change of action ends one series and starts another).",
-    "action",
-    cadence="health",
-)
-FIELD_LATENCY = _device(
-    "warptd_device_nvml_field_latency_seconds_total",
-    "counter",
-    "Time the NVIDIA driver says it spent reading this GPU's field values (nvmlFieldValue_t.latencyUsec "
-    "summed over every answer of every batch, brought up to date at each health read, "
-    "--health-interval); its rate is the driver's busy fraction for them.",
-    cadence="health",
-)
-# -- activity: what the device's units are doing, beyond "a kernel ran" -------------------------------
-GRAPHICS_ENGINE_ACTIVE = _device(
-    "warptd_device_graphics_engine_active_ratio",
-    "gauge",
-    "Fraction of time a graphics or compute context was active on the GPU between the last two GPM "
-    "samples (NVIDIA GPM GRAPHICS_UTIL, Hopper and newer; DCGM's graphics engine activity, "
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE).",
-    cadence="gpm",
-)
-SM_ACTIVE = _device(
-    "warptd_device_sm_active_ratio",
-    "gauge",
-    "Fraction of time at least one warp was resident on an SM, averaged over all SMs, between the last "
-    "two GPM samples (NVIDIA GPM SM_UTIL, Hopper and newer; DCGM's SM activity).",
-    cadence="gpm",
-)
-SM_OCCUPANCY = _device(
-    "warptd_device_sm_occupancy_ratio",
-    "gauge",
-    "Resident warps relative to the SMs' maximum, between the last two GPM samples "
-    "(NVIDIA GPM SM_OCCUPANCY).",
-    cadence="gpm",
-)
-DRAM_BANDWIDTH = _device(
-    "warptd_device_dram_bandwidth_ratio",
-    "gauge",
-    "Fraction of the peak device-memory bandwidth used between the last two GPM samples (NVIDIA GPM "
-    "DRAM_BW_UTIL; DCGM's DRAM activity).",
-    cadence="gpm",
-)
-PIPE_ACTIVE = _device(
-    "warptd_device_pipe_active_ratio",
-    "gauge",
-    "Fraction of cycles a compute pipe was active between the last two GPM samples, by pipe: tensor, fp64, "
-    "fp32, fp16, integer (NVIDIA GPM).",
-    "pipe",
-    cadence="gpm",
-)
-ENGINE_ACTIVE = _device(
-    "warptd_device_engine_active_ratio",
-    "gauge",
-    "Fraction of the last sample period a media engine instance was busy, by engine (nvdec, nvjpg, ofa, "
-    "nvenc) and instance (NVIDIA GPM; AMD: vcn, jpeg from the GPU metrics table). NVIDIA with MIG off "
-    "gives no engine count: an instance is exported once it has been busy, so these series are not every "
-    "engine, and an average over them is not the GPU's (the *_utilization_ratio families are).",
-    "engine",
-    "instance",
-    cadence="gpm",
-)
-ENCODER_UTILIZATION = _device(
-    "warptd_device_encoder_utilization_ratio",
-    "gauge",
-    "Fraction of the driver's last sampling period the video encoders (NVENC) were busy, averaged over "
-    "every one the GPU has (nvidia-smi's enc). With MIG off, exported once it has been above 0.",
-    cadence="health",
-)
-DECODER_UTILIZATION = _device(
-    "warptd_device_decoder_utilization_ratio",
-    "gauge",
-    "Fraction of the driver's last sampling period the video decoders (NVDEC) were busy, averaged over "
-    "every one the GPU has (nvidia-smi's dec; 2 of 7 busy read 2/7). With MIG off, exported once it has "
-    "been above 0 (NVML answers 0 for a GPU without the engine too).",
-    cadence="health",
-)
-JPEG_UTILIZATION = _device(
-    "warptd_device_jpeg_utilization_ratio",
-    "gauge",
-    "Fraction of the driver's last sampling period the JPEG decoders (NVJPG) were busy, averaged over "
-    "every one the GPU has (nvidia-smi's jpg; nvmlDeviceGetJpgUtilization). With MIG off, exported once "
-    "it has been above 0.",
-    cadence="health",
-)
-OFA_UTILIZATION = _device(
-    "warptd_device_ofa_utilization_ratio",
-    "gauge",
-    "Fraction of the driver's last sampling period the optical flow accelerators (OFA) were busy, averaged "
-    "over every one the GPU has (nvidia-smi's ofa; nvmlDeviceGetOfaUtilization). With MIG off, exported "
-    "once it has been above 0.",
-    cadence="health",
-)
-FAN_SPEED = _device(
-    "warptd_device_fan_speed_ratio",
-    "gauge",
-    "Fan speed by fan, relative to the fan's rated maximum; absent on boards without fans. NVML's is "
-    "relative to the fan's maximum noise-tolerance speed and may exceed 1.",
-    "fan",
-    cadence="health",
-)
-PERFORMANCE_STATE = _device(
-    "warptd_device_performance_state",
-    "gauge",
-    "Performance state: 0 (P0, maximum performance) to 15 (P15, minimum).",
-)
-# -- traffic ------------------------------------------------------------------------------------------
-PCIE_BYTES = _device(
-    "warptd_device_pcie_bytes_total",
-    "counter",
-    "Bytes over the device's PCIe link by direction (tx from the device, rx to it): the driver's "
-    "counter where it keeps one, else its throughput integrated over the sample period.",
-    "direction",
-    cadence="health",
-)
-NVLINK_LINK_BYTES = _device(
-    "warptd_device_nvlink_link_bytes_total",
-    "counter",
-    "Bytes over an NVLink (AMD: XGMI) link by link and direction (tx, rx): the driver's counter where it "
-    "keeps one, else its throughput integrated over the sample period.",
-    "link",
-    "direction",
-    cadence="health",
-)
-NVLINK_BYTES = _device(
-    "warptd_device_nvlink_bytes_total",
-    "counter",
-    "Bytes over the device's NVLinks (AMD: XGMI links) by direction (tx, rx), every link's summed: "
-    "warptd_device_nvlink_link_bytes_total summed over link, each link's last total kept where a read "
-    "misses it.",
-    "direction",
-    cadence="health",
+    opt_in="clock events that are not throttling (idle, clocks set by an administrator or the display)",
 )
 DOMAIN_POWER = MetricSpec(
     "warptd_power_watts",
@@ -475,51 +247,56 @@ STRESS_RUNNING = MetricSpec(
     "gauge",
     "1 while a stress job is starting or running on the device, else 0; only for tests the device runs.",
     STRESS_LABELS,
-    cadence="event",
+    cadence=Cadence.EVENT,
+    opt_in="0 for every device and stress test nearly always (2 per GPU where torch "
+    "is installed): warptd_stress_runs_total and the last run's warptd_stress_last_* stay, and "
+    "GET /stress lists the running jobs",
 )
 STRESS_RUNS = MetricSpec(
     "warptd_stress_runs_total",
     "counter",
     "Finished stress jobs by test and final status.",
     ("test", "status"),
-    cadence="event",
+    cadence=Cadence.EVENT,
 )
 STRESS_LAST_FLOPS = MetricSpec(
     "warptd_stress_last_flop_per_second",
     "gauge",
     "Throughput of the last successful compute stress run.",
     STRESS_LABELS,
-    cadence="event",
+    cadence=Cadence.EVENT,
 )
 STRESS_LAST_BYTES = MetricSpec(
     "warptd_stress_last_bytes_per_second",
     "gauge",
     "Throughput of the last successful memory stress run.",
     STRESS_LABELS,
-    cadence="event",
+    cadence=Cadence.EVENT,
 )
 STRESS_LAST_ENERGY = MetricSpec(
     "warptd_stress_last_energy_joules",
     "gauge",
     "Energy the device used during the last successful stress run.",
     STRESS_LABELS,
-    cadence="event",
+    cadence=Cadence.EVENT,
 )
 STRESS_LAST_END = MetricSpec(
     "warptd_stress_last_end_timestamp_seconds",
     "gauge",
     "Unix time the last successful stress run ended.",
     STRESS_LABELS,
-    cadence="event",
+    cadence=Cadence.EVENT,
 )
-WINDOWS_OPEN = MetricSpec("warptd_windows_open", "gauge", "Energy windows open now.", (), cadence="event")
+WINDOWS_OPEN = MetricSpec(
+    "warptd_windows_open", "gauge", "Energy windows open now.", (), cadence=Cadence.EVENT
+)
 WINDOW_ENERGY = MetricSpec(
     "warptd_window_energy_joules_total",
     "counter",
     "Energy of the ended windows of this name (devices plus CPU packages), for the names "
     "--window-energy-name allows (bounded cardinality).",
     ("name",),
-    cadence="event",
+    cadence=Cadence.EVENT,
 )
 WINDOW_ENERGY_HISTOGRAM = MetricSpec(
     "warptd_window_energy_joules",
@@ -527,7 +304,7 @@ WINDOW_ENERGY_HISTOGRAM = MetricSpec(
     "Energy of each ended window (devices plus CPU packages), whatever its name.",
     (),
     buckets=(1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7),
-    cadence="event",
+    cadence=Cadence.EVENT,
 )
 POD_LABELS = ("namespace", "pod", "container")
 DEVICE_ALLOCATION = _device(
@@ -535,7 +312,7 @@ DEVICE_ALLOCATION = _device(
     "gauge",
     "The kubelet allocated the device to this container (PodResources API); always 1.",
     *POD_LABELS,
-    cadence="pods",
+    cadence=Cadence.PODS,
 )
 POD_ENERGY = MetricSpec(
     "warptd_pod_energy_joules_total",
@@ -551,7 +328,7 @@ PODRESOURCES_UP = MetricSpec(
     "gauge",
     "1 if the last kubelet PodResources List call succeeded; 0 while the last good mapping is kept.",
     (),
-    cadence="pods",
+    cadence=Cadence.PODS,
 )
 PODRESOURCES_ERRORS = MetricSpec(
     "warptd_podresources_errors_total",
@@ -559,14 +336,14 @@ PODRESOURCES_ERRORS = MetricSpec(
     "Failed kubelet PodResources List calls by kind: unavailable (socket absent or refused), "
     "permission (the socket is root-only), timeout, error.",
     ("kind",),
-    cadence="pods",
+    cadence=Cadence.PODS,
 )
 PODRESOURCES_LAST_SUCCESS = MetricSpec(
     "warptd_podresources_last_success_timestamp_seconds",
     "gauge",
     "Unix time of the last successful kubelet PodResources List call.",
     (),
-    cadence="pods",
+    cadence=Cadence.PODS,
 )
 PROCESS_UTILIZATION = _device(
     "warptd_device_process_utilization_ratio",
@@ -608,13 +385,14 @@ XID_ERRORS = _device(
     "counter",
     "NVIDIA XID errors reported by NVML events, by XID code.",
     "xid",
-    cadence="event",
+    cadence=Cadence.EVENT,
+    dcgm=(Twin("DCGM_FI_DEV_XID_ERRORS"),),
 )
 LAST_XID = _device(
     "warptd_device_last_xid_timestamp_seconds",
     "gauge",
     "Unix time of the device's last XID error event.",
-    cadence="event",
+    cadence=Cadence.EVENT,
 )
 WORKLOAD_ENERGY = MetricSpec(
     "warptd_workload_energy_joules_total",
@@ -674,33 +452,7 @@ ALL: tuple[MetricSpec, ...] = (
     THROTTLE_ACTIVE,
     THROTTLE_SECONDS,
     CLOCK_EVENT_ACTIVE,
-    ECC_ERRORS,
-    ECC_LIFETIME_ERRORS,
-    REMAPPED_ROWS,
-    ROW_REMAP_PENDING,
-    ROW_REMAP_FAILURE,
-    RETIRED_PAGES,
-    RETIRED_PAGES_PENDING,
-    PCIE_REPLAYS,
-    NVLINK_ERRORS,
-    NVLINK_LINK_ERRORS,
-    RECOVERY_ACTION,
-    FIELD_LATENCY,
-    GRAPHICS_ENGINE_ACTIVE,
-    SM_ACTIVE,
-    SM_OCCUPANCY,
-    DRAM_BANDWIDTH,
-    PIPE_ACTIVE,
-    ENGINE_ACTIVE,
-    ENCODER_UTILIZATION,
-    DECODER_UTILIZATION,
-    JPEG_UTILIZATION,
-    OFA_UTILIZATION,
-    FAN_SPEED,
-    PERFORMANCE_STATE,
-    PCIE_BYTES,
-    NVLINK_BYTES,
-    NVLINK_LINK_BYTES,
+    *nvidia.FAMILIES,
     DOMAIN_POWER,
     DOMAIN_ENERGY,
     DOMAIN_UP,
@@ -749,7 +501,4 @@ EVERY: tuple[MetricSpec, ...] = (*ALL, *STRESS, *KUBERNETES, *EVENTS, *WINDOWS, 
 #: Every metric by its exposed name: backends name their further gauges and counters this way.
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in EVERY}
 #: The per-device families that are another's series summed over a label: a GPU's NVLink totals.
-SUMS: tuple[Sum, ...] = (
-    Sum(NVLINK_ERRORS, NVLINK_LINK_ERRORS, "link"),
-    Sum(NVLINK_BYTES, NVLINK_LINK_BYTES, "link"),
-)
+SUMS = nvidia.SUMS

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from warptd.metrics import catalog as m
+from warptd.metrics.spec import DEVICE_LABELS
 
 #: The dcgm-exporter source whose names and labels these are (NVIDIA/dcgm-exporter, main, 2026-05-12;
 #: its README's image then: 4.4.0-4.5.0).
@@ -27,7 +28,6 @@ LAST_HOSTNAME_CAPITALISED = "4.5.3-4.8.2"
 #: A release as its images are tagged, ``4.5.3-4.8.2`` (DCGM's version, then dcgm-exporter's), with
 #: the image's distribution or not (``-ubuntu22.04``), or dcgm-exporter's own version alone.
 _RELEASE = re.compile(r"(?:\d+\.\d+\.\d+-)?(\d+)\.(\d+)\.(\d+)(?:-[a-z][a-z0-9.]*)?")
-MIB = 2**20
 
 
 def exporter_version(release: str) -> tuple[int, int, int]:
@@ -92,7 +92,7 @@ class Source:
 
     def promql(self) -> str:
         """The warptd series as a PromQL selector (used by the recording rules)."""
-        own = self.spec.labels[len(m.DEVICE_LABELS) :]
+        own = self.spec.labels[len(DEVICE_LABELS) :]
         matchers = ",".join(f'{name}="{value}"' for name, value in zip(own, self.selector, strict=True))
         return f"{self.spec.name}{{{matchers}}}" if matchers else self.spec.name
 
@@ -115,179 +115,123 @@ class CompatMetric:
     rate_window: str = ""
 
 
-def _one(spec: m.MetricSpec, *selector: str, factor: float = 1.0) -> tuple[Source, ...]:
-    return (Source(spec, selector, factor),)
+def _served(
+    name: str,
+    type_: Literal["gauge", "counter"],
+    help_: str,
+    unit: str,
+    *,
+    extra_labels: tuple[str, ...] = (),
+    note: str = "",
+    rate_window: str = "",
+) -> CompatMetric:
+    """dcgm-exporter's series ``name`` as its CSV line gives it, made of the warptd series whose catalog
+    entry declares it their twin (:attr:`MetricSpec.dcgm`), a fallback twin last."""
+    twins = [(twin, spec) for spec in m.EVERY for twin in spec.dcgm if twin.name == name]
+    twins.sort(key=lambda pair: pair[0].fallback)  # stable: the catalog's order otherwise
+    sources = tuple(Source(spec, twin.labels, twin.scale) for twin, spec in twins)
+    return CompatMetric(name, type_, help_, unit, sources, extra_labels, note, rate_window)
 
 
-PERCENT = 100.0
-MHZ = 1e-6
-#: A warptd selector that reads the XID monitor: the code of the device's last XID event.
-LAST_XID_CODE = Source(m.XID_ERRORS)
+#: The code of the device's last XID event, which the XID monitor gives (warptd_device_xid_errors_total).
+_XID = _served(
+    "DCGM_FI_DEV_XID_ERRORS",
+    "gauge",
+    "Value of the last XID error encountered.",
+    "XID code",
+    extra_labels=("err_code",),
+    note="The code of the last XID event since warptd started (0 before any); dcgm-exporter's "
+    "err_msg label is not served. Needs XID events (on by default).",
+)
+LAST_XID_CODE = _XID.sources[0]
 
 COMPAT: tuple[CompatMetric, ...] = (
-    CompatMetric(
-        "DCGM_FI_DEV_SM_CLOCK",
-        "gauge",
-        "SM clock frequency (in MHz).",
-        "MHz",
-        _one(m.CLOCK, "sm", factor=MHZ),
-    ),
-    CompatMetric(
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "gauge",
-        "Memory clock frequency (in MHz).",
-        "MHz",
-        _one(m.CLOCK, "memory", factor=MHZ),
-    ),
-    CompatMetric(
+    _served("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "MHz"),
+    _served("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "MHz"),
+    _served(
         "DCGM_FI_DEV_MEMORY_TEMP",
         "gauge",
         "Memory temperature (in C).",
         "°C",
-        _one(m.TEMPERATURE, "memory"),
         note="HBM GPUs only, as in DCGM.",
     ),
-    CompatMetric(
-        "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "°C", _one(m.TEMPERATURE, "gpu")
-    ),
-    CompatMetric(
+    _served("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "°C"),
+    _served(
         "DCGM_FI_DEV_POWER_USAGE",
         "gauge",
         "Power draw (in W).",
         "W",
-        (Source(m.POWER_AVERAGE), Source(m.POWER)),
         note="nvmlDeviceGetPowerUsage as DCGM field 155 reads it: the driver's 1 s average on Ampere and "
         "newer, the instantaneous reading before (where warptd has no average).",
     ),
-    CompatMetric(
+    _served(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "counter",
         "Total energy consumption since boot (in mJ).",
         "mJ",
-        _one(m.ENERGY, factor=1000.0),
         note="Starts at the driver's counter like DCGM's, but keeps counting across driver reloads "
         "(and restarts with --state-dir) where DCGM's restarts at 0.",
     ),
-    CompatMetric(
+    _served(
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
         "counter",
         "Total number of PCIe retries.",
         "count",
-        _one(m.PCIE_REPLAYS),
         note="Monotonic across driver reloads, where DCGM's restarts at 0.",
     ),
-    CompatMetric(
-        "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "%", _one(m.UTILIZATION, factor=PERCENT)
-    ),
-    CompatMetric(
-        "DCGM_FI_DEV_MEM_COPY_UTIL",
-        "gauge",
-        "Memory utilization (in %).",
-        "%",
-        _one(m.MEMORY_UTILIZATION, factor=PERCENT),
-    ),
-    CompatMetric(
-        "DCGM_FI_DEV_ENC_UTIL",
-        "gauge",
-        "Encoder utilization (in %).",
-        "%",
-        _one(m.ENCODER_UTILIZATION, factor=PERCENT),
-    ),
-    CompatMetric(
-        "DCGM_FI_DEV_DEC_UTIL",
-        "gauge",
-        "Decoder utilization (in %).",
-        "%",
-        _one(m.DECODER_UTILIZATION, factor=PERCENT),
-    ),
-    CompatMetric(
-        "DCGM_FI_DEV_XID_ERRORS",
-        "gauge",
-        "Value of the last XID error encountered.",
-        "XID code",
-        (LAST_XID_CODE,),
-        extra_labels=("err_code",),
-        note="The code of the last XID event since warptd started (0 before any); dcgm-exporter's "
-        "err_msg label is not served. Needs XID events (on by default).",
-    ),
-    CompatMetric(
-        "DCGM_FI_DEV_FB_FREE",
-        "gauge",
-        "Framebuffer memory free (in MiB).",
-        "MiB",
-        _one(m.MEMORY_FREE, factor=1 / MIB),
-    ),
-    CompatMetric(
-        "DCGM_FI_DEV_FB_USED",
-        "gauge",
-        "Framebuffer memory used (in MiB).",
-        "MiB",
-        _one(m.MEMORY_USED, factor=1 / MIB),
-    ),
-    CompatMetric(
-        "DCGM_FI_DEV_FB_RESERVED",
-        "gauge",
-        "Framebuffer memory reserved (in MiB).",
-        "MiB",
-        _one(m.MEMORY_RESERVED, factor=1 / MIB),
-    ),
-    CompatMetric(
+    _served("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "%"),
+    _served("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "%"),
+    _served("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "%"),
+    _served("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "%"),
+    _XID,
+    _served("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "MiB"),
+    _served("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "MiB"),
+    _served("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", "MiB"),
+    _served(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "counter",
         "Number of remapped rows for uncorrectable errors",
         "rows",
-        _one(m.REMAPPED_ROWS, "uncorrectable"),
     ),
-    CompatMetric(
+    _served(
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "counter",
         "Number of remapped rows for correctable errors",
         "rows",
-        _one(m.REMAPPED_ROWS, "correctable"),
     ),
-    CompatMetric(
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        "gauge",
-        "Whether remapping of rows has failed",
-        "0/1",
-        _one(m.ROW_REMAP_FAILURE),
-    ),
-    CompatMetric(
+    _served("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed", "0/1"),
+    _served(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "gauge",
         "Ratio of time the graphics engine is active.",
         "ratio",
-        _one(m.GRAPHICS_ENGINE_ACTIVE),
         note="NVML GPM (Hopper and newer, no DCGM needed); absent before Hopper, where DCGM's profiling "
         "module is the only source.",
     ),
-    CompatMetric(
+    _served(
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
         "gauge",
         "Ratio of cycles the tensor (HMMA) pipe is active.",
         "ratio",
-        _one(m.PIPE_ACTIVE, "tensor"),
         note="NVML GPM (Hopper and newer); absent before.",
     ),
-    CompatMetric(
+    _served(
         "DCGM_FI_PROF_DRAM_ACTIVE",
         "gauge",
         "Ratio of cycles the device memory interface is active sending or receiving data.",
         "ratio",
-        _one(m.DRAM_BANDWIDTH),
         note="NVML GPM (Hopper and newer); absent before.",
     ),
 )
 
 #: dcgm-exporter's rates of bytes, which only the recording rules derive.
 RULES_ONLY: tuple[CompatMetric, ...] = tuple(
-    CompatMetric(
+    _served(
         f"DCGM_FI_PROF_PCIE_{direction.upper()}_BYTES",
         "gauge",
         f"The rate of data {verb} over the PCIe bus - including both protocol headers and data payloads "
         "- in bytes per second.",
         "B/s",
-        _one(m.PCIE_BYTES, direction),
         rate_window="2m",  # 4 reads of the byte counter at a 30 s --health-interval (metrics.cadence)
     )
     for direction, verb in (("tx", "transmitted"), ("rx", "received"))

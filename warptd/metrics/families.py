@@ -8,6 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from warptd.metrics import catalog as m
+from warptd.metrics.spec import DEVICE_LABELS
 
 _FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
 
@@ -23,8 +24,8 @@ class Families:
         for spec in specs:
             cls = _FAMILIES[spec.type]
             labels = spec.labels
-            if device_extra and labels[: len(m.DEVICE_LABELS)] == m.DEVICE_LABELS:
-                labels = (*m.DEVICE_LABELS, *device_extra, *labels[len(m.DEVICE_LABELS) :])
+            if device_extra and labels[: len(DEVICE_LABELS)] == DEVICE_LABELS:
+                labels = (*DEVICE_LABELS, *device_extra, *labels[len(DEVICE_LABELS) :])
             self.by_spec[spec] = cls(spec.family, spec.help, labels=labels)
 
     def add(self, spec: m.MetricSpec, labels: list[str], value: float | None) -> None:

@@ -15,33 +15,10 @@ from dataclasses import dataclass
 
 from warptd.metrics import catalog as m
 
-#: Families left out of the default, each with why (docs/metrics.md and docs/configuration.md show it):
-#: detail beside a family the default keeps. ``--metrics-include NAME`` brings one back.
-DEFAULT_EXCLUDE: dict[str, str] = {
-    m.ENGINE_ACTIVE.name: "one series per media engine instance (15 on an H200: 7 NVDEC, 7 NVJPG, "
-    "1 OFA), and with MIG off only those that have been busy: the GPU's averages over every engine, "
-    "warptd_device_{encoder,decoder,jpeg,ofa}_utilization_ratio, stay",
-    m.THROTTLE_ACTIVE.name: "a 0/1 sample per reason at scrape time, which misses throttling between "
-    "scrapes: rate() of warptd_device_throttle_seconds_total over at least 4 of its steps gives the "
-    "fraction of time throttled (to within one step of the counter over the window), and the shipped "
-    "alerts use it",
-    m.CLOCK_EVENT_ACTIVE.name: "clock events that are not throttling (idle, clocks set by an "
-    "administrator or the display)",
-    m.SM_OCCUPANCY.name: "profiling detail beside warptd_device_sm_active_ratio (dcgm-exporter's "
-    "default leaves it out too)",
-    m.ECC_LIFETIME_ERRORS.name: "the device's own lifetime store: the volatile counts "
-    "(warptd_device_ecc_errors_total) and remapped rows are what alerts watch",
-    m.FIELD_LATENCY.name: "the driver's time for warptd's own field reads: a diagnostic",
-    m.ENERGY_READ.name: "the same for every device of a backend but around recordings: "
-    "warptd_energy_read_timestamp_seconds{backend}, the oldest of them, stays",
-    m.NVLINK_LINK_ERRORS.name: "one series per NVLink and kind (72 on an H100 SXM's 18 links): "
-    "warptd_device_nvlink_errors_total, every link's summed, stays",
-    m.NVLINK_LINK_BYTES.name: "one series per NVLink (AMD: XGMI link) and direction (36 on an H100 SXM): "
-    "warptd_device_nvlink_bytes_total, every link's summed, stays",
-    m.STRESS_RUNNING.name: "0 for every device and stress test nearly always (2 per GPU where torch "
-    "is installed): warptd_stress_runs_total and the last run's warptd_stress_last_* stay, and "
-    "GET /stress lists the running jobs",
-}
+#: Families left out of the default, each with why (its catalog entry's ``opt_in``; docs/metrics.md and
+#: docs/configuration.md show it): detail beside a family the default keeps. ``--metrics-include NAME``
+#: brings one back.
+DEFAULT_EXCLUDE: dict[str, str] = {spec.name: spec.opt_in for spec in m.EVERY if spec.opt_in}
 #: A glob: the characters of a metric name and fnmatch's ``* ? [seq] [!seq]``.
 _GLOB = re.compile(r"[A-Za-z0-9_:*?\[\]!-]{1,200}")
 #: Each family by its prometheus_client name and type (a counter's name there lacks ``_total``, and

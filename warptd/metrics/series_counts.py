@@ -37,6 +37,7 @@ SERIES_PER_GPU: dict[str, tuple[int, ...]] = {
     "warptd_device_row_remap_pending": (1, 1),
     "warptd_device_row_remap_failure": (1, 1),
     "warptd_device_pcie_replays_total": (1, 1),
+    "warptd_device_pcie_correctable_errors_total": (1, 1),
     "warptd_device_nvlink_errors_total": (0, 4),
     "warptd_device_nvlink_link_errors_total": (0, 72),
     "warptd_device_recovery_action": (1, 1),

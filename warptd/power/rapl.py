@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import structlog
 
-from warptd.backends.costs import thread_time
+from warptd.backends.costs import ReadKind, thread_time
 from warptd.errors import BackendUnavailableError, ErrorKind
 from warptd.power.base import DomainReading, PowerBackend, PowerSource
 from warptd.sysfs import read_int, read_text
@@ -89,7 +89,7 @@ class RaplPowerBackend(PowerBackend):
         for zone, energy_file in self._energy_files:
             started = thread_time()
             microjoules = self.guarded(zone, read_int, energy_file)
-            costs.charge("energy", started)
+            costs.charge(ReadKind.ENERGY, started)
             if microjoules is None:
                 readings.append(DomainReading(domain=zone.domain, readable=False))
                 continue

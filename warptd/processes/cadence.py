@@ -16,6 +16,8 @@ share; each read is a firmware round trip (2.1 ms of CPU on an H200). A GPU is r
 
 from __future__ import annotations
 
+from warptd.backends.cadence import is_due
+
 #: The longest sampling window of the driver's per-process samples (NVML: 1/6 s to 1 s by product).
 DRIVER_WINDOW_S = 1.0
 
@@ -32,15 +34,15 @@ class UtilizationCadence:
 
     def due(self, pids: frozenset[int], now: float, period: float, pace: float) -> bool:
         """Whether this poll reads the GPU's utilization, its processes being ``pids``; ``pace`` is
-        how often the GPU is polled. Half a poll of slack, as the device reads' cadence has."""
+        how often the GPU is polled; half a poll of slack, as a device's own reads have (:func:`is_due`)."""
         self._covered &= pids  # a pid that left and comes back (reused) is a newcomer
         if not pids:
             return False
-        if self._last is None or pids - self._covered:
+        if pids - self._covered:
             return True
         if self._follow_up:
             period = min(period, DRIVER_WINDOW_S)
-        return pace >= period or now - self._last >= period - pace / 2
+        return is_due(self._last, now, period, pace)
 
     def read(self, pids: frozenset[int], now: float) -> None:
         """A read covering ``pids`` was made at ``now`` (a failed one is not: the next poll asks again)."""

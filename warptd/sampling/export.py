@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from warptd.metrics import catalog
+from warptd.metrics.spec import DEVICE_LABELS
 from warptd.models import LabelledValues
 from warptd.sampling.snapshot import DeviceSample, Snapshot
 
@@ -48,6 +49,6 @@ def labelled_json(values_by_metric: dict[str, LabelledValues]) -> dict[str, list
     named by the metric's own labels in the catalog (those after the device's)."""
     out: dict[str, list[dict[str, Any]]] = {}
     for name, values in values_by_metric.items():
-        names = catalog.BY_NAME[name].labels[len(catalog.DEVICE_LABELS) :]
+        names = catalog.BY_NAME[name].labels[len(DEVICE_LABELS) :]
         out[name] = [{**dict(zip(names, labels, strict=True)), "value": v} for labels, v in values.items()]
     return out

@@ -11,7 +11,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from warptd.metrics.catalog import BY_NAME, DEVICE_LABELS, FAN_SPEED
+from warptd.metrics.catalog import BY_NAME
+from warptd.metrics.nvidia import FAN_SPEED
+from warptd.metrics.spec import DEVICE_LABELS
 from warptd.models import DeviceReading, LabelledValues, MemoryUsage, Utilization
 from warptd.power.base import DomainReading
 

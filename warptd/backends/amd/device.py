@@ -23,9 +23,9 @@ from warptd.backends.amd.health import Health, read_health
 from warptd.backends.amd.metrics_table import MetricsTable
 from warptd.backends.amd.values import integer, number, one, reported, text
 from warptd.backends.cadence import DeviceCadence
-from warptd.backends.costs import ReadCosts, thread_time
+from warptd.backends.costs import ReadCosts, ReadKind, thread_time
 from warptd.backends.device import ReadPlan, ValueDevice, throttle_states
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
 from warptd.models import GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class AmdDevice(AmdHandle, ValueDevice):
         fan at the health cadence, and ECC, replays and bad pages, by the primary partition."""
         started = thread_time()
         self.table.update(self.get("metrics_table", "amdsmi_get_gpu_metrics_info") or {})
-        self._costs.charge("metrics_table", started)
+        self._costs.charge(ReadKind.METRICS_TABLE, started)
         if plan.power_only or not self._health_cadence.due():
             return
         started = thread_time()
@@ -141,9 +141,9 @@ class AmdDevice(AmdHandle, ValueDevice):
         self.fan_speed = self._fan_speed()
         if self.primary:
             self.health = read_health(self.get, self._sdk.amdsmi_wrapper)
-        self._costs.charge("health", started)
+        self._costs.charge(ReadKind.HEALTH, started)
 
-    def _asked(self, kind: str, what: str, fn_name: str, *args: object) -> Any:
+    def _asked(self, kind: ReadKind, what: str, fn_name: str, *args: object) -> Any:
         """A getter asked where the device has no metrics table this read (:meth:`get`), charged as
         ``kind``."""
         started = thread_time()
@@ -156,7 +156,7 @@ class AmdDevice(AmdHandle, ValueDevice):
         """VRAM total, used and free, bytes (amdsmi: MB)."""
         started = thread_time()
         vram = self.get("memory", "amdsmi_get_gpu_vram_usage")
-        self._costs.charge("memory", started)
+        self._costs.charge(ReadKind.MEMORY, started)
         if vram is None:
             return None
         total, used = number(vram.get("vram_total")), number(vram.get("vram_used"))
@@ -172,7 +172,7 @@ class AmdDevice(AmdHandle, ValueDevice):
         if table:
             gfx, umc = number(table.get("average_gfx_activity")), number(table.get("average_umc_activity"))
         else:
-            activity = self._asked("utilization", "utilization", "amdsmi_get_gpu_activity") or {}
+            activity = self._asked(ReadKind.UTILIZATION, "utilization", "amdsmi_get_gpu_activity") or {}
             gfx, umc = number(activity.get("gfx_activity")), number(activity.get("umc_activity"))
         if gfx is None and umc is None:
             return None
@@ -189,13 +189,13 @@ class AmdDevice(AmdHandle, ValueDevice):
             celsius = number(self.get(f"temp_{sensor}", "amdsmi_get_temp_metric", kind, metric))
             if celsius is not None:
                 temperatures[sensor] = celsius
-        self._costs.charge("temperatures", started)
+        self._costs.charge(ReadKind.TEMPERATURES, started)
         return temperatures
 
     def power(self) -> float | None:
         """Watts: ``current_socket_power`` on MI300 and newer, ``average_socket_power`` before; the
         field a GPU does not fill is "N/A", all ones or 0."""
-        info = self.table.fields or self._asked("power", "power", "amdsmi_get_power_info")
+        info = self.table.fields or self._asked(ReadKind.POWER, "power", "amdsmi_get_power_info")
         if not info:
             return None
         return next((w for key in _POWER_FIELDS if (w := number(info.get(key)))), None)
@@ -218,7 +218,7 @@ class AmdDevice(AmdHandle, ValueDevice):
         if table:
             ticks = number(table.get("energy_accumulator"))
             return ticks * _ENERGY_TICK_UJ / 1e6 if ticks is not None else None
-        count = self._asked("energy", "energy", "amdsmi_get_energy_count")
+        count = self._asked(ReadKind.ENERGY, "energy", "amdsmi_get_energy_count")
         if count is None:
             return None
         ticks = number(count.get("energy_accumulator", count.get("power")))  # "power" before ROCm 6.1
@@ -238,7 +238,7 @@ class AmdDevice(AmdHandle, ValueDevice):
             if table:
                 mhz = number(table.get(_TABLE_CLOCKS[clock]))
             else:
-                info = self._asked("clocks", f"clock_{clock}", "amdsmi_get_clock_info", kind)
+                info = self._asked(ReadKind.CLOCKS, f"clock_{clock}", "amdsmi_get_clock_info", kind)
                 mhz = number(info.get("clk")) if info else None
             if mhz is not None:
                 clocks[clock] = mhz * 1e6
@@ -276,4 +276,4 @@ class AmdDevice(AmdHandle, ValueDevice):
         """ECC, replays and XGMI bytes: socket-wide, so on the primary partition only."""
         if not self.primary:
             return {}  # socket-wide counters: the primary partition reports them, once
-        return reported({**self.health.counters, catalog.NVLINK_LINK_BYTES.name: self.table.xgmi_bytes()})
+        return reported({**self.health.counters, nvidia.NVLINK_LINK_BYTES.name: self.table.xgmi_bytes()})

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 import psutil
 
 from warptd.backends.base import AcceleratorBackend
-from warptd.backends.costs import ReadCosts, thread_time
+from warptd.backends.costs import ReadCosts, ReadKind, thread_time
 from warptd.backends.cpu.clock import CpuClock
 from warptd.backends.device import Call, ValueDevice
 from warptd.errors import ErrorKind
@@ -42,7 +42,7 @@ class CpuDevice(ValueDevice):
         """Host memory, bytes: ``free`` is what a new allocation can get (MemAvailable), not idle pages."""
         started = thread_time()
         vm = self._call(0, "memory", psutil.virtual_memory)
-        self._costs.charge("memory", started)
+        self._costs.charge(ReadKind.MEMORY, started)
         if vm is None:
             return None
         return MemoryUsage(total=vm.total, used=vm.total - vm.available, free=vm.available)
@@ -52,7 +52,7 @@ class CpuDevice(ValueDevice):
         interval behind it (psutil keeps its baseline per thread and answers 0.0: absent, not idle)."""
         started = thread_time()
         percent = self._call(0, "utilization", psutil.cpu_percent, None)
-        self._costs.charge("times", started)
+        self._costs.charge(ReadKind.TIMES, started)
         if not self._utilization_primed:
             self._utilization_primed = percent is not None
             return None
@@ -68,7 +68,7 @@ class CpuDevice(ValueDevice):
             millidegrees = self._call(0, f"temp_{sensor}", read_int, path)
             if millidegrees is not None:
                 temperatures[sensor] = millidegrees / 1000
-        self._costs.charge("temperatures", started)
+        self._costs.charge(ReadKind.TEMPERATURES, started)
         return temperatures
 
     def clocks(self) -> dict[str, float]:
@@ -77,7 +77,7 @@ class CpuDevice(ValueDevice):
         if clock.due():
             started = thread_time()
             clock.value = self._call(0, "clock", clock.read)
-            self._costs.charge("clock", started)
+            self._costs.charge(ReadKind.CLOCK, started)
         return {"cpu": clock.value} if clock.value else {}
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from warptd.backends.cadence import DeviceCadence
-from warptd.backends.costs import ReadCosts, thread_time
+from warptd.backends.costs import ReadCosts, ReadKind, thread_time
 from warptd.backends.device import Call, ReadPlan, ValueDevice
 from warptd.models import MemoryUsage, Utilization
 from warptd.sysfs import HwmonChip, read_int
@@ -119,7 +119,7 @@ class HwmonCard(ValueDevice):
         started = thread_time()
         self.vram_total = self.read_file("vram_total", files.vram_total)
         self.power_cap = self.read_file("power_cap", files.power_cap, 1e-6)
-        self._costs.charge("slow", started)
+        self._costs.charge(ReadKind.SLOW, started)
 
     def memory(self) -> MemoryUsage | None:
         """VRAM total (at the health cadence), used and free, bytes."""
@@ -128,7 +128,7 @@ class HwmonCard(ValueDevice):
             return None
         started = thread_time()
         used = self.read_file("vram_used", self.files.vram_used)
-        self._costs.charge("memory", started)
+        self._costs.charge(ReadKind.MEMORY, started)
         if used is None:
             return None
         return MemoryUsage(total=int(total), used=int(used), free=int(total - used))
@@ -141,7 +141,7 @@ class HwmonCard(ValueDevice):
         started = thread_time()
         gpu = self.read_file("gpu_busy", files.gpu_busy, 0.01)
         memory = self.read_file("mem_busy", files.mem_busy, 0.01)
-        self._costs.charge("sensors", started)
+        self._costs.charge(ReadKind.SENSORS, started)
         return Utilization(compute=gpu, memory=memory) if gpu is not None or memory is not None else None
 
     def temperatures(self) -> dict[str, float]:
@@ -162,7 +162,7 @@ class HwmonCard(ValueDevice):
             reading = self.read_file(f"{what}_{name}", path, scale)
             if reading is not None:
                 values[name] = reading
-        self._costs.charge("sensors", started)
+        self._costs.charge(ReadKind.SENSORS, started)
         return values
 
     def power(self) -> float | None:
@@ -178,7 +178,7 @@ class HwmonCard(ValueDevice):
             return None
         started = thread_time()
         value = self.read_file(what, path, 1e-6)
-        self._costs.charge("power", started)
+        self._costs.charge(ReadKind.POWER, started)
         return value
 
     def power_limit(self) -> float | None:

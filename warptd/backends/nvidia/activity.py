@@ -9,11 +9,11 @@ from warptd.backends.nvidia.api import GpuHandle
 from warptd.backends.nvidia.batch import FieldBatch
 from warptd.backends.nvidia.engines import Presence, engine_counts
 from warptd.backends.nvidia.gpm import GpmContext, GpmSource
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
 from warptd.models import LabelledValues
 
 #: Byte counters the driver may keep in fields, which GPM throughput otherwise stands in for.
-_TRAFFIC = (catalog.PCIE_BYTES.name, catalog.NVLINK_LINK_BYTES.name)
+_TRAFFIC = (nvidia.PCIE_BYTES.name, nvidia.NVLINK_LINK_BYTES.name)
 _NONE: dict[str, LabelledValues] = {}
 
 

@@ -1,5 +1,5 @@
 """One GPU's field batches (``nvmlDeviceGetFieldValues``): which fields it is asked, what it lacks,
-this read's values and what its full batch decoded into; the driver's time on them in total."""
+this read's values and what its health batch decoded into; the driver's time on them in total."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from typing import Any
 
 import structlog
 
+from warptd.backends.costs import ReadKind
 from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.api import NvmlApi
 from warptd.backends.nvidia.fields import Decoded, FieldKey, FieldPlan, FieldRequest, FieldSet
 from warptd.backends.nvidia.guard import DeviceGuard
 from warptd.errors import ErrorKind
+from warptd.metrics import nvidia
 from warptd.models import LabelledValues
 
 log = structlog.get_logger("warptd.nvidia")
@@ -25,7 +27,7 @@ class FieldTotals:
     """One GPU's running totals of its field reads, kept across NVML reopens (they are warptd's own)."""
 
     latency_us: int = 0  # nvmlFieldValue_t.latencyUsec, summed over every answer of every batch
-    #: ``latency_us`` as of the last full batch: exported at the health cadence, so that the counters
+    #: ``latency_us`` as of the last health batch: exported at the health cadence, so that the counters
     #: a steady sample hands over equal the last ones (the sampler keeps their totals whole).
     published_us: int = 0
 
@@ -48,16 +50,17 @@ class FieldBatch:
         #: When this read's batch was sent (monotonic): its powers are as of the driver's refresh before.
         self.read_at: float | None = None
         self.unsupported: set[FieldKey] = set()  # fields this GPU lacks: not asked again
-        self.plan: FieldPlan | None = None  # the full batch (its NVLinks known)
-        self._requests: dict[str, FieldRequest] = {}  # the last batch by kind (full, power, energy …)
+        self.plan: FieldPlan | None = None  # the health batch (its NVLinks known)
+        self._requests: dict[ReadKind, FieldRequest] = {}  # the last batch by kind of read
         #: This read's request and values by position, where every field answered as last time.
         self.steady: tuple[FieldRequest, list[float]] | None = None
-        #: The gauges and raw counters of the last full batch (and the calls standing in).
+        #: The gauges and raw counters of the last health batch (and the calls standing in).
         self.decoded: Decoded | None = None
 
-    def full_plan(self) -> FieldPlan | None:
-        """The full field batch, built once the GPU's NVLink count is known (field 91; where it is not
-        supported, the links whose ``nvmlDeviceGetNvLinkState`` answers: none on a GPU without NVLink)."""
+    def health_plan(self) -> FieldPlan | None:
+        """The health read's field batch (every field), built once the GPU's NVLink count is known (field
+        91; where it is not supported, the links whose ``nvmlDeviceGetNvLinkState`` answers: none on a
+        GPU without NVLink)."""
         if self.plan is None:
             guard = self._guard
             answers = self._api.get(
@@ -77,15 +80,15 @@ class FieldBatch:
 
     def _answering_links(self) -> int:
         """The links before the first whose state NVML does not answer (NOT_SUPPORTED at link 0: no
-        NVLink), at most :data:`~warptd.backends.nvidia.fields.MAX_LINKS`."""
-        for link in range(fields.MAX_LINKS):
+        NVLink), at most :data:`~warptd.metrics.nvidia.MAX_LINKS`."""
+        for link in range(nvidia.MAX_LINKS):
             what = f"nvlink_state_{link}"
             if self._api.get(self._guard, self._handle, what, "nvmlDeviceGetNvLinkState", link) is None:
                 return link
-        return fields.MAX_LINKS
+        return nvidia.MAX_LINKS
 
-    def read(self, kind: str, plan: FieldPlan | None = None) -> bool:
-        """One field batch of ``kind`` (:attr:`FieldSet.kinds`, or ``full``: ``plan``'s, which decodes
+    def read(self, kind: ReadKind, plan: FieldPlan | None = None) -> bool:
+        """One field batch of ``kind`` (:attr:`FieldSet.kinds`, or ``HEALTH``: ``plan``'s, which decodes
         into gauges and counters). Each value carries its own return code: a field answered "not
         supported" once is not asked again for this GPU. False when the batch, or some field in it,
         failed now."""
@@ -136,16 +139,16 @@ class FieldBatch:
             request.mark_clean(tuple(answered))
         return not failed
 
-    def request(self, kind: str) -> FieldRequest | None:
-        """The batch a read of ``kind`` sends now (``full``: the full plan's, once built); None where
+    def request(self, kind: ReadKind) -> FieldRequest | None:
+        """The batch a read of ``kind`` sends now (``HEALTH``: the health plan's, once built); None where
         nothing is left to ask."""
-        plan = self.plan if kind == "full" else None
-        if kind == "full" and plan is None:
+        plan = self.plan if kind is ReadKind.HEALTH else None
+        if kind is ReadKind.HEALTH and plan is None:
             return None
         return self._request(kind, plan, plan.keys if plan is not None else self.field_set.kinds[kind])
 
     def _request(
-        self, kind: str, plan: FieldPlan | None, field_ids: tuple[FieldKey, ...]
+        self, kind: ReadKind, plan: FieldPlan | None, field_ids: tuple[FieldKey, ...]
     ) -> FieldRequest | None:
         """The batch to send: the last one of its kind while neither the plan nor what this GPU lacks
         changed (that set only grows); None when nothing is left to ask."""
@@ -164,7 +167,7 @@ class FieldBatch:
         return request
 
     def decode(self) -> Decoded:
-        """Gauges and raw counters from this read's full batch (health, PCIe and NVLink bytes)."""
+        """Gauges and raw counters from this read's health batch (health, PCIe and NVLink bytes)."""
         plan = self.plan
         if plan is None:
             return {}, {}
@@ -181,9 +184,9 @@ class FieldBatch:
         return (field_id, 0) in self.unsupported
 
     def gauges(self) -> dict[str, LabelledValues]:
-        """The gauges of the last full batch."""
+        """The gauges of the last health batch."""
         return self.decoded[0] if self.decoded is not None else _NO_SERIES
 
     def counters(self) -> dict[str, LabelledValues]:
-        """The raw counters of the last full batch: health and traffic (PCIe, NVLink bytes)."""
+        """The raw counters of the last health batch: health and traffic (PCIe, NVLink bytes)."""
         return self.decoded[1] if self.decoded is not None else _NO_SERIES

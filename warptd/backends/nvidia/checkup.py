@@ -30,7 +30,7 @@ from warptd.backends.checkup import (
     interval_key,
     sdk_versions,
 )
-from warptd.backends.costs import thread_time
+from warptd.backends.costs import ReadKind, thread_time
 from warptd.backends.nvidia import calls, fields
 from warptd.backends.nvidia.engines import MEDIA_UTILIZATION
 from warptd.backends.nvidia.fields import FieldKey, FieldRequest
@@ -40,7 +40,7 @@ from warptd.backends.nvidia.power import AVERAGING_SINCE
 from warptd.backends.nvidia.prices import Prices, plan_rates
 from warptd.backends.nvidia.session import text
 from warptd.errors import ErrorKind
-from warptd.metrics import catalog
+from warptd.metrics import catalog, nvidia
 
 if TYPE_CHECKING:
     from warptd.backends.nvidia.api import NvmlApi
@@ -85,7 +85,7 @@ _POLLED = {
 }
 
 #: The NVLink families: each link's and the GPU's totals.
-_NVLINK = (catalog.NVLINK_ERRORS, catalog.NVLINK_LINK_ERRORS, catalog.NVLINK_BYTES, catalog.NVLINK_LINK_BYTES)
+_NVLINK = (nvidia.NVLINK_ERRORS, nvidia.NVLINK_LINK_ERRORS, nvidia.NVLINK_BYTES, nvidia.NVLINK_LINK_BYTES)
 
 
 def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendCheckup:
@@ -98,7 +98,7 @@ def checkup(backend: NvidiaBackend, api: NvmlApi, plan: CheckupPlan) -> BackendC
     notes = [f"GPU {gpu.index}: NVML refused its handle" for gpu in backend.gpus if gpu.handle is None]
     probes = [_Probe(gpu, api, plan, rates) for gpu in gpus]
     for probe in probes:
-        probe.gpu.batch.full_plan()  # built by the first full read; asked here where it failed then
+        probe.gpu.batch.health_plan()  # built by the first health read; asked here where it failed then
     gpm = _gpm(probes, backend, api, plan, rates)
     activity = _activity_pairs(probes, gpm)  # at once: utilization must still cover the GPM pair
     refresh = [r for probe in _first_of_each_model(probes) for r in probe.poll(plan)]
@@ -240,14 +240,14 @@ def _gpm_pairs(
         price = ReadPrice(
             read=f"GPM sample + metrics ({metrics})",
             what=f"GPM activity ({metrics} metrics)",
-            charged_as="gpm",
+            charged_as=ReadKind.GPM,
             cpu_seconds=statistics.median(cpu) if cpu else 0.0,
             measured=len(cpu),
             cadence="once a second",
-            per_second={key: rate.get("gpm", 0.0) for key, rate in rates.items()},
+            per_second={key: rate.get(ReadKind.GPM, 0.0) for key, rate in rates.items()},
         )
-        active = source.gauges.get(catalog.SM_ACTIVE.name, {}).get(())
-        why = "" if active is not None else f"{catalog.SM_ACTIVE.name} is not read or did not answer"
+        active = source.gauges.get(nvidia.SM_ACTIVE.name, {}).get(())
+        why = "" if active is not None else f"{nvidia.SM_ACTIVE.name} is not read or did not answer"
         last = tuple(busy[index][-2:])
         results[index] = _GpmResult((price,) if cpu else (), active, why, last, ended[index])
     return results
@@ -435,7 +435,7 @@ class _Probe:
         if field is None:
             return self.pair(ENERGY_PAIR, "skipped", "field 83 did not answer")
         instant = values.get(_INSTANT, 0.0) / 1000
-        watts = max(instant, gpu.slow.power_limit or 0.0) or 1000.0  # the most it may draw meanwhile
+        watts = max(instant, gpu.health.power_limit or 0.0) or 1000.0  # the most it may draw meanwhile
         apart = call_at.middle - field_at.middle
         allowed, off = watts * (apart + ENERGY_REFRESH_S), abs(called - field) / 1000
         said = f"field {field / 1000:.3f} J, call {called / 1000:.3f} J, {apart * 1e3:.1f} ms apart"
@@ -465,7 +465,7 @@ class _Probe:
         second before (:func:`_power_pairs`; none answered: the power limit stands for its span)."""
         if before is None or after is None or called is None:
             return self.pair(POWER_PAIR, "skipped", "field 185 did not answer")
-        limit = (self.gpu.slow.power_limit or 0.0) * 1000
+        limit = (self.gpu.health.power_limit or 0.0) * 1000
         spread = max(instant) - min(instant) if instant else limit
         moved = spread * AVERAGE_REFRESH_APART_S  # the most the 1 s average moves meanwhile, mW
         low, high = min(before, after), max(before, after)
@@ -510,25 +510,25 @@ class _Probe:
         presence = gpu.activity.presence()
         if presence is not None and presence.counts is None:
             add(
-                (catalog.ENGINE_ACTIVE, *MEDIA_UTILIZATION.values()),
+                (nvidia.ENGINE_ACTIVE, *MEDIA_UTILIZATION.values()),
                 "media engines: NVML gives no count with MIG off (GPU instance profiles NOT_SUPPORTED); "
                 "an engine's series, and its kind's average, shows once it reports activity",
             )
         elif presence is not None and presence.counts is not None:
             lacking = {engine: n for engine, n in presence.counts.items()}
-            families = [catalog.ENGINE_ACTIVE]
+            families = [nvidia.ENGINE_ACTIVE]
             families += [spec for engine, spec in MEDIA_UTILIZATION.items() if lacking.get(engine) == 0]
             counts = ", ".join(f"{n} {engine.upper()}" for engine, n in lacking.items())
             add(families, f"media engines beyond the GPU's own ({counts}, its whole-GPU instance profile)")
-        missing: dict[str, list[int]] = {}
-        for spec in fields.HEALTH:
-            if spec.key in batch.unsupported:
-                missing.setdefault(spec.metric, []).append(spec.field_id)
+        missing: dict[catalog.MetricSpec, list[int]] = {}
+        for row in fields.HEALTH:
+            if row.source.key in batch.unsupported:
+                missing.setdefault(row.metric, []).append(row.source.id)
         for metric, ids in missing.items():
             named = f"fields {', '.join(map(str, ids))}" if len(ids) > 1 else f"field {ids[0]}"
-            add((catalog.BY_NAME[metric],), f"{named} not supported by this GPU or driver")
+            add((metric,), f"{named} not supported by this GPU or driver")
         if "fans" in gpu.guard.unsupported:
-            add((catalog.FAN_SPEED,), "nvmlDeviceGetNumFans NOT_SUPPORTED: a board without fans")
+            add((nvidia.FAN_SPEED,), "nvmlDeviceGetNumFans NOT_SUPPORTED: a board without fans")
         return tuple(found)
 
     def _links_answer(self) -> str:

@@ -6,6 +6,7 @@ reads both at its edges, so what it measures is the driver's own counters."""
 from __future__ import annotations
 
 from warptd.backends.cadence import DeviceCadence
+from warptd.backends.costs import ReadKind
 from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.api import GpuHandle
 from warptd.backends.nvidia.batch import FieldBatch
@@ -17,7 +18,7 @@ def read_kind(
     edge: bool = False,
     pace: float | None = None,
     now: float | None = None,
-) -> str:
+) -> ReadKind:
     """The kind of a GPU's full read by the plan: ``health`` where the slow values are due (the energy
     counter and throttle times come with them), else ``edge`` at a window's edge, ``energy`` where the
     counter is due, else the cheap ``power``. A cadence found due counts as read from then on; a read
@@ -25,11 +26,11 @@ def read_kind(
     counter = energy.due(now, pace)
     if health.due(now, pace):
         energy.read(now)
-        return "health"
+        return ReadKind.HEALTH
     if edge:
         energy.read(now)
-        return "edge"
-    return "energy" if counter else "power"
+        return ReadKind.EDGE
+    return ReadKind.ENERGY if counter else ReadKind.POWER
 
 
 class EdgeCounters:

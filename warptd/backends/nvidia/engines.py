@@ -24,21 +24,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from warptd.backends.nvidia.guard import DeviceGuard
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
+from warptd.metrics.spec import MetricSpec, Row
 from warptd.models import LabelledValues
 
 #: An engine as the series label it (GPM's ``engine`` label) -> the profile's count of it.
 PROFILE_COUNTS = {"nvdec": "decoderCount", "nvjpg": "jpegCount", "ofa": "ofaCount", "nvenc": "encoderCount"}
-#: Each kind's average over every engine of it the GPU has, and the call answering it ([percent,
-#: sampling period in µs]).
-AVERAGES: dict[str, tuple[catalog.MetricSpec, str]] = {
-    "nvenc": (catalog.ENCODER_UTILIZATION, "nvmlDeviceGetEncoderUtilization"),
-    "nvdec": (catalog.DECODER_UTILIZATION, "nvmlDeviceGetDecoderUtilization"),
-    "nvjpg": (catalog.JPEG_UTILIZATION, "nvmlDeviceGetJpgUtilization"),
-    "ofa": (catalog.OFA_UTILIZATION, "nvmlDeviceGetOfaUtilization"),
+#: The family of each kind of engine's average over every engine of it the GPU has.
+MEDIA_UTILIZATION: dict[str, MetricSpec] = {
+    "nvenc": nvidia.ENCODER_UTILIZATION,
+    "nvdec": nvidia.DECODER_UTILIZATION,
+    "nvjpg": nvidia.JPEG_UTILIZATION,
+    "ofa": nvidia.OFA_UTILIZATION,
 }
-#: The average's family of each kind of engine.
-MEDIA_UTILIZATION: dict[str, catalog.MetricSpec] = {engine: spec for engine, (spec, _) in AVERAGES.items()}
+#: Each kind's row of NVIDIA's table: the call answering its average ([percent, sampling period in µs]).
+AVERAGES: dict[str, Row] = {engine: nvidia.row_of(spec) for engine, spec in MEDIA_UTILIZATION.items()}
 #: NVML_GPU_INSTANCE_PROFILE_1_SLICE (0) to _1_SLICE_REV1 (7): the ids every MIG driver numbers (R470
 #: on), the whole GPU's among them (7_SLICE = 4 on Hopper and Blackwell, 8_SLICE = 5, 6_SLICE = 6); a
 #: later id an older driver does not know would answer INVALID_ARGUMENT, an error counted each time.
@@ -97,15 +97,16 @@ def averages(
     through ``get(what, function name)``; and the families whose call answered nothing now."""
     gauges: dict[str, LabelledValues] = {}
     unanswered = []
-    for engine, (spec, function) in AVERAGES.items():
+    for engine, row in AVERAGES.items():
         present = presence.engine(engine, 0) if presence is not None else None
-        if present is False or not reads(spec.name):
+        name = row.metric.name
+        if present is False or not reads(name):
             continue
-        answer = get(spec.name, function)
+        answer = get(name, row.source.name)
         if answer is None:
-            unanswered.append(spec.name)
+            unanswered.append(name)
             continue
-        ratio = answer[0] / 100
+        ratio = row.convert(answer[0])
         if presence is None or presence.shown((engine,), present, ratio):
-            gauges[spec.name] = {(): ratio}
+            gauges[name] = {(): ratio}
     return gauges, unanswered

@@ -1,10 +1,12 @@
-"""NVML field values for health and traffic: which field ids to batch, and what each becomes.
+"""NVML field values: which field ids each kind of read batches, and what each answer becomes.
 
-Ids, scopes, value types and units are nvml.h's (the driver's ABI), fixed here rather than taken from
-nvidia-ml-py, whose constants follow one header; ``docs/telemetry.md`` lists each with the driver that
-added it. Where branches number a value differently (clock-event durations, recovery action, the power
-fields), :data:`NUMBERINGS` holds each branch's ids and :func:`numbering` picks one by the driver's
-version. An id a driver does not know answers INVALID_ARGUMENT and is not asked again for that GPU.
+The fields of series are NVIDIA's table's rows (:mod:`warptd.metrics.nvidia`); those read one by one
+(power, energy, memory temperature, throttle times, recovery action) are numbered here. Ids, scopes,
+value types and units are nvml.h's (the driver's ABI), fixed rather than taken from nvidia-ml-py, whose
+constants follow one header; ``docs/telemetry.md`` lists each with the driver that added it. Where
+branches number a value differently (clock-event durations, recovery action, the power fields),
+:data:`NUMBERINGS` holds each branch's ids and :func:`numbering` picks one by the driver's version.
+An id a driver does not know answers INVALID_ARGUMENT and is not asked again for that GPU.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warptd.backends.costs import ReadKind
 from warptd.backends.nvidia.calls import pointer
-from warptd.metrics import catalog
+from warptd.metrics import catalog, nvidia
+from warptd.metrics.spec import Call, Row
 from warptd.models import LabelledValues
 
 #: A field as asked: (field id, scope id). The scope is the NVLink link for per-link fields, else 0.
@@ -38,9 +42,6 @@ POWER_SCOPES = {"module": 1, "memory": 2}
 #: mJ since the driver was loaded: nvmlDeviceGetTotalEnergyConsumption's counter (Volta and newer), in
 #: the batch rather than a call of its own; the call stands in only where the field is unsupported.
 FI_TOTAL_ENERGY = 83
-FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB of data (no protocol overhead); scopeId = link
-FI_NVLINK_THROUGHPUT_DATA_RX = 139
-KIB = 1024.0
 #: NVML_GPU_RECOVERY_ACTION_* in value order (nvml.h; the installed nvidia-ml-py has all eight).
 RECOVERY_ACTIONS = (
     "none",
@@ -52,22 +53,6 @@ RECOVERY_ACTIONS = (
     "bus_reset",
     "system_reboot",
 )
-#: Per-link NVLink error counters by kind: the field id of link 0 for links 0-5 and of link 6 for
-#: links 6-11 (NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_L0 / _L6).
-NVLINK_ERROR_IDS: dict[str, tuple[int, int]] = {
-    "crc_flit": (32, 96),
-    "crc_data": (39, 102),
-    "replay": (46, 108),
-    "recovery": (53, 114),
-}
-#: The most NVLinks a GPU of the R580 drivers has (Hopper, Blackwell: 18); nvml.h's
-#: NVML_NVLINK_MAX_LINKS grew to 36 in CUDA 13.5, which an R580 driver does not know.
-MAX_LINKS = 18
-#: Links the per-link error ids number (L0-L11). The link also goes in scopeId, where drivers from
-#: R575 (CUDA 12.9) take it; links beyond are read by nvmlDeviceGetNvLinkErrorCounter, as DCGM does.
-NVLINK_ERROR_LINKS = 12
-#: nvmlNvLinkErrorCounter_t by kind: NVML_NVLINK_ERROR_DL_REPLAY = 0, _RECOVERY, _CRC_FLIT, _CRC_DATA.
-NVLINK_ERROR_COUNTERS: dict[str, int] = {"crc_flit": 2, "crc_data": 3, "replay": 0, "recovery": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,46 +142,11 @@ _UNKNOWN_DRIVER = Numbering(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class FieldSpec:
-    """One field value and the series it becomes: ``metric{labels} = value * scale``."""
-
-    field_id: int
-    metric: str
-    labels: tuple[str, ...] = ()
-    scale: float = 1.0
-    counter: bool = False
-    scope_id: int = 0
-
-    @property
-    def key(self) -> FieldKey:
-        return self.field_id, self.scope_id
-
-
-def _counter(field_id: int, metric: catalog.MetricSpec, *labels: str, scale: float = 1.0) -> FieldSpec:
-    return FieldSpec(field_id, metric.name, labels, scale, counter=True)
-
-
-def _gauge(field_id: int, metric: catalog.MetricSpec, *labels: str) -> FieldSpec:
-    return FieldSpec(field_id, metric.name, labels)
-
-
-#: The fields every GPU is asked for (those a GPU lacks answer NOT_SUPPORTED once, then are not asked).
-HEALTH: tuple[FieldSpec, ...] = (
-    _counter(3, catalog.ECC_ERRORS, "corrected"),  # NVML_FI_DEV_ECC_SBE_VOL_TOTAL
-    _counter(4, catalog.ECC_ERRORS, "uncorrected"),  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL
-    _counter(5, catalog.ECC_LIFETIME_ERRORS, "corrected"),  # NVML_FI_DEV_ECC_SBE_AGG_TOTAL
-    _counter(6, catalog.ECC_LIFETIME_ERRORS, "uncorrected"),  # NVML_FI_DEV_ECC_DBE_AGG_TOTAL
-    _gauge(142, catalog.REMAPPED_ROWS, "correctable"),  # NVML_FI_DEV_REMAPPED_COR
-    _gauge(143, catalog.REMAPPED_ROWS, "uncorrectable"),  # NVML_FI_DEV_REMAPPED_UNC
-    _gauge(144, catalog.ROW_REMAP_PENDING),  # NVML_FI_DEV_REMAPPED_PENDING, 1 = yes
-    _gauge(145, catalog.ROW_REMAP_FAILURE),  # NVML_FI_DEV_REMAPPED_FAILURE, 1 = yes
-    _gauge(29, catalog.RETIRED_PAGES, "single_bit_ecc"),  # NVML_FI_DEV_RETIRED_SBE
-    _gauge(30, catalog.RETIRED_PAGES, "double_bit_ecc"),  # NVML_FI_DEV_RETIRED_DBE
-    _gauge(31, catalog.RETIRED_PAGES_PENDING),  # NVML_FI_DEV_RETIRED_PENDING, 1 = yes
-    _counter(94, catalog.PCIE_REPLAYS),  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
-    _counter(197, catalog.PCIE_BYTES, "tx"),  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, bytes, may wrap
-    _counter(198, catalog.PCIE_BYTES, "rx"),  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+#: The device's fields of NVIDIA's table that the health batch decodes into series (the recovery action
+#: is decoded apart: one series labelled with the action). A GPU lacking one answers NOT_SUPPORTED once
+#: and is not asked again.
+HEALTH: tuple[Row, ...] = tuple(
+    row for row in nvidia.FIELDS if row.source.link is None and row.metric is not nvidia.RECOVERY_ACTION
 )
 #: The health fields read by a call of their own where the GPU lacks the field.
 FI_PCIE_REPLAY_COUNTER = 94
@@ -208,7 +158,7 @@ _64_BIT_INTEGERS = frozenset({2, 3, 4})
 
 class FieldSet:
     """The field batches of one numbering: what each kind of read asks (a cheap sample, one with the
-    energy counter, an edge's with the throttle times too, power only), what the full batch adds beside
+    energy counter, an edge's with the throttle times too, power only), what the health batch adds beside
     the health and link fields (memory temperature, recovery action), and the value type each must
     answer. A duration counter is 64-bit: a field answering another type is another field under that
     id (a power-smoothing setting), and is treated as not supported."""
@@ -238,16 +188,16 @@ class FieldSet:
             if reads(catalog.THROTTLE_SECONDS.name)
         )
         throttle = tuple(key for _, key in self.throttle)
-        #: What the full batch asks beside the health and link fields.
+        #: What the health batch asks beside the health and link fields.
         self.device: tuple[FieldKey, ...] = (*power, *energy, *average, *throttle, *scoped)
         #: By kind of read (see :class:`~warptd.backends.nvidia.gpu.Gpu`): the cheap sample (power and
         #: memory temperature, 7 µs on an H200), with the energy counter (2.9 ms), at an edge also the
         #: throttle times (0.58 ms a group); the parts NVML measures apart alone (the nvml power backend).
-        self.kinds: dict[str, tuple[FieldKey, ...]] = {
-            "power": (*power, *average, *memory_temperature, *scoped),
-            "energy": (*power, *energy, *average, *memory_temperature, *scoped),
-            "edge": (*self.device, *memory_temperature),
-            "scopes": scoped,  # the parts' power alone (the nvml power backend's own read)
+        self.kinds: dict[ReadKind, tuple[FieldKey, ...]] = {
+            ReadKind.POWER: (*power, *average, *memory_temperature, *scoped),
+            ReadKind.ENERGY: (*power, *energy, *average, *memory_temperature, *scoped),
+            ReadKind.EDGE: (*self.device, *memory_temperature),
+            ReadKind.SCOPES: scoped,  # the parts' power alone (the nvml power backend's own read)
         }
         #: Asked beside :data:`HEALTH` but decoded apart (into temperatures, or one-hot).
         self.other: tuple[FieldKey, ...] = (*memory_temperature, *((f, 0) for f in numbering.recovery))
@@ -259,36 +209,29 @@ class FieldSet:
         }
 
 
-_NVLINK_DIRECTIONS = ((FI_NVLINK_THROUGHPUT_DATA_TX, "tx"), (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"))
-#: The per-link families (the GPU's totals, every link's summed, are made from them: catalog.SUMS).
-_LINK_ERRORS, _LINK_BYTES = catalog.NVLINK_LINK_ERRORS.name, catalog.NVLINK_LINK_BYTES.name
 Decoded = tuple[dict[str, LabelledValues], dict[str, LabelledValues]]  # gauges, raw counters
 
 
-def nvlink(links: int) -> tuple[FieldSpec, ...]:
-    """The per-link fields of a GPU with ``links`` NVLinks: error counters (links 0-11; the link in
-    the id and in scopeId) and data bytes by direction."""
-    specs = []
-    for link in range(links):
-        name = str(link)
-        if link < NVLINK_ERROR_LINKS:
-            for kind, (first, later) in NVLINK_ERROR_IDS.items():
-                field_id = first + link if link < 6 else later + link - 6
-                specs.append(FieldSpec(field_id, _LINK_ERRORS, (name, kind), 1.0, True, link))
-        for field_id, direction in (
-            (FI_NVLINK_THROUGHPUT_DATA_TX, "tx"),
-            (FI_NVLINK_THROUGHPUT_DATA_RX, "rx"),
-        ):
-            specs.append(FieldSpec(field_id, _LINK_BYTES, (name, direction), KIB, True, scope_id=link))
-    return tuple(specs)
+#: The links' error counters read by call (links 12 on).
+_ERROR_CALLS = tuple(
+    row for row in nvidia.ROWS if row.metric is nvidia.NVLINK_LINK_ERRORS and isinstance(row.source, Call)
+)
 
 
-#: One metric's share of a plan: its name, whether it is a counter, and (key, label values, scale)
+def nvlink(links: int) -> tuple[Row, ...]:
+    """The per-link fields of a GPU with ``links`` NVLinks, link by link (NVIDIA's table: error counters
+    of links 0-11, data bytes by direction)."""
+    return tuple(row for link in range(links) for row in nvidia.FIELDS if row.source.link == link)
+
+
+#: A row's conversion: (factor, divisor) of its source's unit (spec.CONVERSIONS).
+Conversion = tuple[float, float]
+#: One metric's share of a plan: its name, whether it is a counter, and (key, label values, conversion)
 #: of each of its fields.
-_Group = tuple[str, bool, tuple[tuple[FieldKey, tuple[str, ...], float], ...]]
+_Group = tuple[str, bool, tuple[tuple[FieldKey, tuple[str, ...], Conversion], ...]]
 #: Consecutive answers of one metric in a request: metric, counter?, first and end position, the
-#: label values of each, scale.
-Run = tuple[str, bool, int, int, tuple[tuple[str, ...], ...], float]
+#: label values of each, conversion.
+Run = tuple[str, bool, int, int, tuple[tuple[str, ...], ...], Conversion]
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +240,7 @@ class FieldPlan:
 
     groups: tuple[_Group, ...]
     keys: tuple[FieldKey, ...]
-    specs: Mapping[FieldKey, FieldSpec]
+    rows: Mapping[FieldKey, Row]
     #: (link, kind, nvmlNvLinkErrorCounter_t) of the links the per-link error ids do not number.
     error_calls: tuple[tuple[int, str, int], ...] = ()
     links: int = 0  # the NVLinks the GPU has
@@ -308,22 +251,21 @@ class FieldPlan:
     ) -> FieldPlan:
         """``base``: the fields asked before the health and link ones (power, throttle times, other);
         of those, the fields of families some output ``reads``."""
-        by_metric: dict[str, list[FieldSpec]] = {}
-        for spec in (*HEALTH, *nvlink(links)):
-            if reads(spec.metric):
-                by_metric.setdefault(spec.metric, []).append(spec)
+        by_metric: dict[str, list[Row]] = {}
+        for row in (*HEALTH, *nvlink(links)):
+            if reads(row.metric.name):
+                by_metric.setdefault(row.metric.name, []).append(row)
         groups = tuple(
-            (metric, members[0].counter, tuple((s.key, s.labels, s.scale) for s in members))
+            (metric, _counts(members[0]), tuple((r.source.key, r.labels, r.conversion) for r in members))
             for metric, members in by_metric.items()
         )
-        specs = {spec.key: spec for members in by_metric.values() for spec in members}
+        rows = {row.source.key: row for members in by_metric.values() for row in members}
         calls = tuple(
-            (link, kind, counter)
-            for link in range(NVLINK_ERROR_LINKS, links)
-            for kind, counter in NVLINK_ERROR_COUNTERS.items()
-            if reads(catalog.NVLINK_LINK_ERRORS.name)
+            (int(row.labels[0]), row.labels[1], nvidia.NVLINK_ERROR_COUNTERS[row.labels[1]])
+            for row in _ERROR_CALLS
+            if int(row.labels[0]) < links and reads(row.metric.name)
         )
-        return cls(groups, (*base, *specs), specs, calls, links)  # a metric's fields side by side: see runs
+        return cls(groups, (*base, *rows), rows, calls, links)
 
     def decode(self, values: Mapping[FieldKey, float]) -> Decoded:
         """The gauges and the raw counters that this read's field values give."""
@@ -331,7 +273,7 @@ class FieldPlan:
         counters: dict[str, LabelledValues] = {}
         get = values.get
         for metric, counter, fields in self.groups:
-            series = {labels: v * scale for key, labels, scale in fields if (v := get(key)) is not None}
+            series = {labels: v * f / d for key, labels, (f, d) in fields if (v := get(key)) is not None}
             if series:
                 (counters if counter else gauges)[metric] = series
         _recovery_action(gauges, values)
@@ -341,15 +283,21 @@ class FieldPlan:
         """The runs of one metric's answers in a request for ``keys`` (which keep the plan's order)."""
         runs: list[Run] = []
         for position, key in enumerate(keys):
-            spec = self.specs.get(key)
-            if spec is None:
+            row = self.rows.get(key)
+            if row is None:
                 continue
-            if runs and runs[-1][0] == spec.metric and runs[-1][3] == position and runs[-1][5] == spec.scale:
-                metric, counter, start, _, labels, scale = runs[-1]
-                runs[-1] = (metric, counter, start, position + 1, (*labels, spec.labels), scale)
+            metric, conversion = row.metric.name, row.conversion
+            if runs and runs[-1][0] == metric and runs[-1][3] == position and runs[-1][5] == conversion:
+                _, counter, start, _, labels, _ = runs[-1]
+                runs[-1] = (metric, counter, start, position + 1, (*labels, row.labels), conversion)
             else:
-                runs.append((spec.metric, spec.counter, position, position + 1, (spec.labels,), spec.scale))
+                runs.append((metric, _counts(row), position, position + 1, (row.labels,), conversion))
         return tuple(runs)
+
+
+def _counts(row: Row) -> bool:
+    """Whether a row's values are a counter's (raw totals the sampler makes monotonic)."""
+    return row.metric.type == "counter"
 
 
 #: Each action's one series, made once (a reading's dicts are never changed).
@@ -367,7 +315,7 @@ def _recovery_action(gauges: dict[str, LabelledValues], values: Mapping[FieldKey
             return
         action = RECOVERY_ACTIONS.index("drain_and_reset" if drain else "gpu_reset" if reset else "none")
     if action in range(len(RECOVERY_ACTIONS)):  # a newer action (or no integer): unknown, absent
-        gauges[catalog.RECOVERY_ACTION.name] = _ACTIONS[int(action)]
+        gauges[nvidia.RECOVERY_ACTION.name] = _ACTIONS[int(action)]
 
 
 # -- reading the answers ---------------------------------------------------------------------------
@@ -493,12 +441,12 @@ class FieldRequest:
         gauges: dict[str, LabelledValues] = {}
         counters: dict[str, LabelledValues] = {}
         last = self._last_series
-        for position, (metric, counter, start, end, labels, scale) in enumerate(self.runs):
+        for position, (metric, counter, start, end, labels, (factor, divisor)) in enumerate(self.runs):
             read = numbers[start:end]
             if last[position][0] == read:
                 series = last[position][1]
             else:
-                series = dict(zip(labels, [float(v) * scale for v in read], strict=True))
+                series = dict(zip(labels, [float(v) * factor / divisor for v in read], strict=True))
                 last[position] = (read, series)
             target = counters if counter else gauges
             if metric in target:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from warptd.backends.costs import ReadCosts, thread_time
+from warptd.backends.costs import ReadCosts, ReadKind, thread_time
 from warptd.backends.nvidia import calls
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
 from warptd.metrics.cadence import GPM_PERIOD_FLOOR_S
 from warptd.models import LabelledValues
 
@@ -56,40 +56,6 @@ def sample_gap(settings: Settings, watched: bool = False) -> float:
     return max(MIN_SAMPLE_GAP_S, period - min(settings.interval, settings.window_interval) / 2)
 
 
-#: NVML_GPM_METRIC_* constant name -> (catalog metric, its labels beyond backend/device/uuid).
-#: Utilizations are percent (0-100.0, nvml.h) and become ratios.
-_PERCENT: dict[str, tuple[str, tuple[str, ...]]] = {
-    "NVML_GPM_METRIC_GRAPHICS_UTIL": (catalog.GRAPHICS_ENGINE_ACTIVE.name, ()),
-    "NVML_GPM_METRIC_SM_UTIL": (catalog.SM_ACTIVE.name, ()),
-    "NVML_GPM_METRIC_SM_OCCUPANCY": (catalog.SM_OCCUPANCY.name, ()),
-    "NVML_GPM_METRIC_DRAM_BW_UTIL": (catalog.DRAM_BANDWIDTH.name, ()),
-    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": (catalog.PIPE_ACTIVE.name, ("tensor",)),
-    "NVML_GPM_METRIC_FP64_UTIL": (catalog.PIPE_ACTIVE.name, ("fp64",)),
-    "NVML_GPM_METRIC_FP32_UTIL": (catalog.PIPE_ACTIVE.name, ("fp32",)),
-    "NVML_GPM_METRIC_FP16_UTIL": (catalog.PIPE_ACTIVE.name, ("fp16",)),
-    "NVML_GPM_METRIC_INTEGER_UTIL": (catalog.PIPE_ACTIVE.name, ("integer",)),
-    **{
-        f"NVML_GPM_METRIC_{unit}_{i}_UTIL": (catalog.ENGINE_ACTIVE.name, (engine, str(i)))
-        for unit, engine, count in (("NVDEC", "nvdec", 8), ("NVJPG", "nvjpg", 8), ("NVOFA", "ofa", 2),
-                                    ("NVENC", "nvenc", 4))
-        for i in range(count)
-    },
-}  # fmt: skip
-#: Throughputs in MiB/s (nvml.h), integrated over the sample period into byte counters.
-_MIB_PER_S: dict[str, tuple[str, tuple[str, ...]]] = {
-    "NVML_GPM_METRIC_PCIE_TX_PER_SEC": (catalog.PCIE_BYTES.name, ("tx",)),
-    "NVML_GPM_METRIC_PCIE_RX_PER_SEC": (catalog.PCIE_BYTES.name, ("rx",)),
-    **{
-        f"NVML_GPM_METRIC_NVLINK_L{link}_{direction.upper()}_PER_SEC": (
-            catalog.NVLINK_LINK_BYTES.name,
-            (str(link), direction),
-        )
-        for link in range(18)  # NVLink 4 (Hopper): 18 links per GPU
-        for direction in ("rx", "tx")
-    },
-}
-
-
 @dataclass(frozen=True, slots=True)
 class GpmMetric:
     """One GPM metric id and where its value goes: a ratio gauge, or bytes integrated into a counter."""
@@ -101,14 +67,15 @@ class GpmMetric:
 
 
 def metric_table(nvml: ModuleType, reads: Callable[[str], bool] = lambda name: True) -> tuple[GpmMetric, ...]:
-    """The metrics warptd asks for, from this nvidia-ml-py's constants (an older one lacks some), of
-    the families some output ``reads`` (a metric costs the driver CPU: none asked for nothing)."""
+    """The metrics warptd asks for (NVIDIA's table's GPM rows: utilizations in percent, 0-100.0 in
+    nvml.h, become ratios; throughputs in MiB/s are integrated into byte counters), from this
+    nvidia-ml-py's constants (an older one lacks some), of the families some output ``reads`` (a metric
+    costs the driver CPU: none asked for nothing)."""
     table = []
-    for names, rate in ((_PERCENT, False), (_MIB_PER_S, True)):
-        for constant, (metric, labels) in names.items():
-            metric_id = getattr(nvml, constant, None)
-            if metric_id is not None and reads(metric):
-                table.append(GpmMetric(metric_id, metric, labels, rate))
+    for row in nvidia.GPM_METRICS:
+        metric_id = getattr(nvml, row.source.name, None)
+        if metric_id is not None and reads(row.metric.name):
+            table.append(GpmMetric(metric_id, row.metric.name, row.labels, rate=row.unit == "MiB/s"))
     return tuple(table)
 
 
@@ -262,7 +229,7 @@ class GpmSource:
         started = thread_time()
         self._sample(guard, what, now)
         if costs is not None:
-            costs.charge("gpm", started)
+            costs.charge(ReadKind.GPM, started)
         return True
 
     def _sample(self, guard: Guard, what: str, now: float) -> None:
@@ -408,8 +375,8 @@ class GpmSource:
         self._context.free(self.samples)
 
 
-_ENGINE = catalog.ENGINE_ACTIVE.name
-_LINK_BYTES = catalog.NVLINK_LINK_BYTES.name
+_ENGINE = nvidia.ENGINE_ACTIVE.name
+_LINK_BYTES = nvidia.NVLINK_LINK_BYTES.name
 
 
 def _present(metric: GpmMetric, presence: Presence | None) -> bool | None:

@@ -1,7 +1,7 @@
 """One NVIDIA GPU as a device object: its NVML handle, its read plan (field batches, the prepared calls
 of a sample) and its state, each job in a part of its own: the counters read at edges
 (:mod:`~warptd.backends.nvidia.edges`), power (:mod:`~warptd.backends.nvidia.power`), GPM activity
-(:mod:`~warptd.backends.nvidia.activity`), the slow values (:mod:`~warptd.backends.nvidia.health`) and
+(:mod:`~warptd.backends.nvidia.activity`), the health values (:mod:`~warptd.backends.nvidia.health`) and
 its identity (:mod:`~warptd.backends.nvidia.identity`).
 
 The read plan reads each value as often as it changes and no more, at the price a real driver charges
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warptd.backends.cadence import DeviceCadence
-from warptd.backends.costs import ReadCosts, thread_time
+from warptd.backends.costs import ReadCosts, ReadKind, thread_time
 from warptd.backends.device import ReadPlan
 from warptd.backends.kept import Kept
 from warptd.backends.nvidia import fields
@@ -35,7 +35,7 @@ from warptd.backends.nvidia.edges import EdgeCounters, read_kind
 from warptd.backends.nvidia.fields import FieldSet
 from warptd.backends.nvidia.gpm import GpmContext, GpmSource
 from warptd.backends.nvidia.guard import DeviceGuard
-from warptd.backends.nvidia.health import SlowValues
+from warptd.backends.nvidia.health import HealthValues
 from warptd.backends.nvidia.identity import GpuIdentity
 from warptd.backends.nvidia.power import GpuPower
 from warptd.backends.nvidia.sample import (
@@ -47,7 +47,8 @@ from warptd.backends.nvidia.sample import (
     UTILIZATION,
     SampleCalls,
 )
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
+from warptd.metrics.spec import Cadence
 from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def _merged(parts: tuple[dict[str, LabelledValues], ...]) -> dict[str, LabelledV
 
 def _with_pstate(raw: tuple[dict[str, LabelledValues], int]) -> dict[str, LabelledValues]:
     gauges, pstate = raw
-    return {**gauges, catalog.PERFORMANCE_STATE.name: {(): float(pstate)}}
+    return {**gauges, nvidia.PERFORMANCE_STATE.name: {(): float(pstate)}}
 
 
 class Gpu:
@@ -101,9 +102,9 @@ class Gpu:
             api, guard, handle, context.field_set, before.batch.totals if before else None
         )
         self.calls = SampleCalls(api, guard, handle)
-        self.slow = SlowValues(api, guard, handle, context.field_set.reads)
+        self.health = HealthValues(api, guard, handle, context.field_set.reads)
         self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
-        self.energy_cadence = DeviceCadence(context.settings, "energy_interval", "window_energy_interval")
+        self.energy_cadence = DeviceCadence(context.settings, Cadence.ENERGY)
         asked = GpuHandle(api, guard, handle)
         self.identity = GpuIdentity(index, asked, context.settings, before.known if before else None)
         self.edges = EdgeCounters(asked, batch)
@@ -150,8 +151,8 @@ class Gpu:
         when the GPU turned out lost."""
         self.guard.lost = False
         started = thread_time()
-        self.batch.read("scopes")
-        self._context.read_costs.charge("scopes", started)
+        self.batch.read(ReadKind.SCOPES)
+        self._context.read_costs.charge(ReadKind.SCOPES, started)
         return None if self.guard.lost else self.power.scopes()
 
     def begin(self, watched: bool = False, edge: bool = False) -> None:
@@ -164,17 +165,17 @@ class Gpu:
         settings = self._context.settings()
         pace = settings.window_interval if watched else None  # a window reads it that often
         kind = read_kind(self.cadence, self.energy_cadence, edge, pace)
-        if kind == "health":
+        if kind is ReadKind.HEALTH:
             # What fails now (a field or call answering UNKNOWN, NO_PERMISSION, TIMEOUT; the link
             # count, so no full plan yet) is counted and absent until the next health read, which
             # asks it again: a value that keeps failing never makes cheap samples health reads.
-            plan = batch.full_plan()
+            plan = batch.health_plan()
             if plan is not None:
-                batch.read("full", plan)
+                batch.read(ReadKind.HEALTH, plan)
             else:
-                batch.read("edge")
-            batch.decoded = self.slow.health(batch)
-            self.slow.read(self.activity.presence())
+                batch.read(ReadKind.EDGE)
+            batch.decoded = self.health.decode(batch)
+            self.health.read(self.activity.presence())
         else:
             batch.read(kind)
         self.edges.asked(kind)
@@ -192,7 +193,7 @@ class Gpu:
             utilization=answers[UTILIZATION],
             power_watts=self.power.instant(),
             power_average_watts=self.power.average(),
-            power_limit_watts=self.slow.power_limit,
+            power_limit_watts=self.health.power_limit,
             energy_counter_joules=self.edges.energy(),
             power_scopes_watts=self.power.scopes(),
             temperatures_celsius=self.temperatures(answers[TEMPERATURE]),
@@ -255,7 +256,7 @@ class Gpu:
     def _smi_gauges(self, pstate: int | None) -> dict[str, LabelledValues]:
         """What nvidia-smi shows beside: the performance state, read every sample, and the fans,
         encoder and decoder utilization of the last read of the slow values."""
-        gauges = self.slow.gauges
+        gauges = self.health.gauges
         if pstate is not None and 0 <= pstate <= _LAST_PSTATE:  # NVML_PSTATE_UNKNOWN (32): absent
             return self._kept["smi"].of((gauges, pstate), _with_pstate)
         return gauges
@@ -267,7 +268,7 @@ class Gpu:
         integrated = {metric: series for metric, series in self.activity.counters().items() if series}
         totals = self.batch.totals
         if totals is not None:  # the driver's time on this GPU's fields, as of the last full batch
-            integrated[catalog.FIELD_LATENCY.name] = {(): totals.published_us / 1e6}
+            integrated[nvidia.FIELD_LATENCY.name] = {(): totals.published_us / 1e6}
         if not integrated:
             return counted  # the batch's own dict: the sampler knows it again by identity
         counters = dict(counted)

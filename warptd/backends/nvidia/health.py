@@ -1,6 +1,7 @@
-"""One GPU's slow values, read every ``--health-interval`` (:mod:`~warptd.backends.cadence`): the
-enforced power limit, fans, the media engines' utilization; and the calls that stand in for the
-health fields a GPU lacks (PCIe replays, remapped rows, error counters of NVLinks 12-17)."""
+"""One GPU's health values, read every ``--health-interval`` (:mod:`~warptd.backends.cadence`): the
+health field batch (every field) decoded, with the calls that stand in for the health fields a GPU lacks (PCIe
+replays, remapped rows, error counters of NVLinks 12-17); the enforced power limit, fans, the media
+engines' utilization."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from warptd.backends.nvidia.batch import FieldBatch
 from warptd.backends.nvidia.engines import Presence, averages
 from warptd.backends.nvidia.fields import Decoded, FieldPlan
 from warptd.backends.nvidia.guard import DeviceGuard
-from warptd.metrics import catalog
+from warptd.metrics import nvidia
 from warptd.models import LabelledValues
 
+#: How a fan's speed is read: NVIDIA's table's row (percent by fan).
+_FAN = nvidia.row_of(nvidia.FAN_SPEED)
 
-class SlowValues:
-    """The slow values of one GPU (``handle``) as of their last read, through its guard."""
+
+class HealthValues:
+    """The health values of one GPU (``handle``) as of their last read, through its guard."""
 
     __slots__ = ("_api", "_guard", "_handle", "_reads", "fans", "gauges", "power_limit")
 
@@ -45,10 +49,10 @@ class SlowValues:
         answered = milliwatts is not None or "power_limit" in unsupported
         gauges: dict[str, LabelledValues] = {}
         fans = {}
-        if self._reads(catalog.FAN_SPEED.name):
-            fans = {(str(fan),): percent / 100 for fan, percent in self._fan_speeds().items()}
+        if self._reads(nvidia.FAN_SPEED.name):
+            fans = {(str(fan),): _FAN.convert(percent) for fan, percent in self._fan_speeds().items()}
         if fans:
-            gauges[catalog.FAN_SPEED.name] = fans
+            gauges[nvidia.FAN_SPEED.name] = fans
         media, unanswered = averages(self._get, presence, self._reads)
         gauges.update(media)
         answered = answered and all(name in unsupported for name in unanswered)
@@ -64,13 +68,13 @@ class SlowValues:
             self.fans = count
         speeds = {}
         for fan in range(self.fans):
-            percent = self._get(f"fan_{fan}", "nvmlDeviceGetFanSpeed_v2", fan)
+            percent = self._get(f"fan_{fan}", _FAN.source.name, fan)
             if percent is not None:
                 speeds[fan] = float(percent)
         return speeds
 
-    def health(self, batch: FieldBatch) -> Decoded:
-        """Gauges and raw counters from this read's full batch, with the calls that stand in where the
+    def decode(self, batch: FieldBatch) -> Decoded:
+        """Gauges and raw counters from this read's health batch, with the calls that stand in where the
         GPU lacks a field (PCIe replays, remapped rows, the NVLinks no per-link field id numbers)."""
         plan = batch.plan
         if plan is None:
@@ -79,17 +83,17 @@ class SlowValues:
         if batch.lacks(fields.FI_PCIE_REPLAY_COUNTER):
             replays = self._get("pcie_replays", "nvmlDeviceGetPcieReplayCounter")
             if replays is not None:
-                counters[catalog.PCIE_REPLAYS.name] = {(): float(replays)}
+                counters[nvidia.PCIE_REPLAYS.name] = {(): float(replays)}
         errors = self._nvlink_error_calls(plan)
         if errors:
-            name = catalog.NVLINK_LINK_ERRORS.name
+            name = nvidia.NVLINK_LINK_ERRORS.name
             counters[name] = {**counters.get(name, {}), **errors}
         if all(batch.lacks(field_id) for field_id in fields.FI_REMAPPED_ROWS):
             rows = self._get("remapped_rows", "nvmlDeviceGetRemappedRows")
             if rows is not None:
-                gauges[catalog.REMAPPED_ROWS.name] = {("correctable",): rows[0], ("uncorrectable",): rows[1]}
-                gauges[catalog.ROW_REMAP_PENDING.name] = {(): float(bool(rows[2]))}
-                gauges[catalog.ROW_REMAP_FAILURE.name] = {(): float(bool(rows[3]))}
+                gauges[nvidia.REMAPPED_ROWS.name] = {("correctable",): rows[0], ("uncorrectable",): rows[1]}
+                gauges[nvidia.ROW_REMAP_PENDING.name] = {(): float(bool(rows[2]))}
+                gauges[nvidia.ROW_REMAP_FAILURE.name] = {(): float(bool(rows[3]))}
         return gauges, counters
 
     def _nvlink_error_calls(self, plan: FieldPlan) -> LabelledValues:

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from warptd.backends.cadence import DeviceCadence
 from warptd.backends.checkup import EACH_SAMPLE, ReadPrice, median_cpu
+from warptd.backends.costs import ReadKind
 from warptd.backends.nvidia import fields
 from warptd.backends.nvidia.edges import read_kind
 from warptd.backends.nvidia.fields import FieldKey
 from warptd.backends.nvidia.gpm import sample_gap
+from warptd.metrics.spec import Cadence
 
 if TYPE_CHECKING:
     from warptd.backends.nvidia.api import NvmlApi
@@ -22,8 +24,8 @@ if TYPE_CHECKING:
 
 #: The most reads :func:`plan_rates` simulates (an --interval of a millisecond: 200 s of them).
 _MOST_TICKS = 200_000
-#: What each kind of field batch is charged as (``read_costs``), by :meth:`Gpu.begin`.
-_CHARGED = {"full": "health"}
+#: The health read's field batch as the doctor's reads name it ("fields full: N ids"), as they always have.
+_SHOWN = {ReadKind.HEALTH: "full"}
 #: A prepared call of a sample, by what it is guarded as, in plain words.
 _CALLED = {
     "memory_v2": "memory",
@@ -43,7 +45,7 @@ def plan_rates(settings: Settings, interval: float) -> dict[str, float]:
     simulated span after the first read (which reads everything), GPM at
     :func:`~warptd.backends.nvidia.gpm.sample_gap`."""
     at = settings.model_copy(update={"interval": interval})
-    health, energy = DeviceCadence(lambda: at), DeviceCadence(lambda: at, "energy_interval")
+    health, energy = DeviceCadence(lambda: at), DeviceCadence(lambda: at, Cadence.ENERGY)
     span = min(3600.0, max(60.0, 10 * max(at.health_interval, at.energy_interval)))
     ticks = min(_MOST_TICKS, max(1, round(span / interval)))
     gap, taken = sample_gap(at), 0.0
@@ -53,7 +55,7 @@ def plan_rates(settings: Settings, interval: float) -> dict[str, float]:
         now = tick * interval
         counts[read_kind(health, energy, now=now)] += 1
         if now - taken >= gap:
-            counts["gpm"], taken = counts["gpm"] + 1, now
+            counts[ReadKind.GPM], taken = counts[ReadKind.GPM] + 1, now
     return {kind: count / (ticks * interval) for kind, count in counts.items()}
 
 
@@ -79,30 +81,38 @@ class Prices:
         """Each kind of field batch, and the full one."""
         gpu, batch, prices = self.gpu, self.gpu.batch, []
         plainly = {  # kind: (what it reads, how often, which rate of the plan)
-            "power": ("power fields", "each sample that reads no energy", "power"),
-            "energy": (
+            ReadKind.POWER: ("power fields", "each sample that reads no energy", ReadKind.POWER),
+            ReadKind.ENERGY: (
                 "power fields and the energy counter",
                 f"every {settings.energy_interval:g} s",
-                "energy",
+                ReadKind.ENERGY,
             ),
-            "edge": (
+            ReadKind.EDGE: (
                 "every counter at once",
                 "at the start and end of a window, profile or stress run",
                 None,
             ),
-            "full": ("health and link fields", f"every {settings.health_interval:g} s", "health"),
-            "scopes": ("module and memory power", "each sample of nvml alone", None),
+            ReadKind.HEALTH: (
+                "health and link fields",
+                f"every {settings.health_interval:g} s",
+                ReadKind.HEALTH,
+            ),
+            ReadKind.SCOPES: ("module and memory power", "each sample of nvml alone", None),
         }
-        for kind in (*batch.field_set.kinds, "full"):
+        for kind in (*batch.field_set.kinds, ReadKind.HEALTH):
             request = batch.request(kind)
             if request is None:
                 continue
             cost = self._median(lambda request=request: request.send(gpu.handle))
             if cost is None:
                 continue
-            ids = " ".join(map(_key_text, request.keys)) if kind != "full" else f"{len(request.keys)} ids"
+            ids = (
+                " ".join(map(_key_text, request.keys))
+                if kind is not ReadKind.HEALTH
+                else f"{len(request.keys)} ids"
+            )
             what, cadence, planned = plainly.get(kind, (f"{kind} fields", "not made", None))
-            price = self._price(f"fields {kind}: {ids}", _CHARGED.get(kind, kind), cost, cadence, planned)
+            price = self._price(f"fields {_SHOWN.get(kind, kind)}: {ids}", kind, cost, cadence, planned)
             prices.append(price.model_copy(update={"what": what}))
         return prices
 
@@ -124,11 +134,13 @@ class Prices:
     def _slow(self, settings: Settings) -> list[ReadPrice]:
         """The slow values read with the health batch."""
         gpu = self.gpu
-        slow = self._median(lambda: (gpu.slow.health(gpu.batch), gpu.slow.read(gpu.activity.presence())))
+        slow = self._median(lambda: (gpu.health.decode(gpu.batch), gpu.health.read(gpu.activity.presence())))
         if slow is None:
             return []
         read = "slow values: limit, fans, encoder, decoder, stand-ins"
-        price = self._price(read, "health", slow, f"every {settings.health_interval:g} s", "health")
+        price = self._price(
+            read, ReadKind.HEALTH, slow, f"every {settings.health_interval:g} s", ReadKind.HEALTH
+        )
         return [price.model_copy(update={"what": "power limit, fans, media engines"})]
 
     def _energy(self) -> list[ReadPrice]:
@@ -138,11 +150,11 @@ class Prices:
             return []
         lacks = self.gpu.batch.lacks(fields.FI_TOTAL_ENERGY)
         cadence = "with each energy read (no field 83)" if lacks else "never (field 83 reads the counter)"
-        price = self._price("nvmlDeviceGetTotalEnergyConsumption", "energy", energy, cadence, None)
+        price = self._price("nvmlDeviceGetTotalEnergyConsumption", ReadKind.ENERGY, energy, cadence, None)
         update: dict[str, object] = {"what": "the energy counter's own call"}
         if lacks:
             update["per_second"] = {
-                k: r.get("energy", 0.0) + r.get("health", 0.0) for k, r in self.rates.items()
+                k: r.get(ReadKind.ENERGY, 0.0) + r.get(ReadKind.HEALTH, 0.0) for k, r in self.rates.items()
             }
         return [price.model_copy(update=update)]
 
