@@ -185,7 +185,7 @@ def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
     d = Daemon(settings)
     d.start()
     try:
-        refs = list(d.stress.devices.values())
+        refs = list(d.stress.catalog.devices.values())
         assert [(r.key, r.torch_device) for r in refs] == [
             ("nvidia:0", "cuda:0"),
             ("nvidia:1", "cuda:0"),
@@ -197,13 +197,13 @@ def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         }
         assert refs[2].environment == {}
-        assert d.stress.default_device() == "nvidia:0"
+        assert d.stress.catalog.default_device() == "nvidia:0"
         payload = json.dumps({"dtype": "tf32", "duration_s": 1}).encode()
         status, _, raw = http(d.port, "POST", "/stress", payload, {"Content-Type": "application/json"})
         body = json.loads(raw)
         assert status == 202 and body["params"]["device"] == "nvidia:0"  # tf32 is valid on cuda
-        assert d.stress.get(body["id"]).done.wait(timeout=60)
-        finished = d.stress.get(body["id"]).view()
+        assert d.stress.jobs.get(body["id"]).done.wait(timeout=60)
+        finished = d.stress.jobs.get(body["id"]).view()
         torch = pytest.importorskip("torch")
         if not torch.cuda.is_available():
             assert finished.status == "failed" and "cuda:0" in (finished.error or "")
@@ -239,11 +239,11 @@ def test_stress_devices_follow_a_rediscovery(settings, fake_nvml):
     d = Daemon(settings)
     old = fake_nvml.gpus[1].uuid
     assert d.stress.parameters("matmul", "nvidia:1", 1, None, None).device == "nvidia:1"
-    assert d.stress.devices["nvidia:1"].environment["CUDA_VISIBLE_DEVICES"] == old
+    assert d.stress.catalog.devices["nvidia:1"].environment["CUDA_VISIBLE_DEVICES"] == old
     infos = d.snapshot.get("nvidia").devices_info
     d.snapshot.update("nvidia", devices_info=[infos[0].model_copy(update={"uuid": "GPU-new"}), infos[1]])
     d.stress.parameters("matmul", None, 1, None, None)
-    assert d.stress.devices["nvidia:0"].environment["CUDA_VISIBLE_DEVICES"] == "GPU-new"
+    assert d.stress.catalog.devices["nvidia:0"].environment["CUDA_VISIBLE_DEVICES"] == "GPU-new"
     d.server.server_close()
     d.sampler.stop()
 
@@ -301,7 +301,7 @@ def test_only_workloads_a_device_runs_are_offered():
 
     cpu = DeviceRef("cpu", 0, "cpu", False)
     tt = DeviceRef("tenstorrent", 0, "tt:0", True)
-    assert "tt_matmul" not in JobManager([cpu], {}).usable_tests()
+    assert "tt_matmul" not in JobManager([cpu], {}).catalog.usable_tests()
     both = JobManager([cpu, tt], {})
-    assert both.tests_for(tt) == ["tt_matmul"] and "tt_matmul" not in both.tests_for(cpu)
-    assert {"matmul", "memory", "tt_matmul"} <= set(both.usable_tests())
+    assert both.catalog.tests_for(tt) == ["tt_matmul"] and "tt_matmul" not in both.catalog.tests_for(cpu)
+    assert {"matmul", "memory", "tt_matmul"} <= set(both.catalog.usable_tests())

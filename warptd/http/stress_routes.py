@@ -74,12 +74,12 @@ class StressApi(Api):
     @endpoint("GET /stress", {200: Answer("bounded history", JobList)}, lane="builds")  # a lock, then views
     def listing(self, request: Request, query: PageQuery) -> Response:
         """recent jobs, newest first (one page: limit, offset)"""
-        jobs = self.manager.list()
+        jobs = self.manager.jobs.list()
         views = [job.view() for job in query.cut(jobs)]
         return json_response(200, JobList(jobs=views, total=len(jobs), next=query.next("/stress", len(jobs))))
 
     def _job(self, request: Request) -> Job:
-        job = self.manager.get(request.params["job_id"])
+        job = self.manager.jobs.get(request.params["job_id"])
         if job is None:
             raise HttpError(404, f"no stress job {request.params['job_id']!r}")
         return job
