@@ -20,14 +20,12 @@ from warptd.http.app import Answer, HttpError, Request, Response, endpoint, json
 from warptd.http.pages import PageQuery
 from warptd.models import WireModel
 from warptd.recording.schema import Recording, WorkloadView, recording_json
+from warptd.workloads.placement import MAX_ID_CHARS
 from warptd.workloads.views import WorkloadList
 
 if TYPE_CHECKING:  # loaded with --workloads only: the daemon builds them, these routes only call them
     from warptd.workloads.energy import WorkloadEnergy
     from warptd.workloads.history import WorkloadHistory
-
-#: The longest workload id asked for (a container id is 64 hex, a unit name at most 255 bytes).
-MAX_ID_CHARS = 256
 
 
 class WorkloadPath(WireModel):
