@@ -13,7 +13,7 @@ from tests.helpers import http
 from warptd.daemon import Daemon
 from warptd.http.app import HttpError, Request, Router
 from warptd.http.protection import is_loopback
-from warptd.http.stress_routes import add_stress_routes
+from warptd.http.stress_routes import StressApi
 from warptd.models import DeviceReading, Utilization
 from warptd.power.base import DomainPower, PowerSource
 from warptd.sampling.snapshot import DeviceSample
@@ -154,7 +154,7 @@ def test_recorder_ignores_samples_outside_the_run():
 )
 def test_browser_and_dns_rebinding_requests_are_refused(headers, body, status, message):
     router = Router()
-    add_stress_routes(router, JobManager([], {}), token=lambda: None)
+    StressApi.add(router, JobManager([], {}), token=lambda: None)
     with pytest.raises(HttpError) as info:
         router.dispatch(Request("POST", "/stress", {}, headers, body, client="127.0.0.1"))
     assert info.value.status == status and message in info.value.message
@@ -171,7 +171,7 @@ def test_loopback_host_names():
 
 def test_remote_clients_need_a_token():
     router = Router()
-    add_stress_routes(router, JobManager([], {}), token=lambda: None)
+    StressApi.add(router, JobManager([], {}), token=lambda: None)
     request = Request("POST", "/stress", {}, {}, b"{}", client="10.1.2.3")
     with pytest.raises(HttpError) as info:
         router.dispatch(request)
@@ -223,7 +223,7 @@ def test_real_gpu_matmul_when_cuda_exists():
 
 def test_token_in_x_stress_token_when_authorization_carries_basic_auth():
     router = Router()
-    add_stress_routes(router, JobManager([], {}), token=lambda: "tok")
+    StressApi.add(router, JobManager([], {}), token=lambda: "tok")
     headers = {"authorization": "Basic cHJvbWV0aGV1czp4", "x-stress-token": "tok"}
     with pytest.raises(HttpError) as info:
         router.dispatch(Request("POST", "/stress", {}, headers, b"", client="10.0.0.9"))

@@ -112,7 +112,3 @@ class StressApi(Api):
         if recording is None:  # it failed before its timed part
             raise HttpError(404, f"no recording for stress job {job.id}")
         return report_response(recording)
-
-
-#: ``add_stress_routes(router, manager, token)``; with ``manager=None`` (``--no-stress``) a 404 each.
-add_stress_routes = StressApi.add

@@ -98,8 +98,3 @@ class WorkloadApi(Api):
         if self.history is None:
             raise HttpError(404, "this daemon keeps no workload recordings (--workload-recording-memory 0)")
         return Response(200, recording_json(self.history.recording(view)))
-
-
-#: ``add_workload_routes(router, energy, token, history)``; with ``energy=None`` (no ``--workloads``)
-#: a 404 each. Without ``history`` a workload's recording has its identity and energy but no readings.
-add_workload_routes = WorkloadApi.add
