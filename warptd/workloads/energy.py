@@ -36,7 +36,7 @@ from warptd.workloads.views import WorkloadList
 if TYPE_CHECKING:
     from warptd.power.base import DomainPower
     from warptd.sampling.snapshot import DeviceSample
-    from warptd.workloads.listener import WorkloadListener
+    from warptd.workloads.history import WorkloadHistory
 
 ACCELERATOR, CPU = "accelerator", "cpu"
 
@@ -56,7 +56,7 @@ class WorkloadEnergy:
         interval: Callable[[], float] = lambda: 1.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        listeners: Sequence[WorkloadListener] = (),
+        listeners: Sequence[WorkloadHistory] = (),
         edge: Callable[[set[tuple[str, str]]], None] = lambda devices: None,
         slurm: Sequence[str] = SLURM_ROOTS,
     ) -> None:
