@@ -152,3 +152,19 @@ def make_rig(settings):
     yield make
     for rig in rigs:
         rig.close()
+
+
+@pytest.fixture
+def rig(request: pytest.FixtureRequest):
+    """The rig the module's ``pytest.mark.rig(*backends, doubles=[fixture, ...], **settings)`` names:
+    its doubles set up first (they outlive the rig, which releases their SDK as it closes), settings set."""
+    marker = request.node.get_closest_marker("rig")
+    if marker is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: the rig fixture needs a pytest.mark.rig(...)")
+    changes = dict(marker.kwargs)
+    for double in changes.pop("doubles", ()):
+        request.getfixturevalue(double)
+    settings = request.getfixturevalue("settings")
+    for name, setting in changes.items():
+        setattr(settings, name, setting)
+    return request.getfixturevalue("make_rig")(*marker.args)

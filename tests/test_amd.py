@@ -51,9 +51,7 @@ def fake() -> FakeAmdsmi:
         assert fake.initialised == 0, "a backend was not shut down: the shared amdsmi session leaked"
 
 
-@pytest.fixture
-def rig(fake, make_rig):  # fake first: the rig closes while the double is still installed
-    return make_rig("amd")
+pytestmark = pytest.mark.rig("amd", doubles=["fake"])
 
 
 def test_values_in_base_units(rig, fake):
@@ -404,6 +402,7 @@ def test_missing_library_is_a_log_line_not_an_error(settings, capsys):
         AmdBackend(settings)
 
 
+@pytest.mark.slow
 def test_missing_library_in_a_clean_interpreter():
     """Nothing of the double in the process at all: a fresh Python as the daemon starts."""
     code = (
@@ -465,6 +464,7 @@ def test_hwmon_unavailable_when_amdsmi_serves_all_its_cards(fake, make_rig, sysf
     assert len(select(samples, "warptd_device_up", backend="amd")) == 2
 
 
+@pytest.mark.slow
 def test_exposition_passes_promtool(rig, fake):
     rig.tick()
     fake.gpus[0].throttling.add("ppt_residency_acc")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from warptd.backends.amd.metrics_table import MetricsTable, ResidencySeconds
 
 
@@ -54,6 +56,7 @@ def test_engine_activity_and_xgmi_traffic_come_from_this_reads_table():
     assert table.engine_activity() == {} and table.xgmi_bytes() == {}
 
 
+@pytest.mark.slow
 def test_the_amd_backend_imports_nothing_of_sampling():
     """Backends sit below warptd.sampling: the backend, loaded alone, brings none of it along."""
     code = (

@@ -102,6 +102,7 @@ def test_list_prints_the_table_alone_and_why_others_did_not_load_with_verbose(ca
     assert "# rapl: no RAPL zones under" in captured.err and "{" not in captured.err
 
 
+@pytest.mark.slow
 def test_list_verbose_through_a_pipe_prints_the_table_then_the_notes(tmp_path):
     """``warptd list --verbose 2>&1 | cat``: stdout is a pipe (block-buffered), stderr is not; the
     table is flushed first, so it comes whole, then one note a line."""
@@ -213,6 +214,7 @@ def test_every_flags_help_default_is_its_settings_default():
 
 
 # -- issue 39, finding 20: what a one-shot command prints means something there ------------------------
+@pytest.mark.slow
 def test_sample_prints_the_devices_and_not_its_own_one_second_process(tmp_path, capsys):
     paths = ["--sysfs", str(tmp_path), "--procfs", str(tmp_path)]
     assert main(["--backend", "cpu", *paths, "sample"]) == 0

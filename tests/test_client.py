@@ -37,6 +37,7 @@ def url(daemon: Daemon) -> str:
     return f"http://127.0.0.1:{daemon.port}"
 
 
+@pytest.mark.slow
 def test_a_window_around_a_block_records_its_energy(daemon):
     with client.window(
         "epoch-1", ["nvidia:0"], {"step": "1"}, url=url(daemon), token="s3cret", sync="torch"
@@ -50,6 +51,7 @@ def test_a_window_around_a_block_records_its_energy(daemon):
     assert recording["energy_joules"] == pytest.approx(200 * recording["duration_seconds"], abs=200 * 0.2)
 
 
+@pytest.mark.slow
 def test_the_window_ends_when_the_block_raises(daemon):
     with pytest.raises(KeyError), client.window("crash", url=url(daemon), token="s3cret") as w:
         raise KeyError("boom")
@@ -57,6 +59,7 @@ def test_the_window_ends_when_the_block_raises(daemon):
     assert daemon.windows.open_count == 0
 
 
+@pytest.mark.slow
 def test_begin_and_end_take_the_token_from_the_environment(daemon, monkeypatch):
     monkeypatch.setenv("WARPTD_URL", url(daemon))
     with pytest.raises(client.WindowClientError) as refused:
@@ -67,6 +70,7 @@ def test_begin_and_end_take_the_token_from_the_environment(daemon, monkeypatch):
     assert client.end_window(opened["id"])["name"] == "env"
 
 
+@pytest.mark.slow
 def test_refusals_carry_the_daemons_message(daemon):
     with pytest.raises(client.WindowClientError) as refused:
         client.begin_window("x", ["nvidia:9"], url=url(daemon), token="s3cret")
@@ -89,6 +93,7 @@ def test_an_unknown_sync_is_refused_before_anything_starts():
         pass
 
 
+@pytest.mark.slow
 def test_the_client_imports_only_the_standard_library():
     code = (
         "import sys, warptd.client\n"
@@ -111,6 +116,7 @@ with warptd.client.window("epoch-3", sync="torch") as w:  # the README's example
 """
 
 
+@pytest.mark.slow
 def test_sync_torch_without_torch_names_the_extra_at_the_call(daemon):
     result = subprocess.run(
         [sys.executable, "-c", README_EXAMPLE],
@@ -179,6 +185,7 @@ class _LeaseStandInHandler(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_a_renewal_that_hangs_past_a_period_still_leaves_the_lease_held():
     lease_s = 1.5  # a period of 0.5 s; the first renewal hangs 1.2 s, longer than two periods
     stand_in = _LeaseStandIn(lease_s, hang_s=1.2)
@@ -197,6 +204,7 @@ def test_a_renewal_that_hangs_past_a_period_still_leaves_the_lease_held():
     assert keeper.renewals >= 2 and not keeper._thread.is_alive()
 
 
+@pytest.mark.slow
 def test_a_sync_that_raises_at_the_end_still_stops_the_keeper_and_ends_the_window(daemon, monkeypatch):
     def sticky_cuda_error(sync: client.Sync) -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

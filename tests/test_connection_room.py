@@ -32,6 +32,7 @@ def daemon(settings) -> Iterator[Daemon]:
         d.stop()
 
 
+@pytest.mark.slow
 def test_idle_keepalive_connections_from_one_address_leave_scrapes_served(settings):
     if raise_nofile_limit() < 2000:
         pytest.skip("RLIMIT_NOFILE too low for 900 sockets")
@@ -53,6 +54,7 @@ def test_idle_keepalive_connections_from_one_address_leave_scrapes_served(settin
         d.stop()
 
 
+@pytest.mark.slow
 def test_one_address_holds_at_most_its_share(daemon):
     others = [
         HTTPConnection("127.0.0.1", daemon.port, timeout=5, source_address=("127.0.0.3", 0))

@@ -53,10 +53,12 @@ def loaded_after_building(tmp_path: Path, **settings: object) -> set[str]:
     return set(filter(None, line.removeprefix("LOADED=").split(",")))
 
 
+@pytest.mark.slow
 def test_a_default_daemon_loads_no_opt_in_feature(tmp_path):
     assert loaded_after_building(tmp_path) == set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
@@ -71,6 +73,7 @@ def test_a_feature_turned_on_loads_its_modules(tmp_path, settings, expected):
     assert expected <= loaded_after_building(tmp_path, **settings)
 
 
+@pytest.mark.slow
 def test_workloads_on_the_cpu_alone_load_no_vendor_s_process_source(tmp_path):
     """No AMD backend, no device-file backend: neither source's modules (nor amdsmi's) are loaded."""
     loaded = loaded_after_building(tmp_path, workloads=True)
@@ -144,6 +147,7 @@ def modules_of_a_running_daemon(tmp_path: Path, log_format: str) -> set[str]:
             proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_format", ["json", "console"])
 def test_a_running_daemon_holds_neither_rich_nor_pygments(tmp_path, log_format):
     """structlog imports rich (and pygments) wherever installed; warptd renders neither (warptd/logs.py)."""
@@ -153,6 +157,7 @@ def test_a_running_daemon_holds_neither_rich_nor_pygments(tmp_path, log_format):
     assert not {m for m in loaded if m.split(".")[0] in {"rich", "pygments"}}
 
 
+@pytest.mark.slow
 def test_rich_stays_importable_after_warptd_set_structlog_up():
     """The mark that kept rich out of structlog's import is lifted: tpu-info's own import of it works."""
     pytest.importorskip("rich")

@@ -80,6 +80,7 @@ def test_the_guide_s_table_and_the_shipped_rules_are_generated_from_the_table():
     assert RULES.read_text() == render_rules(), "run python -m warptd.metrics.dcgm_docs rules"
 
 
+@pytest.mark.slow
 def test_promtool_accepts_the_recording_rules():
     result = subprocess.run(
         [require_tool("promtool"), "check", "rules", str(RULES)], capture_output=True, timeout=30, check=False
@@ -174,6 +175,7 @@ def identity(fake: FakeNvml, index: int, node: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_every_served_series_equals_the_double_in_dcgm_exporter_s_units_and_labels(settings, fake_nvml):
     script(fake_nvml)
     time.sleep(1.15)  # the 1 s average (field 185 refreshed every 100 ms): let it hold the new level
@@ -196,6 +198,7 @@ def test_every_served_series_equals_the_double_in_dcgm_exporter_s_units_and_labe
             assert found[0].value == pytest.approx(want, rel=1e-6), (name, index)
 
 
+@pytest.mark.slow
 def test_before_hopper_the_profiling_series_are_absent_and_the_rest_served(settings):
     fake = FakeNvml(gpus=1)
     fake.gpus[0].compute_capability = (8, 0)  # an A100: no GPM
@@ -289,6 +292,7 @@ def _promtool_findings(body: bytes) -> set[str]:
     return {line.strip() for line in (result.stdout + result.stderr).decode().splitlines() if line.strip()}
 
 
+@pytest.mark.slow
 def test_promtool_finds_nothing_but_what_dcgm_exporter_s_own_names_force(settings, fake_nvml):
     """warptd's series stay promtool-clean. The compat series repeat dcgm-exporter's contract, which
     promtool's lint rejects in three ways; exactly those are found, no other."""
@@ -418,6 +422,7 @@ def _busy_at(prom, gpu: int) -> float | None:
     return float(result[0]["values"][-1][0]) if result else None
 
 
+@pytest.mark.slow
 def test_nvidia_s_dashboard_gets_data_and_the_double_s_values(dcgm_stack, fake_nvml):
     """Every panel query and variable of NVIDIA's dashboard returns data; each per-GPU panel's values
     are the double's in dcgm-exporter's units (SM clock in Hz, as the panel multiplies MHz by 1e6)."""
@@ -453,6 +458,7 @@ def test_nvidia_s_dashboard_gets_data_and_the_double_s_values(dcgm_stack, fake_n
     assert float(total["data"]["result"][0]["value"][1]) == pytest.approx(312.0 + 313.0)
 
 
+@pytest.mark.slow
 def test_the_recording_rules_derive_dcgm_exporter_s_series_from_warptd_s(
     settings, fake_nvml, tmp_path, monkeypatch
 ):

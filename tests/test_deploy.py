@@ -75,6 +75,7 @@ def by_kind(docs: list[dict], kind: str) -> dict:
     return found[0]
 
 
+@pytest.mark.slow
 def test_helm_lint_strict():
     for values in ({}, ALL_ON):
         args = [helm(), "lint", "--strict", str(CHART), "--kube-version", "1.30.0"]
@@ -86,6 +87,7 @@ def test_helm_lint_strict():
         assert result.returncode == 0 and "0 chart(s) failed" in result.stdout, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", OPTIONS, ids=lambda v: ",".join(v) or "defaults")
 def test_rendered_manifests_validate_against_kubernetes_schemas(values):
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -115,6 +117,7 @@ def _check_prometheus_operator(doc: dict) -> None:
         raise AssertionError(f"unexpected {doc['kind']}")
 
 
+@pytest.mark.slow
 def test_defaults_least_privilege_and_node_wiring():
     docs = render({})
     # NetworkPolicy: on by default since issue 23
@@ -153,6 +156,7 @@ def test_defaults_least_privilege_and_node_wiring():
     assert test_pod["spec"]["containers"][0]["args"][-1] == "http://rel-warptd.monitoring.svc:9465/readyz"
 
 
+@pytest.mark.slow
 def test_all_options_on():
     docs = render(ALL_ON)
     pod = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
@@ -174,6 +178,7 @@ def test_all_options_on():
     assert json.loads(dashboard["data"]["warptd.json"]) == shipped
 
 
+@pytest.mark.slow
 def test_workloads_see_the_host_s_processes_and_cgroups_and_warptd_accepts_the_arguments(tmp_path):
     """workloads.enabled: the host pid namespace, --workloads over the host's cgroupfs under the /sys
     already mounted read-only, and arguments that warptd's own parser turns into these settings."""
@@ -207,6 +212,7 @@ def test_workloads_see_the_host_s_processes_and_cgroups_and_warptd_accepts_the_a
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_network_policy_lets_only_the_prometheus_namespace_and_the_helm_test_in():
     docs = render({})
     policy = by_kind(docs, "NetworkPolicy")["spec"]
@@ -224,6 +230,7 @@ def test_network_policy_lets_only_the_prometheus_namespace_and_the_helm_test_in(
     assert not selected.items() <= daemonset["template"]["metadata"]["labels"].items()  # not warptd itself
 
 
+@pytest.mark.slow
 def test_network_policy_takes_the_peers_and_port_the_user_names_or_is_off():
     key = r"networkPolicy.from[0]"
     docs = render(
@@ -249,6 +256,7 @@ def test_network_policy_takes_the_peers_and_port_the_user_names_or_is_off():
     assert not [d for d in render({"networkPolicy.enabled": "false"}) if d["kind"] == "NetworkPolicy"]
 
 
+@pytest.mark.slow
 def test_network_policy_without_peers_is_refused_never_open_to_all():
     stderr = render({"networkPolicy.from": "null"}, expect_ok=False)[0]["stderr"]
     assert "networkPolicy.from names no peer" in stderr
@@ -256,6 +264,7 @@ def test_network_policy_without_peers_is_refused_never_open_to_all():
     assert "everyone" in stderr and "values don't meet the specifications of the schema" in stderr
 
 
+@pytest.mark.slow
 def test_existing_secret_is_used_and_no_secret_created():
     docs = render({"stress.enabled": "true", "stress.existingSecret": "my-token"})
     assert not [d for d in docs if d["kind"] == "Secret"]
@@ -263,6 +272,7 @@ def test_existing_secret_is_used_and_no_secret_created():
     assert {"name": "stress-token", "secret": {"secretName": "my-token", "defaultMode": 0o440}} in volumes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
@@ -287,6 +297,7 @@ def _image(docs: list[dict]) -> str:
     return by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"]
 
 
+@pytest.mark.slow
 def test_the_chart_assumes_no_published_image():
     """No image is published: without image.repository the chart stops with what to do, instead of
     deploying pods that pull a registry path that does not exist."""
@@ -297,12 +308,14 @@ def test_the_chart_assumes_no_published_image():
     assert "--set image.repository=REGISTRY/warptd --set image.tag=TAG (docs/deploy.md)" in stderr
 
 
+@pytest.mark.slow
 def test_the_image_is_the_one_built():
     assert _image(render({})) == "registry.example.com/warptd:0.1.0"  # the chart's appVersion
     tagged = render({"image.repository": "localhost:5000/team/warptd", "image.tag": "0.1.0-stress"})
     assert _image(tagged) == "localhost:5000/team/warptd:0.1.0-stress"
 
 
+@pytest.mark.slow
 def test_the_documented_build_and_install_render():
     """docs/deploy.md's commands: the image its docker build tags is the one its helm install runs."""
     text = (ROOT / "docs" / "deploy.md").read_text()
@@ -323,6 +336,7 @@ def test_chart_copies_of_rules_and_dashboard_are_current():
     ).read_bytes()
 
 
+@pytest.mark.slow
 def test_alert_and_fleet_rules_and_configs_pass_promtool():
     promtool = require_tool("promtool")
     rules = ROOT / "deploy" / "prometheus"
@@ -340,6 +354,7 @@ def test_alert_and_fleet_rules_and_configs_pass_promtool():
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_systemd_unit_verifies_clean_and_is_hardened(tmp_path):
     analyze = require_tool("systemd-analyze")
     executable = shutil.which("warptd") or str(Path(sys.executable).parent / "warptd")
@@ -375,6 +390,7 @@ def test_systemd_unit_verifies_clean_and_is_hardened(tmp_path):
         assert directive in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("drop_ins", "exposure", "lifted"),
     [
@@ -415,12 +431,14 @@ def test_the_workloads_drop_ins_verify_and_lift_only_what_they_name(tmp_path, dr
     assert "ProtectProc=default" in drop_in and "WARPTD_WORKLOADS=true" in drop_in
 
 
+@pytest.mark.slow
 def test_dockerfile_lints_clean():
     hadolint = require_tool("hadolint")
     result = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and result.stdout == "", result.stdout
 
 
+@pytest.mark.slow
 def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
     """The build stage's commands, run here in a fresh venv (no container engine on this machine)."""
     dockerfile = (ROOT / "Dockerfile").read_text()
@@ -459,6 +477,7 @@ def test_dockerfile_stage_commands_work_in_a_fresh_venv(tmp_path):
     run(str(venv / "bin" / "python"), "-c", "import warptd.k8s.podresources_pb2_grpc")
 
 
+@pytest.mark.slow
 def test_the_metric_families_values_become_flags_warptd_accepts():
     from warptd.arguments import build_parser
     from warptd.cli import _settings
@@ -503,6 +522,7 @@ OTEL_KEYS = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_opentelemetry_collector_config_is_well_formed_and_scrapes_as_prometheus_would(tmp_path):
     config = yaml.safe_load((ROOT / "deploy" / "otel" / "collector.yml").read_text())
     assert set(config) <= {"receivers", "processors", "exporters", "extensions", "connectors", "service"}

@@ -64,6 +64,7 @@ def scripted(settings):
 DEV = {"backend": "scripted", "device": "0", "uuid": "S-0"}
 
 
+@pytest.mark.slow
 def test_gauges_are_exported_with_their_own_labels(scripted):
     backend, tick = scripted
     backend.gauges = {

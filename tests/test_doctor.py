@@ -56,6 +56,7 @@ def _pairs(report: DoctorReport, pair: str) -> list:
 
 
 # -- the field numbering and what answered -----------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("driver_version", "branch", "durations", "smoothing"),
     [
@@ -88,6 +89,7 @@ def test_the_numbering_chosen_why_and_the_duration_ids_that_answered(
 
 
 # -- what is absent, and why ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_an_h200_says_why_it_has_no_link_series_and_an_h100_exports_its_links(doctor):
     h200 = FakeGpu.h200(0, unsupported_fields={94})  # PCIe replays: nvmlDeviceGetPcieReplayCounter instead
     code, report = doctor(
@@ -121,6 +123,7 @@ def test_an_h200_says_why_it_has_no_link_series_and_an_h100_exports_its_links(do
 
 
 # -- what each read costs, and how often it is made ---------------------------------------------------
+@pytest.mark.slow
 def test_each_read_costs_what_the_driver_charged_and_the_plan_makes_it_as_often_as_it_says(doctor):
     code, report = doctor([FakeGpu.h200(live=True)], "580.159.04", "--json")
     assert code == 0
@@ -152,6 +155,7 @@ def test_each_read_costs_what_the_driver_charged_and_the_plan_makes_it_as_often_
 
 
 # -- paths that must agree ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_paths_that_agree_exit_0_and_an_energy_call_off_its_field_exits_1(doctor):
     gpus = [FakeGpu.h200(0, util_gpu=0), FakeGpu.h200(1, util_gpu=0)]
     gpus[1].energy_call_offset_mj = 500_000  # the call answers 500 J beyond field 83
@@ -166,6 +170,7 @@ def test_paths_that_agree_exit_0_and_an_energy_call_off_its_field_exits_1(doctor
     assert code == 0 and "Is warptd right here? Yes, as far as it can tell." in table
 
 
+@pytest.mark.slow
 def test_sm_activity_on_a_gpu_utilization_calls_idle_disagrees_and_a_busy_gpu_is_skipped(doctor):
     idle, busy = FakeGpu.h200(0, util_gpu=0), FakeGpu.h200(1, util_gpu=35)
     for gpu in (idle, busy):
@@ -178,6 +183,7 @@ def test_sm_activity_on_a_gpu_utilization_calls_idle_disagrees_and_a_busy_gpu_is
 
 
 # -- no GPU --------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_cpu_backend_alone_is_priced_from_its_own_samples(doctor):
     code, report = doctor(None, "", "--json")
     assert code == 0 and [b.backend for b in report.backends] == ["cpu"]
@@ -194,6 +200,7 @@ def test_the_cpu_backend_alone_is_priced_from_its_own_samples(doctor):
     assert cpu.agreements == () and cpu.numbering is None
 
 
+@pytest.mark.slow
 def test_the_doctor_loads_neither_torch_nor_plotting_nor_the_daemon(tmp_path):
     argv = ["warptd", "doctor", "--quick", "--json", "--backend", "cpu", "--sysfs", str(tmp_path)]
     code = (

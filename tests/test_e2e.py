@@ -51,6 +51,7 @@ def cpu_daemon(tmp_path):
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_cpu_daemon_serves_metrics_promtool_clean(cpu_daemon):
     _, port = cpu_daemon
     assert wait_until(lambda: b"warptd_device_utilization_ratio{" in http(port, "GET", "/metrics")[2])
@@ -63,6 +64,7 @@ def test_cpu_daemon_serves_metrics_promtool_clean(cpu_daemon):
     assert_promtool_clean(body)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_within_5_seconds(cpu_daemon):
     proc, port = cpu_daemon
     assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
@@ -74,6 +76,7 @@ def test_sigterm_stops_within_5_seconds(cpu_daemon):
     assert last["event"] == "warptd_stopped"
 
 
+@pytest.mark.slow
 def test_daemon_process_never_imports_torch(cpu_daemon):
     proc, port = cpu_daemon
     assert wait_until(lambda: http(port, "GET", "/readyz")[0] == 200)
@@ -81,6 +84,7 @@ def test_daemon_process_never_imports_torch(cpu_daemon):
     assert "torch" not in maps
 
 
+@pytest.mark.slow
 def test_port_in_use_is_a_clear_error(cpu_daemon):
     _, port = cpu_daemon
     result = subprocess.run(
@@ -109,6 +113,7 @@ def _events(proc: subprocess.Popen[str], until: str, timeout: float = 10) -> lis
     raise AssertionError(f"no {until} in {seen}")
 
 
+@pytest.mark.slow
 def test_sighup_reloads_the_config_file_and_a_bad_one_changes_nothing(tmp_path):
     config = tmp_path / "warptd.toml"
     config.write_text("interval = 0.5\n")
@@ -129,6 +134,7 @@ def test_sighup_reloads_the_config_file_and_a_bad_one_changes_nothing(tmp_path):
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_sigint_ends_a_running_stress_and_stops_within_5_seconds(tmp_path):
     pytest.importorskip("torch")
     proc, port = start_daemon("--backend", "cpu", "--interval", "0.2", "--sysfs", str(tmp_path))
@@ -192,6 +198,7 @@ def _nvml_library_present() -> bool:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_a_named_backend_without_its_package_stops_the_start(tmp_path, how):
     """--backend nvidia (or WARPTD_BACKENDS=nvidia) without nvidia-ml-py: exit 2 and one line saying
@@ -216,6 +223,7 @@ def test_a_named_backend_without_its_package_stops_the_start(tmp_path, how):
     assert "warptd_started" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_named_backend_without_its_driver_stops_the_start(tmp_path):
     """This machine's real state: nvidia-ml-py installed, libnvidia-ml.so.1 absent."""
     if _nvml_library_present():
@@ -227,6 +235,7 @@ def test_a_named_backend_without_its_driver_stops_the_start(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_an_unavailable_companion_does_not_stop_the_start(tmp_path):
     """--backend cpu also loads rapl, its power companion; no RAPL zone under --sysfs: cpu serves."""
     args = ["--listen", "127.0.0.1:0", "--backend", "cpu", "--interval", "0.2", "--sysfs", str(tmp_path)]
@@ -247,6 +256,7 @@ def test_an_unavailable_companion_does_not_stop_the_start(tmp_path):
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_start_up_output_is_the_loaded_backends_and_the_url(tmp_path):
     """A newcomer's first run, on a terminal's format: a line per loaded backend and the URL, no more."""
     proc = subprocess.Popen(

@@ -129,6 +129,7 @@ def fleet(tmp_path):
         log.close()
 
 
+@pytest.mark.slow
 def test_the_receiver_answers_the_fleet_rules_with_the_doubles_values(fleet):
     receiver, ports, nodes = fleet
     node_of = {f"127.0.0.1:{port}": node for node, port in ports.items()}

@@ -42,9 +42,7 @@ def fake_hlml():
         yield fake
 
 
-@pytest.fixture
-def rig(fake_hlml, make_rig):  # the double outlives the rig, which releases HLML at teardown
-    return make_rig("gaudi")  # and its companion power backend, hlml
+pytestmark = pytest.mark.rig("gaudi", doubles=["fake_hlml"])  # and its companion power backend, hlml
 
 
 @pytest.fixture
@@ -290,6 +288,7 @@ def test_double_rejects_a_wrong_call(fake_hlml):
     pyhlml.hlmlShutdown()
 
 
+@pytest.mark.slow
 def test_exposition_passes_promtool(rig, fake_hlml):
     fake_hlml.aips[1].throttle_reasons = THROTTLE_THERMAL
     rig.tick()

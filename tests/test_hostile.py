@@ -341,6 +341,7 @@ def _deep_toml(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "content", "error"),
     [
@@ -379,6 +380,7 @@ def test_a_config_file_nested_too_deep_is_one_line_and_exit_2(tmp_path, capsys):
     assert capsys.readouterr().err == f"warptd: invalid config file {tmp_path}/warptd.toml: nested too deep\n"
 
 
+@pytest.mark.slow
 def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_config(tmp_path):
     from tests.test_e2e import _events, start_daemon
 

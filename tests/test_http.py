@@ -28,6 +28,7 @@ def daemon(settings, fake_nvml, sysfs):
     d.stop()
 
 
+@pytest.mark.slow
 def test_metrics_text_exposition(daemon):
     status, headers, body = http(daemon.port, "GET", "/metrics")
     assert status == 200
@@ -42,6 +43,7 @@ def test_metrics_text_exposition(daemon):
     assert value(samples, "warptd_build_info", version=__import__("warptd").__version__) == 1
 
 
+@pytest.mark.slow
 def test_metrics_openmetrics_and_gzip(daemon):
     status, headers, body = http(
         daemon.port,
@@ -57,11 +59,13 @@ def test_metrics_openmetrics_and_gzip(daemon):
     assert "warptd_device_energy_joules_total{" in text
 
 
+@pytest.mark.slow
 def test_promtool_finds_nothing(daemon):
     body = http(daemon.port, "GET", "/metrics")[2]
     assert_promtool_clean(body)
 
 
+@pytest.mark.slow
 def test_health_devices_landing(daemon, fake_nvml):
     assert http(daemon.port, "GET", "/healthz")[0] == 200
     status, _, body = http(daemon.port, "GET", "/devices")
@@ -76,6 +80,7 @@ def test_health_devices_landing(daemon, fake_nvml):
     assert status == 200 and headers["content-type"].startswith("text/html") and b"/metrics" in body
 
 
+@pytest.mark.slow
 def test_scrapes_never_call_the_sdk(daemon, fake_nvml):
     daemon.sampler.scheduler.pause()
     before = fake_nvml.total_calls()
@@ -85,6 +90,7 @@ def test_scrapes_never_call_the_sdk(daemon, fake_nvml):
     assert fake_nvml.total_calls() == before
 
 
+@pytest.mark.slow
 def test_errors_are_json(daemon):
     status, headers, body = http(daemon.port, "GET", "/nope")
     assert status == 404 and json.loads(body)["error"].startswith("no such endpoint")
@@ -96,6 +102,7 @@ def test_errors_are_json(daemon):
     assert status == 200 and body == b"" and int(headers["content-length"]) > 0
 
 
+@pytest.mark.slow
 def test_readyz_waits_for_first_sample(settings):
     settings.backends = ["cpu"]
     d = Daemon(settings)
@@ -109,6 +116,7 @@ def test_readyz_waits_for_first_sample(settings):
         d.stop()
 
 
+@pytest.mark.slow
 def test_readyz_is_503_with_the_reasons_when_no_backend_loaded(settings):
     """Serving nothing is not ready: a readiness probe must not route to a daemon with no backend."""
     from warptd.registry import Loaded
@@ -126,6 +134,7 @@ def test_readyz_is_503_with_the_reasons_when_no_backend_loaded(settings):
         d.stop()
 
 
+@pytest.mark.slow
 def test_a_hung_gpu_reads_down_at_scrape_and_the_rest_is_served(settings, fake_nvml):
     """Updated by issue 39 #3: a GPU whose calls hang is held apart (down, named), not its backend."""
     settings.backends = ["nvidia", "cpu"]
@@ -283,6 +292,7 @@ def test_requests_waiting_for_a_slot_are_bounded_so_the_connection_cap_can_alway
         server.server_close()
 
 
+@pytest.mark.slow
 def test_bad_content_length_is_400(daemon):
     import http.client
 
@@ -316,6 +326,7 @@ def test_ipv4_fallback_when_ipv6_is_missing(monkeypatch):
         server.server_close()
 
 
+@pytest.mark.slow
 def test_unknown_methods_are_json_405_not_501(daemon):
     for method in ("TRACE", "QUERY", "PROPFIND"):
         status, headers, body = http(daemon.port, method, "/metrics")
@@ -352,6 +363,7 @@ def _raw(port: int, data: bytes, wait: float = 5.0) -> bytes:
         return out
 
 
+@pytest.mark.slow
 def test_head_body_and_idle_timeouts_close_connections(small_server):
     import time
 
@@ -388,6 +400,7 @@ def test_http_settings_reach_the_server(monkeypatch):
         load_settings(http_backlog=5)  # the old default, too short for a burst
 
 
+@pytest.mark.slow
 def test_status_lines_carry_the_standard_reason_phrase(daemon):
     """``HTTP/1.1 200 OK``, not ``HTTP/1.1 200 ``: over a raw socket, as curl -v or a proxy sees it."""
     for method, path, line in (
@@ -399,6 +412,7 @@ def test_status_lines_carry_the_standard_reason_phrase(daemon):
         assert reply.startswith(line), reply[:80]
 
 
+@pytest.mark.slow
 def test_the_cpu_backend_is_a_cpu_not_an_accelerator(daemon):
     """/devices, `warptd_backend_up` and a window's recording call the CPU a CPU."""
     backends = {
@@ -511,6 +525,7 @@ def test_under_basic_auth_scrapes_have_their_own_lane():
         server.server_close()
 
 
+@pytest.mark.slow
 def test_responses_not_taken_hold_at_most_the_budget_and_give_it_back_when_gone():
     """250 connections that each pipelined 8 GET /windows and read nothing took RSS from 200 to
     439 MiB: each held its answer. Now what all such answers hold is bounded; a connection whose

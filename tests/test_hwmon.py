@@ -59,9 +59,7 @@ def three_gpus(sysfs):
     return sysfs, amd, i915, xe
 
 
-@pytest.fixture
-def rig(make_rig, three_gpus):
-    return make_rig("hwmon")
+pytestmark = pytest.mark.rig("hwmon", doubles=["three_gpus"])
 
 
 AMD = {"backend": "hwmon", "device": "0"}

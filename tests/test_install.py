@@ -140,6 +140,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"), **extra}
 
 
+@pytest.mark.slow
 def test_the_wheel_without_extras_lists_nvidia_gpus(wheel_venv, tmp_path):
     """The README's first command on an NVIDIA node: the GPUs are served, not just the CPU."""
     fake = FakeNvml(gpus=2, keep=True)
@@ -157,6 +158,7 @@ def test_the_wheel_without_extras_lists_nvidia_gpus(wheel_venv, tmp_path):
     assert devices[:2] == ["nvidia:0", "nvidia:1"], result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_hint_from_a_wheel_install_names_the_wheel(wheel_venv, tmp_path):
     """A named vendor backend without its extra stops the start with a pip command that works here."""
     result = subprocess.run(

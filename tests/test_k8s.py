@@ -144,6 +144,7 @@ def test_socket_gone_keeps_the_last_mapping_and_counts_then_recovers(pod_rig, ku
     assert value(samples, "warptd_podresources_errors_total", kind="unavailable") == 1
 
 
+@pytest.mark.slow
 def test_a_refusing_socket_and_a_slow_kubelet_are_counted_by_kind(pod_rig, kubelet, tmp_path):
     kubelet.delay = 1.5  # over the client's 1 s timeout
     pod_rig.pods.poll_once()
@@ -179,6 +180,7 @@ def test_per_pod_energy_follows_a_scripted_allocation_timeline(pod_rig, kubelet,
     assert len(select(samples, "warptd_pod_energy_joules_total")) == 2
 
 
+@pytest.mark.slow
 def test_exposition_with_pods_is_promtool_clean(pod_rig, kubelet, fake_nvml):
     kubelet.pods = {("ml", "train-0", "trainer"): {GPU: [fake_nvml.gpus[0].uuid]}}
     pod_rig.poll_and_tick()
@@ -198,6 +200,7 @@ def test_no_socket_means_attribution_off_with_one_log_line(tmp_path, capsys):
     assert from_settings(settings) is None
 
 
+@pytest.mark.slow
 def test_a_slow_kubelet_never_delays_a_scrape(tmp_path, kubelet):
     """The daemon polls on its own thread: scrapes while List hangs are served from the snapshot."""
     fake = FakeNvml([FakeGpu(index=i) for i in range(2)])
@@ -290,6 +293,7 @@ def test_pod_labels_put_the_owners_on_device_series(settings, kubelet, fake_nvml
         rig.close()
 
 
+@pytest.mark.slow
 def test_committed_stubs_match_the_proto(tmp_path):
     """The generated podresources_pb2 is what grpc_tools makes of podresources.proto today."""
     import sys

@@ -37,6 +37,7 @@ def _rows(dom: str) -> list[list[str]]:
     return [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", body)]
 
 
+@pytest.mark.slow
 def test_landing_page_in_chromium_lists_endpoints_and_fills_the_device_table(daemon, fake_nvml):
     dom, console = browse(f"http://127.0.0.1:{daemon.port}/", budget_ms=3000)
     assert console == [], console
@@ -72,6 +73,7 @@ def test_landing_page_in_chromium_lists_endpoints_and_fills_the_device_table(dae
     assert "3 devices, updated" in dom
 
 
+@pytest.mark.slow
 def test_devices_carries_the_latest_reading_without_calling_the_sdk(daemon, fake_nvml):
     daemon.sampler.scheduler.pause()
     before = fake_nvml.total_calls()
@@ -88,6 +90,7 @@ def test_devices_carries_the_latest_reading_without_calling_the_sdk(daemon, fake
     assert idle["temperatures_celsius"] == {"gpu": 40, "memory": 50}
 
 
+@pytest.mark.slow
 def test_landing_page_names_every_endpoint_and_only_runs_its_own_script(daemon):
     status, headers, body = http(daemon.port, "GET", "/")
     page = body.decode()
@@ -109,6 +112,7 @@ def test_landing_page_names_every_endpoint_and_only_runs_its_own_script(daemon):
     assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing from elsewhere: works offline
 
 
+@pytest.mark.slow
 def test_server_header_is_exact(daemon):
     """``Server: warptd/VERSION`` with nothing after it (BaseHTTPRequestHandler appended a space)."""
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=5) as conn:

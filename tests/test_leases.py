@@ -57,6 +57,7 @@ def ended(port: int, window_id: str) -> bool:
     return shown(port, window_id)["status"] == "ended"
 
 
+@pytest.mark.slow
 def test_a_window_not_renewed_ends_lease_expired_and_its_fast_sampling_stops(daemon):
     window = opened(daemon.port, name="abandoned", devices=["nvidia:0", "nvidia:1"], lease_s=1)
     assert window["lease_seconds"] == 1 and window["lease_expires_at"] > time.time()
@@ -74,6 +75,7 @@ def test_a_window_not_renewed_ends_lease_expired_and_its_fast_sampling_stops(dae
     assert status == 409 and "(lease_expired)" in body["error"]  # a late client learns why
 
 
+@pytest.mark.slow
 def test_lapsed_windows_end_at_once_though_a_backend_hangs(settings, gpus):
     """The reaper reads no device at an end of its own: with the NVIDIA backend hung (each read
     given up on only after --sample-timeout), three lapsed windows end together, not one edge read
@@ -93,6 +95,7 @@ def test_lapsed_windows_end_at_once_though_a_backend_hangs(settings, gpus):
             gpus.gpus[0].release.set()
 
 
+@pytest.mark.slow
 def test_a_client_end_after_its_lease_lapsed_is_a_lease_expiry(daemon):
     """A client's end that comes after the deadline, before the reaper acted, ends the window as
     lease_expired and answers 409, as if the reaper had been first."""
@@ -104,6 +107,7 @@ def test_a_client_end_after_its_lease_lapsed_is_a_lease_expiry(daemon):
     assert daemon.sampler.watches.devices("nvidia") == set()
 
 
+@pytest.mark.slow
 def test_a_failing_end_still_stops_the_windows_sampling_and_frees_its_memory(daemon, monkeypatch):
     window = opened(daemon.port, name="doomed", devices=["nvidia:0"])
     manager = daemon.windows
@@ -118,6 +122,7 @@ def test_a_failing_end_still_stops_the_windows_sampling_and_frees_its_memory(dae
     assert manager.budget.used == 0  # nothing still charged for it
 
 
+@pytest.mark.slow
 def test_a_renewed_window_stays_open_and_lapses_once_renewals_stop(daemon):
     window = opened(daemon.port, name="kept", devices=["nvidia:0"], lease_s=2)
     deadline = time.monotonic() + 4.5  # over two leases
@@ -138,6 +143,7 @@ def test_a_renewed_window_stays_open_and_lapses_once_renewals_stop(daemon):
     assert not daemon.sampler.fast_sampling("nvidia")
 
 
+@pytest.mark.slow
 def test_a_window_without_a_lease_is_held_to_the_maximum_duration_only(daemon):
     window = opened(daemon.port, name="plain", devices=["nvidia:0"])
     assert window["lease_seconds"] is None and window["lease_expires_at"] is None
@@ -149,6 +155,7 @@ def test_a_window_without_a_lease_is_held_to_the_maximum_duration_only(daemon):
     assert status == 200 and body["end_reason"] == "requested" and body["lease_seconds"] is None
 
 
+@pytest.mark.slow
 def test_the_maximum_duration_still_ends_a_leased_window(daemon):
     daemon.windows.limits = WindowLimits(max_duration=1.0, lease_min=0.5)
     window = opened(daemon.port, name="renewed-forever", devices=["nvidia:0"], lease_s=30)
@@ -156,6 +163,7 @@ def test_the_maximum_duration_still_ends_a_leased_window(daemon):
     assert shown(daemon.port, window["id"])["end_reason"] == "max_duration"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("lease", "message"),
     [
@@ -177,6 +185,7 @@ def test_lease_bounds_must_be_in_order():
         load_settings(window_lease_min=10, window_lease_max=5)
 
 
+@pytest.mark.slow
 def test_renewals_are_protected_like_the_other_writes(daemon):
     assert call(daemon.port, "POST", "/windows/nope/renew")[0] == 404
     window = opened(daemon.port, name="guarded", devices=["nvidia:0"], lease_s=5)
@@ -190,6 +199,7 @@ def test_renewals_are_protected_like_the_other_writes(daemon):
     assert call(daemon.port, "POST", f"/windows/{window['id']}/renew", headers=headers)[0] == 200
 
 
+@pytest.mark.slow
 def test_the_client_renews_while_the_block_runs(daemon):
     url = f"http://127.0.0.1:{daemon.port}"
     with client.window("epoch", ["nvidia:0"], url=url, lease_s=2.0) as w:
@@ -201,6 +211,7 @@ def test_the_client_renews_while_the_block_runs(daemon):
     assert w.keeper is not None and w.keeper.renewals >= 4 and w.keeper.error is None
 
 
+@pytest.mark.slow
 def test_a_client_that_stops_renewing_loses_its_window(daemon):
     url = f"http://127.0.0.1:{daemon.port}"
     window, keeper = client.begin_leased_window(
@@ -231,6 +242,7 @@ def _open_window(port: int) -> dict | None:
     return next((w for w in windows if w["status"] == "open"), None)
 
 
+@pytest.mark.slow
 def test_a_profile_stopped_past_its_lease_still_prints_the_recording(daemon, gpus):
     """Stopped (Ctrl-Z, a laptop's suspend) past its lease, profile finds its window ended by the
     daemon: it prints the recording the daemon kept, up to the lapse, and says so."""
@@ -251,6 +263,7 @@ def test_a_profile_stopped_past_its_lease_still_prints_the_recording(daemon, gpu
     assert "the daemon ended the window before CMD did (lease_expired" in err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_sigkilled_profile_leaves_neither_its_window_nor_its_command(daemon, gpus):
     proc = _profile(gpus, f"http://127.0.0.1:{daemon.port}", "sleep", "60")
@@ -278,6 +291,7 @@ def test_a_sigkilled_profile_leaves_neither_its_window_nor_its_command(daemon, g
             proc.kill()
 
 
+@pytest.mark.slow
 def test_sigterm_to_profile_reaches_the_commands_whole_group_and_ends_the_window(daemon, gpus, tmp_path):
     """CMD is a shell that started a ``sleep`` of its own: a TERM forwarded to the shell alone would
     leave that sleep running; forwarded to the group, both end, and so does the window."""

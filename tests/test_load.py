@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import http, wait_until
 
 ROOT = Path(__file__).parents[1]
@@ -27,6 +29,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_32_concurrent_scrapers_no_errors():
     port = _free_port()
     daemon = subprocess.Popen(

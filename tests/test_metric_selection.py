@@ -119,6 +119,7 @@ def _gpm_in(body: str) -> bool:
     return len(series_by_family(body).get(nvidia.SM_ACTIVE.name, {})) == 8  # GPM needs two samples
 
 
+@pytest.mark.slow
 def test_the_default_leaves_out_the_engines_and_the_sampled_throttle_flags(settings, h200s):
     """The part of the bound this change owns: the default exclusions' families are absent from a
     plain serve, and the series per GPU fall by exactly theirs."""
@@ -136,6 +137,7 @@ def test_the_default_leaves_out_the_engines_and_the_sampled_throttle_flags(setti
     assert series_per_gpu(served)[gpu] == series_per_gpu(everything)[gpu] - left_out
 
 
+@pytest.mark.slow
 def test_excluding_the_clock_globs_removes_every_clock_series_and_no_other_family(settings, h200s):
     settings.backends = ["nvidia", "cpu"]
     settings.metrics_exclude = ["warptd_device_clock_*"]
@@ -178,6 +180,7 @@ def test_a_read_serving_only_excluded_families_is_not_made(settings, monkeypatch
     assert calls  # read where exported
 
 
+@pytest.mark.slow
 def test_without_the_xid_families_no_event_thread_unless_compat_reads_them(settings, h200s):
     settings.backends = ["nvidia"]
     settings.metrics_exclude = ["warptd_device_*xid*"]
@@ -191,6 +194,7 @@ def test_without_the_xid_families_no_event_thread_unless_compat_reads_them(setti
         assert daemon.event_monitors != []
 
 
+@pytest.mark.slow
 def test_without_the_pod_energy_families_no_energy_split(settings, fake_nvml, tmp_path):
     """Pod energy splits each allocated device's energy every sample: not done where none of its
     families is exported; the allocations are still served."""
@@ -212,6 +216,7 @@ def test_without_the_pod_energy_families_no_energy_split(settings, fake_nvml, tm
         kubelet.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", range(len(MODELS)), ids=lambda i: MODELS[i])
 def test_the_documented_series_per_gpu_are_what_a_daemon_over_the_double_exports(settings, model):
     """docs/metrics.md's figures (warptd/metrics/series_counts.py, written by bench/series_bench.py)

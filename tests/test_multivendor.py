@@ -30,6 +30,7 @@ def node(settings, sysfs):
         yield settings, nvml, amd
 
 
+@pytest.mark.slow
 def test_two_gpu_vendors_in_one_exposition_promtool_clean(node):
     settings, nvml, amd = node
     daemon = Daemon(settings)

@@ -18,9 +18,7 @@ DEV0 = {"backend": "nvidia", "device": "0"}
 DEV1 = {"backend": "nvidia", "device": "1"}
 
 
-@pytest.fixture
-def rig(make_rig, fake_nvml):
-    return make_rig("nvidia")
+pytestmark = pytest.mark.rig("nvidia", doubles=["fake_nvml"])
 
 
 def test_values_in_base_units(rig, fake_nvml):
@@ -233,6 +231,7 @@ def by_reason(samples, name: str, device: dict[str, str]) -> dict[str, float]:
     return {s.labels["reason"]: s.value for s in select(samples, name, **device)}
 
 
+@pytest.mark.slow
 def test_an_idle_gpu_is_a_clock_event_not_throttling(rig, fake_nvml):
     gpu = fake_nvml.gpus[0]
     gpu.current_reasons = pynvml.nvmlClocksEventReasonGpuIdle
@@ -611,6 +610,7 @@ def test_memory_used_excludes_driver_reserved_memory_and_v1_on_old_drivers(setti
         fake.close()
 
 
+@pytest.mark.slow
 def test_power_is_the_instant_reading_and_the_driver_average_its_own_series(rig, fake_nvml):
     """nvmlDeviceGetPowerUsage averages the last second (Ampere+): a spike shows there as a fraction."""
     gpu = fake_nvml.gpus[0]

@@ -137,6 +137,7 @@ def test_each_read_burns_the_cpu_a_real_h200_charged_for_it():
     assert power < 0.0005 and memory < 0.0005
 
 
+@pytest.mark.slow
 def test_power_and_energy_refresh_every_100_ms():
     """A read between two refreshes sees the last refresh, as the H200's counter changed every 100 ms."""
     fake = FakeNvml(gpus=[FakeGpu(power_mw=300_000, live=True)], driver_version="580.159.04")

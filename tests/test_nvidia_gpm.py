@@ -52,13 +52,16 @@ ACTIVITY = {
 }
 
 
-@pytest.fixture
-def rig(make_rig, fake_nvml, settings):
-    settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart (the driver's rule)
-    settings.metrics_include = ["*"]  # the media engines and SM occupancy too (opt-in by default)
-    return make_rig("nvidia")
+pytestmark = pytest.mark.rig(
+    "nvidia",
+    doubles=["fake_nvml"],
+    interval=0.1,  # GPM samples 0.11 s apart (the driver's rule)
+    health_interval=0.1,
+    metrics_include=["*"],  # the media engines and SM occupancy too (opt-in by default)
+)
 
 
+@pytest.mark.slow
 def test_every_activity_series_is_the_ratio_over_the_last_period(rig, fake_nvml):
     gpu = fake_nvml.gpus[0]
     first = rig.tick()
@@ -87,6 +90,7 @@ def test_every_activity_series_is_the_ratio_over_the_last_period(rig, fake_nvml)
     assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **DEV0) == 0
 
 
+@pytest.mark.slow
 def test_graphics_engine_activity_is_gpm_graphics_util_as_a_ratio(rig, fake_nvml):
     """DCGM_FI_PROF_GR_ENGINE_ACTIVE's source: GPM's graphics/compute activity over the last period,
     its own series beside SM activity (a GPU busy 80 % of the time with half its SMs idle)."""
@@ -103,6 +107,7 @@ def test_graphics_engine_activity_is_gpm_graphics_util_as_a_ratio(rig, fake_nvml
     assert value(samples, "warptd_device_graphics_engine_active_ratio", **DEV0) == pytest.approx(0.25)
 
 
+@pytest.mark.slow
 def test_answers_as_last_period_keep_the_gauges_whole_and_a_change_is_read(rig, fake_nvml):
     """An idle GPU's metrics (the same answers each period) hand over last period's gauges whole;
     the next change is read at once, throughputs still integrate each period."""
@@ -123,6 +128,7 @@ def test_answers_as_last_period_keep_the_gauges_whole_and_a_change_is_read(rig, 
     assert value(samples, "warptd_device_pipe_active_ratio", pipe="tensor", **DEV0) == pytest.approx(0.4)
 
 
+@pytest.mark.slow
 def test_a_metric_failing_once_comes_back_though_the_answers_stand_still(rig, fake_nvml):
     """A metric that answers an error one period (not "unsupported") is absent then, and back at the
     next period even when every answer equals the last clean period's."""
@@ -142,6 +148,7 @@ def test_a_metric_failing_once_comes_back_though_the_answers_stand_still(rig, fa
         assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_one_gpm_sample_and_one_metrics_get_per_gpu_per_tick(rig, fake_nvml):
     ticks = 6
     for _ in range(ticks):
@@ -153,6 +160,7 @@ def test_one_gpm_sample_and_one_metrics_get_per_gpu_per_tick(rig, fake_nvml):
     assert fake_nvml.calls("nvmlGpmQueryDeviceSupport") == gpus
 
 
+@pytest.mark.slow
 def test_a_gpu_without_gpm_has_no_activity_series_and_is_asked_once(settings):
     fake = FakeNvml(
         [FakeGpu(index=0), FakeGpu(index=1, name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0))]
@@ -194,6 +202,7 @@ def test_a_driver_without_gpm_reads_as_before(settings):
         fake.close()
 
 
+@pytest.mark.slow
 def test_metrics_a_gpu_lacks_are_absent_and_dropped_from_its_request(rig, fake_nvml):
     without_traffic_fields(fake_nvml)
     gpu = fake_nvml.gpus[1]
@@ -218,6 +227,7 @@ def test_metrics_a_gpu_lacks_are_absent_and_dropped_from_its_request(rig, fake_n
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 0
 
 
+@pytest.mark.slow
 def test_a_driver_with_an_older_gpm_header_gets_the_first_headers_metrics(rig, fake_nvml):
     gpu = fake_nvml.gpus[1]
     gpu.gpm_metric_max = 98  # an R525 driver: NVENC (166-169) unknown, and the whole request refused
@@ -232,6 +242,7 @@ def test_a_driver_with_an_older_gpm_header_gets_the_first_headers_metrics(rig, f
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="sdk_error") == 1  # once
 
 
+@pytest.mark.slow
 def test_traffic_counters_grow_by_rate_times_period(rig, fake_nvml):
     without_traffic_fields(fake_nvml)
     gpu = fake_nvml.gpus[0]
@@ -257,6 +268,7 @@ def test_traffic_counters_grow_by_rate_times_period(rig, fake_nvml):
     assert value(samples, "warptd_device_pcie_bytes_total", direction="tx", **DEV1) == 0  # idle GPU 1
 
 
+@pytest.mark.slow
 def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypatch):
     from warptd.sampling import sampler
 
@@ -283,6 +295,7 @@ def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypat
     fake.close()
 
 
+@pytest.mark.slow
 def test_promtool_clean(rig, fake_nvml):
     for _ in range(3):
         for gpu in fake_nvml.gpus:
@@ -293,6 +306,7 @@ def test_promtool_clean(rig, fake_nvml):
     assert_promtool_clean(body)
 
 
+@pytest.mark.slow
 def test_the_driver_s_byte_counters_win_over_gpm_throughput(rig, fake_nvml):
     """Where the driver keeps a byte counter field, that is the series; GPM's integral is not added."""
     gpu = fake_nvml.gpus[0]
@@ -350,6 +364,7 @@ def test_the_double_answers_samples_under_100_ms_apart_as_the_driver_does(fake_n
         pynvml.nvmlShutdown()
 
 
+@pytest.mark.slow
 def test_reads_sooner_than_the_gap_keep_the_last_period_and_sample_nothing(make_rig, fake_nvml, settings):
     """A read before the gap has passed (another job's, or a quick second tick) takes no GPM sample:
     the driver would pair one refresh of its counters with itself. The last period's values stand."""
@@ -379,6 +394,7 @@ def test_reads_sooner_than_the_gap_keep_the_last_period_and_sample_nothing(make_
     assert value(samples, "warptd_sample_errors_total", backend="nvidia", kind="invalid_value") == 0
 
 
+@pytest.mark.slow
 def test_a_window_beside_the_regular_job_pairs_no_samples_under_100_ms(settings):
     """The window's 0.1 s job and the regular job read one GPU: GPM samples stay over 100 ms apart
     (at --interval), no read reports a pair's NaN, and the bytes integrated over the time between the
@@ -423,6 +439,7 @@ def test_a_window_beside_the_regular_job_pairs_no_samples_under_100_ms(settings)
     ) == pytest.approx(2**30, rel=0.005)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("garbage", "sm_fails"), [(math.nan, False), (-5_000.0, False), (math.inf, False), (math.nan, True)]
 )

@@ -16,10 +16,11 @@ DEV1 = {"backend": "nvidia", "device": "1"}
 KIB = 1024
 
 
-@pytest.fixture
-def rig(make_rig, fake_nvml, settings):
-    settings.metrics_include = ["warptd_device_ecc_lifetime_errors_total"]  # opt-in by default
-    return make_rig("nvidia")
+pytestmark = pytest.mark.rig(
+    "nvidia",
+    doubles=["fake_nvml"],
+    metrics_include=["warptd_device_ecc_lifetime_errors_total"],  # opt-in by default
+)
 
 
 def test_ecc_counts_are_counters_by_kind(rig, fake_nvml):
@@ -222,6 +223,7 @@ def test_r470_driver_lacks_the_newer_fields(make_rig):
     fake.close()
 
 
+@pytest.mark.slow
 def test_exposition_is_promtool_clean(rig, fake_nvml):
     fake_nvml.gpus[1].fans = [30]
     fake_nvml.gpus[0].ecc_volatile[0] = 1

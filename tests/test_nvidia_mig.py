@@ -42,9 +42,7 @@ def fake():
     fake.close()
 
 
-@pytest.fixture
-def rig(make_rig, fake):
-    return make_rig("nvidia", "nvidia_mig")
+pytestmark = pytest.mark.rig("nvidia", "nvidia_mig", doubles=["fake"])
 
 
 def test_mig_devices_of_the_mig_gpu_only_with_their_parent_identity(rig, fake):
@@ -73,6 +71,7 @@ def test_mig_devices_of_the_mig_gpu_only_with_their_parent_identity(rig, fake):
     assert rig.snapshot.get("nvidia").devices_info[0].aliases == [s.uuid for s in SLICES]
 
 
+@pytest.mark.slow
 def test_gpm_activity_per_gpu_instance_over_the_last_period(rig, fake):
     gpu = fake.gpus[0]
     rig.tick()
@@ -96,6 +95,7 @@ def test_gpm_activity_per_gpu_instance_over_the_last_period(rig, fake):
     assert value(rig.scrape(), "warptd_device_sm_active_ratio", **mig(0)) == pytest.approx(0.05)
 
 
+@pytest.mark.slow
 def test_compute_instances_of_one_gpu_instance_share_one_sample(make_rig, fake):
     gpu = fake.gpus[0]
     shared = [
@@ -182,6 +182,7 @@ def test_samples_freed_at_shutdown(settings):
     fake.close()
 
 
+@pytest.mark.slow
 def test_promtool_clean(rig, fake):
     for _ in range(3):
         fake.gpus[0].advance_gpm(activity={SM: 0.2}, mig=0)
@@ -191,6 +192,7 @@ def test_promtool_clean(rig, fake):
     assert_promtool_clean(body)
 
 
+@pytest.mark.slow
 def test_pod_energy_of_a_mig_gpu_split_by_slice_activity(settings, tmp_path):
     """Pods on MIG slices: their own allocation series on the MIG device, and the GPU's energy split by
     each slice's SM activity times its compute slices (3g: 3, 1g: 1), by slice size when all idle."""

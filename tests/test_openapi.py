@@ -55,6 +55,7 @@ def live(tmp_path_factory):
     daemon.stop()
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_no_5xx_and_no_schema_violation(live, tmp_path):
     """The schemathesis CLI (its pytest plugin does not support pytest 9) against the live daemon."""
     result = subprocess.run(
@@ -88,6 +89,7 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(live, tmp_path):
     assert http(live.port, "GET", "/healthz")[0] == 200
 
 
+@pytest.mark.slow
 def test_openapi_document_lists_every_route(live):
     """Every endpoint the daemon routes, as docs/http.md's groups declare them, and at least these."""
     status, _, body = http(live.port, "GET", "/openapi.json")
@@ -128,6 +130,7 @@ def test_openapi_document_lists_every_route(live):
     assert window["schema"] == {"$ref": "#/components/schemas/Recording"}
 
 
+@pytest.mark.slow
 def test_workload_answers_match_the_document(live):
     """The listing and one Slurm job, as served, validate against the schemas /openapi.json names."""
     jsonschema = pytest.importorskip("jsonschema")

@@ -80,6 +80,7 @@ def containerd_bundle(proc: Proc, where: Attribution, owner: Owner) -> None:
 
 
 # -- per-process series --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_processes_have_their_utilization_by_engine_with_pod_labels(monitor, fake_nvml, proc):
     proc.add(1001, SYSTEMD_V2)
     proc.add(1002, CGROUPFS_V1)
@@ -310,6 +311,7 @@ class Timeline:
         return self.rig.rig.tick()
 
 
+@pytest.mark.slow
 def test_shared_gpu_energy_follows_the_containers_sm_shares(shared, proc):
     """75/25 SM for three intervals at 100 J, then 10/90 for three at 60 J: a 243 J, b 237 J."""
     rig, monitor, gpu0 = shared
@@ -331,6 +333,7 @@ def test_shared_gpu_energy_follows_the_containers_sm_shares(shared, proc):
     assert_promtool_clean(rig.rig.exposition.render(None, None)[0])
 
 
+@pytest.mark.slow
 def test_sm_use_outside_any_pod_is_unattributed_and_the_parts_sum_to_the_gpus_energy(shared, proc, kubelet):
     """A host process (pid 1003, no pod) uses GPU 0's SMs beside pods a and b: a 50 %, b 25 %, host
     25 % over 100 J, then b's pod goes and GPU 0 is a's alone, a 30 % and host 70 % over 50 J. The pods
@@ -437,6 +440,7 @@ def test_without_the_process_monitor_the_split_is_even(settings, kubelet, fake_n
         rig.close()
 
 
+@pytest.mark.slow
 def test_the_daemon_splits_by_sm_share_with_processes(tmp_path, fake_nvml, kubelet, proc):
     """End to end: --processes and a kubelet on a real daemon; its threads poll, sample and serve."""
     gpu0 = fake_nvml.gpus[0]

@@ -221,6 +221,7 @@ def test_nvml_absent_means_no_monitor(proc):
         assert open_process_monitor(proc.root) is None
 
 
+@pytest.mark.slow
 def test_exposition_is_promtool_clean(monitor, fake_nvml, proc):
     proc.add(1001, SYSTEMD_V2)
     proc.add(1003, HOST)

@@ -69,6 +69,7 @@ def sleeper(seconds: float, code: int = 0) -> list[str]:
     return [sys.executable, "-c", f"import sys, time; time.sleep({seconds}); sys.exit({code})"]
 
 
+@pytest.mark.slow
 def test_energy_per_device_against_the_double_with_its_own_samplers(gpus):
     result = run_profile(gpus, "--local", "--json", "--", *sleeper(2.0))
     assert result.returncode == 0, result.stderr
@@ -85,6 +86,7 @@ def test_energy_per_device_against_the_double_with_its_own_samplers(gpus):
         assert gpu["samples"] >= 15
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [0, 3])
 def test_the_exit_code_is_the_commands(gpus, code):
     result = run_profile(gpus, "--local", "--device", "nvidia:1", "--", *sleeper(0.2, code))
@@ -93,6 +95,7 @@ def test_the_exit_code_is_the_commands(gpus, code):
     assert result.stdout == ""  # stdout stays the command's
 
 
+@pytest.mark.slow
 def test_sigint_is_forwarded_and_its_exit_code_passed_through(gpus):
     child = (
         "import signal, sys, time\n"
@@ -121,6 +124,7 @@ def test_sigint_is_forwarded_and_its_exit_code_passed_through(gpus):
     assert json.loads(out)["end_reason"] == "command_exited"
 
 
+@pytest.mark.slow
 def test_a_killed_command_exits_128_plus_the_signal(gpus):
     result = run_profile(gpus, "--local", "--", sys.executable, "-c", "import os; os.kill(os.getpid(), 9)")
     assert result.returncode == 128 + 9, result.stderr
@@ -133,6 +137,7 @@ def daemon(gpus, settings):
         yield running
 
 
+@pytest.mark.slow
 def test_through_the_daemon_when_one_answers(gpus, daemon):
     calls = gpus.calls("nvmlInitWithFlags") + gpus.calls("nvmlInit_v2")
     url = f"http://127.0.0.1:{daemon.port}"
@@ -150,6 +155,7 @@ def marker_command(marker: Path) -> list[str]:
     return [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
 
 
+@pytest.mark.slow
 def test_output_without_the_report_extra_is_refused_before_running(gpus, tmp_path):
     marker, report = tmp_path / "ran", tmp_path / "report.html"
     blocked = [sys.executable, "-c", BLOCK_PLOTLY, "--backend", "nvidia", "--log-level", "error", "profile"]
@@ -160,6 +166,7 @@ def test_output_without_the_report_extra_is_refused_before_running(gpus, tmp_pat
     assert not marker.exists() and not report.exists()  # refused before running anything
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["missing/report.html", "."])
 def test_an_unwritable_output_is_refused_before_running(gpus, tmp_path, where):
     marker, report = tmp_path / "ran", tmp_path / where
@@ -168,6 +175,7 @@ def test_an_unwritable_output_is_refused_before_running(gpus, tmp_path, where):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_an_unwritable_save_is_refused_before_running(gpus, tmp_path):
     marker, saved = tmp_path / "ran", tmp_path / "missing" / "run.json"
     result = run_profile(gpus, "--local", "--save", str(saved), "--", *marker_command(marker))
@@ -175,6 +183,7 @@ def test_an_unwritable_save_is_refused_before_running(gpus, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_the_recording_is_saved_beside_the_report(gpus, tmp_path):
     report = tmp_path / "run.html"
     result = run_profile(gpus, "--local", "--output", str(report), "--", *sleeper(0.3))
@@ -185,6 +194,7 @@ def test_the_recording_is_saved_beside_the_report(gpus, tmp_path):
     assert f"wrote {report}, and its recording in {tmp_path / 'run.json'}" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_file_beside_the_report_that_is_no_recording_is_never_replaced(gpus, tmp_path):
     marker, report, other = tmp_path / "ran", tmp_path / "run.html", tmp_path / "run.json"
     other.write_text('{"learning_rate": 0.1}\n')  # the user's own file, sharing the report's name
@@ -201,6 +211,7 @@ def test_a_file_beside_the_report_that_is_no_recording_is_never_replaced(gpus, t
         assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_save_writes_the_recording_without_a_report(gpus, tmp_path):
     saved = tmp_path / "run.json"
     result = run_profile(gpus, "--local", "--save", str(saved), "--json", "--", *sleeper(0.3))
@@ -208,6 +219,7 @@ def test_save_writes_the_recording_without_a_report(gpus, tmp_path):
     assert json.loads(saved.read_text()) == json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_a_report_failing_after_the_command_keeps_the_recording(gpus, tmp_path):
     """CMD itself takes the report's path (a directory there): the report fails after CMD ran, the
     exit is non-zero, the recording is where stderr says, and ``warptd report`` renders it."""
@@ -222,6 +234,7 @@ def test_a_report_failing_after_the_command_keeps_the_recording(gpus, tmp_path):
     assert later.read_text().lstrip().lower().startswith("<!doctype html")
 
 
+@pytest.mark.slow
 def test_a_failed_output_keeps_a_failing_commands_exit_code(gpus, tmp_path):
     report = tmp_path / "run.html"
     command = [sys.executable, "-c", f"import os, sys; os.mkdir({str(report)!r}); sys.exit(5)"]
@@ -229,6 +242,7 @@ def test_a_failed_output_keeps_a_failing_commands_exit_code(gpus, tmp_path):
     assert result.returncode == 5 and f"cannot write {report}" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_a_recording_that_cannot_be_saved_goes_to_the_temporary_directory(gpus, tmp_path):
     saved = tmp_path / "run.json"
     command = [sys.executable, "-c", f"import os; os.mkdir({str(saved)!r})"]
@@ -242,6 +256,7 @@ def test_a_recording_that_cannot_be_saved_goes_to_the_temporary_directory(gpus, 
         fallback.unlink()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "code", "message"),
     [
@@ -262,6 +277,7 @@ def test_a_command_that_cannot_run_exits_as_a_shell_does(gpus, tmp_path, command
     assert result.returncode == code and message in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_a_command_that_cannot_run_leaves_no_window_on_the_daemon(gpus, daemon, tmp_path):
     url = f"http://127.0.0.1:{daemon.port}"
     script = tmp_path / "script.sh"
@@ -273,6 +289,7 @@ def test_a_command_that_cannot_run_leaves_no_window_on_the_daemon(gpus, daemon, 
     assert json.loads(http(daemon.port, "GET", "/windows")[2])["windows"] == []
 
 
+@pytest.mark.slow
 def test_a_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     marker = tmp_path / "ran"
     result = run_profile(gpus, "--url", NOBODY, "--", *marker_command(marker))
@@ -280,6 +297,7 @@ def test_a_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     assert "--local" in result.stderr and not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_named_daemon_without_windows_is_an_error(gpus, settings, tmp_path):
     settings.backends, settings.windows = ["nvidia"], False
     daemon = Daemon(settings)
@@ -294,6 +312,7 @@ def test_a_named_daemon_without_windows_is_an_error(gpus, settings, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_warptd_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     marker = tmp_path / "ran"
     result = run_command(gpus, profile_args("--", *marker_command(marker)), env={"WARPTD_URL": NOBODY})
@@ -301,6 +320,7 @@ def test_warptd_url_where_no_daemon_answers_is_an_error(gpus, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_no_energy_source_is_named(tmp_path):
     """The CPU alone, on a sysfs without RAPL: the total has no energy, and one line says why."""
     cpu_alone = [sys.executable, "-m", "warptd", "--backend", "cpu", "--sysfs", str(tmp_path)]
@@ -333,6 +353,7 @@ def test_no_energy_source_is_named(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_carbon_and_cost_from_the_flags(gpus):
     result = run_profile(
         gpus,
@@ -354,6 +375,7 @@ def test_carbon_and_cost_from_the_flags(gpus):
     assert recording["carbon_intensity_g_per_kwh"] == 400
 
 
+@pytest.mark.slow
 def test_an_unknown_device_is_refused_before_running(gpus, tmp_path):
     marker = tmp_path / "ran"
     command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
@@ -362,6 +384,7 @@ def test_an_unknown_device_is_refused_before_running(gpus, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_no_command_is_a_usage_error(gpus):
     result = run_profile(gpus, "--local")
     assert result.returncode == 2 and "give the command" in result.stderr

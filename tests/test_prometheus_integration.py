@@ -179,6 +179,7 @@ def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
     kubelet.stop()
 
 
+@pytest.mark.slow
 def test_every_dashboard_and_alert_query_with_the_nvml_double(nvml_stack):
     daemon, prom = nvml_stack
     ended = {}
@@ -209,6 +210,7 @@ def test_every_dashboard_and_alert_query_with_the_nvml_double(nvml_stack):
     _check_rules_healthy(prom)
 
 
+@pytest.mark.slow
 def test_every_query_runs_with_the_cpu_backend(settings, tmp_path):
     settings.backends = ["cpu"]
     settings.interval = 0.5
@@ -233,6 +235,7 @@ def test_every_query_runs_with_the_cpu_backend(settings, tmp_path):
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_alerts_fire_in_the_real_prometheus_when_a_gpu_is_lost(nvml_stack, fake_nvml):
     """WarptdDeviceDown goes pending in the live server once the double loses a GPU."""
     _, prom = nvml_stack
@@ -248,6 +251,7 @@ def test_alerts_fire_in_the_real_prometheus_when_a_gpu_is_lost(nvml_stack, fake_
     assert wait_until(pending, timeout=30, interval=0.5)
 
 
+@pytest.mark.slow
 def test_workload_energy_sums_to_the_nodes_in_the_real_prometheus(settings, fake_nvml, sysfs, tmp_path):
     """--workloads on a daemon scraped by Prometheus: per kind, the workloads' joules plus the
     unattributed ones add up to the GPUs' energy and to the CPU package's, over the same window."""

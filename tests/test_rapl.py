@@ -31,9 +31,7 @@ def two_sockets(sysfs):
     return sysfs
 
 
-@pytest.fixture
-def rig(make_rig, two_sockets):
-    return make_rig("rapl")
+pytestmark = pytest.mark.rig("rapl", doubles=["two_sockets"])
 
 
 def test_domains_named_by_package(settings, two_sockets):

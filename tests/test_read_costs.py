@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from tests.conftest import assert_promtool_clean
 from tests.helpers import parse, value
 from tests.test_device_metrics import ScriptedBackend
@@ -53,6 +55,7 @@ class _PricedBackend(ScriptedBackend):
             _burn(0.003)
 
 
+@pytest.mark.slow
 def test_read_costs_are_exported_by_backend_and_kind(settings):
     backend = _PricedBackend(settings)
     snapshot = Snapshot(stale_after=60)

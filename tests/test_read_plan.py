@@ -36,6 +36,7 @@ def _energy_reads(fake: FakeNvml) -> int:
 
 
 # -- the read plan -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_energy_counter_is_read_at_its_cadence_at_10_hz_and_bridged_between(h200_rig):
     rig, fake = h200_rig(interval=0.1, health_interval=10.0, energy_interval=1.0)
     gpu = fake.gpus[0]
@@ -82,6 +83,7 @@ def test_throttle_times_are_read_at_the_health_cadence_and_the_flags_every_sampl
     assert value(due, "warptd_device_throttle_seconds_total", reason="hw_thermal_slowdown", **DEV0) == 5
 
 
+@pytest.mark.slow
 def test_gpm_outside_windows_samples_at_most_once_a_second(h200_rig):
     rig, fake = h200_rig(interval=0.1, health_interval=10.0)
     deadline = time.monotonic() + 2.0
@@ -167,6 +169,7 @@ def test_an_r580_between_the_numberings_asks_both_once_and_keeps_the_64_bit_dura
 
 
 # -- hardware the GPU lacks --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_an_h200_without_nvlink_exports_no_link_series_and_no_absent_engine(h200_rig):
     """As the real H200 answered: NVLink NOT_SUPPORTED yet GPM answering 0 for 18 links' rates and for
     the engines it lacks (no NVENC, an 8th NVDEC/NVJPG, a second OFA)."""
@@ -186,6 +189,7 @@ def test_an_h200_without_nvlink_exports_no_link_series_and_no_absent_engine(h200
     assert not select(samples, "warptd_device_encoder_utilization_ratio")  # 0 from a GPU without NVENC
 
 
+@pytest.mark.slow
 def test_with_mig_on_the_whole_gpu_profile_counts_the_engines_and_absent_ones_are_not_asked(h200_rig):
     rig, fake = h200_rig(interval=0.1, health_interval=0.1, metrics_include=["*"])
     gpu = fake.gpus[0]
@@ -206,6 +210,7 @@ def test_with_mig_on_the_whole_gpu_profile_counts_the_engines_and_absent_ones_ar
     assert ENGINE_IDS[("nvdec", 7)] not in asked and pynvml.NVML_GPM_METRIC_NVENC_0_UTIL not in asked
 
 
+@pytest.mark.slow
 def test_a_gpu_with_nvlink_exports_each_of_its_links(settings, make_rig):
     fake = FakeNvml([FakeGpu()], driver_version="580.159.04")
     fake.gpus[0].nvlink_count = 4  # of 18: field 91 says so
@@ -221,6 +226,7 @@ def test_a_gpu_with_nvlink_exports_each_of_its_links(settings, make_rig):
 
 
 # -- families left out are not read -------------------------------------------------------------------
+@pytest.mark.slow
 def test_without_the_gpm_families_no_gpm_sample_and_without_throttle_seconds_no_duration_field(h200_rig):
     gpm = [
         "warptd_device_sm_*",
@@ -241,6 +247,7 @@ def test_without_the_gpm_families_no_gpm_sample_and_without_throttle_seconds_no_
     assert value(samples, "warptd_device_power_watts", **DEV0) > 0  # the rest as ever
 
 
+@pytest.mark.slow
 def test_the_default_asks_gpm_no_engine_and_no_occupancy(h200_rig):
     rig, _ = h200_rig(interval=0.1, health_interval=0.1)
     rig.tick()
@@ -251,6 +258,7 @@ def test_the_default_asks_gpm_no_engine_and_no_occupancy(h200_rig):
     assert not {"warptd_device_engine_active_ratio", "warptd_device_sm_occupancy_ratio"} & asked
 
 
+@pytest.mark.slow
 def test_a_watched_gpu_at_the_default_interval_reads_the_counter_once_a_second_not_at_10_hz(h200_rig):
     """--interval 1 and --energy-interval 1 read the counter every regular sample; a window's 0.1 s
     reads of the same GPU do not read it each time."""
@@ -274,6 +282,7 @@ def test_a_tick_at_an_edge_reads_the_counter_whatever_its_cadence(h200_rig):
     assert _energy_reads(fake) == before + 1
 
 
+@pytest.mark.slow
 def test_a_mig_gpu_instance_has_no_nvlink_series_of_its_own(settings, make_rig):
     from tests.doubles.nvml import FakeMig
 

@@ -74,6 +74,7 @@ def assert_draws_the_recording(dom: str, console: list[str], recording: Recordin
     assert 'id="evil"' not in dom.replace(html.escape(HOSTILE, quote=False), "")  # text, never an element
 
 
+@pytest.mark.slow
 def test_report_in_chromium_draws_every_point_offline_without_console_errors(tmp_path):
     recording = sample_recording()
     page = tmp_path / "report.html"
@@ -194,6 +195,7 @@ def _on_a_terminal(command: list[str], timeout: float = 60) -> tuple[int, bytes,
         child.stderr.close()
 
 
+@pytest.mark.slow
 def test_warptd_report_refuses_a_terminal_and_writes_to_a_pipe(tmp_path):
     """Without -o, megabytes of HTML are not for a terminal: one line saying how (exit 2, nothing on
     it); when stdout is a pipe or a file, the page goes there as before."""
@@ -215,6 +217,7 @@ def test_report_help_names_its_arguments(capsys):
     assert "RECORDING.json" in text and "--output" in text and "--backend" not in text
 
 
+@pytest.mark.slow
 def test_report_module_stays_out_of_a_fresh_interpreter_until_rendering():
     """Importing what the daemon imports (routes, renderer) does not import plotly."""
     code = (
@@ -242,6 +245,7 @@ def daemon(settings):
     d.stop()
 
 
+@pytest.mark.slow
 def test_stress_report_over_http_is_the_page_and_errors_are_json(daemon):
     recording = sample_recording(count=12)
     job = finished_job(daemon.stress, recording)
@@ -261,6 +265,7 @@ def test_stress_report_over_http_is_the_page_and_errors_are_json(daemon):
     running.done.set()  # nothing to wait for when the daemon stops
 
 
+@pytest.mark.slow
 def test_stress_report_served_by_the_daemon_draws_in_chromium_under_its_csp(daemon):
     job = finished_job(daemon.stress, sample_recording())  # with its power-cap episode
     dom, console = browse(f"http://127.0.0.1:{daemon.port}/stress/{job.id}/report")
@@ -280,6 +285,7 @@ def test_report_route_says_stress_is_disabled_without_a_manager():
     assert refused.value.status == 404 and "--no-stress" in refused.value.message
 
 
+@pytest.mark.slow
 def test_the_daemon_serves_reports_without_importing_plotly():
     """In a fresh interpreter (nothing the tests imported hides a leak): three reports of a
     600-sample recording, then plotly must not be in the daemon and its RSS must not have grown by

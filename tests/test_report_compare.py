@@ -56,6 +56,7 @@ def cells(dom: str, table: str) -> list[list[str]]:
     ]
 
 
+@pytest.mark.slow
 def test_two_recordings_side_by_side_with_their_ratios_in_chromium(tmp_path, capsys):
     a, b = sample_recording(), after_the_change()
     paths = [tmp_path / "a.json", tmp_path / "b.json"]

@@ -38,6 +38,7 @@ def device_of(trace: dict, ids: list[str]) -> str | None:
     return first if first in ids else None
 
 
+@pytest.mark.slow
 def test_every_device_keeps_one_colour_in_every_plot_and_panels_hold_one_line_per_device(tmp_path):
     recording = busy_recording()  # 12 GPUs and a package: more than the palette's ten colours
     ids = [t.id for t in recording.targets]
@@ -74,6 +75,7 @@ def test_every_device_keeps_one_colour_in_every_plot_and_panels_hold_one_line_pe
             assert clocks[f"{target.id} {name}"] == [[p.t, p.clocks_hertz[name]] for p in target.points]
 
 
+@pytest.mark.slow
 def test_no_axis_repeats_a_tick_label_even_for_steady_readings(tmp_path):
     recording = sample_recording(count=10)
     for target in recording.targets:
@@ -91,6 +93,7 @@ def test_no_axis_repeats_a_tick_label_even_for_steady_readings(tmp_path):
     assert len(clock_ticks) >= 3 and "2.6G" in clock_ticks
 
 
+@pytest.mark.slow
 def test_energy_bars_say_their_joules_source_carbon_and_cost(tmp_path, capsys):
     recording = sample_recording(count=12)
     source, output = tmp_path / "run.json", tmp_path / "run.html"
@@ -117,6 +120,7 @@ def test_energy_bars_say_their_joules_source_carbon_and_cost(tmp_path, capsys):
     assert f"<b>cost</b>{total / 3.6e6 * 0.25:,.4g}" in totals
 
 
+@pytest.mark.slow
 def test_the_header_sums_up_duration_energy_power_and_throttling_per_device(tmp_path):
     recording = sample_recording()
     dom = drawn(recording, tmp_path)["dom"]

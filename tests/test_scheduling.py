@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from tests.helpers import Rig, select, value, wait_until
 from warptd.errors import ErrorKind
 from warptd.sampling.deadlines import Deadlines
@@ -30,6 +32,7 @@ def test_deadline_fires_once_at_its_time_and_a_read_in_time_costs_nothing():
         deadlines.stop()
 
 
+@pytest.mark.slow
 def test_deadline_follows_a_reloaded_timeout():
     timeout = [1.0]
     fired = threading.Event()
@@ -100,6 +103,7 @@ def test_a_reload_reschedules_a_companion_backends_fast_job(settings, fake_nvml)
         rig.close()
 
 
+@pytest.mark.slow
 def test_a_late_timeout_never_marks_a_newer_sample_stale(settings, fake_nvml):
     """The deadline thread marks a read stale before that read can be dropped, so the sample after it
     is published healthy and stays so, even when the timeout is reported slowly."""

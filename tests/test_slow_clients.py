@@ -91,6 +91,7 @@ def _open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+@pytest.mark.slow
 def test_slow_and_silent_clients_do_not_starve_scrapes(daemon):
     port, pid = daemon
     deadline = time.monotonic() + 90
@@ -133,6 +134,7 @@ def test_slow_and_silent_clients_do_not_starve_scrapes(daemon):
             conn.close()
 
 
+@pytest.mark.slow
 def test_burst_of_500_connections_is_accepted_and_served(daemon):
     port = daemon[0]
     conns, waits = [], []
@@ -186,6 +188,7 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 def test_answers_nobody_reads_hold_little_and_scrapes_go_on(daemon):
     """Issue 34: 250 connections that each pipelined 8 GET /windows (100 ended windows, 739 KB an
     answer) and read nothing took RSS from 200 to 439 MiB, scrapes to 1.35-2.0 s. Here 60 ended

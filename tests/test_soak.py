@@ -76,6 +76,7 @@ def _load(port: int, scrapes: int, jobs: int) -> None:
     assert errors == []
 
 
+@pytest.mark.slow
 def test_soak_20000_scrapes_50_stress_jobs(settings):
     if importlib.util.find_spec("torch") is None:  # the API needs torch installed; this worker never loads it
         pytest.skip("torch not installed")

@@ -60,6 +60,7 @@ def daemon(settings):
     d.stop()
 
 
+@pytest.mark.slow
 def test_matmul_through_the_api_records_cpu_load(daemon):
     port = daemon.port
     assert wait_until(lambda: b"warptd_device_utilization_ratio{" in http(port, "GET", "/metrics")[2])
@@ -94,6 +95,7 @@ def test_matmul_through_the_api_records_cpu_load(daemon):
     assert value(samples, "warptd_stress_runs_total", test="matmul", status="succeeded") == 1
 
 
+@pytest.mark.slow
 def test_memory_bandwidth(daemon):
     status, _, body = post(daemon.port, {"test": "memory", "duration_s": 1, "size": 32})
     assert status == 202 and body["params"]["device"] == "cpu:0"  # no accelerator: the CPU
@@ -104,6 +106,7 @@ def test_memory_bandwidth(daemon):
     assert workload["throughput"] > 1e8
 
 
+@pytest.mark.slow
 def test_busy_device_409_and_cancel_within_2s(daemon):
     status, _, first = post(daemon.port, {"test": "matmul", "duration_s": 60, "size": 256})
     assert status == 202
@@ -119,6 +122,7 @@ def test_busy_device_409_and_cancel_within_2s(daemon):
     assert status == 202  # the device is free again
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("payload", "code", "message"),
     [
@@ -145,12 +149,14 @@ def test_bad_input_is_a_clear_error_and_starts_nothing(daemon, payload, code, me
     assert json.loads(http(daemon.port, "GET", "/stress")[2])["jobs"] == []
 
 
+@pytest.mark.slow
 def test_body_over_64k_is_413(daemon):
     status, _, body = post(daemon.port, b'{"test": "' + b"x" * 70_000 + b'"}')
     assert status == 413 and body["limit_bytes"] == 65536
     assert json.loads(http(daemon.port, "GET", "/stress")[2])["jobs"] == []
 
 
+@pytest.mark.slow
 def test_token_required_when_configured(settings):
     settings.backends = ["cpu"]
     settings.stress_token = "s3cret-token"
@@ -172,6 +178,7 @@ def test_token_required_when_configured(settings):
         d.stop()
 
 
+@pytest.mark.slow
 def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
     monkeypatch.setattr(supervise, "STARTUP_GRACE_S", 3.0)
     outcomes = {}
@@ -190,6 +197,7 @@ def test_failing_workloads_leave_the_daemon_healthy(daemon, monkeypatch):
     assert value(samples, "warptd_stress_runs_total", test="selfkill", status="failed") == 1
 
 
+@pytest.mark.slow
 def test_no_torch_is_503_with_install_hint(daemon, monkeypatch, capsys):
     """Issue 23: the pip command names this server's paths, so it goes to the log only; issue 33:
     the client is told which extra to install, as this warptd was installed (here a checkout)."""
@@ -201,6 +209,7 @@ def test_no_torch_is_503_with_install_hint(daemon, monkeypatch, capsys):
     assert install_command("stress") in capsys.readouterr().out  # the daemon's log has it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "payload",
     [
@@ -219,6 +228,7 @@ def test_a_bad_request_is_422_before_torch_is_looked_for(daemon, monkeypatch, pa
     assert str(ROOT) not in body["error"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
@@ -246,6 +256,7 @@ def test_an_unterminated_string_of_escaped_quotes_is_checked_in_linear_time():
         assert time.monotonic() - started < 2.0
 
 
+@pytest.mark.slow
 def test_no_stress_turns_the_endpoints_off(settings):
     settings.backends = ["cpu"]
     settings.stress = False
@@ -260,11 +271,13 @@ def test_no_stress_turns_the_endpoints_off(settings):
         d.stop()
 
 
+@pytest.mark.slow
 def test_unknown_job_is_404(daemon):
     assert http(daemon.port, "GET", "/stress/nope")[0] == 404
     assert http(daemon.port, "DELETE", "/stress/nope")[0] == 404
 
 
+@pytest.mark.slow
 def test_a_worker_that_lingers_after_its_result_costs_the_daemon_no_cpu(daemon):
     cpu_before = time.process_time()
     status, _, body = post(daemon.port, {"test": "linger", "duration_s": 1})
@@ -274,6 +287,7 @@ def test_a_worker_that_lingers_after_its_result_costs_the_daemon_no_cpu(daemon):
     assert time.process_time() - cpu_before < 1.0  # the monitor waits, it does not spin on a closed pipe
 
 
+@pytest.mark.slow
 def test_a_failed_spawn_leaves_the_device_free(daemon, monkeypatch):
     def refuse(self):
         raise OSError(11, "Resource temporarily unavailable")
@@ -287,6 +301,7 @@ def test_a_failed_spawn_leaves_the_device_free(daemon, monkeypatch):
     assert status == 202  # not 409: nothing stayed busy
 
 
+@pytest.mark.slow
 def test_history_keeps_exactly_the_configured_number(settings):
     settings.backends = ["cpu"]
     settings.stress_history = 2
@@ -315,6 +330,7 @@ def test_history_keeps_exactly_the_configured_number(settings):
         d.stop()
 
 
+@pytest.mark.slow
 def test_the_first_response_has_the_resolved_dtype_and_size(daemon):
     """The defaults are chosen before the job exists: float32 and n=2048 on the CPU, at once."""
     status, _, body = post(daemon.port, {"test": "matmul", "duration_s": 30})
@@ -326,6 +342,7 @@ def test_the_first_response_has_the_resolved_dtype_and_size(daemon):
     assert wait_done(daemon.port, body["id"])["workload"]["dtype"] == "float32"
 
 
+@pytest.mark.slow
 def test_a_cpu_only_node_names_no_workload_it_cannot_run(daemon):
     """No tt_matmul series, and the list of tests in an error leaves it out too."""
     body = http(daemon.port, "GET", "/metrics")[2].decode()
@@ -335,6 +352,7 @@ def test_a_cpu_only_node_names_no_workload_it_cannot_run(daemon):
     assert status == 422 and "matmul" in error["error"] and "tt_matmul" not in error["error"]
 
 
+@pytest.mark.slow
 def test_a_run_is_also_a_recording_with_its_throughput(daemon):
     """The stress result carries the shared recording schema; its device is sampled faster while it runs."""
     status, _, body = post(daemon.port, {"test": "memory", "duration_s": 1, "size": 16})
@@ -356,6 +374,7 @@ def test_a_run_is_also_a_recording_with_its_throughput(daemon):
     assert daemon.sampler.watches.devices("cpu") == set() and not daemon.sampler.fast_sampling("cpu")
 
 
+@pytest.mark.slow
 def test_a_failed_runs_recording_ends_and_carries_its_error_into_the_report(daemon, monkeypatch):
     """A worker that fails while it starts (before its timed part) and one that fails while it runs:
     each recording is ended (not open), says failed and why, and its report shows both."""

@@ -36,6 +36,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_stress_cli_json():
     result = _run("--test", "matmul", "--device", "cpu:0", "--duration", "1", "--size", "256", "--json")
     assert result.returncode == 0, result.stderr
@@ -44,6 +45,7 @@ def test_stress_cli_json():
     assert view["telemetry"]["samples"] >= 2
 
 
+@pytest.mark.slow
 def test_stress_cli_table_and_progress():
     result = _run("--test", "memory", "--device", "cpu:0", "--duration", "2", "--size", "16")
     assert result.returncode == 0, result.stderr
@@ -51,6 +53,7 @@ def test_stress_cli_table_and_progress():
     assert "/2 s" in result.stderr  # progress lines (no TTY: one every 2 s)
 
 
+@pytest.mark.slow
 def test_stress_cli_bad_input_exit_2():
     result = _run("--test", "matmul", "--device", "cpu:0", "--dtype", "tf32", "--duration", "1")
     assert result.returncode == 2 and "tf32" in result.stderr

@@ -23,6 +23,7 @@ from warptd.stress.registry import discover_tests
 from warptd.stress.telemetry import TelemetryRecorder
 
 
+@pytest.mark.slow
 def test_discovery_finds_the_workloads_without_importing_torch():
     code = (
         "import sys; from warptd.stress.registry import discover_tests; t = discover_tests();"
@@ -122,6 +123,7 @@ def test_a_run_on_an_idle_gpu_records_no_throttling(make_rig, fake_nvml):
     assert summary.throttle_seconds == {}
 
 
+@pytest.mark.slow
 def test_peak_power_is_the_peak_of_instant_readings_not_of_one_second_averages(make_rig, fake_nvml):
     """On Ampere and newer nvmlDeviceGetPowerUsage averages a second: a short spike barely shows there."""
     rig = make_rig("nvidia")
@@ -180,6 +182,7 @@ def test_remote_clients_need_a_token():
     assert not is_loopback("10.1.2.3") and not is_loopback("::ffff:10.0.0.1")
 
 
+@pytest.mark.slow
 def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
     settings.backends = ["nvidia", "cpu"]
     d = Daemon(settings)
@@ -234,6 +237,7 @@ def test_token_in_x_stress_token_when_authorization_carries_basic_auth():
     assert info.value.status == 401
 
 
+@pytest.mark.slow
 def test_stress_devices_follow_a_rediscovery(settings, fake_nvml):
     settings.backends = ["nvidia"]
     d = Daemon(settings)
@@ -271,6 +275,7 @@ def test_the_default_test_is_the_one_that_runs_on_the_device():
     assert manager.parameters("memory", "cpu:0", 1.0, None, None).test == "memory"  # as asked
 
 
+@pytest.mark.slow
 def test_defaults_are_resolved_in_the_daemon_without_torch():
     """bfloat16 from NVIDIA compute capability 8.0 and on ROCm, float16 before, float32 on the CPU."""
     from warptd.stress.base import DeviceRef

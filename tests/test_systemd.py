@@ -5,10 +5,13 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from warptd.daemon import Daemon
 from warptd.systemd import Notifier
 
 
+@pytest.mark.slow
 def test_ready_and_watchdog_over_a_real_notify_socket(settings, tmp_path, monkeypatch):
     path = tmp_path / "notify.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -53,9 +53,7 @@ def fake_luwen(sysfs):
         yield fake
 
 
-@pytest.fixture
-def rig(make_rig, fake_luwen):
-    return make_rig("tenstorrent")
+pytestmark = pytest.mark.rig("tenstorrent", doubles=["fake_luwen"])
 
 
 @pytest.fixture
@@ -312,6 +310,7 @@ def test_double_is_the_real_api():
             chip.arc_msg(0x90)
 
 
+@pytest.mark.slow
 def test_exposition_passes_promtool(rig):
     rig.tick()
     body = rig.exposition.render(None, None)[0]

@@ -106,6 +106,7 @@ def _client(pki: Path, with_cert: bool = False) -> ssl.SSLContext:
     return context
 
 
+@pytest.mark.slow
 def test_tls_serves_metrics_and_refuses_plain_http(settings, tmp_path, pki):
     tls = {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key")}
     daemon = _daemon(settings, tmp_path, {"tls_server_config": tls})
@@ -120,6 +121,7 @@ def test_tls_serves_metrics_and_refuses_plain_http(settings, tmp_path, pki):
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_mutual_tls_requires_a_client_certificate(settings, tmp_path, pki):
     tls = {
         "cert_file": str(pki / "server.crt"),
@@ -136,6 +138,7 @@ def test_mutual_tls_requires_a_client_certificate(settings, tmp_path, pki):
         daemon.stop()
 
 
+@pytest.mark.slow
 def test_basic_auth_on_every_endpoint_with_bcrypt_users(settings, tmp_path, pki):
     hashed = bcrypt.hashpw(b"scrape-me", bcrypt.gensalt(rounds=4)).decode()
     tls = {"cert_file": str(pki / "server.crt"), "key_file": str(pki / "server.key")}
@@ -154,6 +157,7 @@ def test_basic_auth_on_every_endpoint_with_bcrypt_users(settings, tmp_path, pki)
         daemon.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("config", "message"),
     [
@@ -174,6 +178,7 @@ def test_bad_web_config_fails_the_start_with_one_line(settings, tmp_path, config
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_basic_auth_survives_hostile_input(settings, tmp_path, pki):
     from warptd.http.webconfig import BasicAuth
 
@@ -186,6 +191,7 @@ def test_basic_auth_survives_hostile_input(settings, tmp_path, pki):
     assert auth.check("Basic " + base64.b64encode(b"u:pw").decode()) is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("config", "message"),
     [
@@ -206,6 +212,7 @@ def test_configs_that_would_lock_everyone_out_are_refused(settings, tmp_path, pk
         Daemon(settings)
 
 
+@pytest.mark.slow
 def test_tls_clients_that_never_handshake_do_not_delay_scrapes(pki):
     """200 sockets that never start their handshake and 50 that stop halfway through the ClientHello:
     HTTPS scrapes meanwhile are served at once, and the stalled ones hold no connection slot."""

@@ -79,9 +79,7 @@ def runtime(libtpu, monkeypatch, settings) -> Iterator[RuntimeServer]:
     server.stop()
 
 
-@pytest.fixture
-def rig(make_rig, three_chips, runtime):
-    return make_rig("tpu")
+pytestmark = pytest.mark.rig("tpu", doubles=["three_chips", "runtime"])
 
 
 def errors(samples, kind: str) -> float:
@@ -353,6 +351,7 @@ def test_this_machine_has_no_tpu():
         TpuBackend(load_settings(listen="127.0.0.1:0", sysfs="/sys"))
 
 
+@pytest.mark.slow
 def test_exposition_passes_promtool(rig):
     rig.tick()
     body = rig.exposition.render(None, None)[0]

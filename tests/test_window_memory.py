@@ -167,6 +167,7 @@ def test_the_listing_carries_summaries_only(make_daemon):
     assert listed[0].targets[0].samples >= 3
 
 
+@pytest.mark.slow
 def test_ended_windows_give_their_memory_back(make_daemon, monkeypatch):
     """Beyond the newest few, an ended window's series is released: the accounted bytes fall to
     the newest few's, and to nothing once those are gone too."""

@@ -83,6 +83,7 @@ def target(recording: dict, target_id: str) -> dict:
     return next(t for t in recording["targets"] if t["id"] == target_id)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seconds", [2.0, 0.45])
 def test_a_window_is_the_drivers_counter_at_its_edges_within_half_a_percent(make_daemon, gpus, seconds):
     """Read at the window's edges whatever the counter's own cadence (once a second), so a window of
@@ -116,6 +117,7 @@ def test_a_window_is_the_drivers_counter_at_its_edges_within_half_a_percent(make
     assert ended["energy_joules"] == pytest.approx(total, abs=sum(WATTS.values()) * 0.25)
 
 
+@pytest.mark.slow
 def test_default_targets_are_the_accelerators_and_cpu_packages(make_daemon, sysfs):
     daemon = make_daemon()
     opened = open_window(daemon.port, name="all")
@@ -130,6 +132,7 @@ def test_default_targets_are_the_accelerators_and_cpu_packages(make_daemon, sysf
     assert ended["energy_joules"] == pytest.approx(gpus + 40.0)
 
 
+@pytest.mark.slow
 def test_windows_nest_and_overlap(make_daemon):
     daemon = make_daemon()
     outer = open_window(daemon.port, name="outer", devices=["nvidia:0"])
@@ -153,6 +156,7 @@ def test_windows_nest_and_overlap(make_daemon):
     assert all(t["points"] == [] for w in listing["windows"] for t in w["targets"])
 
 
+@pytest.mark.slow
 def test_get_shows_an_open_window_live(make_daemon):
     daemon = make_daemon()
     opened = open_window(daemon.port, name="live", devices=["nvidia:1"])
@@ -166,6 +170,7 @@ def test_get_shows_an_open_window_live(make_daemon):
     end_window(daemon.port, opened["id"])
 
 
+@pytest.mark.slow
 def test_faster_sampling_switches_on_for_the_windowed_device_only(make_daemon):
     daemon = make_daemon()
     reads: Counter[tuple[str, int]] = Counter()
@@ -193,6 +198,7 @@ def test_faster_sampling_switches_on_for_the_windowed_device_only(make_daemon):
         assert reads[("nvidia", 0)] <= 3  # back to --interval once the last window ended
 
 
+@pytest.mark.slow
 def test_fast_sampling_stays_on_until_the_last_window_on_the_device_ends(make_daemon):
     daemon = make_daemon()
     first = open_window(daemon.port, name="a", devices=["nvidia:0"])
@@ -204,6 +210,7 @@ def test_fast_sampling_stays_on_until_the_last_window_on_the_device_ends(make_da
     assert not daemon.sampler.fast_sampling("nvidia") and not daemon.sampler.fast_sampling("rapl")
 
 
+@pytest.mark.slow
 def test_a_device_lost_mid_window_keeps_its_energy_so_far(make_daemon, gpus):
     daemon = make_daemon()
     opened = open_window(daemon.port, name="lossy", devices=["nvidia:0", "nvidia:1"])
@@ -218,6 +225,7 @@ def test_a_device_lost_mid_window_keeps_its_energy_so_far(make_daemon, gpus):
     assert alive["energy_joules"] == pytest.approx(300 * ended["duration_seconds"], abs=300 * 0.2)
 
 
+@pytest.mark.slow
 def test_a_window_with_one_sample_counts_power_times_duration(make_daemon, gpus):
     """GPU 0 hangs while the window opens, past --sample-timeout: its open read and the fast job's
     first read are given up on, and the next fast read is a minute away. Only the end's read lands:
@@ -238,6 +246,7 @@ def test_a_window_with_one_sample_counts_power_times_duration(make_daemon, gpus)
     assert gpu["energy_counter_joules"] is None and ended["energy_joules"] == gpu["energy_joules"]
 
 
+@pytest.mark.slow
 def test_a_window_ends_by_itself_at_the_maximum_duration(make_daemon):
     daemon = make_daemon(window_max_duration=1)
     opened = open_window(daemon.port, name="forgotten", devices=["nvidia:0"])
@@ -248,6 +257,7 @@ def test_a_window_ends_by_itself_at_the_maximum_duration(make_daemon):
     assert call(daemon.port, "POST", f"/windows/{opened['id']}/end")[0] == 409
 
 
+@pytest.mark.slow
 def test_open_windows_and_history_are_bounded(make_daemon):
     daemon = make_daemon(window_max_open=2, window_history=2)
     ids = [open_window(daemon.port, name=f"w{i}", devices=["nvidia:0"])["id"] for i in range(2)]
@@ -262,6 +272,7 @@ def test_open_windows_and_history_are_bounded(make_daemon):
     assert [w["name"] for w in call(daemon.port, "GET", "/windows")[1]["windows"]] == ["w2", "w1"]
 
 
+@pytest.mark.slow
 def test_the_listing_comes_in_pages_of_at_most_100(make_daemon):
     """With 100 ended windows GET /windows answered 739 KB: a listing is now a page (20 by default,
     100 at most), open windows first, then ended ones, newest first, with the total and the next."""
@@ -283,6 +294,7 @@ def test_the_listing_comes_in_pages_of_at_most_100(make_daemon):
         assert status == 422 and "invalid page request" in body["error"], bad
 
 
+@pytest.mark.slow
 def test_only_the_newest_ended_windows_keep_their_time_series(make_daemon, monkeypatch):
     """The history keeps every ended window's summary, and the samples of the newest few only."""
     from warptd.recording import windows
@@ -300,6 +312,7 @@ def test_only_the_newest_ended_windows_keep_their_time_series(make_daemon, monke
         assert gpu["energy_joules"] == recording["targets"][0]["energy_joules"]  # the summary stays
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("payload", "status", "message"),
     [
@@ -330,6 +343,7 @@ def test_bad_requests_are_refused_and_start_nothing(make_daemon, payload, status
     assert daemon.sampler.watches.devices("nvidia") == set()
 
 
+@pytest.mark.slow
 def test_other_4xx(make_daemon):
     daemon = make_daemon()
     port = daemon.port
@@ -348,6 +362,7 @@ def test_other_4xx(make_daemon):
     assert status == 409 and "already ended" in body["error"]
 
 
+@pytest.mark.slow
 def test_deep_nesting_is_400_and_http10_without_host_is_403(make_daemon):
     import socket
 
@@ -395,6 +410,7 @@ def test_remote_clients_need_the_token():
     assert wrong.value.status == 401
 
 
+@pytest.mark.slow
 def test_the_token_protects_windows_on_the_daemon(make_daemon):
     daemon = make_daemon(stress_token="s3cret")
     assert call(daemon.port, "POST", "/windows", {"name": "a"})[0] == 401
@@ -410,6 +426,7 @@ def test_the_token_protects_windows_on_the_daemon(make_daemon):
     assert call(daemon.port, "GET", f"/windows/{body['id']}")[0] == 200  # reading needs no token
 
 
+@pytest.mark.slow
 def test_no_windows_turns_the_endpoints_off(make_daemon):
     daemon = make_daemon(windows=False)
     status, body = call(daemon.port, "POST", "/windows", {"name": "a"})
@@ -418,6 +435,7 @@ def test_no_windows_turns_the_endpoints_off(make_daemon):
     assert not select(parse(http(daemon.port, "GET", "/metrics")[2].decode()), "warptd_windows_open")
 
 
+@pytest.mark.slow
 def test_window_metrics_only_name_allowed_windows_and_pass_promtool(make_daemon):
     daemon = make_daemon(window_energy_names=["epoch"], carbon_intensity=400.0, energy_price=0.25)
     samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
@@ -447,6 +465,7 @@ def test_window_metrics_only_name_allowed_windows_and_pass_promtool(make_daemon)
     assert b"# TYPE warptd_window_energy_joules histogram" in openmetrics
 
 
+@pytest.mark.slow
 def test_a_window_report_draws_the_window_s_own_samples_in_chromium(make_daemon, tmp_path):
     """GET /windows/ID/report: the recording the window returned, drawn point for point in a real
     browser; an open window's report is of what it recorded so far; an unknown one is a JSON 404."""

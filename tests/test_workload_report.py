@@ -251,6 +251,7 @@ def _named(kind: str, workload_id: str) -> Request:
     return named
 
 
+@pytest.mark.slow
 def test_a_daemons_job_report_opens_in_chromium_with_the_jobs_joules_and_charts(
     node, fake_nvml, tmp_path, capsys
 ):
@@ -437,6 +438,7 @@ def test_the_cli_refuses_report_outputs_it_cannot_write_or_without_an_id(tmp_pat
     assert not list(tmp_path.iterdir())  # nothing written, nothing asked of a daemon
 
 
+@pytest.mark.slow
 def test_the_recording_memory_setting_reads_sizes_and_zero_keeps_none(node, fake_nvml, tmp_path):
     from warptd.arguments import build_parser
     from warptd.cli import _settings

@@ -486,6 +486,7 @@ def test_kinds_and_the_cap(node, monitor, fake_nvml):
     assert value(rig.scrape(), DROPPED) == 2
 
 
+@pytest.mark.slow
 def test_series_are_promtool_clean_and_name_no_command_line(rig, node, fake_nvml):
     layouts(node, fake_nvml)
     node.cpu(CpuCgroup("/system.slice/ollama.service"), 0)
@@ -517,6 +518,7 @@ def workloads_daemon(node: Node, tmp_path: Path):
     return daemon
 
 
+@pytest.mark.slow
 def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_one(
     node, fake_nvml, tmp_path, capsys
 ):

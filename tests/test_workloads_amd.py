@@ -310,6 +310,7 @@ def test_engine_time_needs_a_baseline_per_process():
     }
 
 
+@pytest.mark.slow
 def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):
     two_jobs(node, fake, a=FakeProcess(1001, gfx_busy=0.5))
     settings.backends, settings.workloads = ["amd"], True
@@ -332,6 +333,7 @@ def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):
         assert_promtool_clean(http(daemon.port, "GET", "/metrics")[2])
 
 
+@pytest.mark.slow
 def test_without_amdsmi_the_daemon_runs_with_no_amd_source(settings, node):
     settings.backends, settings.workloads = ["amd"], True
     settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs

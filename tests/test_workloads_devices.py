@@ -298,6 +298,7 @@ def test_a_drm_gpu_without_engine_time_is_split_by_memory_and_one_without_uuid_b
 
 
 # -- the scan: unreadable processes, pid reuse, the bound ----------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("refused", ["open", "readlink"])
 def test_unreadable_fd_directories_are_skipped_and_counted(node, sysfs, tenstorrent, monkeypatch, refused):
     """Without CAP_SYS_PTRACE another user's process is refused: a daemon not running as root cannot
@@ -447,6 +448,7 @@ def test_fdinfo_units_aliases_and_the_spec_rules():
     assert share(read(10**9 + 7 * 10**8), 3 * 10**9) == pytest.approx(0.2)
 
 
+@pytest.mark.slow
 def test_a_daemon_with_workloads_attributes_a_drm_gpu_from_the_kernel(node, files, tmp_path):
     """End to end: --workloads on a real daemon with only the sysfs GPU backend (no NVML): its scanner
     thread finds the job on the render node and the sampler's energy goes to it."""

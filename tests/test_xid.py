@@ -112,6 +112,7 @@ def test_nvml_absent_means_no_monitor():
     assert open_xid_monitor() is None  # the real nvidia-ml-py on this machine: no driver
 
 
+@pytest.mark.slow
 def test_stop_returns_within_two_seconds_and_frees_the_set(fake_nvml):
     monitor = open_xid_monitor()  # the daemon's 1 s wait
     monitor.start()
@@ -136,6 +137,7 @@ def test_reopened_nvml_is_registered_again_and_counts_survive(monitor, fake_nvml
     assert wait_until(lambda: xid_count(monitor, 1, 94) == 2, timeout=5)
 
 
+@pytest.mark.slow
 def test_reopen_never_frees_a_set_while_it_is_waited_on(fake_nvml):
     """A reopen (after a lost GPU) shuts NVML down, which frees every event set: it must wait for a
     wait in progress and let none start, else the driver is asked to wait on freed memory."""
@@ -208,6 +210,7 @@ def test_a_lost_gpu_does_not_end_the_thread(monitor, fake_nvml):
     assert wait_until(lambda: xid_count(monitor, 0, 74) == 1, timeout=5)
 
 
+@pytest.mark.slow
 def test_exposition_is_promtool_clean(monitor, fake_nvml):
     fake_nvml.gpus[0].events.append((XID, 119))
     assert wait_until(lambda: xid_count(monitor, 0, 119) == 1, timeout=5)

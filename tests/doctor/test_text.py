@@ -45,6 +45,7 @@ def report(tmp_path_factory) -> DoctorReport:
     return DoctorReport.model_validate_json(out.getvalue())
 
 
+@pytest.mark.slow
 def test_it_leads_with_the_two_answers_in_plain_words(report):
     lines = render(report).splitlines()
     assert lines[0].startswith("warptd doctor, node ")

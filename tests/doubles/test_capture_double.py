@@ -116,6 +116,7 @@ def test_each_answer_is_as_captured(replayed):
     assert fields[91].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
 
 
+@pytest.mark.slow
 def test_counters_move_at_their_captured_rates(replayed):
     _fake, _said, handle = replayed
     began = _fields(handle, 83, 197)

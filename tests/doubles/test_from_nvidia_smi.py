@@ -123,6 +123,7 @@ def test_prices_and_refresh_periods_are_the_h200s_named_in_the_header() -> None:
     assert "real-h200.md" in capture.source_of(energy).detail
 
 
+@pytest.mark.slow
 def test_the_command_writes_a_capture_that_reads_back_the_same(tmp_path: Path) -> None:
     out = tmp_path / "l40s.json"
     source = SOURCES / "linux-x86_64__nvidia-l40s__595.80.txt"

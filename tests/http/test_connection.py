@@ -107,6 +107,7 @@ def test_requests_pipelined_on_a_reset_connection_are_not_answered(caplog):
     assert not [r for r in caplog.records if r.name == "asyncio"]
 
 
+@pytest.mark.slow
 def test_content_length_beside_transfer_encoding_is_refused_and_closed():
     """RFC 9112 §6.1: a proxy trusting the length would read the rest as another request (smuggling).
     It was answered by the chunked framing and the connection kept open for the next."""
@@ -124,6 +125,7 @@ def test_content_length_beside_transfer_encoding_is_refused_and_closed():
         assert exchange(server.port, chunked + b"5\r\nhello\r\n0\r\n\r\n").endswith(b"hello")  # alone: fine
 
 
+@pytest.mark.slow
 def test_only_http_1_is_served():
     router = Router()
     router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
@@ -135,6 +137,7 @@ def test_only_http_1_is_served():
         assert exchange(server.port, b"GET /metrics HTTP/1.0\r\n\r\n").endswith(b"up 1\n")
 
 
+@pytest.mark.slow
 def test_an_absolute_form_target_names_the_host():
     """RFC 9112 §3.2.2: the host of ``POST http://evil.example/windows`` is evil.example, whatever
     Host says; it passed the loopback check with ``Host: localhost``."""
@@ -170,6 +173,7 @@ def test_an_absolute_form_target_names_the_host():
             assert reply.startswith(b"HTTP/1.1 400 "), target
 
 
+@pytest.mark.slow
 def test_a_400_names_the_fault_without_the_clients_bytes():
     """h11's messages end with a repr of what it refused (``bytearray(b'...')``), echoed to the client."""
     router = Router()

@@ -120,6 +120,7 @@ def test_known_credentials_never_wait_behind_password_checks(monkeypatch):
         assert held.calls == 6  # the known credentials never reached bcrypt
 
 
+@pytest.mark.slow
 def test_one_address_holds_a_bounded_share_of_the_checks(monkeypatch):
     """Past CHECKS_PER_CLIENT checks under way, an address gets 429 (after the refusal delay), so its
     flood queues no further ahead of another client's first login."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from warptd.metrics import docs
+from warptd.metrics import docs, nvidia
 from warptd.metrics.series_counts import MODELS
 
 ROOT = Path(__file__).parents[2]
@@ -48,3 +48,35 @@ def test_the_agent_queue_carries_twice_every_family_of_its_nodes_at_a_one_second
     comment = AGENT.read_text()
     assert f"about {docs.about(samples['default'])} samples a second" in comment
     assert f"{docs.about(samples['every'])} with every family" in comment
+
+
+def _ids_named(line: str) -> set[int]:
+    """The field ids a line of the NVIDIA reads table names: ``fields 32-34, 39`` and ``NAME (94)``."""
+    ids: set[int] = set(map(int, re.findall(r"\((\d+)\)", line)))
+    for listed in re.findall(r"fields ([\d, -]+)", line):
+        for span in listed.split(","):
+            first, _, last = span.strip().partition("-")
+            ids.update(range(int(first), int(last or first) + 1))
+    return ids
+
+
+def test_numbered_names_and_ranges_are_folded():
+    assert docs._ranges([34, 32, 33, 39, 41, 40]) == "32-34, 39-41"
+    assert docs._names(["NVDEC_0_UTIL", "NVDEC_1_UTIL", "NVDEC_2_UTIL", "SM_UTIL"]) == [
+        "NVDEC_{0-2}_UTIL",
+        "SM_UTIL",
+    ]
+    assert docs._names(["nvmlDeviceGetFanSpeed_v2"]) == ["nvmlDeviceGetFanSpeed_v2"]
+
+
+def test_the_table_of_nvidia_reads_names_every_row_and_no_other_field():
+    lines = {line.split("`")[1]: line for line in docs._nvidia_reads().splitlines() if line.startswith("| `")}
+    for spec in {row.metric for row in nvidia.ROWS}:
+        rows = [row for row in nvidia.ROWS if row.metric is spec]
+        fields = {row.source.id for row in rows if isinstance(row.source, nvidia.Field)}
+        assert _ids_named(lines[spec.name]) == fields, spec.name
+        for row in rows:
+            if not isinstance(row.source, nvidia.Field):
+                assert re.sub(r"\d+", "", row.source.name) in re.sub(
+                    r"\{[\d, -]+\}|\d+", "", lines[spec.name]
+                )

@@ -221,6 +221,7 @@ def test_a_workloads_energy_is_split_right_when_processes_come_and_go_between_tw
         monitor.stop()
 
 
+@pytest.mark.slow
 def test_the_daemon_hands_the_setting_to_the_monitor_and_a_reload_changes_it(fake_nvml, tmp_path):
     from warptd.config import RELOADABLE, load_settings
     from warptd.daemon import Daemon

@@ -448,6 +448,7 @@ def test_a_total_saved_with_its_start_is_bounded_by_it_and_one_without_by_the_fi
     assert saved["old"]["since"] == FIRST_STATE_FILE and saved["kept"]["since"] == pytest.approx(now - 1e6)
 
 
+@pytest.mark.slow
 def test_a_restarted_daemon_over_the_same_driver_counts_the_gap_at_the_power_drawn(tmp_path):
     """SIGKILL, 3 s down, restart: each GPU gained ~4,600 J over 4.4 s (1,040 W on a node drawing
     100-170 W), partly because the double's counter restarted with each daemon, which no driver's

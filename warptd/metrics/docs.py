@@ -5,10 +5,11 @@ markers) from the same measured series counts."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Callable
 
-from warptd.metrics import cadence
+from warptd.metrics import cadence, nvidia
 from warptd.metrics.catalog import EVERY, MetricSpec
 from warptd.metrics.selection import DEFAULT_EXCLUDE
 from warptd.metrics.series_counts import GPUS_PER_NODE, MODELS, NODE_SERIES, SERIES_PER_GPU
@@ -107,6 +108,75 @@ def _buckets(spec: MetricSpec) -> str:
     return " Buckets (`le`): " + ", ".join(f"{b:g}" for b in spec.buckets) + ", +Inf."
 
 
+_NVIDIA_READS = """
+## What NVIDIA's table reads
+
+Each family below is filled from rows of `warptd/metrics/nvidia.py`: NVML field ids of
+`nvmlDeviceGetFieldValues` (one alone by its `NVML_FI_*` name in nvml.h), GPM metrics
+(`NVML_GPM_METRIC_*`) or the calls named, each in the unit it answers in (the family's own where
+none is given) and converted to the family's base unit. What every backend reads through its device
+object (power, memory, clocks, temperatures, energy) is in [telemetry.md](telemetry.md).
+
+| metric | read |
+|---|---|
+"""
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[32, 33, 34, 39]`` as ``32-34, 39``."""
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _names(names: list[str]) -> list[str]:
+    """Names that differ only in one number (an engine's, a link's) as one: ``NVDEC_{0-7}``."""
+    numbered: dict[str, list[int]] = {}
+    for name in names:
+        numbers = re.findall(r"\d+", name)
+        key = re.sub(r"\d+", "{}", name) if len(numbers) == 1 else name
+        numbered.setdefault(key, []).extend(map(int, numbers if key != name else []))
+    return [
+        key.replace("{}", "{" + _ranges(ns) + "}") if len(set(ns)) > 1 else key.format(*ns[:1])
+        for key, ns in numbered.items()
+    ]
+
+
+def _sources(rows: list[nvidia.Row]) -> str:
+    """What a family's rows read, by unit: field ids, GPM metrics and calls (with their arguments)."""
+    fields: dict[str, dict[int, str]] = {}
+    named: dict[str, dict[str, list[str]]] = {}
+    for row in rows:
+        if isinstance(row.source, nvidia.Field):
+            fields.setdefault(row.unit, {})[row.source.id] = row.source.name
+        else:
+            arguments = named.setdefault(row.unit, {}).setdefault(row.source.name, [])
+            arguments.extend([row.source.argument] if getattr(row.source, "argument", "") else [])
+    parts = []
+    for unit, ids in fields.items():
+        one = next(iter(ids.items()))
+        read = f"`{one[1]}` ({one[0]})" if len(ids) == 1 else f"fields {_ranges(list(ids))}"
+        parts.append(read + (f" in {unit}" if unit else ""))
+    for unit, calls in named.items():
+        reads = [f"`{name}`" for name in _names([name for name, given in calls.items() if not given])]
+        reads += [f"`{name}` ({', '.join(dict.fromkeys(given))})" for name, given in calls.items() if given]
+        parts.append(", ".join(reads) + (f" in {unit}" if unit else ""))
+    return "; ".join(parts)
+
+
+def _nvidia_reads() -> str:
+    """The table of what each family of NVIDIA's rows is read from."""
+    by_family: dict[MetricSpec, list[nvidia.Row]] = {}
+    for row in nvidia.ROWS:
+        by_family.setdefault(row.metric, []).append(row)
+    lines = [f"| `{spec.name}` | {_sources(rows)} |" for spec, rows in by_family.items()]
+    return _NVIDIA_READS + "\n".join(lines) + "\n"
+
+
 def render_markdown() -> str:
     rows = [
         f"| `{spec.name}` | {spec.type} | {', '.join(f'`{label}`' for label in spec.labels)} | "
@@ -114,7 +184,7 @@ def render_markdown() -> str:
         f"{'*opt-in.* ' if spec.name in DEFAULT_EXCLUDE else ''}{spec.help}{_buckets(spec)} |"
         for spec in EVERY
     ]
-    return _HEADER + "\n".join(rows) + "\n" + _choosing()
+    return _HEADER + "\n".join(rows) + "\n" + _choosing() + _nvidia_reads()
 
 
 # -- docs/deploy.md's fleet figures ---------------------------------------------------------------------

@@ -36,6 +36,7 @@ def _engines(samples, engine: str) -> dict[str, float]:
     return {s.labels["instance"]: s.value for s in select(samples, ENGINES, engine=engine, **DEV0)}
 
 
+@pytest.mark.slow
 def test_two_of_seven_busy_nvdecs_read_two_sevenths_where_the_gpu_s_average_is_exported(h100):
     rig, gpu = h100
     assert gpu.media_engines == {"nvdec": 7, "nvjpg": 7, "ofa": 1, "nvenc": 0}
