@@ -46,7 +46,7 @@ def live(tmp_path_factory):
         cgroupfs=node.cgroupfs,
     )
     daemon = Daemon(settings)
-    daemon.stress.tests.update(
+    daemon.stress.catalog.tests.update(
         {"matmul": "tests.stress_faults:RaisingTest", "memory": "tests.stress_faults:RaisingTest"}
     )
     daemon.start()

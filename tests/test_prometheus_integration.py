@@ -189,7 +189,7 @@ def test_every_dashboard_and_alert_query_with_the_nvml_double(nvml_stack):
             daemon.port, "POST", "/stress", json.dumps(payload).encode(), {"Content-Type": "application/json"}
         )
         assert status == 202
-        job = daemon.stress.get(json.loads(body)["id"])
+        job = daemon.stress.jobs.get(json.loads(body)["id"])
         assert job.done.wait(90) and job.ended_at is not None, job.error
         ended[test] = job.ended_at.timestamp()
     _wait_for_data(prom)

@@ -263,6 +263,6 @@ def test_a_vendor_package_of_its_own_is_on_metrics_without_any_other_file(settin
         assert value(samples, "warptd_device_power_watts", backend="acme", device="0") == 42.0
         assert value(samples, "warptd_device_temperature_celsius", backend="acme", sensor="asic") == 51.0
         assert value(samples, "warptd_power_watts", source="acme_power", domain="gpu0") == 42.0
-        assert make_job_manager(settings, daemon.loaded, daemon.snapshot).devices == {}
+        assert make_job_manager(settings, daemon.loaded, daemon.snapshot).catalog.devices == {}
     finally:
         daemon.stop()

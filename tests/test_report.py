@@ -21,7 +21,7 @@ from tests.recordings import HOSTILE, finished_job, sample_recording
 from warptd.cli import main
 from warptd.daemon import Daemon
 from warptd.http.app import HttpError, Request, Router
-from warptd.http.stress_routes import add_stress_routes
+from warptd.http.stress_routes import StressApi
 from warptd.recording.glance import throttle_intervals
 from warptd.recording.render import ReportError, render_report
 from warptd.recording.schema import Point, Recording
@@ -278,7 +278,7 @@ def test_stress_report_served_by_the_daemon_draws_in_chromium_under_its_csp(daem
 
 def test_report_route_says_stress_is_disabled_without_a_manager():
     router = Router()
-    add_stress_routes(router, None, lambda: None)
+    StressApi.add(router, None, lambda: None)
     request = Request("GET", "/stress/abc/report", {}, {}, b"", "127.0.0.1")
     with pytest.raises(HttpError) as refused:
         router.dispatch(request)

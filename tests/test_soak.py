@@ -86,7 +86,7 @@ def test_soak_20000_scrapes_50_stress_jobs(settings):
     configure_logging("warning", "json", io.StringIO())  # 20,000 debug access lines would dominate
     with fake.installed():
         daemon = Daemon(settings)
-        daemon.stress.tests["raise"] = "tests.stress_faults:RaisingTest"
+        daemon.stress.catalog.tests["raise"] = "tests.stress_faults:RaisingTest"
         daemon.start()
         try:
             assert wait_until(daemon.snapshot.ready, timeout=10)
@@ -104,6 +104,6 @@ def test_soak_20000_scrapes_50_stress_jobs(settings):
             assert growth < 5 * 2**20
             assert wait_until(lambda: threading.active_count() <= threads, timeout=10)
             assert wait_until(lambda: _fds() <= fds, timeout=10)
-            assert len(daemon.stress.list()) == 10  # bounded history
+            assert len(daemon.stress.jobs.list()) == 10  # bounded history
         finally:
             daemon.stop()

@@ -53,7 +53,7 @@ def daemon(settings):
     settings.backends = ["cpu"]
     settings.metrics_include = ["warptd_stress_running"]  # opt-in: a fleet's default leaves it out
     d = Daemon(settings)
-    d.stress.tests.update(FAULTS)
+    d.stress.catalog.tests.update(FAULTS)
     d.start()
     assert wait_until(lambda: http(d.port, "GET", "/readyz")[0] == 200)
     yield d
@@ -161,7 +161,7 @@ def test_token_required_when_configured(settings):
     settings.backends = ["cpu"]
     settings.stress_token = "s3cret-token"
     d = Daemon(settings)
-    d.stress.tests.update(FAULTS)
+    d.stress.catalog.tests.update(FAULTS)
     d.start()
     try:
         status, headers, body = post(d.port, {"test": "raise", "duration_s": 1})
@@ -295,7 +295,7 @@ def test_a_failed_spawn_leaves_the_device_free(daemon, monkeypatch):
     monkeypatch.setattr(supervise._SPAWN.Process, "start", refuse)
     status, _, body = post(daemon.port, {"test": "raise", "duration_s": 1})
     assert status == 503 and "could not start" in body["error"]
-    assert daemon.stress.list() == [] and daemon.stress.running() == []
+    assert daemon.stress.jobs.list() == [] and daemon.stress.jobs.running() == []
     monkeypatch.undo()
     status, _, body = post(daemon.port, {"test": "raise", "duration_s": 1})
     assert status == 202  # not 409: nothing stayed busy
@@ -306,7 +306,7 @@ def test_history_keeps_exactly_the_configured_number(settings):
     settings.backends = ["cpu"]
     settings.stress_history = 2
     d = Daemon(settings)
-    d.stress.tests.update(FAULTS)
+    d.stress.catalog.tests.update(FAULTS)
     d.start()
     try:
         ids = []
@@ -322,10 +322,10 @@ def test_history_keeps_exactly_the_configured_number(settings):
         assert page["next"] == "/stress?offset=1&limit=1"
         assert json.loads(http(d.port, "GET", page["next"])[2])["jobs"] == [listed[1]]
         status, _, body = post(d.port, {"test": "raise", "duration_s": 1})
-        assert len(d.stress.list()) == 3  # 2 finished kept + the one running
-        kept = [job.id for job in d.stress.list()]
+        assert len(d.stress.jobs.list()) == 3  # 2 finished kept + the one running
+        kept = [job.id for job in d.stress.jobs.list()]
         assert kept[0] == body["id"] and kept[1:] == [ids[3], ids[2]]  # newest first, 2 finished kept
-        assert all(j.recorder is None for j in d.stress.list()[1:])  # finished jobs keep only a summary
+        assert all(j.recorder is None for j in d.stress.jobs.list()[1:])  # finished jobs keep only a summary
     finally:
         d.stop()
 

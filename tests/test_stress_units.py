@@ -13,7 +13,7 @@ from tests.helpers import http
 from warptd.daemon import Daemon
 from warptd.http.app import HttpError, Request, Router
 from warptd.http.protection import is_loopback
-from warptd.http.stress_routes import add_stress_routes
+from warptd.http.stress_routes import StressApi
 from warptd.models import DeviceReading, Utilization
 from warptd.power.base import DomainPower, PowerSource
 from warptd.sampling.snapshot import DeviceSample
@@ -156,7 +156,7 @@ def test_recorder_ignores_samples_outside_the_run():
 )
 def test_browser_and_dns_rebinding_requests_are_refused(headers, body, status, message):
     router = Router()
-    add_stress_routes(router, JobManager([], {}), token=lambda: None)
+    StressApi.add(router, JobManager([], {}), token=lambda: None)
     with pytest.raises(HttpError) as info:
         router.dispatch(Request("POST", "/stress", {}, headers, body, client="127.0.0.1"))
     assert info.value.status == status and message in info.value.message
@@ -173,7 +173,7 @@ def test_loopback_host_names():
 
 def test_remote_clients_need_a_token():
     router = Router()
-    add_stress_routes(router, JobManager([], {}), token=lambda: None)
+    StressApi.add(router, JobManager([], {}), token=lambda: None)
     request = Request("POST", "/stress", {}, {}, b"{}", client="10.1.2.3")
     with pytest.raises(HttpError) as info:
         router.dispatch(request)
@@ -188,7 +188,7 @@ def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
     d = Daemon(settings)
     d.start()
     try:
-        refs = list(d.stress.devices.values())
+        refs = list(d.stress.catalog.devices.values())
         assert [(r.key, r.torch_device) for r in refs] == [
             ("nvidia:0", "cuda:0"),
             ("nvidia:1", "cuda:0"),
@@ -200,13 +200,13 @@ def test_gpu_devices_map_to_cuda_and_default_first(settings, fake_nvml):
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         }
         assert refs[2].environment == {}
-        assert d.stress.default_device() == "nvidia:0"
+        assert d.stress.catalog.default_device() == "nvidia:0"
         payload = json.dumps({"dtype": "tf32", "duration_s": 1}).encode()
         status, _, raw = http(d.port, "POST", "/stress", payload, {"Content-Type": "application/json"})
         body = json.loads(raw)
         assert status == 202 and body["params"]["device"] == "nvidia:0"  # tf32 is valid on cuda
-        assert d.stress.get(body["id"]).done.wait(timeout=60)
-        finished = d.stress.get(body["id"]).view()
+        assert d.stress.jobs.get(body["id"]).done.wait(timeout=60)
+        finished = d.stress.jobs.get(body["id"]).view()
         torch = pytest.importorskip("torch")
         if not torch.cuda.is_available():
             assert finished.status == "failed" and "cuda:0" in (finished.error or "")
@@ -226,7 +226,7 @@ def test_real_gpu_matmul_when_cuda_exists():
 
 def test_token_in_x_stress_token_when_authorization_carries_basic_auth():
     router = Router()
-    add_stress_routes(router, JobManager([], {}), token=lambda: "tok")
+    StressApi.add(router, JobManager([], {}), token=lambda: "tok")
     headers = {"authorization": "Basic cHJvbWV0aGV1czp4", "x-stress-token": "tok"}
     with pytest.raises(HttpError) as info:
         router.dispatch(Request("POST", "/stress", {}, headers, b"", client="10.0.0.9"))
@@ -243,11 +243,11 @@ def test_stress_devices_follow_a_rediscovery(settings, fake_nvml):
     d = Daemon(settings)
     old = fake_nvml.gpus[1].uuid
     assert d.stress.parameters("matmul", "nvidia:1", 1, None, None).device == "nvidia:1"
-    assert d.stress.devices["nvidia:1"].environment["CUDA_VISIBLE_DEVICES"] == old
+    assert d.stress.catalog.devices["nvidia:1"].environment["CUDA_VISIBLE_DEVICES"] == old
     infos = d.snapshot.get("nvidia").devices_info
     d.snapshot.update("nvidia", devices_info=[infos[0].model_copy(update={"uuid": "GPU-new"}), infos[1]])
     d.stress.parameters("matmul", None, 1, None, None)
-    assert d.stress.devices["nvidia:0"].environment["CUDA_VISIBLE_DEVICES"] == "GPU-new"
+    assert d.stress.catalog.devices["nvidia:0"].environment["CUDA_VISIBLE_DEVICES"] == "GPU-new"
     d.server.server_close()
     d.sampler.stop()
 
@@ -306,7 +306,7 @@ def test_only_workloads_a_device_runs_are_offered():
 
     cpu = DeviceRef("cpu", 0, "cpu", False)
     tt = DeviceRef("tenstorrent", 0, "tt:0", True)
-    assert "tt_matmul" not in JobManager([cpu], {}).usable_tests()
+    assert "tt_matmul" not in JobManager([cpu], {}).catalog.usable_tests()
     both = JobManager([cpu, tt], {})
-    assert both.tests_for(tt) == ["tt_matmul"] and "tt_matmul" not in both.tests_for(cpu)
-    assert {"matmul", "memory", "tt_matmul"} <= set(both.usable_tests())
+    assert both.catalog.tests_for(tt) == ["tt_matmul"] and "tt_matmul" not in both.catalog.tests_for(cpu)
+    assert {"matmul", "memory", "tt_matmul"} <= set(both.catalog.usable_tests())

@@ -15,7 +15,7 @@ from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import http, parse, select, value, wait_until
 from warptd.daemon import Daemon
 from warptd.http.app import HttpError, Request, Router
-from warptd.http.window_routes import add_window_routes
+from warptd.http.window_routes import WindowApi
 from warptd.recording.windows import WindowManager
 
 RANGE_UJ = 262_143_328_850
@@ -392,7 +392,7 @@ def test_deep_nesting_is_400_and_http10_without_host_is_403(make_daemon):
 
 def test_remote_clients_need_the_token():
     router = Router()
-    add_window_routes(router, WindowManager.__new__(WindowManager), token=lambda: None)
+    WindowApi.add(router, WindowManager.__new__(WindowManager), token=lambda: None)
     remote = Request(
         "POST", "/windows", {}, {"content-type": "application/json"}, b'{"name": "a"}', "10.0.0.9"
     )
@@ -402,7 +402,7 @@ def test_remote_clients_need_the_token():
         refused.value.status == 403 and "window requests are accepted from loopback" in refused.value.message
     )
     router = Router()
-    add_window_routes(router, WindowManager.__new__(WindowManager), token=lambda: "s3cret")
+    WindowApi.add(router, WindowManager.__new__(WindowManager), token=lambda: "s3cret")
     with pytest.raises(HttpError) as wrong:
         router.dispatch(
             Request("POST", "/windows/x/end", {}, {"authorization": "Bearer nope"}, b"", "10.0.0.9")

@@ -18,7 +18,7 @@ from tests.test_processes import GIB
 from tests.test_workloads import SLURM_V1, TICK_US, V1_JOB, Node, Rig, monitor, node, run_epilog
 from warptd.cli import main
 from warptd.http.app import HttpError, Request, Router
-from warptd.http.workload_routes import WorkloadPath, add_workload_routes
+from warptd.http.workload_routes import WorkloadApi, WorkloadPath
 from warptd.models import DeviceReading, Utilization
 from warptd.power.base import DomainPower, PowerSource
 from warptd.recording.glance import energy_text
@@ -122,7 +122,7 @@ def recorded(node, monitor, fake_nvml):
     rig.device_joules(0.0, 0.0)
     rig.package_joules(0.0)
     router = Router()
-    add_workload_routes(router, rig.tracker, lambda: None, history)
+    WorkloadApi.add(router, rig.tracker, lambda: None, history)
     return rig, history, router
 
 
@@ -227,7 +227,7 @@ def test_the_recording_routes_refuse_bad_input_with_json_errors(recorded, node):
         router.dispatch(request("/workloads/slurm_job/4242/recording", origin="http://evil.example"))
     assert refused.value.status == 403
     off = Router()
-    add_workload_routes(off, None, lambda: None)
+    WorkloadApi.add(off, None, lambda: None)
     got, body = answer(off, "/workloads/slurm_job/4242/recording")
     assert got == 404 and "--workloads" in body["error"]
 

@@ -637,10 +637,10 @@ def test_workload_settings_from_flags_and_environment(monkeypatch):
 
 def test_the_endpoints_say_when_workloads_are_off():
     from warptd.http.app import HttpError, Request, Router
-    from warptd.http.workload_routes import add_workload_routes
+    from warptd.http.workload_routes import WorkloadApi
 
     router = Router()
-    add_workload_routes(router, None, lambda: None)
+    WorkloadApi.add(router, None, lambda: None)
     for path in ("/workloads", "/workloads/slurm_job/4242"):
         with pytest.raises(HttpError) as raised:
             router.dispatch(Request("GET", path, {}, {"host": "localhost"}, b"", "127.0.0.1"))

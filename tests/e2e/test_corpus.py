@@ -4,6 +4,9 @@ until ``python -m tests.golden tests/captures/NAME.json`` writes it and its diff
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 import pytest
 
 from tests import golden
@@ -47,6 +50,24 @@ def test_every_capture_has_its_reviewed_golden_file(capture):
         f"{capture.name} has no golden file: run `{golden.COMMAND} tests/captures/{capture.name}`, "
         "review what it wrote and commit it"
     )
+
+
+#: A series of a device in a golden file: its family and the device's UUID.
+DEVICE_SERIES = re.compile(r'^(warptd_\w+)\{[^}]*uuid="([^"]+)"')
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=[path.stem for path in CAPTURES])
+def test_the_default_costs_at_most_60_series_a_gpu_on_every_captured_gpu(capture):
+    """docs/metrics.md's promise (issue 39) on real GPUs, not only the double's models: each GPU or MIG
+    device of each state, its per-process series (the golden run asks --processes) apart."""
+    per_device: Counter[tuple[str, str]] = Counter()
+    state = ""
+    for line in golden.golden_path(capture).read_text().splitlines():
+        state = line if line.startswith("[") else state
+        found = DEVICE_SERIES.match(line)
+        if found and not found[1].startswith(("warptd_device_process_", "warptd_process_")):
+            per_device[state, found[2]] += 1
+    assert per_device and max(per_device.values()) <= 60, per_device.most_common(1)
 
 
 @pytest.mark.slow

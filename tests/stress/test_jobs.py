@@ -8,7 +8,7 @@ import json
 import pytest
 
 from warptd.http.app import HttpError, Request, Router
-from warptd.http.stress_routes import add_stress_routes
+from warptd.http.stress_routes import StressApi
 from warptd.install import client_install_command, install_command
 from warptd.stress import jobs
 from warptd.stress.base import DeviceRef
@@ -34,7 +34,7 @@ def test_without_an_accelerator_the_cpu_must_be_named():
 
 def test_an_empty_post_stress_on_a_node_without_an_accelerator_is_422_saying_so():
     router = Router()
-    add_stress_routes(router, JobManager([CPU], {}), token=lambda: None)
+    StressApi.add(router, JobManager([CPU], {}), token=lambda: None)
     request = Request("POST", "/stress", {}, {"host": "localhost"}, b"", client="127.0.0.1")
     with pytest.raises(HttpError) as refused:
         router.dispatch(request)

@@ -16,21 +16,21 @@ from warptd.http.limits import (
     share_heap_arenas,
 )
 from warptd.http.openapi import add_openapi_route
-from warptd.http.routes import add_core_routes
+from warptd.http.routes import CoreApi
 from warptd.http.server import WarptdHTTPServer
-from warptd.http.stress_routes import add_stress_routes
+from warptd.http.stress_routes import StressApi
 from warptd.http.webconfig import BasicAuth, load_web_config, ssl_context
-from warptd.http.window_routes import add_window_routes
-from warptd.http.workload_routes import add_workload_routes
+from warptd.http.window_routes import WindowApi
+from warptd.http.workload_routes import WorkloadApi
 
 
 def make_router(telemetry: Telemetry, token: Callable[[], str | None]) -> Router:
     """Every route over ``telemetry``; those that start work take the stress ``token`` as it is now."""
     router = Router()
-    add_core_routes(router, telemetry.snapshot, telemetry.exposition, telemetry.loaded.unavailable)
-    add_stress_routes(router, telemetry.stress, token)
-    add_window_routes(router, telemetry.windows, token)
-    add_workload_routes(router, telemetry.workloads, token, telemetry.workload_history)
+    CoreApi.add(router, telemetry.snapshot, telemetry.exposition, telemetry.loaded.unavailable)
+    StressApi.add(router, telemetry.stress, token)
+    WindowApi.add(router, telemetry.windows, token)
+    WorkloadApi.add(router, telemetry.workloads, token, telemetry.workload_history)
     add_openapi_route(router)
     return router
 

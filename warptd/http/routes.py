@@ -87,8 +87,3 @@ class CoreApi(Api):
         page = landing.render(__version__, [s.name for s in self.snapshot.states()], self.router.endpoints)
         policy = {"Content-Security-Policy": landing.CONTENT_SECURITY_POLICY}
         return Response(200, page, "text/html; charset=utf-8", policy)
-
-
-#: ``add_core_routes(router, snapshot, exposition, unavailable)``: the landing page lists every
-#: endpoint the router holds when asked.
-add_core_routes = CoreApi.add

@@ -74,12 +74,12 @@ class StressApi(Api):
     @endpoint("GET /stress", {200: Answer("bounded history", JobList)}, lane="builds")  # a lock, then views
     def listing(self, request: Request, query: PageQuery) -> Response:
         """recent jobs, newest first (one page: limit, offset)"""
-        jobs = self.manager.list()
+        jobs = self.manager.jobs.list()
         views = [job.view() for job in query.cut(jobs)]
         return json_response(200, JobList(jobs=views, total=len(jobs), next=query.next("/stress", len(jobs))))
 
     def _job(self, request: Request) -> Job:
-        job = self.manager.get(request.params["job_id"])
+        job = self.manager.jobs.get(request.params["job_id"])
         if job is None:
             raise HttpError(404, f"no stress job {request.params['job_id']!r}")
         return job
@@ -112,7 +112,3 @@ class StressApi(Api):
         if recording is None:  # it failed before its timed part
             raise HttpError(404, f"no recording for stress job {job.id}")
         return report_response(recording)
-
-
-#: ``add_stress_routes(router, manager, token)``; with ``manager=None`` (``--no-stress``) a 404 each.
-add_stress_routes = StressApi.add

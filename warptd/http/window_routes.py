@@ -153,7 +153,3 @@ class WindowApi(Api):
             id=lease.window_id, lease_seconds=lease.lease_seconds, lease_expires_at=lease.expires_at
         )
         return json_response(200, view)
-
-
-#: ``add_window_routes(router, manager, token)``; with ``manager=None`` (``--no-windows``) a 404 each.
-add_window_routes = WindowApi.add

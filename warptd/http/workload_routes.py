@@ -20,14 +20,12 @@ from warptd.http.app import Answer, HttpError, Request, Response, endpoint, json
 from warptd.http.pages import PageQuery
 from warptd.models import WireModel
 from warptd.recording.schema import Recording, WorkloadView, recording_json
+from warptd.workloads.placement import MAX_ID_CHARS
 from warptd.workloads.views import WorkloadList
 
 if TYPE_CHECKING:  # loaded with --workloads only: the daemon builds them, these routes only call them
     from warptd.workloads.energy import WorkloadEnergy
     from warptd.workloads.history import WorkloadHistory
-
-#: The longest workload id asked for (a container id is 64 hex, a unit name at most 255 bytes).
-MAX_ID_CHARS = 256
 
 
 class WorkloadPath(WireModel):
@@ -100,8 +98,3 @@ class WorkloadApi(Api):
         if self.history is None:
             raise HttpError(404, "this daemon keeps no workload recordings (--workload-recording-memory 0)")
         return Response(200, recording_json(self.history.recording(view)))
-
-
-#: ``add_workload_routes(router, energy, token, history)``; with ``energy=None`` (no ``--workloads``)
-#: a 404 each. Without ``history`` a workload's recording has its identity and energy but no readings.
-add_workload_routes = WorkloadApi.add

@@ -19,11 +19,10 @@ import ctypes
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
-from warptd.backends.nvidia.calls import pointer
+from warptd.backends.nvidia.calls import PUBLIC, pointer
 
 Row = TypeVar("Row")
 _INSUFFICIENT_SIZE = 7  # nvmlReturn_t
-_PUBLIC: Any = object()
 
 
 class BufferedCall(Generic[Row]):
@@ -55,8 +54,8 @@ class BufferedCall(Generic[Row]):
         """The rows the call answers; NVMLError for a failed return, as the wrapper raises it
         (FUNCTION_NOT_FOUND for a function this driver lacks)."""
         if self.function is None:
-            self.function = pointer(self.nvml, self.name) or _PUBLIC
-        if self.function is _PUBLIC:
+            self.function = pointer(self.nvml, self.name) or PUBLIC
+        if self.function is PUBLIC:
             fields = self._fields
             return [self._read(tuple(getattr(raw, f) for f in fields)) for raw in self._public(argument)]
         code, count = self._make(self.function, self.buffer, self.capacity, argument)

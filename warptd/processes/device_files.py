@@ -321,7 +321,7 @@ class DeviceFiles:
 
 
 class DeviceFileSource:
-    """One backend's view of :class:`DeviceFiles`: a :class:`~warptd.workloads.energy.ProcessSource`."""
+    """One backend's view of :class:`DeviceFiles`: a :class:`~warptd.workloads.holders.ProcessSource`."""
 
     def __init__(self, files: DeviceFiles, backend: str) -> None:
         self.backend = backend

@@ -87,7 +87,7 @@ def run_stress(settings: Settings, loaded: Loaded, args: argparse.Namespace) -> 
         print(f"warptd: {exc}", file=sys.stderr)
         return 2
     tty = sys.stderr.isatty()
-    unit = resolve_test(manager.tests[params.test]).unit
+    unit = resolve_test(manager.catalog.tests[params.test]).unit
     try:
         ticks = 0
         while not job.done.wait(0.5):

@@ -22,12 +22,12 @@ class StressCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families = Families(m.STRESS)
-        running, runs, last = self.manager.metrics_view()
-        for device in self.manager.devices.values():
-            for test in self.manager.tests_for(device):  # no series for what cannot run here
+        running, runs, last = self.manager.jobs.metrics_view()
+        for device in self.manager.catalog.devices.values():
+            for test in self.manager.catalog.tests_for(device):  # no series for what cannot run here
                 labels = (device.backend, str(device.index), test)
                 families.add(m.STRESS_RUNNING, list(labels), 1 if labels in running else 0)
-        for test in self.manager.usable_tests():
+        for test in self.manager.catalog.usable_tests():
             for status in _FINAL:
                 families.add(m.STRESS_RUNS, [test, str(status)], runs.get((test, str(status)), 0))
         for labels, job in last:

@@ -95,20 +95,9 @@ class Job:
         recording = self.recording
         if recording is None and recorder is not None and self.started_at is not None:
             recording = recorder.recording_view()
-        return JobView(
-            id=self.id,
-            status=self.status,
-            params=self.params,
-            created_at=self.created_at,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-            error=self.error,
-            progress=self.progress,
-            workload=self.workload,
-            telemetry=telemetry,
-            efficiency=self.efficiency(),
-            recording=recording,
-        )
+        derived = {"telemetry": telemetry, "efficiency": self.efficiency(), "recording": recording}
+        kept = {name: getattr(self, name) for name in JobView.model_fields if name not in derived}
+        return JobView(**kept, **derived)
 
     def conclude(
         self, result: dict[str, Any] | None, error: str | None, carbon: Callable[[Recording], Recording]

@@ -20,7 +20,7 @@ from warptd.sampling.snapshot import DeviceSample
 from warptd.stress import supervise
 from warptd.stress.base import DeviceRef
 from warptd.stress.catalog import StressCatalog
-from warptd.stress.history import JobHistory, MetricsView
+from warptd.stress.history import JobHistory
 from warptd.stress.job import Job, JobStatus, StressError, StressParameters
 from warptd.stress.telemetry import TelemetryRecorder
 from warptd.stress.worker import WorkerJob
@@ -68,31 +68,13 @@ class JobManager:
         self._edge = edge or (lambda *_: None)
         self._carbon = carbon or (lambda recording: recording)
 
-    # -- the catalog's, as the routes, the CLI and the collector ask it ------------------------
-    @property
-    def tests(self) -> dict[str, str]:
-        return self.catalog.tests
-
-    @property
-    def devices(self) -> dict[str, DeviceRef]:
-        return self.catalog.devices
-
-    def default_device(self) -> str:
-        return self.catalog.default_device()
-
-    def tests_for(self, device: DeviceRef) -> list[str]:
-        return self.catalog.tests_for(device)
-
-    def usable_tests(self) -> list[str]:
-        return self.catalog.usable_tests()
-
     # -- starting -----------------------------------------------------------------------------
     def parameters(
         self, test: str | None, device: str | None, duration_s: float, dtype: str | None, size: int | None
     ) -> StressParameters:
         """A request's parameters, with the default device and the default test for it filled in."""
         self.catalog.refresh()
-        device = device or self.default_device()
+        device = device or self.catalog.default_device()
         test = test or self.catalog.default_test(device)
         return StressParameters(test=test, device=device, duration_s=duration_s, dtype=dtype, size=size)
 
@@ -197,7 +179,7 @@ class JobManager:
         at: float | None = None,
     ) -> None:
         """Sampler listener: hand each running job the samples of its device."""
-        for job in self.running():
+        for job in self.jobs.running():
             recorder = job.recorder
             if recorder is None:
                 continue
@@ -208,22 +190,10 @@ class JobManager:
             elif domains is not None and backend in self.companions.get(job.device.backend, ()):
                 recorder.add_domains(domains, at, backend)
 
-    # -- queries (the history's, as the routes and the collector ask them) and cancel -----------
-    def running(self) -> list[Job]:
-        return self.jobs.running()
-
-    def get(self, job_id: str) -> Job | None:
-        return self.jobs.get(job_id)
-
-    def list(self) -> list[Job]:
-        return self.jobs.list()
-
-    def metrics_view(self) -> MetricsView:
-        return self.jobs.metrics_view()
-
+    # -- cancel and shutdown --------------------------------------------------------------------
     def cancel(self, job_id: str, timeout: float = 2.0) -> Job | None:
         """Ask the worker to stop (SIGTERM; the monitor reaps it, SIGKILL after 1 s) and wait."""
-        job = self.get(job_id)
+        job = self.jobs.get(job_id)
         if job is None:
             return None
         if job.status.active:
@@ -235,7 +205,7 @@ class JobManager:
     def shutdown(self, timeout: float = 3.0) -> None:
         """Refuse new jobs, stop every worker at once, and wait for all within one deadline."""
         self.jobs.close()
-        jobs = self.running()
+        jobs = self.jobs.running()
         for job in jobs:
             job.cancel_requested = True
             supervise.terminate(job.process)

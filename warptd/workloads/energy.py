@@ -20,20 +20,23 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from warptd.config import SLURM_ROOTS
+from warptd.config import WORKLOAD_KINDS as KINDS
+from warptd.config import WorkloadKind as Kind
 from warptd.processes.shares import FRESH_INTERVALS, split
+from warptd.recording.schema import WorkloadView
 from warptd.sampling.deltas import TotalDeltas
 from warptd.sampling.poller import PollingThread
 from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us, share_cpu
 from warptd.workloads.holders import Held, ProcessLists, ProcessSource, changed_holders
-from warptd.workloads.placement import KINDS, Kind, Placement, WorkloadKey, slurm_roots
+from warptd.workloads.placement import Placement, WorkloadKey, slurm_roots
 from warptd.workloads.slurm_tree import job_uid, slurm_jobs
 from warptd.workloads.tracked import WorkloadTable, WorkloadTotals
-from warptd.workloads.views import WorkloadList, WorkloadView
+from warptd.workloads.views import WorkloadList
 
 if TYPE_CHECKING:
     from warptd.power.base import DomainPower
     from warptd.sampling.snapshot import DeviceSample
-    from warptd.workloads.listener import WorkloadListener
+    from warptd.workloads.history import WorkloadHistory
 
 ACCELERATOR, CPU = "accelerator", "cpu"
 
@@ -53,7 +56,7 @@ class WorkloadEnergy:
         interval: Callable[[], float] = lambda: 1.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        listeners: Sequence[WorkloadListener] = (),
+        listeners: Sequence[WorkloadHistory] = (),
         edge: Callable[[set[tuple[str, str]]], None] = lambda devices: None,
         slurm: Sequence[str] = SLURM_ROOTS,
     ) -> None:

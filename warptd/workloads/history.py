@@ -2,14 +2,15 @@
 retention once it ended, the readings of the devices it held and of the CPU packages, each sample with
 the workload's share of that device's or package's energy so far.
 
-It is a :class:`~warptd.workloads.listener.WorkloadListener` of the energy split, and every workload's
-series is a :class:`~warptd.recording.recorder.Recorder` (the windows' own, compact and thinned the same
-way). Bounded three ways: the workloads recorded are the ones the split tracks (``--workload-max``,
-live and retained); a workload keeps at most :data:`WORKLOAD_POINTS` points over all its targets,
-downsampled (past it every other point goes and the spacing doubles, so a 24 h job keeps an even
-series from its first hour to its last, which a ring would lose); and every workload's series together
-take at most ``memory_bytes`` (:class:`~warptd.recording.memory.SeriesBudget`: ended workloads' series
-go first, oldest first, then the largest running ones are thinned). Summaries are never thinned.
+It is a listener of the energy split (:class:`~warptd.workloads.energy.WorkloadEnergy`), and every
+workload's series is a :class:`~warptd.recording.recorder.Recorder` (the windows' own, compact and
+thinned the same way). Bounded three ways: the workloads recorded are the ones the split tracks
+(``--workload-max``, live and retained); a workload keeps at most :data:`WORKLOAD_POINTS` points over
+all its targets, downsampled (past it every other point goes and the spacing doubles, so a 24 h job
+keeps an even series from its first hour to its last, which a ring would lose); and every workload's
+series together take at most ``memory_bytes`` (:class:`~warptd.recording.memory.SeriesBudget`: ended
+workloads' series go first, oldest first, then the largest running ones are thinned). Summaries are
+never thinned.
 """
 
 from __future__ import annotations

@@ -41,7 +41,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from warptd.config import SLURM_ROOTS
-from warptd.config import WORKLOAD_KINDS as KINDS
 from warptd.config import WorkloadKind as Kind
 from warptd.files import read_text
 from warptd.processes.cgroup import (
@@ -55,18 +54,6 @@ from warptd.processes.cgroup import (
     split_path,
 )
 from warptd.workloads.cgroupns import absolute
-
-__all__ = [
-    "KINDS",
-    "MAX_ID_CHARS",
-    "Kind",
-    "Placement",
-    "SlurmRoots",
-    "WorkloadKey",
-    "place",
-    "read_placement",
-    "user_name",
-]
 
 #: A job id or a uid: ASCII digits, no more than a 32-bit number has.
 ID = "[0-9]{1,10}"

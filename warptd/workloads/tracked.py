@@ -7,8 +7,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from warptd.workloads.placement import CpuCgroup, Kind, Placement, WorkloadKey, user_name
-from warptd.workloads.views import DeviceEnergy, WorkloadView
+from warptd.config import WorkloadKind as Kind
+from warptd.recording.schema import DeviceEnergy, WorkloadView
+from warptd.workloads.placement import CpuCgroup, Placement, WorkloadKey, user_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from warptd.models import Page
-from warptd.recording.schema import DeviceEnergy, WorkloadView
-
-__all__ = ["DeviceEnergy", "WorkloadList", "WorkloadView"]
+from warptd.recording.schema import WorkloadView
 
 
 class WorkloadList(Page):
