@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warptd.backends.cadence import DeviceCadence, DeviceCadences
+from warptd.backends.cadence import DeviceCadence
 from warptd.config import Settings
 from warptd.metrics.spec import Cadence
 
@@ -29,18 +29,6 @@ def test_every_read_is_due_when_sampling_is_no_faster_than_the_health_interval()
     cadence = DeviceCadence(lambda: slow)
     assert all(cadence.due(now=float(second)) for second in range(3))
     assert cadence._last is None  # nothing to wait for, nothing recorded
-
-
-def test_slow_reads_by_index_follow_the_device_cadence():
-    """The index-keyed :class:`DeviceCadences` gives the same answers, one cadence per index."""
-    defaults = Settings()
-    reads = DeviceCadences(lambda: defaults)
-    assert [s for s in range(65) if reads.due(1, now=float(s))] == [0, 30, 60]
-    assert reads.due(0, now=64.0)
-    reads.forget(1)
-    assert reads.due(1, now=65.0) and not reads.due(0, now=65.0)
-    reads.forget()
-    assert reads.due(0, now=66.0)
 
 
 def test_a_watched_device_reads_its_energy_counter_every_window_energy_interval():

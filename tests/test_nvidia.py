@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml, nvml_error
 from tests.helpers import Rig, select, value, wait_until
-from warptd.backends.nvidia import NvidiaBackend
+from warptd.backends.nvidia.backend import NvidiaBackend
 from warptd.errors import ErrorKind
 from warptd.models import GPUInfo
 
@@ -328,7 +328,8 @@ def test_nvml_domains_come_from_the_nvidia_read_when_both_are_loaded(settings, f
     assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu0-memory") == 0
     assert value(samples, "warptd_power_domain_up", source="nvml", domain="gpu1-memory") == 1
 
-    rig.sampler.reads.fail("nvidia", ErrorKind.TIMEOUT, "timeout")  # what a read past --sample-timeout does
+    # what a read past --sample-timeout does
+    rig.sampler.reads.publisher.fail("nvidia", ErrorKind.TIMEOUT, "timeout")
     samples = rig.scrape()
     assert value(samples, "warptd_backend_up", backend="nvml") == 0
     assert value(samples, "warptd_sample_errors_total", backend="nvml", kind="timeout") == 1
@@ -499,7 +500,8 @@ def test_a_reopen_opens_each_gpu_afresh_keeping_only_its_totals_and_identity(rig
     rig.tick("nvidia")
     samples = rig.tick("nvidia")  # reopened NVML before reading
     assert all(new is not old for new, old in zip(backend.gpus, before, strict=True))
-    assert backend.gpus[0].batch.totals is totals and backend.gpus[1].known == before[1].known
+    assert backend.gpus[0].batch.totals is totals
+    assert backend.gpus[1].identity.known == before[1].identity.known
     assert value(samples, "warptd_device_encoder_utilization_ratio", **DEV1) >= 0
     assert value(samples, "warptd_device_nvml_field_latency_seconds_total", **DEV0) >= latency
 

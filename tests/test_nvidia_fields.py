@@ -12,7 +12,7 @@ import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import select, value
-from warptd.backends.cadence import DeviceCadences
+from warptd.backends.cadence import DeviceCadence
 from warptd.config import Settings
 
 DEV0 = {"backend": "nvidia", "device": "0"}
@@ -331,8 +331,8 @@ def test_the_default_health_interval_reads_the_health_batch_every_thirtieth_seco
     on an H200, the energy counter with it) is read every thirtieth sample, not every sample."""
     defaults = Settings()
     assert (defaults.interval, defaults.health_interval, defaults.energy_interval) == (1.0, 30.0, 30.0)
-    reads = DeviceCadences(lambda: defaults)
-    due = [second for second in range(90) if reads.due(0, now=float(second))]
+    reads = DeviceCadence(lambda: defaults)
+    due = [second for second in range(90) if reads.due(now=float(second))]
     assert due == [0, 30, 60]
 
 

@@ -117,10 +117,10 @@ def test_answers_as_last_period_keep_the_gauges_whole_and_a_change_is_read(rig, 
     rig.tick_gpm()
     gpu.advance_gpm(activity=ACTIVITY)
     rig.tick_gpm()
-    kept = backend.gpus[0].gpm.gauges
+    kept = backend.gpus[0].activity.source.gauges
     gpu.advance_gpm(activity=ACTIVITY)
     samples = rig.tick_gpm()
-    assert backend.gpus[0].gpm.gauges is kept
+    assert backend.gpus[0].activity.source.gauges is kept
     assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
     gpu.advance_gpm(activity={**ACTIVITY, pynvml.NVML_GPM_METRIC_SM_UTIL: 0.2})
     samples = rig.tick_gpm()
@@ -319,7 +319,7 @@ def test_the_driver_s_byte_counters_win_over_gpm_throughput(rig, fake_nvml):
     assert value(samples, "warptd_device_pcie_bytes_total", direction="rx", **DEV0) == 1_500_000
     # ... and GPM is no longer asked for throughputs the driver counts: only the ratios are left.
     backend = next(b for b in rig.loaded.accelerators if b.name == "nvidia")
-    asked = backend.gpus[0].gpm.metrics
+    asked = backend.gpus[0].activity.source.metrics
     assert asked and not [metric for metric in asked if metric.rate]
 
 
@@ -375,13 +375,13 @@ def test_reads_sooner_than_the_gap_keep_the_last_period_and_sample_nothing(make_
     rig.tick()
     gpu.advance_gpm(activity=ACTIVITY, pcie=(300 * MIB, 120 * MIB))
     rig.tick_gpm()
-    gauges, taken, quick = backend.gpus[0].gpm.gauges, fake_nvml.calls("nvmlGpmSampleGet"), 0
+    gauges, taken, quick = backend.gpus[0].activity.source.gauges, fake_nvml.calls("nvmlGpmSampleGet"), 0
     started = time.monotonic()
     while quick < 3 and (quick == 0 or time.monotonic() - started < 0.2):  # well within the gap
         gpu.advance_gpm(activity={pynvml.NVML_GPM_METRIC_SM_UTIL: 0.9}, pcie=(MIB, MIB))
         samples, quick = rig.tick(), quick + 1
     assert fake_nvml.calls("nvmlGpmSampleGet") == taken and gpu.gpm_close_pairs == 0
-    assert backend.gpus[0].gpm.gauges is gauges
+    assert backend.gpus[0].activity.source.gauges is gauges
     assert value(samples, "warptd_device_sm_active_ratio", **DEV0) == pytest.approx(0.5)
     tx = value(samples, "warptd_device_pcie_bytes_total", direction="tx", **DEV0)
     assert tx == pytest.approx(300 * MIB, rel=1e-3)  # the period timed in Python, the rate in the driver

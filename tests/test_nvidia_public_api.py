@@ -83,7 +83,8 @@ def test_without_the_private_lookup_the_backend_reads_every_value_through_the_pu
             call for versions in gpu.calls.slots for _, call, _ in versions if call.function is not None
         ]
         assert prepared and all(call.function is calls.PUBLIC for call in prepared)
-        assert gpu.gpm is not None and all(take.function is calls.PUBLIC for take in gpu.gpm.takes)
+        gpm = gpu.activity.source
+        assert gpm is not None and all(take.function is calls.PUBLIC for take in gpm.takes)
     assert rig.tick()  # and again, now that every call is known to go through the wrappers
 
 

@@ -205,7 +205,7 @@ def test_with_mig_on_the_whole_gpu_profile_counts_the_engines_and_absent_ones_ar
         ("ofa", "0")
     }
     assert engines[("nvdec", "2")] == pytest.approx(0.5) and engines[("nvdec", "0")] == 0  # present, idle
-    source = rig.loaded.accelerators[0].gpus[0].gpm
+    source = rig.loaded.accelerators[0].gpus[0].activity.source
     asked = {metric.id for metric in source.metrics}
     assert ENGINE_IDS[("nvdec", 7)] not in asked and pynvml.NVML_GPM_METRIC_NVENC_0_UTIL not in asked
 
@@ -252,7 +252,7 @@ def test_the_default_asks_gpm_no_engine_and_no_occupancy(h200_rig):
     rig, _ = h200_rig(interval=0.1, health_interval=0.1)
     rig.tick()
     rig.tick_gpm()
-    source = rig.loaded.accelerators[0].gpus[0].gpm
+    source = rig.loaded.accelerators[0].gpus[0].activity.source
     asked = {metric.metric for metric in source.metrics}
     assert "warptd_device_sm_active_ratio" in asked
     assert not {"warptd_device_engine_active_ratio", "warptd_device_sm_occupancy_ratio"} & asked

@@ -84,7 +84,7 @@ def test_a_reset_claiming_more_than_the_limit_allows_is_dropped_counted_and_logg
             [DeviceReading(index=0, energy_counter_joules=4000.0, power_limit_watts=700.0)], 2.0
         )
     assert sample.energy_joules == 5000.0 + 1400.0  # 700 W for 2 s at most
-    assert tracks.dropped_joules == 2600.0
+    assert tracks.dropped.joules == 2600.0
     (event,) = [e for e in logs if e["event"] == "energy_jump_dropped"]
     assert event["counter"] == "nvidia/GPU-0" and event["dropped_joules"] == 2600.0
 

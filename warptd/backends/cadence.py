@@ -65,28 +65,3 @@ class DeviceCadence:
     def forget(self) -> None:
         """Read the values at the next read: the device was down, or the SDK was reopened."""
         self._last = None
-
-
-class DeviceCadences:
-    """Per device index, its :class:`DeviceCadence` of one cadence (for backends without device
-    objects)."""
-
-    def __init__(self, settings: Callable[[], Settings], cadence: Cadence = Cadence.HEALTH) -> None:
-        self._settings = settings
-        self._cadence = cadence
-        self._devices: dict[int, DeviceCadence] = {}
-
-    def due(self, index: int, now: float | None = None) -> bool:
-        """:meth:`DeviceCadence.due` of device ``index``."""
-        cadence = self._devices.get(index)
-        if cadence is None:
-            cadence = self._devices[index] = DeviceCadence(self._settings, self._cadence)
-        return cadence.due(now)
-
-    def forget(self, index: int | None = None) -> None:
-        """Read device ``index``'s (or every device's) values at its next read: it was down, or the SDK
-        was reopened."""
-        if index is None:
-            self._devices.clear()
-        else:
-            self._devices.pop(index, None)

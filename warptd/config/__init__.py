@@ -7,10 +7,9 @@ docs/configuration.md (docs.py) are made from them. ``load_settings`` (loading.p
 
 from __future__ import annotations
 
-from warptd.config.knob import Knob, Option
+from warptd.config.knob import Option
 from warptd.config.loading import key_text, load_settings, plain_message, problems_text
 from warptd.config.settings import (
-    BACKEND_LIVE_SETTINGS,
     DEFAULT_PORT,
     RELOADABLE,
     Settings,
@@ -22,13 +21,11 @@ from warptd.config.values import SLURM_ROOTS, WINDOW_NAME, WORKLOAD_KINDS, Workl
 from warptd.config.views import SettingsView
 
 __all__ = [
-    "BACKEND_LIVE_SETTINGS",
     "DEFAULT_PORT",
     "RELOADABLE",
     "SLURM_ROOTS",
     "WINDOW_NAME",
     "WORKLOAD_KINDS",
-    "Knob",
     "Option",
     "Settings",
     "SettingsError",

@@ -24,7 +24,6 @@ class PowerSource(StrEnum):
     NVML = "nvml"
     RAPL = "rapl"
     HWMON = "hwmon"
-    ESTIMATED = "estimated"
 
 
 @dataclass(frozen=True, slots=True)

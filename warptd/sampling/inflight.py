@@ -57,7 +57,7 @@ class ReadsInFlight:
         if previous is not None and not previous.done():
             # past its deadline (or a :meth:`tick` read, which gave up waiting before returning)
             if self.deadlines.expired(name) or not self.deadlines.armed(name):
-                self.fail(name, ErrorKind.HUNG, "hung")
+                self.publisher.fail(name, ErrorKind.HUNG, "hung")
             return
         started = time.monotonic()
         self.deadlines.arm(name, started)
@@ -73,7 +73,7 @@ class ReadsInFlight:
         except Exception as exc:  # a backend bug outside its guarded SDK calls
             if not lane.cut and not self.deadlines.finish(name):
                 log.error("sample_failed", backend=name, error=repr(exc))
-                self.fail(name, ErrorKind.UNEXPECTED, "error")
+                self.publisher.fail(name, ErrorKind.UNEXPECTED, "error")
             return
         # Cut only inside a device's read, so a read that returned whole (not None) was not cut.
         if raw is None or self.deadlines.finish(name):
@@ -88,7 +88,7 @@ class ReadsInFlight:
         counter read exactly)."""
         previous = self.scheduled.get(name)
         if previous is not None and not previous.done():
-            self.fail(name, ErrorKind.HUNG, "hung")
+            self.publisher.fail(name, ErrorKind.HUNG, "hung")
             return
         read = self.on_worker(name, lambda lane: self.reader.read(name, edge=edge, lane=lane), full=True)
         self.scheduled[name] = read.future
@@ -98,7 +98,7 @@ class ReadsInFlight:
             self.timed_out(name)
         except Exception as exc:  # a backend bug outside its guarded SDK calls
             log.error("sample_failed", backend=name, error=repr(exc))
-            self.fail(name, ErrorKind.UNEXPECTED, "error")
+            self.publisher.fail(name, ErrorKind.UNEXPECTED, "error")
 
     def settle_fast(self, name: str) -> bool:
         """Wait for backend ``name``'s fast read in flight, so that a hung SDK holds at most one (a
@@ -156,7 +156,7 @@ class ReadsInFlight:
         if self.cut(name):
             return
         log.warning("sample_timeout", backend=name, timeout_s=self.timeout())
-        self.fail(name, ErrorKind.TIMEOUT, "timeout")
+        self.publisher.fail(name, ErrorKind.TIMEOUT, "timeout")
 
     def cut(self, name: str, job: Future[bool] | None = None) -> bool:
         """Where backend ``name``'s worker hangs inside one device's read (``job``'s, where given),
@@ -186,11 +186,8 @@ class ReadsInFlight:
             timeout_s=self.timeout(),
             reason="a call of this device has not returned: read as down, the others go on",
         )
-        self.publisher.count_device_errors(name, Counter({(device, ErrorKind.TIMEOUT): 1}))
+        self.publisher.snapshot.count_device_errors(name, Counter({(device, ErrorKind.TIMEOUT): 1}))
         return True
-
-    def fail(self, name: str, kind: ErrorKind, reason: str) -> None:
-        self.publisher.fail(name, kind, reason)
 
     def wait(self) -> None:
         """Wait for the reads in flight, all together at most one timeout, and not for a read already

@@ -11,10 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from warptd.power.base import DomainPower, PowerBackend
+from warptd.sampling.listener import SampleListener
 from warptd.sampling.reads import Raw
 from warptd.sampling.snapshot import DeviceSample, Snapshot
 from warptd.sampling.tracks import DeviceTracks, DomainTracks
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
     from warptd.errors import ErrorKind
     from warptd.sampling.counters import EnergyTracker
     from warptd.sampling.state import CounterState
-
-#: A sampler listener: (backend, device samples or None, domains or None, monotonic time of the read).
-Listener = Callable[[str, "list[DeviceSample] | None", "list[DomainPower] | None", float], None]
 
 
 class Publisher:
@@ -41,9 +39,8 @@ class Publisher:
     ) -> None:
         self.snapshot = snapshot
         self.state = state
-        #: Called after every published read with (backend, device samples or None, domains or None,
-        #: the monotonic time of the read). A fast read passes only the watched devices' samples.
-        self.listeners: list[Listener] = []
+        #: Called after every published read; a fast read passes only the watched devices' samples.
+        self.listeners: list[SampleListener] = []
         #: One map of tracks per backend: its devices' (made again at a rediscovery) or its domains'.
         self.tracks: dict[str, DeviceTracks | DomainTracks] = {
             name: (
@@ -92,7 +89,7 @@ class Publisher:
             if full:
                 changes["last_duration"] = time.monotonic() - started
                 changes["samples"] = (state.samples + 1) if state else 1
-            dropped, overcount = tracks.dropped_joules, tracks.overcount_joules
+            dropped, overcount = tracks.dropped.joules, tracks.dropped.overcount
             if dropped:
                 changes["energy_dropped_joules"] = dropped
             if overcount:
@@ -125,10 +122,6 @@ class Publisher:
             state.record(name, _trackers(tracks))
             if not state.write():
                 self.snapshot.state_save_errors = state.save_errors
-
-    def count_device_errors(self, name: str, errors: Counter[tuple[int, ErrorKind]]) -> None:
-        """Errors of backend ``name``'s devices (by index) found outside a read (a read cut as hung)."""
-        self.snapshot.count_device_errors(name, errors)
 
     def save_all(self) -> None:
         """Save every backend's totals as they are, each taken under its lock, promising no more (at

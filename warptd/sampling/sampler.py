@@ -29,7 +29,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from warptd.models import device_kind
 from warptd.power.base import PowerBackend
 from warptd.sampling.inflight import ReadsInFlight
-from warptd.sampling.publish import Listener, Publisher
+from warptd.sampling.listener import SampleListener
+from warptd.sampling.publish import Publisher
 from warptd.sampling.reads import Reader
 from warptd.sampling.snapshot import BackendState, Snapshot
 from warptd.sampling.state import CounterState
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from warptd.backends.base import AcceleratorBackend
     from warptd.config import Settings
 
-__all__ = ["REDISCOVER_EVERY_S", "HandOffExecutor", "Listener", "Sampler"]
+__all__ = ["REDISCOVER_EVERY_S", "HandOffExecutor", "Sampler"]
 
 log = structlog.get_logger("warptd.sampler")
 #: How often a backend with lost devices (or a reset SDK) may re-enumerate them.
@@ -79,7 +80,7 @@ class Sampler:
             self._add(backend, BackendState(backend.name, "power", source=backend.source))
         self.publisher = Publisher(snapshot, self.state, self.backends)
         #: Called after every completed sample: see :attr:`Publisher.listeners`.
-        self.listeners: list[Listener] = self.publisher.listeners
+        self.listeners: list[SampleListener] = self.publisher.listeners
         self._derived_names = {p.name for derived in self.publisher.derived.values() for p in derived}
         self.scheduler = BackgroundScheduler(
             executors={

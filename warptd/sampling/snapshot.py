@@ -101,6 +101,7 @@ class Snapshot:
             self.generation += 1
 
     def count_device_errors(self, name: str, errors: Counter[tuple[int, ErrorKind]]) -> None:
+        """Errors of backend ``name``'s devices (by index), read or found outside a read (one cut as hung)."""
         if not errors:
             return
         with self._lock:

@@ -191,12 +191,12 @@ class DeviceTracks:
     """One device backend's tracks: by index in its current list of devices, and by identity (UUID,
     else index) for every device it listed, so one listed again continues where it was."""
 
-    __slots__ = ("_by_identity", "_by_index", "_dropped", "_listed", "_resume", "backend")
+    __slots__ = ("_by_identity", "_by_index", "_listed", "_resume", "backend", "dropped")
 
     def __init__(self, backend: str, resume: Resume = no_saved_totals) -> None:
         self.backend = backend
         self._resume = resume
-        self._dropped = DroppedJoules()
+        self.dropped = DroppedJoules()
         self._listed: list[GPUInfo] | None = None
         self._by_index: dict[int, DeviceTrack] = {}
         self._by_identity: dict[str, DeviceTrack] = {}
@@ -224,7 +224,7 @@ class DeviceTracks:
         track = self._by_identity.get(identity)
         if track is None:
             track = self._by_identity[identity] = DeviceTrack(
-                self.backend, index, uuid, self._resume, self._dropped
+                self.backend, index, uuid, self._resume, self.dropped
             )
         return track
 
@@ -242,16 +242,6 @@ class DeviceTracks:
         """The backend failed: no device's energy is integrated across the outage."""
         for track in tuple(self._by_identity.values()):  # a publish may add one meanwhile
             track.energy.gap()
-
-    @property
-    def dropped_joules(self) -> float:
-        """Energy that reset or restored counters of the backend's devices claimed beyond their ceiling."""
-        return self._dropped.joules
-
-    @property
-    def overcount_joules(self) -> float:
-        """Energy restarts added to the backend's device totals (:attr:`EnergyTracker.overcount`)."""
-        return self._dropped.overcount
 
     def energy(self) -> Iterator[EnergyTrack]:
         """Every device's energy total, for the saved state."""
@@ -283,13 +273,13 @@ class DomainTracks:
     """One power backend's domain tracks, by what each domain's energy belongs to (a GPU's UUID, else
     the domain's name); its domains are read together, so one time of the newest read serves all."""
 
-    __slots__ = ("_dropped", "_resume", "_tracks", "backend", "seen_at", "source")
+    __slots__ = ("_resume", "_tracks", "backend", "dropped", "seen_at", "source")
 
     def __init__(self, backend: str, source: PowerSource, resume: Resume = no_saved_totals) -> None:
         self.backend = backend
         self.source = source
         self._resume = resume
-        self._dropped = DroppedJoules()
+        self.dropped = DroppedJoules()
         self._tracks: dict[str, DomainTrack] = {}
         self.seen_at = -math.inf
 
@@ -304,7 +294,7 @@ class DomainTracks:
             track = tracks.get(identity)
             if track is None:
                 track = tracks[identity] = DomainTrack(
-                    f"{self.backend}/{identity}", self._resume, self._dropped
+                    f"{self.backend}/{identity}", self._resume, self.dropped
                 )
             domains.append(track.update(reading, at, source))
         return domains
@@ -313,16 +303,6 @@ class DomainTracks:
         """The backend failed: no domain's energy is integrated across the outage."""
         for track in tuple(self._tracks.values()):
             track.gap()
-
-    @property
-    def dropped_joules(self) -> float:
-        """Energy that reset or restored counters of the domains claimed beyond their ceiling."""
-        return self._dropped.joules
-
-    @property
-    def overcount_joules(self) -> float:
-        """Energy restarts added to the domains' totals (:attr:`EnergyTracker.overcount`)."""
-        return self._dropped.overcount
 
     def energy(self) -> Iterator[EnergyTrack]:
         """Every domain's energy total, for the saved state."""

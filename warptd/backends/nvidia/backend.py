@@ -107,7 +107,7 @@ class NvidiaBackend(NvmlBackend):
                 return None
             gpu = self.gpus[index]
             if not gpu.lock.acquire(blocking=False):  # being read, perhaps hung: as last listed
-                return gpu.known.uuid if gpu.known is not None else None
+                return gpu.identity.known.uuid if gpu.identity.known is not None else None
             try:
                 return gpu.identity.uuid()
             finally:
@@ -170,17 +170,17 @@ class NvidiaBackend(NvmlBackend):
             suspect, driver = self._suspect, self.get_driver_version()
             devices = [self._info(gpu, driver) for gpu in self.gpus]
             if self._suspect and not suspect:
-                devices = [gpu.known or info for gpu, info in zip(self.gpus, devices, strict=True)]
+                devices = [gpu.identity.known or info for gpu, info in zip(self.gpus, devices, strict=True)]
             else:
                 for gpu, info in zip(self.gpus, devices, strict=True):
-                    gpu.known = info
+                    gpu.identity.known = info
         self._mig_on = any(info.aliases for info in devices)
         return devices
 
     @staticmethod
     def _info(gpu: Gpu, driver: str | None) -> GPUInfo:
         if not gpu.lock.acquire(blocking=False):
-            return gpu.known or GPUInfo(index=gpu.index, model="NVIDIA GPU")
+            return gpu.identity.known or GPUInfo(index=gpu.index, model="NVIDIA GPU")
         try:
             return gpu.identity.info(driver, gpu.memory)
         finally:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
 from warptd.backends.costs import ReadKind
 from warptd.backends.nvidia import fields
-from warptd.backends.nvidia.api import NvmlApi
+from warptd.backends.nvidia.api import GpuHandle
 from warptd.backends.nvidia.fields import Decoded, FieldKey, FieldPlan, FieldRequest, FieldSet
-from warptd.backends.nvidia.guard import DeviceGuard
 from warptd.errors import ErrorKind
 from warptd.metrics import nvidia
 from warptd.models import LabelledValues
@@ -33,17 +31,11 @@ class FieldTotals:
 
 
 class FieldBatch:
-    """The field batches of one GPU (``handle``), through its guard, numbered by ``field_set``."""
+    """The field batches of one GPU, through its guard, numbered by ``field_set``."""
 
-    def __init__(
-        self,
-        api: NvmlApi,
-        guard: DeviceGuard,
-        handle: Any,
-        field_set: FieldSet,
-        totals: FieldTotals | None,
-    ) -> None:
-        self._api, self._guard, self._handle, self.field_set = api, guard, handle, field_set
+    def __init__(self, gpu: GpuHandle, field_set: FieldSet, totals: FieldTotals | None) -> None:
+        self._gpu, self.field_set = gpu, field_set
+        self._api, self._guard, self._handle = gpu.api, gpu.guard, gpu.handle
         #: Kept across NVML reopens (handed to the next device object); None before the first answer.
         self.totals = totals
         self.values: dict[FieldKey, float] = {}  # this read's values
@@ -62,11 +54,8 @@ class FieldBatch:
         91; where it is not supported, the links whose ``nvmlDeviceGetNvLinkState`` answers: none on a
         GPU without NVLink)."""
         if self.plan is None:
-            guard = self._guard
-            answers = self._api.get(
-                guard, self._handle, "nvlink_count", "nvmlDeviceGetFieldValues", [fields.LINK_COUNT]
-            )
-            if answers is None and "nvlink_count" not in guard.unsupported:
+            answers = self._gpu.get("nvlink_count", "nvmlDeviceGetFieldValues", [fields.LINK_COUNT])
+            if answers is None and "nvlink_count" not in self._guard.unsupported:
                 return None  # failing now: this read asks the fields without the links
             links = None
             for _, code, value_type, value in self._api.unpack(answers or ()):
@@ -83,7 +72,7 @@ class FieldBatch:
         NVLink), at most :data:`~warptd.metrics.nvidia.MAX_LINKS`."""
         for link in range(nvidia.MAX_LINKS):
             what = f"nvlink_state_{link}"
-            if self._api.get(self._guard, self._handle, what, "nvmlDeviceGetNvLinkState", link) is None:
+            if self._gpu.get(what, "nvmlDeviceGetNvLinkState", link) is None:
                 return link
         return nvidia.MAX_LINKS
 

@@ -327,7 +327,7 @@ class _Probe:
 
     def __init__(self, gpu: Gpu, api: NvmlApi, plan: CheckupPlan, rates: dict[str, dict[str, float]]) -> None:
         self.gpu, self.api, self.index = gpu, api, gpu.index
-        self.model = gpu.known.model if gpu.known is not None else "NVIDIA GPU"
+        self.model = gpu.identity.known.model if gpu.identity.known is not None else "NVIDIA GPU"
         nvml, handle = api.nvml, gpu.handle
         self.energy_call = calls.scalar(
             nvml, "nvmlDeviceGetTotalEnergyConsumption", handle, out=ctypes.c_ulonglong
@@ -451,7 +451,7 @@ class _Probe:
         gpu = self.gpu
         if not gpu.batch.field_set.numbering.power or gpu.batch.lacks(fields.FI_POWER_AVERAGE):
             return self.pair(POWER_PAIR, "skipped", "no field 185 (a driver before R535, or this GPU)")
-        capability = gpu.known.compute_capability if gpu.known is not None else None
+        capability = gpu.identity.known.compute_capability if gpu.identity.known is not None else None
         if capability and tuple(int(part) for part in capability.split(".")) < AVERAGING_SINCE:
             return self.pair(
                 POWER_PAIR, "skipped", "nvmlDeviceGetPowerUsage is the instant power before Ampere"

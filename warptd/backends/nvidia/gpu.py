@@ -33,7 +33,7 @@ from warptd.backends.nvidia.api import GpuHandle, NvmlApi, States
 from warptd.backends.nvidia.batch import FieldBatch
 from warptd.backends.nvidia.edges import EdgeCounters, read_kind
 from warptd.backends.nvidia.fields import FieldSet
-from warptd.backends.nvidia.gpm import GpmContext, GpmSource
+from warptd.backends.nvidia.gpm import GpmContext
 from warptd.backends.nvidia.guard import DeviceGuard
 from warptd.backends.nvidia.health import HealthValues
 from warptd.backends.nvidia.identity import GpuIdentity
@@ -49,7 +49,7 @@ from warptd.backends.nvidia.sample import (
 )
 from warptd.metrics import nvidia
 from warptd.metrics.spec import Cadence
-from warptd.models import DeviceReading, GPUInfo, LabelledValues, MemoryUsage, Utilization
+from warptd.models import DeviceReading, LabelledValues, MemoryUsage, Utilization
 
 if TYPE_CHECKING:
     from warptd.config import Settings
@@ -98,35 +98,19 @@ class Gpu:
         #: Held by whoever reads the GPU (the device object keeps one read's state at a time).
         self.lock = threading.Lock()
         self.guard = guard = DeviceGuard(index, context.report)
-        self.batch = batch = FieldBatch(
-            api, guard, handle, context.field_set, before.batch.totals if before else None
-        )
+        asked = GpuHandle(api, guard, handle)
+        self.batch = batch = FieldBatch(asked, context.field_set, before.batch.totals if before else None)
         self.calls = SampleCalls(api, guard, handle)
-        self.health = HealthValues(api, guard, handle, context.field_set.reads)
+        self.health = HealthValues(asked, context.field_set.reads)
         self.cadence = DeviceCadence(context.settings)  # when the slow values are read again
         self.energy_cadence = DeviceCadence(context.settings, Cadence.ENERGY)
-        asked = GpuHandle(api, guard, handle)
-        self.identity = GpuIdentity(index, asked, context.settings, before.known if before else None)
+        self.identity = GpuIdentity(index, asked, context.settings, before.identity.known if before else None)
         self.edges = EdgeCounters(asked, batch)
         self.power = GpuPower(asked, batch, lambda: self.identity.compute_capability)
         self.activity = GpuActivity(asked, batch, context.gpm, context.read_costs)
         self._supported_mask: int | None = None  # the clock-event reasons it can report
         #: By value: what was made of its last answers (:mod:`~warptd.backends.kept`).
         self._kept: defaultdict[str, Kept[Any]] = defaultdict(Kept)
-
-    @property
-    def known(self) -> GPUInfo | None:
-        """The identity last listed."""
-        return self.identity.known
-
-    @known.setter
-    def known(self, info: GPUInfo | None) -> None:
-        self.identity.known = info
-
-    @property
-    def gpm(self) -> GpmSource | None:
-        """The GPU's GPM source, once opened."""
-        return self.activity.source
 
     # -- reads ---------------------------------------------------------------------------------------
     def read(self, plan: ReadPlan) -> DeviceReading:

@@ -6,14 +6,12 @@ engines' utilization."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from warptd.backends.nvidia import fields
-from warptd.backends.nvidia.api import NvmlApi
+from warptd.backends.nvidia.api import GpuHandle
 from warptd.backends.nvidia.batch import FieldBatch
 from warptd.backends.nvidia.engines import Presence, averages
 from warptd.backends.nvidia.fields import Decoded, FieldPlan
-from warptd.backends.nvidia.guard import DeviceGuard
 from warptd.metrics import nvidia
 from warptd.models import LabelledValues
 
@@ -22,22 +20,17 @@ _FAN = nvidia.row_of(nvidia.FAN_SPEED)
 
 
 class HealthValues:
-    """The health values of one GPU (``handle``) as of their last read, through its guard."""
+    """The health values of one GPU as of their last read, asked through its guard."""
 
-    __slots__ = ("_api", "_guard", "_handle", "_reads", "fans", "gauges", "power_limit")
+    __slots__ = ("_get", "_guard", "_reads", "fans", "gauges", "power_limit")
 
-    def __init__(
-        self, api: NvmlApi, guard: DeviceGuard, handle: Any, reads: Callable[[str], bool] = lambda name: True
-    ) -> None:
-        self._api, self._guard, self._handle = api, guard, handle
+    def __init__(self, gpu: GpuHandle, reads: Callable[[str], bool] = lambda name: True) -> None:
+        self._get, self._guard = gpu.get, gpu.guard
         self._reads = reads  # whether some output reads a family: fans and media engines only if so
         self.power_limit: float | None = None  # W, enforced
         #: nvidia-smi's gauges besides the performance state: fans, the media engines' utilization.
         self.gauges: dict[str, LabelledValues] = {}
         self.fans: int | None = None  # fans of the board, asked once
-
-    def _get(self, what: str, name: str, *args: object) -> Any:
-        return self._api.get(self._guard, self._handle, what, name, *args)
 
     def read(self, presence: Presence | None = None) -> bool:
         """Read the power limit, fans, the media engines' utilization (of the kinds the GPU has, by

@@ -235,7 +235,7 @@ class NvidiaMigBackend(NvmlBackend):
             driver = self.get_driver_version()
             devices = []
             for device in self.devices:
-                memory = device.memory() if self._present(device.index) else None
+                memory = device.memory() if self.device_present(device.index) else None
                 devices.append(
                     GPUInfo(
                         index=device.index,
@@ -251,9 +251,6 @@ class NvidiaMigBackend(NvmlBackend):
         return self.devices[index].mig.uuid if index < len(self.devices) else None
 
     def device_present(self, index: int) -> bool:
-        return self._present(index)
-
-    def _present(self, index: int) -> bool:
         return index < len(self.devices) and self._session.generation == self._generation
 
     def worker_device(self, info: GPUInfo) -> tuple[str, dict[str, str]]:
