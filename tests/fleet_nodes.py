@@ -32,7 +32,7 @@ from pathlib import Path
 import pynvml
 
 from tests.doubles.nvml import GIB, FakeGpu, FakeNvml, load
-from tests.test_workloads import Node
+from tests.e2e.test_workloads import Node
 from warptd.config import load_settings
 from warptd.daemon import Daemon
 

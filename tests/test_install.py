@@ -14,6 +14,8 @@ import pytest
 
 from tests.doubles.nvml import FakeNvml
 from warptd import install
+from warptd.backends.tpu.backend import TpuBackend
+from warptd.errors import BackendUnavailableError
 from warptd.install import client_install_command, install_command, requirement
 
 ROOT = Path(__file__).parents[1]
@@ -175,4 +177,34 @@ def test_a_hint_from_a_wheel_install_names_the_wheel(wheel_venv, tmp_path):
     pip = wheel_venv / "bin" / "pip"
     assert result.stderr.strip().endswith(f"amdsmi is not installed: {pip} install '{wheel}[amd]'"), (
         result.stderr
+    )
+
+
+@pytest.mark.rig("tpu", doubles=["three_chips", "runtime"])
+@pytest.mark.parametrize("missing", ["grpcio", "tpu-info"])
+def test_a_missing_sdk_or_a_missing_dependency_of_it_is_named_as_it_is(settings, monkeypatch, missing):
+    """tpu-info installed without grpcio is not "tpu-info is not installed": the note names the
+    dependency that is missing and the command that adds it."""
+    from importlib import metadata
+
+    from warptd.install import install_command
+
+    monkeypatch.setitem(sys.modules, "grpc" if missing == "grpcio" else "tpu_info", None)
+    installed = metadata.distribution
+
+    def distribution(name: str) -> metadata.Distribution:
+        if name == missing:
+            raise metadata.PackageNotFoundError(name)
+        return installed(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    with pytest.raises(BackendUnavailableError) as unavailable:
+        TpuBackend(settings)
+    if missing == "tpu-info":
+        assert str(unavailable.value) == f"tpu-info is not installed: {install_command('tpu')}"
+        return
+    grpcio = next(r for r in metadata.requires("tpu-info") if r.startswith("grpcio"))
+    pip = install_command("tpu").partition(" install ")[0]
+    assert str(unavailable.value) == (
+        f"tpu-info is installed, but not its dependency grpcio (no module grpc): {pip} install '{grpcio}'"
     )

@@ -54,3 +54,23 @@ def test_configured_again_it_writes_each_record_once_at_the_new_level(restore_lo
     logging.getLogger("asyncio").info("now shown")
     assert first.getvalue() == ""
     assert second.getvalue().count("now shown") == 1 and not second.getvalue().startswith("{")
+
+
+def test_logs_are_json_lines_off_a_tty(capsys):
+    import io
+    import json
+
+    import structlog
+
+    from warptd.logs import configure_logging
+
+    stream = io.StringIO()
+    configure_logging("info", "auto", stream)
+    structlog.get_logger("t").info("hello", backend="cpu")
+    structlog.get_logger("t").debug("hidden")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["event"] == "hello"
+    stream = io.StringIO()
+    configure_logging("debug", "console", stream)
+    structlog.get_logger("t").debug("shown")
+    assert "shown" in stream.getvalue() and not stream.getvalue().startswith("{")

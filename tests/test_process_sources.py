@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu, FakeProcess
-from tests.test_processes import GIB, HOST, Proc
-from warptd.processes.amd import AmdProcessMonitor
+from tests.e2e.test_processes import GIB, HOST, Proc
 from warptd.processes.nvml import ProcessMonitor
 
 NVML_LIST = "nvmlDeviceGetComputeRunningProcesses_v3"
-AMD_LIST = "amdsmi_get_gpu_process_list"
 
 
 @pytest.fixture
@@ -42,25 +39,6 @@ def test_nvml_a_refused_device_is_asked_again_after_nvml_reopened(fake_nvml, pro
     finally:
         monitor.stop()
     assert fake_nvml.initialised == 0
-
-
-def test_amd_a_refused_device_is_asked_once_and_the_others_listed(proc):
-    fake = FakeAmdsmi([FakeGpu(index=0), FakeGpu(index=1)])
-    fake.gpus[0].unsupported = {AMD_LIST}
-    fake.gpus[1].processes = [FakeProcess(1003, vram_bytes=GIB)]
-    with fake.installed():
-        monitor = AmdProcessMonitor(proc.root)
-        try:
-            for _ in range(3):
-                monitor.poll()
-            assert fake.calls(AMD_LIST) == 1 + 3
-            calls = fake.calls(AMD_LIST)
-            (listed,) = monitor.devices().values()
-            assert (listed.index, dict(listed.memory_by_pid)) == (1, {1003: GIB})
-            assert fake.calls(AMD_LIST) == calls  # reading the lists calls nothing
-        finally:
-            monitor.stop()
-        assert fake.initialised == 0
 
 
 def test_nvml_a_permission_refusal_is_warned_once_while_it_lasts_and_again_after_an_answer(fake_nvml, proc):

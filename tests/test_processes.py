@@ -8,26 +8,18 @@ import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
-from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.helpers import parse, select, value, wait_until
 from warptd.exporter.text import render_text
-from warptd.processes.cgroup import Attribution, parse_cgroup, start_time
 from warptd.processes.collector import ProcessesCollector
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 
 GIB = 2**30
 UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
-UID2 = "11111111-2222-3333-4444-555555555555"
 CID = "a" * 64
-CID2 = "b" * 64
 SYSTEMD_V2 = (
     "0::/kubepods.slice/kubepods-burstable.slice/"
     f"kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
-)
-CGROUPFS_V1 = "".join(
-    f"{n}:{controller}:/kubepods/besteffort/pod{UID2}/{CID2}\n"
-    for n, controller in ((12, "memory"), (11, "cpu,cpuacct"), (1, "name=systemd"))
 )
 HOST = "0::/user.slice/user-1000.slice/session-3.scope\n"
 METRIC = "warptd_device_process_memory_bytes"
@@ -70,84 +62,6 @@ def scrape(monitor) -> list:
     return parse(render_text(registry.collect()).decode())
 
 
-@pytest.mark.parametrize(
-    ("cgroup", "expected"),
-    [
-        (SYSTEMD_V2, (UID, CID)),
-        (CGROUPFS_V1, (UID2, CID2)),
-        (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/crio-{CID}.scope\n", (UID, CID)),
-        (
-            f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID2}.slice/docker-{CID}.scope",
-            (UID2, CID),
-        ),
-        (
-            f"0::/../kubepods-besteffort-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n",
-            (UID, CID),
-        ),
-        (f"0::/../pod{UID}/{CID}\n", (UID, CID)),  # cgroupfs driver seen from a private cgroup namespace
-        (f"0::/kubepods/burstable/pod{'c' * 32}/{CID}\n", ("c" * 32, CID)),  # a static pod's config hash
-        (f"0::/kubepods/burstable/pod{UID}\n", (UID, "")),  # in the pod's cgroup, not a container's
-        (f"12:memory:/kubepods/pod{UID}/{CID}\n0::/\n", (UID, CID)),  # hybrid v1 + v2
-        (f"0::/system.slice/docker-{CID}.scope\n", ("", "")),  # a container outside Kubernetes
-        (f"0::/machine.slice/libpod-pod-{CID}.slice\n", ("", "")),
-        (HOST, ("", "")),
-        ("", ("", "")),
-    ],
-)
-def test_parse_cgroup(cgroup, expected):
-    assert parse_cgroup(cgroup) == Attribution(*expected)
-
-
-def test_start_time_survives_a_comm_with_spaces_and_parentheses(proc):
-    proc.add(7, HOST, started=987654, comm="a) b (c")
-    assert start_time(proc.root, 7) == 987654
-    assert start_time(proc.root, 8) is None
-
-
-def test_processes_attributed_to_pods_and_containers(monitor, fake_nvml, proc):
-    proc.add(1001, SYSTEMD_V2)
-    proc.add(1002, CGROUPFS_V1)
-    proc.add(1003, HOST)
-    gpu0, gpu1 = fake_nvml.gpus
-    gpu0.processes = [(1001, 2 * GIB), (1003, GIB)]
-    gpu1.processes = [(1002, 3 * GIB), (1004, GIB // 2), (1005, None)]  # 1004 gone; 1005 memory unknown
-    monitor.poll()
-    samples = scrape(monitor)
-    dev0 = {"backend": "nvidia", "device": "0", "uuid": gpu0.uuid}
-    dev1 = {"backend": "nvidia", "device": "1", "uuid": gpu1.uuid}
-    assert value(samples, METRIC, pid="1001", pod_uid=UID, container_id=CID, **dev0) == 2 * GIB
-    assert value(samples, METRIC, pid="1003", pod_uid="", container_id="", **dev0) == GIB
-    assert value(samples, METRIC, pid="1002", pod_uid=UID2, container_id=CID2, **dev1) == 3 * GIB
-    assert value(samples, METRIC, pid="1004", pod_uid="", container_id="", **dev1) == GIB // 2
-    assert not select(samples, METRIC, pid="1005")  # usedGpuMemory not available: absent, not 0
-    assert len(select(samples, METRIC)) == 4
-
-
-def test_an_ended_process_loses_its_series(monitor, fake_nvml, proc):
-    proc.add(1001, SYSTEMD_V2)
-    proc.add(1003, HOST)
-    fake_nvml.gpus[0].processes = [(1001, GIB), (1003, GIB)]
-    monitor.poll()
-    assert len(select(scrape(monitor), METRIC)) == 2
-    fake_nvml.gpus[0].processes = [(1003, GIB)]
-    proc.remove(1001)
-    monitor.poll()
-    assert [s.labels["pid"] for s in select(scrape(monitor), METRIC)] == ["1003"]
-    assert len(monitor._resolver) == 1  # the cache holds the latest poll's pids only
-
-
-def test_cgroup_cached_per_process_and_read_again_for_a_reused_pid(monitor, fake_nvml, proc):
-    proc.add(1001, SYSTEMD_V2, started=100)
-    fake_nvml.gpus[0].processes = [(1001, GIB)]
-    monitor.poll()
-    (proc.root / "1001" / "cgroup").write_text(CGROUPFS_V1)  # same process: the cached answer holds
-    monitor.poll()
-    assert value(scrape(monitor), METRIC, pid="1001", pod_uid=UID) == GIB
-    proc.add(1001, CGROUPFS_V1, started=200)  # the pid now names another process
-    monitor.poll()
-    assert value(scrape(monitor), METRIC, pid="1001", pod_uid=UID2, container_id=CID2) == GIB
-
-
 def test_processes_per_device_are_capped_to_the_largest(fake_nvml, proc):
     fake_nvml.gpus[0].processes = [(2000 + i, (i + 1) * 2**20) for i in range(70)]
     monitor = ProcessMonitor(proc.root, max_per_device=64)
@@ -181,21 +95,6 @@ def test_a_driver_without_the_newest_struct_falls_back_to_v2(proc):
     fake.close()
 
 
-def test_unsupported_device_asked_once_and_lost_device_skipped(monitor, fake_nvml, proc):
-    gpu0, gpu1 = fake_nvml.gpus
-    gpu0.unsupported = {"nvmlDeviceGetComputeRunningProcesses_v3"}
-    gpu1.processes = [(1003, GIB)]
-    proc.add(1003, HOST)
-    monitor.poll()
-    monitor.poll()
-    # GPU 0 asked once; GPU 1 once a poll (into an array sized for its list)
-    assert fake_nvml.calls("nvmlDeviceGetComputeRunningProcesses_v3") == 3
-    assert [s.labels["device"] for s in select(scrape(monitor), METRIC)] == ["1"]
-    gpu1.lost = True  # its processes drop out while it does not answer
-    monitor.poll()
-    assert not select(scrape(monitor), METRIC)
-
-
 def test_the_thread_polls_and_stops_promptly(fake_nvml, proc):
     proc.add(1001, SYSTEMD_V2)
     fake_nvml.gpus[0].processes = [(1001, GIB)]
@@ -219,16 +118,3 @@ def test_nvml_absent_means_no_monitor(proc):
     fake.library_missing = True
     with fake.installed():
         assert open_process_monitor(proc.root) is None
-
-
-@pytest.mark.slow
-def test_exposition_is_promtool_clean(monitor, fake_nvml, proc):
-    proc.add(1001, SYSTEMD_V2)
-    proc.add(1003, HOST)
-    fake_nvml.gpus[0].processes = [(1001, GIB), (1003, GIB)]
-    fake_nvml.gpus[1].processes = [(1001, GIB)]  # one process on two GPUs
-    monitor.poll()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ProcessesCollector(monitor))
-    body = render_text(registry.collect())
-    assert_promtool_clean(body)

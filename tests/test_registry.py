@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import sys
 from importlib.metadata import EntryPoint
 from typing import ClassVar
 
 import pytest
+import structlog
+import structlog.testing
 
+from tests.doubles.amdsmi import TT, U16, FakeAmdsmi, FakeGpu, wrapper
+from tests.helpers import Rig, select, value
+from tests.sysfs_tree import drm_card
 from warptd import registry
+from warptd.backends.amd.backend import AmdBackend
 from warptd.backends.cpu.backend import CpuBackend
 from warptd.backends.device import ValueDevice
 from warptd.config import SettingsError
+from warptd.errors import BackendUnavailableError
 from warptd.models import GPUInfo, MemoryUsage, Utilization
+from warptd.registry import load_backends
 
 
 class PluginDevice(ValueDevice):
@@ -50,7 +59,6 @@ def _entry_points(monkeypatch, *eps: EntryPoint) -> None:
 
 
 def test_all_available_backends_load_together(settings, fake_nvml, sysfs):
-    from tests.sysfs_tree import drm_card
 
     sysfs.rapl_zone("intel-rapl:0", "package-0", 1)
     drm_card(sysfs, 0, "amdgpu", "0000:03:00.0", {"gpu_busy_percent": 5}, {"power1_input": 30_000_000})
@@ -153,7 +161,6 @@ class CrashingBackend(PluginBackend):
 
 
 def test_a_backend_that_raises_unexpectedly_is_marked_stale_alone(settings, monkeypatch):
-    from tests.helpers import Rig, select, value
 
     _entry_points(monkeypatch, EntryPoint("crashy", "tests.test_registry:CrashingBackend", "warptd.backends"))
     settings.backends = ["crashy", "cpu"]
@@ -169,7 +176,6 @@ def test_a_backend_that_raises_unexpectedly_is_marked_stale_alone(settings, monk
 
 def test_a_device_an_sdk_backend_serves_is_released_by_the_sysfs_fallback(settings, sysfs, fake_nvml):
     """De-duplication is by PCI address, whatever its spelling (NVML's 8-digit domain vs sysfs')."""
-    from tests.helpers import Rig, select
     from tests.sysfs_tree import drm_card
 
     drm_card(sysfs, 0, "amdgpu", "0000:18:00.0", {"device": "0x74a1"}, {"power1_input": 100_000_000})
@@ -187,7 +193,6 @@ def test_a_device_an_sdk_backend_serves_is_released_by_the_sysfs_fallback(settin
 
 
 def test_a_fallback_left_without_devices_is_unavailable_with_the_reason(settings, sysfs, fake_nvml):
-    from tests.sysfs_tree import drm_card
 
     drm_card(sysfs, 0, "amdgpu", "0000:19:00.0", {"device": "0x74a1"}, {"power1_input": 100_000_000})
     settings.backends = ["nvidia", "hwmon"]
@@ -240,7 +245,7 @@ def test_a_vendor_package_of_its_own_is_on_metrics_without_any_other_file(settin
     """A new vendor is its package (a ``VENDOR`` and a backend with a device object) and its entry
     point: the daemon serves its device and its power backend over the devices, and a backend that
     runs no stress workload (no ``worker_device``) offers no device to stress."""
-    from tests.helpers import parse, value
+    from tests.helpers import parse
     from warptd.daemon import Daemon
     from warptd.http.app import Request
     from warptd.stress.setup import make_job_manager
@@ -266,3 +271,73 @@ def test_a_vendor_package_of_its_own_is_on_metrics_without_any_other_file(settin
         assert make_job_manager(settings, daemon.loaded, daemon.snapshot).catalog.devices == {}
     finally:
         daemon.stop()
+
+
+@pytest.fixture
+def fake() -> FakeAmdsmi:
+    navi = FakeGpu(
+        index=1,
+        market_name="AMD Radeon RX 7900 XTX",
+        vram_total_mb=24_560,
+        vram_used_mb=1_024,
+        current_socket_power=U16,  # Navi fills the average only
+        average_socket_power=212,
+        power_cap_uw=300_000_000,
+        temperatures={TT.EDGE: 55, TT.HOTSPOT: 61, TT.VRAM: 58},
+        metrics={"vcn_activity": [10, 250]},  # two VCNs, no XGMI; 250 % is out of range: "N/A"
+        fan_speed=102,  # of 255
+        pcie_replays=0,
+        has_residency=False,  # no throttle residency accumulators: violation status NOT_SUPPORTED
+    )
+    # a consumer card without ECC, so without bad pages
+    navi.unsupported = {
+        "amdsmi_get_gpu_total_ecc_count",
+        "amdsmi_get_gpu_bad_page_info",
+    }
+    fake = FakeAmdsmi([FakeGpu(index=0), navi])
+    with fake.installed():
+        yield fake
+        assert fake.initialised == 0, "a backend was not shut down: the shared amdsmi session leaked"
+
+
+@pytest.mark.rig("amd", doubles=["fake"])
+def test_init_failure_is_a_log_line(settings):
+    fake = FakeAmdsmi(gpus=1)
+    fake.init_status = wrapper.AMDSMI_STATUS_DRIVER_NOT_LOADED
+    settings.backends = ["amd", "cpu"]
+    with fake.installed(), structlog.testing.capture_logs() as logs:
+        loaded = load_backends(settings)
+    assert [b.name for b in loaded.accelerators] == ["cpu"]
+    assert loaded.unavailable["amd"].startswith("amdsmi_init failed: Error code: 34 | ")
+    assert "\n" not in loaded.unavailable["amd"]
+    assert any(e["event"] == "backend_unavailable" and e["backend"] == "amdsmi" for e in logs)
+    loaded.shutdown()
+
+
+@pytest.mark.rig("amd", doubles=["fake"])
+def test_no_gpus_is_unavailable_and_shuts_amdsmi_down(settings):
+    fake = FakeAmdsmi(gpus=[])
+    settings.backends = ["amd"]
+    with fake.installed():
+        loaded = load_backends(settings)
+    assert loaded.unavailable["amd"] == "no devices found"
+    assert fake.initialised == 0
+
+
+@pytest.mark.rig("amd", doubles=["fake"])
+def test_missing_library_is_a_log_line_not_an_error(settings, capsys):
+    """This machine's real state: amdsmi installed, libamd_smi.so absent. The double is not installed."""
+    assert "amdsmi" not in sys.modules  # the double's import does not leak
+    settings.backends = ["amd", "cpu"]
+    with structlog.testing.capture_logs() as logs:
+        loaded = load_backends(settings)
+    assert [b.name for b in loaded.accelerators] == ["cpu"]
+    reason = "libamd_smi.so not found (install ROCm's amd-smi-lib)"
+    assert loaded.unavailable["amd"] == reason
+    assert loaded.unavailable["amdsmi"] == reason
+    logged = {e["backend"]: e["reason"] for e in logs if e["event"] == "backend_unavailable"}
+    assert logged["amd"] == reason
+    assert capsys.readouterr().out == ""  # the package's print() did not reach stdout
+    loaded.shutdown()
+    with pytest.raises(BackendUnavailableError, match=r"libamd_smi\.so"):
+        AmdBackend(settings)

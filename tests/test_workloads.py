@@ -4,28 +4,21 @@ hands them over."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import ProcessSample
+from tests.e2e.test_processes import GIB, Proc
 from tests.helpers import parse, select, value
-from tests.test_processes import GIB, Proc
 from warptd.exporter.text import render_text
 from warptd.models import DeviceReading
 from warptd.power.base import DomainPower, PowerSource
 from warptd.processes.nvml import ProcessMonitor
-from warptd.sampling.deltas import TotalDeltas
 from warptd.sampling.snapshot import DeviceSample
 from warptd.sampling.tracks import DeviceTrack
 from warptd.workloads.collector import WorkloadCollector
@@ -264,17 +257,6 @@ def test_even_split_where_neither_sm_nor_memory_tells(rig, node, fake_nvml):
         assert rig.workload(kind, workload_id).accelerator_joules == pytest.approx(30.0, rel=1e-9)
 
 
-def test_an_idle_device_and_a_stale_poll_are_unattributed(rig, node, fake_nvml):
-    layouts(node, fake_nvml)
-    fake_nvml.gpus[0].processes = []
-    rig.poll()
-    rig.device_joules(40.0, 0.0)  # nobody on GPU 0
-    rig.clock.now += 10.0  # three intervals without a poll: who holds GPU 1 is not known any more
-    rig.device_joules(0.0, 60.0)
-    assert rig.tracker.unattributed()["accelerator"] == pytest.approx(100.0)
-    assert rig.workload("container", CID).accelerator_joules == 0.0
-
-
 def test_an_ended_job_keeps_its_total_for_the_retention_then_goes(rig, node, fake_nvml):
     layouts(node, fake_nvml)
     v1 = CpuCgroup("/slurm/uid_1000/job_4242", "cpu,cpuacct")
@@ -301,18 +283,6 @@ def test_an_ended_job_keeps_its_total_for_the_retention_then_goes(rig, node, fak
     assert rig.workload("slurm_job", "4242") is None
     assert not select(rig.scrape(), ENERGY, workload="4242")
     assert select(rig.scrape(), ENERGY, workload="4243")
-
-
-def test_a_pid_reused_by_a_new_job_does_not_carry_energy_over(rig, node, fake_nvml):
-    layouts(node, fake_nvml)
-    rig.poll({0: {1001: 100}})
-    rig.device_joules(100.0, 0.0)
-    node.remove(1001)
-    node.add(1001, SLURM_V1.replace("job_4242", "job_4250"), started=99999)  # the same pid, a new process
-    rig.poll({0: {1001: 100}})
-    rig.device_joules(30.0, 0.0)
-    assert rig.workload("slurm_job", "4242").accelerator_joules == pytest.approx(100.0, rel=0.01)
-    assert rig.workload("slurm_job", "4250").accelerator_joules == pytest.approx(30.0, rel=0.01)
 
 
 def test_a_counter_reset_is_the_samplers_to_take_and_a_late_total_adds_nothing(node, monitor, fake_nvml):
@@ -420,15 +390,6 @@ def test_a_scrape_never_waits_for_the_listeners(rig, node, fake_nvml, told):
         handed.devices["nvidia:0"] = ("", 0.0)  # type: ignore[index]
 
 
-def test_one_delta_rule_for_every_total():
-    """The split and the workloads' recordings take joules from totals with one helper: the first is
-    the baseline, an unreadable one adds nothing, a lower one (late) adds nothing and is not kept."""
-    deltas: TotalDeltas[str] = TotalDeltas()
-    added = [deltas.delta("gpu", total) for total in (10.0, 15.0, None, 12.0, 18.0)]
-    assert added == [0.0, 5.0, 0.0, 0.0, 3.0]
-    assert deltas.delta("package", 4.0) == 0.0 and deltas.delta("package", 6.0) == 2.0
-
-
 def test_cpu_packages_split_by_cgroup_cpu_time_idle_unattributed(rig, node, fake_nvml):
     layouts(node, fake_nvml)
     node.add(1006, USER_SERVICE, uid=1000)  # a user's own service: its CPU time is in the user's slice too
@@ -486,126 +447,6 @@ def test_kinds_and_the_cap(node, monitor, fake_nvml):
     assert value(rig.scrape(), DROPPED) == 2
 
 
-@pytest.mark.slow
-def test_series_are_promtool_clean_and_name_no_command_line(rig, node, fake_nvml):
-    layouts(node, fake_nvml)
-    node.cpu(CpuCgroup("/system.slice/ollama.service"), 0)
-    rig.poll({0: {1001: 60, 1002: 40}})
-    rig.device_joules(10.0, 10.0)
-    rig.package_joules(5.0)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(WorkloadCollector(rig.tracker))
-    body = render_text(registry.collect())
-    assert_promtool_clean(body)
-    assert b"python3" not in body and b"task_0" not in body
-    samples = parse(body.decode())
-    service = {"kind": "systemd_unit", "workload": "ollama.service", "user": "root"}
-    assert value(samples, ENERGY, source="cpu", **service) == 0.0  # readable, no period measured yet
-    assert value(samples, ENERGY, source="accelerator", **service) == pytest.approx(2.5)
-
-
-def workloads_daemon(node: Node, tmp_path: Path):
-    """A real daemon started with --workloads over the fixture node and the NVML double (stop it)."""
-    from warptd.config import load_settings
-    from warptd.daemon import Daemon
-
-    settings = load_settings(
-        listen="127.0.0.1:0", backends=["nvidia"], interval=0.1, procfs=node.proc.root,
-        cgroupfs=node.cgroupfs, sysfs=tmp_path, workloads=True,
-    )  # fmt: skip
-    daemon = Daemon(settings)
-    daemon.start()
-    return daemon
-
-
-@pytest.mark.slow
-def test_a_daemon_serves_workloads_to_loopback_or_the_token_and_the_cli_prints_one(
-    node, fake_nvml, tmp_path, capsys
-):
-    """End to end: --workloads on a real daemon (its threads poll, sample and serve over loopback)."""
-    from tests.helpers import http, wait_until
-    from warptd.cli import main
-
-    node.add(1001, SLURM_V1, uid=0)
-    gpu0 = fake_nvml.gpus[0]
-    gpu0.processes = [(1001, GIB)]
-    daemon = workloads_daemon(node, tmp_path)
-    try:
-        assert daemon.process_sources != []  # nvidia's
-        assert not select(
-            parse(http(daemon.port, "GET", "/metrics")[2].decode()), "warptd_device_process_memory_bytes"
-        )
-
-        def attributed() -> bool:
-            gpu0.energy_mj += 1000
-            status, _, body = http(daemon.port, "GET", "/workloads/slurm_job/4242")
-            return status == 200 and json.loads(body)["accelerator_joules"] > 0
-
-        assert wait_until(attributed, timeout=10.0, interval=0.05)
-        job = json.loads(http(daemon.port, "GET", "/workloads/slurm_job/4242")[2])
-        assert job["devices"][0]["device"] == "nvidia:0" and job["user"] == user_name(1000)
-        assert set(job) == {
-            "kind", "id", "user", "steps", "started_at", "ended_at", "devices", "accelerator_joules",
-            "cpu_joules", "total_joules",
-        }  # fmt: skip
-        listing = json.loads(http(daemon.port, "GET", "/workloads")[2])
-        assert [(w["kind"], w["id"]) for w in listing["workloads"]] == [("slurm_job", "4242")]
-        samples = parse(http(daemon.port, "GET", "/metrics")[2].decode())
-        assert value(samples, ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
-        for path, status in (
-            ("/workloads/slurm_job/4243", 404),
-            ("/workloads/pod/4242", 404),
-            ("/workloads/slurm_job/" + "9" * 300, 414),
-        ):
-            assert http(daemon.port, "GET", path)[0] == status, path
-        assert http(daemon.port, "GET", "/workloads", headers={"Origin": "http://evil.example"})[0] == 403
-        assert http(daemon.port, "GET", "/workloads", headers={"Host": "evil.example"})[0] == 403
-        url = f"http://127.0.0.1:{daemon.port}"
-        assert main(["workload", "slurm_job", "4242", "--url", url]) == 0
-        printed = capsys.readouterr().out
-        assert "slurm_job 4242" in printed and "nvidia:0" in printed and "total" in printed
-        assert main(["workload", "--url", url]) == 0
-        listed = capsys.readouterr().out.splitlines()  # the daemon's own log lines too: same process
-        assert any(line.startswith("slurm_job 4242  user ") for line in listed), listed
-        assert main(["workload", "slurm_job", "--url", url]) == 2
-        assert "give the slurm_job's ID" in capsys.readouterr().err
-        recorded = run_epilog(tmp_path, url)
-        assert re.fullmatch(r"update JobId=4242 AdminComment=warptd_joules_\S+=\d+\n", recorded), recorded
-        daemon._token = "s3cret"  # as a reload with --stress-token sets it
-        assert http(daemon.port, "GET", "/workloads")[0] == 401
-        authorized = {"Authorization": "Bearer s3cret"}
-        assert http(daemon.port, "GET", "/workloads/slurm_job/4242", headers=authorized)[0] == 200
-        assert main(["workload", "slurm_job", "4242", "--url", url]) == 1
-        assert "401" in capsys.readouterr().err
-    finally:
-        daemon.stop()
-
-
-def run_epilog(tmp_path, url: str, extra_env: dict[str, str] | None = None) -> str:
-    """deploy/slurm's epilog for job 4242 against the daemon at ``url`` (``extra_env`` added to its
-    environment), with a stand-in scontrol that records its arguments; returns them."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
-    bin_dir.mkdir()
-    scontrol = bin_dir / "scontrol"
-    scontrol.write_text('#!/bin/sh\necho "$@" > "$SCONTROL_LOG"\n')
-    scontrol.chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "SLURM_JOB_ID": "4242",
-        "WARPTD_URL": url,
-        "WARPTD": f"{sys.executable} -m warptd",
-        "SCONTROL_LOG": str(log),
-        **(extra_env or {}),
-    }
-    epilog = Path(__file__).parents[1] / "deploy" / "slurm" / "warptd-epilog.sh"
-    done = subprocess.run(
-        ["sh", str(epilog)], check=False, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0 and not done.stderr, done.stderr
-    return log.read_text()
-
-
 def test_workload_settings_from_flags_and_environment(monkeypatch):
     from warptd.arguments import build_parser
     from warptd.cli import _settings
@@ -633,18 +474,6 @@ def test_workload_settings_from_flags_and_environment(monkeypatch):
     ):
         with pytest.raises(SettingsError):
             load_settings(**bad)
-
-
-def test_the_endpoints_say_when_workloads_are_off():
-    from warptd.http.app import HttpError, Request, Router
-    from warptd.http.workload_routes import WorkloadApi
-
-    router = Router()
-    WorkloadApi.add(router, None, lambda: None)
-    for path in ("/workloads", "/workloads/slurm_job/4242"):
-        with pytest.raises(HttpError) as raised:
-            router.dispatch(Request("GET", path, {}, {"host": "localhost"}, b"", "127.0.0.1"))
-        assert raised.value.status == 404 and "--workloads" in raised.value.message
 
 
 def test_a_user_first_seen_outside_its_slice_takes_the_slice_for_cpu(rig, node, fake_nvml):

@@ -11,18 +11,13 @@ from __future__ import annotations
 import pytest
 import structlog.testing
 
-from tests.conftest import assert_promtool_clean
 from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu, FakeProcess, wrapper
-from tests.helpers import http, parse, select, serving, value, wait_until
-from tests.test_processes import GIB
-from tests.test_workloads import SERVICE, SLURM_V1, SLURM_V2, Node
-from warptd.daemon import Daemon
+from tests.e2e.test_processes import GIB
+from tests.e2e.test_workloads import SERVICE, SLURM_V1, SLURM_V2, Node
 from warptd.processes.amd import AmdProcessMonitor
-from warptd.processes.engine_time import EngineCount, EngineTime
 from warptd.workloads.energy import WorkloadEnergy
 
 LIST = "amdsmi_get_gpu_process_list"
-ENERGY = "warptd_workload_energy_joules_total"
 JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")
 SECONDS = 10.0
 
@@ -289,60 +284,6 @@ def test_processes_are_filed_under_the_identity_the_backend_kept(partitioned, no
         assert rig.joules_of(*JOB_A) == pytest.approx(4800.0, rel=1e-3)
     finally:
         rig.close()
-
-
-def test_engine_time_needs_a_baseline_per_process():
-    engine = EngineTime()
-    assert engine.update(0, {1: EngineCount({"gfx": 0}, 7)}) is None  # first poll
-    assert engine.update(1_000, {1: EngineCount({"gfx": 500}, 7)}) == {1: 0.5}
-    assert (
-        engine.update(2_000, {1: EngineCount({"gfx": 600}, 7), 2: EngineCount({"gfx": 0}, 8)}) is None
-    )  # 2 is new
-    assert (
-        engine.update(3_000, {1: EngineCount({"gfx": 100}, 7), 2: EngineCount({"gfx": 0}, 8)}) is None
-    )  # 1 went back
-    assert (
-        engine.update(4_000, {1: EngineCount({"gfx": 900}, 9), 2: EngineCount({"gfx": 10}, 8)}) is None
-    )  # 1 reused
-    assert engine.update(5_000, {1: EngineCount({"gfx": 1_000}, 9), 2: EngineCount({"gfx": 10}, 8)}) == {
-        1: 0.1,
-        2: 0.0,
-    }
-
-
-@pytest.mark.slow
-def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):
-    two_jobs(node, fake, a=FakeProcess(1001, gfx_busy=0.5))
-    settings.backends, settings.workloads = ["amd"], True
-    settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs
-    with serving(settings) as daemon:
-        (source,) = daemon.process_sources  # amd's
-        assert daemon.workloads.sources == [source]
-
-        def scraped() -> list:
-            fake.advance(1.0)  # the GPU draws on, its firmware counting the energy
-            return parse(http(daemon.port, "GET", "/metrics")[2].decode())
-
-        assert wait_until(
-            lambda: (
-                select(scraped(), ENERGY, kind="slurm_job", workload="4242", source="accelerator")
-                and value(scraped(), ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
-            ),
-            timeout=10.0,
-        )
-        assert_promtool_clean(http(daemon.port, "GET", "/metrics")[2])
-
-
-@pytest.mark.slow
-def test_without_amdsmi_the_daemon_runs_with_no_amd_source(settings, node):
-    settings.backends, settings.workloads = ["amd"], True
-    settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs
-    daemon = Daemon(settings)  # import amdsmi fails here: no libamd_smi.so
-    try:
-        assert daemon.process_sources == []
-        assert daemon.workloads is not None and daemon.workloads.sources == []
-    finally:
-        daemon.stop()
 
 
 def test_the_double_answers_like_the_library(fake):

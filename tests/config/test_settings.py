@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from warptd.arguments import _flag
-from warptd.config import Settings, options
+from warptd.config import Settings, SettingsError, options
 from warptd.config.docs import row
 from warptd.config.knob import SAMPLING, Option, setting
 from warptd.config.settings import PARTS, Part
@@ -83,3 +85,37 @@ def test_the_reloadable_settings_are_the_knobs_marked_live():
     assert {o.name for o in options() if o.knob.live} == RELOADABLE
     assert {"interval", "window_memory", "stress_token_file", "log_level"} <= RELOADABLE
     assert not {"listen", "backends", "sysfs", "stress", "node", "procfs"} & RELOADABLE
+
+
+def test_reloadable_settings_are_settings_and_the_shape_of_the_process_is_not():
+    from warptd.config import RELOADABLE, Settings
+
+    assert set(RELOADABLE) <= set(Settings.model_fields)
+    assert not {"listen", "backends", "sysfs", "stress", "node", "procfs"} & RELOADABLE
+
+
+def _settings_error(call: Callable[[], object]) -> str:
+    try:
+        call()
+    except SettingsError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_a_device_as_the_token_file_is_refused_without_reading_it():
+    """/dev/zero took RSS to 3.4 GiB and the daemon never started; /dev/null reads as empty."""
+    settings = Settings(stress_token_file=Path("/dev/null"))
+    assert (
+        _settings_error(settings.stress_token_value)
+        == "invalid setting stress_token_file: not a regular file"
+    )
+
+
+def test_window_memory_reads_sizes():
+    assert Settings(window_memory="16MiB").window_memory == 16 * 2**20
+    assert Settings(window_memory="512KiB").window_memory == 512 * 2**10
+    assert Settings(window_memory=2**20).window_memory == 2**20
+    with pytest.raises(ValueError, match="not a size"):
+        Settings(window_memory="plenty")
+    with pytest.raises(ValueError):
+        Settings(window_memory="1KiB")  # below 64 KiB

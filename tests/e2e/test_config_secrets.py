@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
+from tests.e2e.test_e2e import _events, start_daemon
 from tests.helpers import http, wait_until
-from tests.test_e2e import _events, start_daemon
 
 
 @pytest.mark.slow

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from tests.e2e.test_e2e import start_daemon
 from tests.helpers import http, wait_until
-from tests.test_e2e import start_daemon
 
 RESET = struct.pack("ii", 1, 0)
 

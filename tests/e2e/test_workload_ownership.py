@@ -10,9 +10,9 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.e2e.test_processes import GIB
+from tests.e2e.test_workloads import ENERGY, Node, workloads_daemon
 from tests.helpers import http, parse, select, wait_until
-from tests.test_processes import GIB
-from tests.test_workloads import ENERGY, Node, workloads_daemon
 from warptd.workloads.placement import user_name
 
 ROOTS = "a" * 64

@@ -191,3 +191,34 @@ def test_a_400_names_the_fault_without_the_clients_bytes():
             assert reply.startswith(b"HTTP/1.1 400 "), reply[:40]
             body = json.loads(reply.split(b"\r\n\r\n", 1)[1])
             assert body == {"error": problem}
+
+
+def test_a_response_being_sent_is_never_closed_to_make_room(settings):
+    """A computed response (a scrape's, say) that its client is still taking is owed to it: at the cap
+    with every connection sending, a new one is refused (503), not served by cutting another off."""
+    import socket as sockets
+
+    from warptd.http.app import Response, Router
+    from warptd.http.connection import Phase
+    from warptd.http.limits import HttpLimits
+    from warptd.http.server import WarptdHTTPServer
+
+    big = b"x" * (64 << 20)  # past loopback's socket buffers: sending waits for a reader
+    router = Router()
+    router.add("GET", "/big", lambda _: Response(200, big, "text/plain"))
+    router.add("GET", "/metrics", lambda _: Response(200, b"up 1\n", "text/plain"))
+    server = WarptdHTTPServer("127.0.0.1", 0, router, limits=HttpLimits(max_connections=2))
+    server.start()
+    readers = [sockets.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(2)]
+    try:
+        for conn in readers:
+            conn.sendall(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n")  # and never read
+        assert wait_until(lambda: {c.phase for c in server._open} == {Phase.SENDING}, timeout=10)
+        status, _, _ = http(server.port, "GET", "/metrics")
+        assert status == 503 and server.evicted == 0
+        assert {c.phase for c in server._open} == {Phase.SENDING}  # both still being sent
+    finally:
+        for conn in readers:
+            conn.close()
+        server.shutdown()
+        server.server_close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+#: Threads that each allocate (outside Python's small-object allocator) while the others hold
+#: memory, then the number of glibc heaps that malloc_info reports.
 import subprocess
 import sys
 
@@ -9,8 +11,6 @@ import pytest
 
 from warptd.http.limits import HEAP_ARENAS
 
-#: Threads that each allocate (outside Python's small-object allocator) while the others hold
-#: memory, then the number of glibc heaps that malloc_info reports.
 _HEAPS = """
 import ctypes, os, re, sys, tempfile, threading
 from warptd.http.limits import share_heap_arenas
@@ -50,3 +50,15 @@ def test_the_daemons_threads_share_two_heaps():
     the few live allocations it cannot give back: 64 ended windows left 0.5-1 MiB more RSS so."""
     assert _heaps("shared") <= HEAP_ARENAS
     assert _heaps("default") > HEAP_ARENAS
+
+
+def test_http_settings_reach_the_server(monkeypatch):
+    from warptd.config import SettingsError, load_settings
+    from warptd.http.limits import HttpLimits
+
+    monkeypatch.setenv("WARPTD_HTTP_MAX_REQUESTS", "7")
+    monkeypatch.setenv("WARPTD_HTTP_HEADER_TIMEOUT", "2.5")
+    limits = HttpLimits.of(load_settings())
+    assert limits.max_requests == 7 and limits.header_timeout == 2.5 and limits.backlog == 1024
+    with pytest.raises(SettingsError, match="http_backlog"):
+        load_settings(http_backlog=5)  # the old default, too short for a burst

@@ -4,12 +4,15 @@ as Latin-1, so a UTF-8 token (as curl sends it) was re-encoded and could never m
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
 from warptd.http.app import HttpError, Request, Response, Router
-from warptd.http.protection import authorize
+from warptd.http.protection import authorize, is_loopback
 from warptd.http.server import WarptdHTTPServer
+from warptd.http.stress_routes import StressApi
+from warptd.stress.jobs import JobManager
 
 TOKEN = "jeton-ключ-🔑"
 
@@ -56,3 +59,35 @@ def test_over_the_wire():
                 assert conn.recv(4096).startswith(b"HTTP/1.1 " + status)
     finally:
         server.server_close()
+
+
+def test_an_unterminated_string_of_escaped_quotes_is_checked_in_linear_time():
+    """Each escaped quote of ``"\\"\\"…`` once started a scan to the body's end: 64 KiB took 34 s
+    holding the GIL (every sampler and the HTTP loop stalled). Bounded far above the linear scan's
+    milliseconds, far below the quadratic one's seconds."""
+    from warptd.http.protection import check_json_shape
+
+    for body in (b'"' + b'\\"' * 32_000, b'"' + b'\\"' * 32_000 + b"\\"):
+        started = time.monotonic()
+        check_json_shape(body)  # no brackets, no numbers: passes, and json.loads then says 400
+        assert time.monotonic() - started < 2.0
+
+
+def test_loopback_host_names():
+    from warptd.http.protection import is_loopback_host
+
+    for host in ("localhost:9465", "127.0.0.1", "127.0.0.1:9465", "[::1]:9465", "::1", "LOCALHOST"):
+        assert is_loopback_host(host), host
+    for host in ("evil.example", "10.0.0.1:9465", "[fe80::1]:9465", "localhost.evil.example"):
+        assert not is_loopback_host(host), host
+
+
+def test_remote_clients_need_a_token():
+    router = Router()
+    StressApi.add(router, JobManager([], {}), token=lambda: None)
+    request = Request("POST", "/stress", {}, {}, b"{}", client="10.1.2.3")
+    with pytest.raises(HttpError) as info:
+        router.dispatch(request)
+    assert info.value.status == 403 and "loopback" in info.value.message
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("::ffff:127.0.0.1")
+    assert not is_loopback("10.1.2.3") and not is_loopback("::ffff:10.0.0.1")

@@ -7,6 +7,7 @@ import pynvml
 import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
+from warptd.config import load_settings
 from warptd.metrics import catalog, nvidia
 from warptd.metrics.spec import CONVERSIONS, DEVICE_LABELS, Call, Entry, Field, MetricSpec
 
@@ -94,3 +95,24 @@ def test_a_field_answered_as_given_is_one_gpu_s_own_at_scope_0(answering):
     assert answer(other)[0] == pynvml.NVML_ERROR_NOT_SUPPORTED
     gpu.unsupported_fields = {rollovers.id}
     assert answer(handle)[0] == pynvml.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_flags_environment_and_file_give_the_lists(monkeypatch, tmp_path):
+    config = tmp_path / "warptd.toml"
+    config.write_text(
+        'metrics_exclude = ["warptd_device_pcie_*"]\nmetrics_include = ["warptd_device_engine_*"]\n'
+    )
+    s = load_settings(config=config)
+    assert (s.metrics_exclude, s.metrics_include) == (["warptd_device_pcie_*"], ["warptd_device_engine_*"])
+    assert not s.metric_selection.wants(nvidia.PCIE_BYTES.name) and s.metric_selection.wants(
+        nvidia.ENGINE_ACTIVE.name
+    )
+    monkeypatch.setenv("WARPTD_METRICS_EXCLUDE", "warptd_device_clock_*, warptd_device_fan_speed_ratio")
+    s = load_settings(config=config)
+    assert s.metrics_exclude == ["warptd_device_clock_*", "warptd_device_fan_speed_ratio"]  # env over file
+    from warptd.arguments import build_parser
+
+    args = build_parser().parse_args(
+        ["serve", "--metrics-exclude", "warptd_device_up", "--metrics-exclude", "warptd_build_info"]
+    )
+    assert args.metrics_exclude == ["warptd_device_up", "warptd_build_info"]

@@ -4,6 +4,7 @@ as well as idle; each MIG device counts apart. An XID that happens adds its seri
 
 from __future__ import annotations
 
+#: README.md and docs/metrics.md: what a GPU costs Prometheus at the defaults.
 import pytest
 
 from tests.doubles.amdsmi import FakeAmdsmi
@@ -11,9 +12,10 @@ from tests.doubles.amdsmi import FakeGpu as AmdGpu
 from tests.doubles.nvml import GIB, FakeGpu, FakeMig, FakeNvml
 from tests.fleet import series_by_family, series_per_gpu
 from tests.helpers import http, serving, wait_until
+from warptd.metrics import catalog as m
 from warptd.metrics import nvidia
+from warptd.metrics.selection import DEFAULT_EXCLUDE, EVERYTHING, select
 
-#: README.md and docs/metrics.md: what a GPU costs Prometheus at the defaults.
 MAX_SERIES_PER_GPU = 60
 SLICES = [
     FakeMig("MIG-aaaaaaaa-1111-5222-8333-444444444444", gpu_instance=1, memory_total=40 * GIB),
@@ -87,3 +89,12 @@ def test_the_amd_double_s_mi300x_costs_at_most_60_series_per_gpu_with_its_xgmi_l
     assert len(per_gpu) == 2 and max(per_gpu.values()) <= MAX_SERIES_PER_GPU, per_gpu
     assert max(families[nvidia.NVLINK_BYTES.name].values()) == 2  # the 7 XGMI links summed, by direction
     assert nvidia.NVLINK_LINK_BYTES.name not in families
+
+
+def test_the_default_leaves_out_only_its_list_and_an_include_brings_one_back():
+    default = select()
+    assert {s.name for s in m.EVERY} - default.exported == set(DEFAULT_EXCLUDE)
+    engines = nvidia.ENGINE_ACTIVE.name
+    assert not default.wants(engines)
+    assert select(include=("warptd_device_engine_*",)).wants(engines)
+    assert select(include=("*",)).exported == EVERYTHING.exported

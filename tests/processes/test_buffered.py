@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.backends.nvidia.test_calls import rename_private_lookup
 from tests.doubles.nvml import ProcessSample
-from tests.test_nvidia_public_api import rename_private_lookup
-from tests.test_processes import GIB, HOST, Proc
+from tests.e2e.test_processes import GIB, HOST, Proc
 from warptd.processes.nvml import ProcessMonitor
 
 INFO = "nvmlDeviceGetProcessesUtilizationInfo"

@@ -13,6 +13,7 @@ from warptd.processes.cgroup import (
     parse_cgroup,
     read_attribution,
     split_path,
+    start_time,
 )
 
 UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
@@ -86,3 +87,82 @@ def test_a_line_added_by_a_newline_in_a_name_names_no_pod(tmp_path):
     assert read_attribution(proc, 1) == NONE
     assert parse_cgroup(f"3:memory:/kubepods/pod{UID}/{CID}\n3:memory:/x\n") == NONE  # a hierarchy twice
     assert parse_cgroup(f"3:memory:/x\n4:memory:/kubepods/pod{UID}/{CID}\n") == NONE  # a controller twice
+
+
+UID2 = "11111111-2222-3333-4444-555555555555"
+
+
+CID2 = "b" * 64
+
+
+SYSTEMD_V2 = (
+    "0::/kubepods.slice/kubepods-burstable.slice/"
+    f"kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
+)
+
+
+CGROUPFS_V1 = "".join(
+    f"{n}:{controller}:/kubepods/besteffort/pod{UID2}/{CID2}\n"
+    for n, controller in ((12, "memory"), (11, "cpu,cpuacct"), (1, "name=systemd"))
+)
+
+
+HOST = "0::/user.slice/user-1000.slice/session-3.scope\n"
+
+
+class Proc:
+    """A fixture procfs: /proc/<pid>/stat (with its start time, field 22) and /proc/<pid>/cgroup."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def add(self, pid: int, cgroup: str, started: int = 4242, comm: str = "python3 (worker) x") -> None:
+        directory = self.root / str(pid)
+        directory.mkdir(parents=True, exist_ok=True)
+        fields = ["S", *["0"] * 18, str(started), *["0"] * 30]  # fields 3..52; field 22 is starttime
+        (directory / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+        (directory / "cgroup").write_text(cgroup)
+
+    def remove(self, pid: int) -> None:
+        for name in ("stat", "cgroup"):
+            (self.root / str(pid) / name).unlink()
+        (self.root / str(pid)).rmdir()
+
+
+@pytest.fixture
+def proc(tmp_path):
+    return Proc(tmp_path / "proc")
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "expected"),
+    [
+        (SYSTEMD_V2, (UID, CID)),
+        (CGROUPFS_V1, (UID2, CID2)),
+        (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/crio-{CID}.scope\n", (UID, CID)),
+        (
+            f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID2}.slice/docker-{CID}.scope",
+            (UID2, CID),
+        ),
+        (
+            f"0::/../kubepods-besteffort-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n",
+            (UID, CID),
+        ),
+        (f"0::/../pod{UID}/{CID}\n", (UID, CID)),  # cgroupfs driver seen from a private cgroup namespace
+        (f"0::/kubepods/burstable/pod{'c' * 32}/{CID}\n", ("c" * 32, CID)),  # a static pod's config hash
+        (f"0::/kubepods/burstable/pod{UID}\n", (UID, "")),  # in the pod's cgroup, not a container's
+        (f"12:memory:/kubepods/pod{UID}/{CID}\n0::/\n", (UID, CID)),  # hybrid v1 + v2
+        (f"0::/system.slice/docker-{CID}.scope\n", ("", "")),  # a container outside Kubernetes
+        (f"0::/machine.slice/libpod-pod-{CID}.slice\n", ("", "")),
+        (HOST, ("", "")),
+        ("", ("", "")),
+    ],
+)
+def test_parse_cgroup(cgroup, expected):
+    assert parse_cgroup(cgroup) == Attribution(*expected)
+
+
+def test_start_time_survives_a_comm_with_spaces_and_parentheses(proc):
+    proc.add(7, HOST, started=987654, comm="a) b (c")
+    assert start_time(proc.root, 7) == 987654
+    assert start_time(proc.root, 8) is None

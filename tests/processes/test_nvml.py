@@ -4,17 +4,23 @@ clock of the test's own (as the polling thread would, at --interval)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
 from tests.doubles.nvml import ProcessSample
-from tests.test_processes import GIB, HOST, SYSTEMD_V2, UID, Proc
-from tests.test_workloads import SLURM_V1, SLURM_V2, Node
+from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, UID, Proc
+from tests.e2e.test_workloads import ENERGY, SLURM_V1, SLURM_V2, Node, Rig
+from tests.helpers import value
+from tests.test_workloads import TICK_US
+from warptd.config import SettingsError, load_settings
 from warptd.models import DeviceReading
 from warptd.processes.nvml import ProcessMonitor
 from warptd.sampling.snapshot import DeviceSample
 from warptd.workloads.energy import WorkloadEnergy
+from warptd.workloads.placement import CpuCgroup
+from warptd.workloads.slurm_tree import slurm_jobs
 
 INFO = "nvmlDeviceGetProcessesUtilizationInfo"
 #: The driver's per-process sampling window in these tests: 1/6 s, the shortest NVML documents.
@@ -223,7 +229,7 @@ def test_a_workloads_energy_is_split_right_when_processes_come_and_go_between_tw
 
 @pytest.mark.slow
 def test_the_daemon_hands_the_setting_to_the_monitor_and_a_reload_changes_it(fake_nvml, tmp_path):
-    from warptd.config import RELOADABLE, load_settings
+    from warptd.config import RELOADABLE
     from warptd.daemon import Daemon
 
     def settings(seconds: float):
@@ -245,8 +251,116 @@ def test_the_daemon_hands_the_setting_to_the_monitor_and_a_reload_changes_it(fak
 
 @pytest.mark.parametrize("seconds", [0.5, 11.0])
 def test_the_interval_stays_within_the_drivers_windows_and_its_buffer(seconds):
-    from warptd.config import SettingsError, load_settings
 
     with pytest.raises(SettingsError, match="process_utilization_interval"):
         load_settings(process_utilization_interval=seconds)
     assert load_settings(process_utilization_interval=10).process_utilization_interval == 10
+
+
+POD = "/kubepods.slice/kubepods-pod0a.slice/cri-containerd-" + "a" * 64 + ".scope"
+
+
+JOB_TASK = "0::/../../../system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n"
+
+
+def in_a_pod(node: Node, pid: int = os.getpid()) -> None:
+    """The fixture node seen from inside warptd's pod: host init climbs three levels, and the pod's
+    cgroup (one of several at that depth) lists warptd's host pid."""
+    init = node.proc.root / "1"
+    init.mkdir(parents=True, exist_ok=True)
+    (init / "cgroup").write_text("0::/../../..\n")
+    for name in (POD, POD.replace("0a", "0c").replace("a" * 64, "c" * 64)):
+        (node.cgroupfs / name.lstrip("/")).mkdir(parents=True)
+        (node.cgroupfs / name.lstrip("/") / "cgroup.procs").write_text("1\n12\n")
+    (node.cgroupfs / POD.lstrip("/") / "cgroup.procs").write_text(f"1\n{pid}\n")
+    (node.cgroupfs / "system.slice/cron.service").mkdir(parents=True)
+
+
+@pytest.fixture
+def pod_node(tmp_path):
+    node = Node(tmp_path)
+    in_a_pod(node)
+    return node
+
+
+def test_a_job_seen_from_a_pod_gets_its_cpu_share_and_gpu_energy(pod_node, fake_nvml):
+    """End to end through the tracker: without the namespace root the job's CPU time would be read
+    at ``<cgroupfs>/../../../system.slice/…``, outside the host's tree, and be absent."""
+    monitor = ProcessMonitor(pod_node.proc.root)
+    try:
+        rig = Rig(pod_node, monitor, fake_nvml.gpus)
+        rig.device_joules(0.0, 0.0)
+        rig.package_joules(0.0)
+        job = CpuCgroup("/system.slice/slurmstepd.scope/job_77")
+        pod_node.cpu(job, 1e6)
+        pod_node.add(3001, JOB_TASK, uid=1000)
+        fake_nvml.gpus[0].processes = [(3001, 1 << 30)]
+        rig.poll()
+        pod_node.cpu(job, 3e6)  # 2 s of CPU time over 8 CPUs for 1 s
+        pod_node.tick(round(8e6 / TICK_US))
+        rig.poll()
+        rig.package_joules(40.0)
+        rig.device_joules(100.0, 0.0)
+        view = rig.workload("slurm_job", "77")
+        assert view.cpu_joules == pytest.approx(40.0 * 2e6 / 8e6, rel=0.01)
+        assert view.accelerator_joules == pytest.approx(100.0)
+    finally:
+        monitor.stop()
+
+
+def test_the_namespace_root_is_searched_at_the_first_poll_not_at_construction(pod_node, fake_nvml):
+    """Building the tracker reads no cgroup tree (the daemon's start is not delayed by the search)."""
+    monitor = ProcessMonitor(pod_node.proc.root)
+    try:
+        (pod_node.proc.root / "1" / "cgroup").unlink()  # a search now would find no depth: root "/"
+        rig = Rig(pod_node, monitor, fake_nvml.gpus)
+        (pod_node.proc.root / "1" / "cgroup").write_text("0::/../../..\n")  # as it is by the poll
+        pod_node.add(3001, JOB_TASK, uid=1000)
+        fake_nvml.gpus[0].processes = [(3001, 1 << 30)]
+        rig.poll()
+        assert rig.tracker.lists._cgroup_root == POD
+    finally:
+        monitor.stop()
+
+
+NOT_UTF8 = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice/\xff\xfe.service\n"
+
+
+def test_a_cgroup_name_that_is_not_utf8_leaves_the_jobs_their_energy(fake_nvml, tmp_path):
+    node = Node(tmp_path)
+    node.add(1001, SLURM_V2, uid=1001)
+    node.add(1002, "")
+    (node.proc.root / "1002" / "cgroup").write_bytes(NOT_UTF8)
+    fake_nvml.gpus[0].processes = [(1001, GIB), (1002, GIB)]
+    monitor = ProcessMonitor(node.proc.root)
+    try:
+        rig = Rig(node, monitor, fake_nvml.gpus)
+        rig.device_joules(0.0, 0.0)
+        rig.poll()
+        rig.device_joules(100.0, 0.0)
+        rig.poll()
+        rig.device_joules(100.0, 0.0)
+    finally:
+        monitor.stop()
+    job = rig.workload("slurm_job", "4243")
+    assert job is not None and job.accelerator_joules == pytest.approx(100.0)  # half of each 100 J
+    assert value(rig.scrape(), ENERGY, kind="slurm_job", workload="4243", source="accelerator") > 0
+
+
+def test_directories_with_such_ids_are_no_jobs_and_the_poll_goes_on(fake_nvml, tmp_path):
+    node = Node(tmp_path)
+    for path in (
+        "cpu,cpuacct/slurm/uid_\u00b2/job_6",
+        "cpu,cpuacct/slurm/uid_5/job_\u0664\u0662",
+        f"system.slice/slurmstepd.scope/job_{'9' * 200}",
+        "system.slice/slurmstepd.scope/job_7",
+    ):
+        (node.cgroupfs / path).mkdir(parents=True)
+    assert [job.key.id for job in slurm_jobs(node.cgroupfs)] == ["7"]
+    monitor = ProcessMonitor(node.proc.root)
+    try:
+        rig = Rig(node, monitor, fake_nvml.gpus)
+        rig.poll()  # raised ValueError
+    finally:
+        monitor.stop()
+    assert rig.workload("slurm_job", "7") is not None

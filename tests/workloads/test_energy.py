@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.e2e.test_processes import GIB
+from tests.e2e.test_workloads import ENERGY, Node, Rig
 from tests.helpers import value
-from tests.test_processes import GIB
-from tests.test_workloads import ENERGY, TICK_US, Node, Rig
+from tests.test_workloads import TICK_US
 from warptd.processes.nvml import ProcessMonitor
 from warptd.workloads.placement import CpuCgroup, user_name
 

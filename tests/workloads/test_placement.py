@@ -4,8 +4,25 @@ owning everything below it. Every name a local user can give their own delegated
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 import pytest
 
+from tests.e2e.test_processes import SYSTEMD_V2, UID, Proc
+from tests.helpers import http
+from warptd.config import Settings, SettingsError, load_settings
+from warptd.http.webconfig import load_web_config
+from warptd.k8s.containers import read_owner
+from warptd.processes.cgroup import UNRESOLVED, Attribution, CgroupResolver, read_attribution
+from warptd.processes.device_nodes import _devname
+from warptd.sampling.state import CounterState, _boot_id
+from warptd.workloads.cgroupns import namespace_root
+from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us
 from warptd.workloads.placement import (
     MAX_ID_CHARS,
     CpuCgroup,
@@ -13,6 +30,7 @@ from warptd.workloads.placement import (
     WorkloadKey,
     place,
     read_placement,
+    slurm_roots,
     user_name,
 )
 
@@ -235,3 +253,202 @@ def test_each_hierarchy_and_controller_once_even_where_init_s_file_is_unread():
     assert place(GENUINE + ADDED[1], 1000) == Placement(WorkloadKey(*ALICE), 1000)  # cpuacct twice
     twice = f"0::{MANAGER}/x\n0::/system.slice/docker-{ROOTS}.scope\n"
     assert place(twice, 1000) == Placement(WorkloadKey(*ALICE), 1000)
+
+
+PROMPT_S = 5.0
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "uid", "expected"),
+    [
+        # a user's own systemd tree can hold any name, slurmstepd.scope and job_N included
+        (
+            "0::/user.slice/user-1000.slice/user@1000.service/app.slice/slurmstepd.scope/job_4242/step_0\n",
+            1000,
+            Placement(WorkloadKey("user", user_name(1000)), 1000, None, CpuCgroup(USER_SLICE)),
+        ),
+        # a v1 tree under the user's slice: not slurmd's root, so not root's job 7777
+        (
+            "4:cpu,cpuacct:/user.slice/user-1000.slice/slurm/uid_0/job_7777\n",
+            1000,
+            Placement(WorkloadKey("user", user_name(1000)), 1000, None, CpuCgroup(USER_SLICE, "cpu,cpuacct")),
+        ),
+        ("0::/system.slice/docker-x.scope/system.slice/slurmstepd.scope/job_1\n", 0, None),
+        ("0::/machine.slice/slurmstepd.scope/job_5\n", 7, None),
+    ],
+)  # fmt: skip
+def test_slurm_jobs_are_matched_only_under_slurmds_roots(cgroup, uid, expected):
+    placement = place(cgroup, uid)
+    assert placement.key.kind != "slurm_job"
+    if expected is not None:
+        assert placement == expected
+
+
+def test_a_configured_root_holds_jobs_and_the_default_roots_then_do_not():
+    cgroup = "0::/kubepods.slice/slurmd.slice/slurmstepd.scope/job_31/step_batch/user/task_0\n"
+    assert place(cgroup, 5).key.kind != "slurm_job"
+    roots = slurm_roots(["/kubepods.slice/slurmd.slice/slurmstepd.scope"])
+    assert place(cgroup, 5, slurm=roots) == Placement(
+        WorkloadKey("slurm_job", "31"),
+        5,
+        "batch",
+        CpuCgroup("/kubepods.slice/slurmd.slice/slurmstepd.scope/job_31"),
+    )
+    assert place("0::/system.slice/slurmstepd.scope/job_4/step_0\n", 5, slurm=roots).key.kind == "user"
+    assert load_settings(workload_slurm_roots="/a.slice/*_x.scope, /slurm").workload_slurm_roots == [
+        "/a.slice/*_x.scope",
+        "/slurm",
+    ]
+    for bad in ("relative/path", "/a/../b", "/a b"):
+        with pytest.raises(SettingsError, match="workload_slurm_roots"):
+            load_settings(workload_slurm_roots=bad)
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        "4:cpuacct:/slurm/uid_\u00b2/job_6\n",  # int("²") raised ValueError: every workload poll failed
+        "0::/system.slice/slurmstepd.scope/job_\u0664\u0662/step_0\n",  # Arabic-Indic 42
+        f"0::/system.slice/slurmstepd.scope/job_{'9' * 5000}\n",
+        "0::/system.slice/slurmstepd.scope/job_42\u00b9\n",
+        "0::/user.slice/user-\u0661\u0660\u0660\u0660.slice/session-1.scope\n",
+    ],
+)
+def test_ids_that_are_not_ascii_digits_name_no_job_nor_user(cgroup):
+    assert place(cgroup, 4321) == Placement(WorkloadKey("user", user_name(4321)), 4321)
+
+
+def _fifo_at(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def _unblock(fifo: Path) -> None:
+    """End a read still waiting on ``fifo`` (the check failed): a writer opens it and closes."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _settings_error(call: Callable[[], object]) -> str:
+    try:
+        call()
+    except SettingsError as exc:
+        return str(exc)
+    return "no error"
+
+
+READERS: dict[str, tuple[str, Callable[[Path], object], object]] = {
+    "process cgroup": ("proc/7/cgroup", lambda root: read_attribution(root / "proc", 7), None),
+    "process stat": ("proc/7/stat", lambda root: CgroupResolver(root / "proc").resolve(7), UNRESOLVED),
+    "workload placement": ("proc/7/cgroup", lambda root: read_placement(root / "proc", 7), None),
+    "cgroup cpu.stat": (
+        "cgroup/a.service/cpu.stat",
+        lambda root: cgroup_usage_us(root / "cgroup", CpuCgroup("/a.service")),
+        None,
+    ),
+    "node /proc/stat": ("proc/stat", lambda root: node_cpu_us(root / "proc"), None),
+    "namespace root": ("proc/1/cgroup", lambda root: namespace_root(root / "proc", root / "cgroup"), "/"),
+    "token file": (
+        "token",
+        lambda root: _settings_error(lambda: Settings(stress_token_file=root / "token").stress_token_value()),
+        "invalid setting stress_token_file: not a regular file",
+    ),
+    "config file": (
+        "warptd.toml",
+        lambda root: _settings_error(lambda: load_settings(config=root / "warptd.toml")),
+        "invalid setting config: not a regular file {root}/warptd.toml",
+    ),
+    "web config file": (
+        "web.yml",
+        lambda root: _settings_error(lambda: load_web_config(root / "web.yml")),
+        "invalid setting web_config_file: not a regular file: {root}/web.yml",
+    ),
+    "TLS certificate": (
+        "tls.crt",
+        lambda root: _settings_error(lambda: load_web_config(_tls_config(root))),
+        "invalid setting web_config_file: TLS: [Errno 22] not a regular file: '{root}/tls.crt'",
+    ),
+    "state file": ("state/counters.json", lambda root: CounterState(root / "state").saved, {}),
+    "boot id": ("proc/sys/kernel/random/boot_id", lambda root: _boot_id(root / "proc"), ""),
+    "container bundle": (
+        f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{'c' * 64}/config.json",
+        lambda root: read_owner((root,), Attribution(UID, "c" * 64)),
+        None,
+    ),
+    "device uevent": (
+        "sys/class/accel/accel0/uevent",
+        lambda root: _devname(root / "sys/class/accel/accel0/uevent"),
+        None,
+    ),
+}
+
+
+def _tls_config(root: Path) -> Path:
+    """A web config naming ``root``'s tls.crt and tls.key (a key that is there)."""
+    (root / "tls.key").write_text("not a key\n")
+    web = root / "tls.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {root}/tls.crt\n  key_file: {root}/tls.key\n")
+    return web
+
+
+def _bounded(call: Callable[[], object], fifo: Path | None = None) -> object:
+    """``call()``'s result, which must come within PROMPT_S (a read blocked on a FIFO never does)."""
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(PROMPT_S)
+    if thread.is_alive() and fifo is not None:
+        _unblock(fifo)
+        thread.join(PROMPT_S)
+        pytest.fail(f"blocked on the FIFO {fifo.name} for {PROMPT_S} s")
+    assert result, "the read raised (see the thread's traceback above)"
+    return result[0]
+
+
+@pytest.fixture
+def node_root(tmp_path) -> Iterator[Path]:
+    """A node's files: a process 7 whose /proc entries are readable until a case replaces one."""
+    proc = Proc(tmp_path / "proc")
+    proc.add(7, SYSTEMD_V2)
+    yield tmp_path
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_a_fifo_is_refused_at_once_by_every_reader(reader, node_root):
+    where, read, unreadable = READERS[reader]
+    target = node_root / where
+    target.unlink(missing_ok=True)
+    fifo = _fifo_at(target)
+    expected = unreadable.format(root=node_root) if isinstance(unreadable, str) else unreadable
+    assert _bounded(lambda: read(node_root), fifo) == expected
+
+
+NESTED = 5000
+
+
+def _deep_toml(path: Path) -> Path:
+    path.write_text(f"backends = {'[' * NESTED}{']' * NESTED}\n")
+    return path
+
+
+@pytest.mark.slow
+def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_config(tmp_path):
+    from tests.e2e.test_e2e import _events, start_daemon
+
+    config = tmp_path / "warptd.toml"
+    config.write_text("interval = 0.5\n")
+    proc, port = start_daemon("--backend", "cpu", "--config", str(config), "--sysfs", str(tmp_path))
+    try:
+        _deep_toml(config)
+        proc.send_signal(signal.SIGHUP)
+        failed = _events(proc, "config_reload_failed")[-1]  # each line JSON: no traceback in between
+        assert failed["error"] == f"invalid config file {config}: nested too deep"
+        config.write_text("interval = 0.2\n")
+        proc.send_signal(signal.SIGHUP)
+        reloaded = _events(proc, "config_reloaded")[-1]
+        assert reloaded["changed"] == ["interval"]  # from the config kept: 0.5
+        assert http(port, "GET", "/healthz")[0] == 200
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -1,0 +1,75 @@
+"""Energy per workload on AMD GPUs: amdsmi's process list (the amdsmi double under the real package)
+feeding the workload split, with the energy the real ``amd`` backend reads from the same double.
+
+The fixture /proc and cgroup layouts are tests/test_workloads.py's (its ``Node`` and cgroup lines).
+Both the energy accumulator and each process's cumulative GFX time advance on the double's firmware
+clock, so the scripted split is exact: a job busy 60 % of the time beside one busy 20 % takes 3/4."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import assert_promtool_clean
+from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu, FakeProcess
+from tests.e2e.test_workloads import SLURM_V1, SLURM_V2, Node
+from tests.helpers import http, parse, select, serving, value, wait_until
+from warptd.daemon import Daemon
+
+ENERGY = "warptd_workload_energy_joules_total"
+
+
+@pytest.fixture
+def node(tmp_path):
+    return Node(tmp_path)
+
+
+@pytest.fixture
+def fake():
+    fake = FakeAmdsmi([FakeGpu(index=0)])
+    with fake.installed():
+        yield fake
+        assert fake.initialised == 0, "the amdsmi session leaked"
+
+
+def two_jobs(node: Node, fake: FakeAmdsmi, **processes: FakeProcess) -> list[FakeProcess]:
+    """Job 4242 (cgroup v1) as pid 1001 and job 4243 (cgroup v2) as pid 1002 on GPU 0."""
+    node.add(1001, SLURM_V1, uid=0)
+    node.add(1002, SLURM_V2, uid=1001)
+    listed = [processes.get("a", FakeProcess(1001)), processes.get("b", FakeProcess(1002))]
+    fake.gpus[0].processes = listed
+    return listed
+
+
+@pytest.mark.slow
+def test_the_daemon_opens_the_amd_source_with_workloads(fake, node, settings):
+    two_jobs(node, fake, a=FakeProcess(1001, gfx_busy=0.5))
+    settings.backends, settings.workloads = ["amd"], True
+    settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs
+    with serving(settings) as daemon:
+        (source,) = daemon.process_sources  # amd's
+        assert daemon.workloads.sources == [source]
+
+        def scraped() -> list:
+            fake.advance(1.0)  # the GPU draws on, its firmware counting the energy
+            return parse(http(daemon.port, "GET", "/metrics")[2].decode())
+
+        assert wait_until(
+            lambda: (
+                select(scraped(), ENERGY, kind="slurm_job", workload="4242", source="accelerator")
+                and value(scraped(), ENERGY, kind="slurm_job", workload="4242", source="accelerator") > 0
+            ),
+            timeout=10.0,
+        )
+        assert_promtool_clean(http(daemon.port, "GET", "/metrics")[2])
+
+
+@pytest.mark.slow
+def test_without_amdsmi_the_daemon_runs_with_no_amd_source(settings, node):
+    settings.backends, settings.workloads = ["amd"], True
+    settings.procfs, settings.cgroupfs = node.proc.root, node.cgroupfs
+    daemon = Daemon(settings)  # import amdsmi fails here: no libamd_smi.so
+    try:
+        assert daemon.process_sources == []
+        assert daemon.workloads is not None and daemon.workloads.sources == []
+    finally:
+        daemon.stop()

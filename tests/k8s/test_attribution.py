@@ -1,0 +1,117 @@
+"""The amd and amdsmi backends against the amdsmi double (tests/doubles/amdsmi.py); no GPU or ROCm needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.doubles.amdsmi import TT, U16, FakeAmdsmi, FakeGpu
+from tests.helpers import Rig, select
+from tests.kubelet import FakeKubelet
+from warptd.exporter.dcgm import DcgmCompatCollector
+from warptd.k8s.attribution import PodAttribution
+from warptd.k8s.podresources import PodResourcesClient
+
+
+@pytest.fixture
+def fake() -> FakeAmdsmi:
+    navi = FakeGpu(
+        index=1,
+        market_name="AMD Radeon RX 7900 XTX",
+        vram_total_mb=24_560,
+        vram_used_mb=1_024,
+        current_socket_power=U16,  # Navi fills the average only
+        average_socket_power=212,
+        power_cap_uw=300_000_000,
+        temperatures={TT.EDGE: 55, TT.HOTSPOT: 61, TT.VRAM: 58},
+        metrics={"vcn_activity": [10, 250]},  # two VCNs, no XGMI; 250 % is out of range: "N/A"
+        fan_speed=102,  # of 255
+        pcie_replays=0,
+        has_residency=False,  # no throttle residency accumulators: violation status NOT_SUPPORTED
+    )
+    # a consumer card without ECC, so without bad pages
+    navi.unsupported = {
+        "amdsmi_get_gpu_total_ecc_count",
+        "amdsmi_get_gpu_bad_page_info",
+    }
+    fake = FakeAmdsmi([FakeGpu(index=0), navi])
+    with fake.installed():
+        yield fake
+        assert fake.initialised == 0, "a backend was not shut down: the shared amdsmi session leaked"
+
+
+pytestmark = pytest.mark.rig("amd", doubles=["fake"])
+
+
+def test_partitions_are_devices_by_uuid_and_partition_id(settings):
+    """CPX-style partitions share one UUID, serial and PCI address: each is its own device, keyed by
+    (UUID, partition id); only the primary partition has socket power, energy and socket counters."""
+    from warptd.k8s.attribution import device_keys
+
+    fake = FakeAmdsmi.partitioned(sockets=2, partitions=4)
+    settings.backends = ["amd"]
+    with fake.installed():
+        rig = Rig(settings)
+        try:
+            samples = rig.tick()
+            info = select(samples, "warptd_device_info", backend="amd")
+            infos = {s.labels["device"]: s.labels for s in info}
+            assert len({labels["uuid"] for labels in infos.values()}) == 8
+            assert infos["1"]["uuid"] == f"{fake.gpus[1].uuid}/1"
+            assert infos["4"]["uuid"] == f"{fake.gpus[4].uuid}/0" and fake.gpus[4].uuid != fake.gpus[1].uuid
+            assert infos["1"]["pci_bus_id"] == infos["0"]["pci_bus_id"]
+            power = select(samples, "warptd_device_power_watts", backend="amd")
+            powered = {s.labels["device"] for s in power}
+            assert powered == {"0", "4"}
+            energy = select(samples, "warptd_device_energy_joules_total", backend="amd")
+            assert {s.labels["device"]: s.value for s in energy} == {"0": 5000, "4": 5000}
+            xgmi = select(
+                samples, "warptd_device_nvlink_link_bytes_total", link="0", direction="rx", backend="amd"
+            )
+            assert {s.labels["device"] for s in xgmi} == {"0", "4"}
+            throttled = select(samples, "warptd_device_throttle_active", backend="amd", reason="sw_power_cap")
+            assert len(throttled) == 8  # throttling is the socket's, and each partition's
+            # totals follow (UUID, partition id): one partition's throttling is not another's
+            fake.gpus[1].throttling.add("ppt_residency_acc")
+            fake.advance(2.0)
+            seconds = select(
+                rig.tick(), "warptd_device_throttle_seconds_total", backend="amd", reason="sw_power_cap"
+            )
+            assert {s.labels["device"]: s.value for s in seconds} == {"1": 2.0, **dict.fromkeys("0234567", 0)}
+            devices = rig.loaded.accelerators[0].list_devices()
+            keys = device_keys(devices[1])
+            assert keys == {devices[1].uuid.lower()}  # not the GPU's serial or PCI address
+            assert devices[1].pci_bus_id not in keys and devices[0].pci_bus_id not in device_keys(devices[0])
+        finally:
+            rig.close()
+
+
+def compat_rig(settings, *backends: str, **collector) -> Rig:
+    settings.backends = list(backends)
+    settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart
+    rig = Rig(settings)
+    rig.exposition.registry.register(DcgmCompatCollector(rig.snapshot, settings.node, **collector))
+    return rig
+
+
+def test_a_shared_gpu_has_one_series_per_container_and_a_free_one_none(settings, fake_nvml, tmp_path):
+    kubelet = FakeKubelet(tmp_path / "kubelet.sock").start()
+    gpu0 = fake_nvml.gpus[0].uuid
+    kubelet.pods = {
+        ("ml", "train-0", "trainer"): {"nvidia.com/gpu": [f"{gpu0}::0"]},
+        ("web", "infer-1", "server"): {"nvidia.com/gpu": [f"{gpu0}::1"]},  # time-slicing replicas
+    }
+    pods = PodAttribution(PodResourcesClient(kubelet.socket, timeout=1.0), interval=10)
+    rig = compat_rig(settings, "nvidia", attribution=pods)
+    try:
+        pods.poll_once()
+        samples = rig.tick()
+    finally:
+        rig.close()
+        pods.stop()
+        kubelet.stop()
+    shared = select(samples, "DCGM_FI_DEV_GPU_UTIL", gpu="0")
+    owners = sorted((s.labels["namespace"], s.labels["pod"], s.labels["container"]) for s in shared)
+    assert owners == [("ml", "train-0", "trainer"), ("web", "infer-1", "server")]
+    assert {s.value for s in shared} == {fake_nvml.gpus[0].util_gpu}  # the device's value, not split
+    free = select(samples, "DCGM_FI_DEV_GPU_UTIL", gpu="1")
+    assert [(s.labels["pod"], s.labels["namespace"], s.labels["container"]) for s in free] == [("", "", "")]
