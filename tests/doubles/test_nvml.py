@@ -1,4 +1,4 @@
-"""The nvidia and nvml backends against the NVML double (tests/doubles/nvml.py); no GPU needed."""
+"""The NVML double (tests/doubles/nvml.py, nvml_double.c) under the real pynvml: no GPU needed."""
 
 from __future__ import annotations
 
@@ -6,20 +6,6 @@ import pynvml
 import pytest
 
 from tests.doubles.nvml import FakeNvml
-
-pytestmark = pytest.mark.rig("nvidia", doubles=["fake_nvml"])
-
-
-def test_without_a_scope_the_nvml_power_backend_does_not_load_and_says_why(settings, fake_nvml):
-    from warptd.registry import load_backends
-
-    settings.backends = ["nvidia"]
-    loaded = load_backends(settings)
-    try:
-        assert [b.name for b in loaded.power] == []  # the GPUs' power: the device series alone
-        assert "module or memory power scope" in loaded.unavailable["nvml"]
-    finally:
-        loaded.shutdown()
 
 
 def test_double_runs_under_the_real_pynvml(settings):
@@ -48,6 +34,3 @@ def test_double_runs_under_the_real_pynvml(settings):
         pynvml.nvmlShutdown()
     fake.close()
     old.close()
-
-
-# -- what the driver really does (issue: right numbers on a real node) ---------------------------------
