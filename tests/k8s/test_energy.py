@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from tests.doubles.nvml import FakeNvml
-from tests.helpers import Rig, select
+from tests.helpers import Rig, select, value
 from tests.kubelet import FakeKubelet, legacy_mig_device, mig_device, replica
 from warptd.k8s.attribution import PodAttribution
 from warptd.k8s.collector import KubernetesCollector
-from warptd.k8s.energy import PodEnergy
-from warptd.k8s.podresources import PodResourcesClient
+from warptd.k8s.energy import PodEnergy, split
+from warptd.k8s.podresources import Owner, PodResourcesClient
 
 GPU = "nvidia.com/gpu"
+ENERGY = "warptd_pod_energy_joules_total"
+SPLIT = "warptd_pod_energy_split_joules_total"
 
 
 @pytest.fixture
@@ -108,3 +110,42 @@ def test_time_sliced_and_mig_devices_match_their_gpu(settings, kubelet):
             rig.close()
     energy = {s.labels["pod"]: s.value for s in select(samples, "warptd_pod_energy_joules_total")}
     assert energy == pytest.approx({"a": 50.0, "b": 50.0, "c": 30.0, "d": 30.0, "e": 30.0}, rel=0.01)
+
+
+def test_split_fractions_sum_to_one_and_say_how():
+    a, b, c = Owner("ml", "a", "main"), Owner("ml", "b", "main"), Owner("ml", "c", "main")
+    assert split((a, b), {a: 3.0, b: 1.0}) == ({a: 0.75, b: 0.25}, "sm_share")
+    assert split((a, b), {a: 2.0}) == ({a: 1.0, b: 0.0}, "sm_share")
+    assert split((a, b), None) == ({a: 0.5, b: 0.5}, "even")
+    assert split((a, b), {}) == ({a: 0.5, b: 0.5}, "even")  # nobody used the SMs
+    assert split((a, b), {a: 1.0, c: 1.0}) == ({a: 0.5, b: 0.5}, "even")  # a pod not holding the GPU
+    assert split((a, b, c), {a: 1.0, b: 1.0, c: 1.0})[1] == "sm_share"
+
+
+def test_sm_use_outside_any_pod_is_an_unattributed_share():
+    """``None`` in the SM use is processes outside any pod: a share of no container, even of a device
+    one container holds; SM use by a pod not holding the device still means even."""
+    a, b, c = Owner("ml", "a", "main"), Owner("ml", "b", "main"), Owner("ml", "c", "main")
+    assert split((a, b), {a: 2.0, b: 1.0, None: 1.0}) == ({a: 0.5, b: 0.25, None: 0.25}, "sm_share")
+    assert split((a,), {a: 0.3, None: 0.7}) == ({a: 0.3, None: 0.7}, "sm_share")
+    assert split((a,), {None: 1.0}) == ({a: 0.0, None: 1.0}, "sm_share")
+    assert split((a,), {a: 1.0}) == ({a: 1.0}, "sm_share")
+    assert split((a,), None) == ({a: 1.0}, "even")
+    assert split((a, b), {a: 1.0, None: 1.0, c: 1.0}) == ({a: 0.5, b: 0.5}, "even")
+
+
+def test_without_the_process_monitor_the_split_is_even(settings, kubelet, fake_nvml):
+    rig = PodRig(settings, kubelet)
+    try:
+        gpu0 = fake_nvml.gpus[0]
+        kubelet.pods = {
+            (ns, pod, "main"): {GPU: [replica(gpu0.uuid, n)]}
+            for n, (ns, pod) in enumerate([("ml", "a"), ("ml", "b")])
+        }
+        rig.poll_and_tick()
+        gpu0.energy_mj += 10_000
+        samples = rig.rig.tick()
+        assert value(samples, ENERGY, pod="a") == value(samples, ENERGY, pod="b") == pytest.approx(5.0)
+        assert value(samples, SPLIT, method="even", device="0") == pytest.approx(10.0)
+    finally:
+        rig.close()

@@ -196,3 +196,16 @@ def test_a_cgroup_name_that_is_not_utf8_leaves_the_other_processes_attributed(fa
     assert value(samples, METRIC, pid="1002", pod_uid="") == GIB  # its own pod: unknown
     assert read_attribution(proc.root, 1002) is None  # unreadable, as a process gone
     assert CgroupResolver(proc.root).resolve(1002) == UNRESOLVED
+
+
+def test_the_resolver_tells_outside_any_pod_from_unresolved(proc):
+    """A readable cgroup naming no pod is outside any pod; a gone or unreadable process is unresolved."""
+    proc.add(1003, HOST)
+    proc.add(1001, SYSTEMD_V2)
+    resolver = CgroupResolver(proc.root)
+    assert resolver.resolve(1003) == NONE and resolver.resolve(1003).resolved
+    assert resolver.resolve(1001) == Attribution(UID, CID)
+    assert resolver.resolve(1009) == UNRESOLVED and not resolver.resolve(1009).resolved
+    proc.add(1003, HOST, started=5000)  # the pid reused by a new process whose cgroup is unreadable
+    (proc.root / "1003" / "cgroup").unlink()
+    assert resolver.resolve(1003) == UNRESOLVED
