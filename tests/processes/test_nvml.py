@@ -15,7 +15,7 @@ from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, UID, Proc
 from tests.e2e.test_workloads import ENERGY, SLURM_V1, SLURM_V2, Node, Rig
 from tests.helpers import select, value, wait_until
 from tests.processes.test_collector import METRIC, scrape
-from tests.test_workloads import TICK_US
+from tests.workloads.test_energy import TICK_US
 from warptd.config import SettingsError, load_settings
 from warptd.models import DeviceReading
 from warptd.processes.nvml import ProcessMonitor, open_process_monitor
