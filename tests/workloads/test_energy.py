@@ -391,3 +391,26 @@ def test_a_slurm_job_on_no_device_is_found_in_the_cgroup_tree_for_its_cpu_share(
     rig.poll()
     assert rig.workload("slurm_job", "5000").ended_at is not None
     assert rig.workload("slurm_job", "5001").ended_at is None
+
+
+def test_an_idle_device_and_a_stale_poll_are_unattributed(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    fake_nvml.gpus[0].processes = []
+    rig.poll()
+    rig.device_joules(40.0, 0.0)  # nobody on GPU 0
+    rig.clock.now += 10.0  # three intervals without a poll: who holds GPU 1 is not known any more
+    rig.device_joules(0.0, 60.0)
+    assert rig.tracker.unattributed()["accelerator"] == pytest.approx(100.0)
+    assert rig.workload("container", CID).accelerator_joules == 0.0
+
+
+def test_a_pid_reused_by_a_new_job_does_not_carry_energy_over(rig, node, fake_nvml):
+    layouts(node, fake_nvml)
+    rig.poll({0: {1001: 100}})
+    rig.device_joules(100.0, 0.0)
+    node.remove(1001)
+    node.add(1001, SLURM_V1.replace("job_4242", "job_4250"), started=99999)  # the same pid, a new process
+    rig.poll({0: {1001: 100}})
+    rig.device_joules(30.0, 0.0)
+    assert rig.workload("slurm_job", "4242").accelerator_joules == pytest.approx(100.0, rel=0.01)
+    assert rig.workload("slurm_job", "4250").accelerator_joules == pytest.approx(30.0, rel=0.01)
