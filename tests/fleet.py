@@ -1,7 +1,7 @@
 """Fleet-sized helpers: an H200 without NVLink in the NVML double, and series counted per GPU and per
 node.
 
-Shared by tests/test_metric_selection.py, tests/test_fleet.py and bench/series_bench.py, so the
+Shared by tests/metrics/test_selection.py, tests/e2e/test_metric_selection.py and bench/, so the
 figures docs/metrics.md and docs/deploy.md give come from the same counting as the tests' bound.
 """
 

@@ -217,3 +217,32 @@ def test_rapl_is_scheduled_within_its_max_interval_other_backends_at_interval(sy
         assert _job_seconds(rig.sampler, "cpu") == 600
     finally:
         rig.close()
+
+
+def test_workload_settings_from_flags_and_environment(monkeypatch):
+    from warptd.arguments import build_parser
+    from warptd.cli import _settings
+    from warptd.config import SettingsError, load_settings
+
+    args = build_parser().parse_args(
+        ["--workloads", "--workload-kinds", "slurm_job, user", "--workload-max", "5", "--cgroupfs", "/cg"]
+    )
+    settings = _settings(args)
+    assert (settings.workloads, settings.workload_kinds, settings.workload_max) == (
+        True,
+        ["slurm_job", "user"],
+        5,
+    )
+    assert str(settings.cgroupfs) == "/cg" and settings.workload_retention == 600.0
+    assert load_settings().workloads is False  # off by default (docs/workloads.md says why)
+    monkeypatch.setenv("WARPTD_WORKLOAD_KINDS", "container")
+    monkeypatch.setenv("WARPTD_WORKLOAD_RETENTION", "30")
+    assert (load_settings().workload_kinds, load_settings().workload_retention) == (["container"], 30.0)
+    for bad in (
+        {"workload_kinds": "pod"},
+        {"workload_kinds": ""},
+        {"workload_max": 0},
+        {"workload_retention": -1},
+    ):
+        with pytest.raises(SettingsError):
+            load_settings(**bad)

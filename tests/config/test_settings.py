@@ -119,3 +119,9 @@ def test_window_memory_reads_sizes():
         Settings(window_memory="plenty")
     with pytest.raises(ValueError):
         Settings(window_memory="1KiB")  # below 64 KiB
+
+
+def test_a_change_of_selection_needs_a_restart():
+    from warptd.config import RELOADABLE
+
+    assert not {"metrics_exclude", "metrics_include"} & RELOADABLE

@@ -537,3 +537,15 @@ def test_the_opentelemetry_collector_config_is_well_formed_and_scrapes_as_promet
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_helm_mounts_the_runtime_bundles_read_only_with_processes_and_pods():
+    bundles = "/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    pod = by_kind(render({"processes.enabled": "true"}), "DaemonSet")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts[bundles]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts[bundles]["name"]]["hostPath"]["path"] == bundles
+    for off in ({}, {"processes.enabled": "true", "podAttribution.enabled": "false"}):
+        pod = by_kind(render(off), "DaemonSet")["spec"]["template"]["spec"]
+        assert bundles not in json.dumps(pod)

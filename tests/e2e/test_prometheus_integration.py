@@ -256,7 +256,7 @@ def test_workload_energy_sums_to_the_nodes_in_the_real_prometheus(settings, fake
     import threading
 
     from tests.e2e.test_workloads import DOCKER, SLURM_V1, SLURM_V2, Node
-    from tests.test_workloads import TICK_US
+    from tests.workloads.test_energy import TICK_US
     from warptd.workloads.placement import CpuCgroup
 
     node = Node(tmp_path / "node")

@@ -189,3 +189,17 @@ def test_what_is_known_without_bcrypt(header, known):
     assert auth.known(header) is known
     auth.check(RIGHT["Authorization"])
     assert auth.known(RIGHT["Authorization"]) is True
+
+
+def test_ipv4_fallback_when_ipv6_is_missing(monkeypatch):
+    import socket as sockets
+
+    from warptd.http.app import Router
+    from warptd.http.server import WarptdHTTPServer
+
+    monkeypatch.setattr(sockets, "has_ipv6", False)
+    server = WarptdHTTPServer("", 0, Router())
+    try:
+        assert server.address_family == sockets.AF_INET and server.server_address[0] == "0.0.0.0"
+    finally:
+        server.server_close()

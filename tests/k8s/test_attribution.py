@@ -7,8 +7,9 @@ import pytest
 from tests.doubles.amdsmi import TT, U16, FakeAmdsmi, FakeGpu
 from tests.helpers import Rig, select
 from tests.kubelet import FakeKubelet
+from warptd.config import load_settings
 from warptd.exporter.dcgm import DcgmCompatCollector
-from warptd.k8s.attribution import PodAttribution
+from warptd.k8s.attribution import PodAttribution, from_settings
 from warptd.k8s.podresources import PodResourcesClient
 
 
@@ -115,3 +116,28 @@ def test_a_shared_gpu_has_one_series_per_container_and_a_free_one_none(settings,
     assert {s.value for s in shared} == {fake_nvml.gpus[0].util_gpu}  # the device's value, not split
     free = select(samples, "DCGM_FI_DEV_GPU_UTIL", gpu="1")
     assert [(s.labels["pod"], s.labels["namespace"], s.labels["container"]) for s in free] == [("", "", "")]
+
+
+def test_no_socket_means_attribution_off_with_one_log_line(tmp_path, capsys):
+    settings = load_settings(listen="127.0.0.1:0", kubelet_socket=tmp_path / "absent.sock", backends=["cpu"])
+    assert from_settings(settings) is None
+    assert capsys.readouterr().out.count("pod_attribution_off") == 1
+    settings.kubelet_socket.write_text("")
+    settings.pod_attribution = False
+    assert from_settings(settings) is None
+
+
+def test_device_ids_normalise_to_the_device_they_name():
+    from warptd.k8s.attribution import _normalise, device_keys
+    from warptd.models import GPUInfo
+
+    uuid = "GPU-8f3c0a2e-1b2c-3d4e-5f60-718293a4b5c6"
+    assert _normalise(f"{uuid}::3") == _normalise(f"{uuid.upper()}::12") == uuid.lower()
+    assert _normalise(f"MIG-{uuid}/7/0") == uuid.lower()
+    assert _normalise("0000:C1:00.0::1") == "0000:c1:00.0"
+    mig = "MIG-4a1d2e3f-0000-5111-8222-333344445555"
+    assert _normalise(mig) == mig.lower()  # does not name its GPU: matched through aliases
+    assert _normalise("weird::name") == "weird::name"  # only a numeric suffix is a replica
+    info = GPUInfo(index=0, model="A100", uuid=uuid, aliases=["MIG-4A1D", "MIG-5b2e"])
+    assert device_keys(info) == {uuid.lower(), "mig-4a1d", "mig-5b2e"}
+    assert device_keys(GPUInfo(index=0, model="A100", uuid=uuid)) == {uuid.lower()}

@@ -12,6 +12,8 @@ from tests.doubles.amdsmi import FakeGpu as AmdGpu
 from tests.doubles.nvml import GIB, FakeGpu, FakeMig, FakeNvml
 from tests.fleet import series_by_family, series_per_gpu
 from tests.helpers import http, serving, wait_until
+from warptd.cli import main
+from warptd.config import SettingsError, load_settings
 from warptd.metrics import catalog as m
 from warptd.metrics import nvidia
 from warptd.metrics.selection import DEFAULT_EXCLUDE, EVERYTHING, select
@@ -98,3 +100,22 @@ def test_the_default_leaves_out_only_its_list_and_an_include_brings_one_back():
     assert not default.wants(engines)
     assert select(include=("warptd_device_engine_*",)).wants(engines)
     assert select(include=("*",)).exported == EVERYTHING.exported
+
+
+@pytest.mark.parametrize(
+    ("glob", "message"),
+    [
+        ("warptd_gpu_*", "'warptd_gpu_*' matches no metric family (docs/metrics.md lists them)"),
+        ("warptd_device_[clock", "unclosed '[' in 'warptd_device_[clock'"),
+        ("warptd device", "not a metric name glob: 'warptd device'"),
+        ("warptd_device_energy_joules", "matches no metric family"),  # a counter's name has _total
+    ],
+)
+def test_a_bad_glob_is_one_line_and_exit_2(glob, message, capsys):
+    with pytest.raises(SettingsError) as info:
+        load_settings(metrics_include=[glob])
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert main(["serve", "--metrics-exclude", glob]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert err.startswith("warptd: invalid setting metrics_exclude")

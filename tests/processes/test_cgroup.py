@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import pytest
 
+from tests.e2e.test_processes import GIB
+from tests.helpers import value
+from tests.processes.test_collector import METRIC
+from tests.processes.test_collector import scrape as scrape_processes
 from warptd.processes.cgroup import (
     NONE,
+    UNRESOLVED,
     Attribution,
     CgroupPath,
+    CgroupResolver,
     kube_pod,
     parse_cgroup,
     read_attribution,
     split_path,
     start_time,
 )
+from warptd.processes.nvml import ProcessMonitor
 
 UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
 SLICE_UID = UID.replace("-", "_")
@@ -166,3 +173,39 @@ def test_start_time_survives_a_comm_with_spaces_and_parentheses(proc):
     proc.add(7, HOST, started=987654, comm="a) b (c")
     assert start_time(proc.root, 7) == 987654
     assert start_time(proc.root, 8) is None
+
+
+#: A unit name that is not UTF-8, in a user's delegated subtree (where the user may create it).
+NOT_UTF8 = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice/\xff\xfe.service\n"
+
+
+# -- one cgroup name that is not UTF-8 ------------------------------------------------------------
+def test_a_cgroup_name_that_is_not_utf8_leaves_the_other_processes_attributed(fake_nvml, tmp_path):
+    proc = Proc(tmp_path / "proc")
+    proc.add(1001, SYSTEMD_V2)
+    proc.add(1002, "")
+    (proc.root / "1002" / "cgroup").write_bytes(NOT_UTF8)
+    fake_nvml.gpus[0].processes = [(1001, 2 * GIB), (1002, GIB)]
+    monitor = ProcessMonitor(proc.root)
+    try:
+        monitor.poll()  # raised UnicodeDecodeError at every poll: no process series for any GPU
+        samples = scrape_processes(monitor)
+    finally:
+        monitor.stop()
+    assert value(samples, METRIC, pid="1001", pod_uid=UID) == 2 * GIB
+    assert value(samples, METRIC, pid="1002", pod_uid="") == GIB  # its own pod: unknown
+    assert read_attribution(proc.root, 1002) is None  # unreadable, as a process gone
+    assert CgroupResolver(proc.root).resolve(1002) == UNRESOLVED
+
+
+def test_the_resolver_tells_outside_any_pod_from_unresolved(proc):
+    """A readable cgroup naming no pod is outside any pod; a gone or unreadable process is unresolved."""
+    proc.add(1003, HOST)
+    proc.add(1001, SYSTEMD_V2)
+    resolver = CgroupResolver(proc.root)
+    assert resolver.resolve(1003) == NONE and resolver.resolve(1003).resolved
+    assert resolver.resolve(1001) == Attribution(UID, CID)
+    assert resolver.resolve(1009) == UNRESOLVED and not resolver.resolve(1009).resolved
+    proc.add(1003, HOST, started=5000)  # the pid reused by a new process whose cgroup is unreadable
+    (proc.root / "1003" / "cgroup").unlink()
+    assert resolver.resolve(1003) == UNRESOLVED

@@ -1,7 +1,7 @@
 """Energy per workload on AMD GPUs: amdsmi's process list (the amdsmi double under the real package)
 feeding the workload split, with the energy the real ``amd`` backend reads from the same double.
 
-The fixture /proc and cgroup layouts are tests/test_workloads.py's (its ``Node`` and cgroup lines).
+The fixture /proc and cgroup layouts are tests/e2e/test_workloads.py's (its ``Node`` and cgroup lines).
 Both the energy accumulator and each process's cumulative GFX time advance on the double's firmware
 clock, so the scripted split is exact: a job busy 60 % of the time beside one busy 20 % takes 3/4."""
 

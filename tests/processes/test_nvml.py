@@ -8,15 +8,17 @@ import os
 import time
 
 import pytest
+import structlog
 
-from tests.doubles.nvml import ProcessSample
+from tests.doubles.nvml import FakeGpu, FakeNvml, ProcessSample
 from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, UID, Proc
 from tests.e2e.test_workloads import ENERGY, SLURM_V1, SLURM_V2, Node, Rig
-from tests.helpers import value
-from tests.test_workloads import TICK_US
+from tests.helpers import select, value, wait_until
+from tests.processes.test_collector import METRIC, scrape
+from tests.workloads.test_energy import TICK_US
 from warptd.config import SettingsError, load_settings
 from warptd.models import DeviceReading
-from warptd.processes.nvml import ProcessMonitor
+from warptd.processes.nvml import ProcessMonitor, open_process_monitor
 from warptd.sampling.snapshot import DeviceSample
 from warptd.workloads.energy import WorkloadEnergy
 from warptd.workloads.placement import CpuCgroup
@@ -364,3 +366,62 @@ def test_directories_with_such_ids_are_no_jobs_and_the_poll_goes_on(fake_nvml, t
     finally:
         monitor.stop()
     assert rig.workload("slurm_job", "7") is not None
+
+
+# -- the process list: capped, an older driver's struct, the polling thread, no NVML ----------------
+def test_processes_per_device_are_capped_to_the_largest(fake_nvml, proc):
+    fake_nvml.gpus[0].processes = [(2000 + i, (i + 1) * 2**20) for i in range(70)]
+    monitor = ProcessMonitor(proc.root, max_per_device=64)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            monitor.poll()
+            monitor.poll()
+        pids = {int(s.labels["pid"]) for s in select(scrape(monitor), METRIC)}
+        assert pids == {2000 + i for i in range(6, 70)}
+        capped = [e for e in logs if e["event"] == "processes_capped"]
+        assert len(capped) == 1 and capped[0]["dropped"] == 6 and capped[0]["device"] == 0
+    finally:
+        monitor.stop()
+
+
+def test_a_driver_without_the_newest_struct_falls_back_to_v2(proc):
+    """An R470 driver has no ..._v3: pynvml raises NVMLLibraryMismatchError, and the monitor switches."""
+    fake = FakeNvml(gpus=2, driver="r470")
+    fake.gpus[1].processes = [(1003, GIB)]
+    proc.add(1003, HOST)
+    with fake.installed():
+        monitor = ProcessMonitor(proc.root)
+        try:
+            monitor.poll()
+            monitor.poll()
+            assert value(scrape(monitor), METRIC, device="1", pid="1003") == GIB
+            # one call per poll and GPU, into an array sized for the list (nvidia-ml-py asks its size first)
+            assert fake.calls("nvmlDeviceGetComputeRunningProcesses_v2") == 4
+        finally:
+            monitor.stop()
+    fake.close()
+
+
+def test_the_thread_polls_and_stops_promptly(fake_nvml, proc):
+    proc.add(1001, SYSTEMD_V2)
+    fake_nvml.gpus[0].processes = [(1001, GIB)]
+    changes = []
+    monitor = open_process_monitor(proc.root, interval=0.05, on_change=lambda: changes.append(1))
+    monitor.start()
+    try:
+        assert wait_until(monitor.processes, timeout=5)
+        fake_nvml.gpus[0].processes = []
+        assert wait_until(lambda: not monitor.processes(), timeout=5)
+        assert len(changes) == 2  # on appearance and on ending, not at every poll
+    finally:
+        started = time.monotonic()
+        monitor.stop()
+    assert time.monotonic() - started < 1
+    assert fake_nvml.initialised == 0
+
+
+def test_nvml_absent_means_no_monitor(proc):
+    fake = FakeNvml([FakeGpu()])
+    fake.library_missing = True
+    with fake.installed():
+        assert open_process_monitor(proc.root) is None

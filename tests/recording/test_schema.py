@@ -12,7 +12,7 @@ from tests.e2e.test_processes import GIB
 from tests.e2e.test_workloads import SLURM_V1, Node, Rig, monitor, node
 from tests.plotted import plotted, traces, with_probe
 from tests.recordings import busy_recording, sample_recording
-from tests.test_workloads import TICK_US, V1_JOB
+from tests.workloads.test_energy import TICK_US, V1_JOB
 from warptd.http.app import HttpError, Request, Router
 from warptd.http.workload_routes import WorkloadApi
 from warptd.models import DeviceReading, Utilization

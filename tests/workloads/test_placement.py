@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_processes import SYSTEMD_V2, UID, Proc
+from tests.e2e.test_workloads import CID, DOCKER, SERVICE, SLURM_V1, SLURM_V2, USER
 from tests.helpers import http
+from tests.workloads.test_energy import JUPYTER, JUPYTER_UNIT, USER_1000, USER_SERVICE, V1_JOB, V2_JOB
 from warptd.config import Settings, SettingsError, load_settings
 from warptd.http.webconfig import load_web_config
 from warptd.k8s.containers import read_owner
@@ -452,3 +454,71 @@ def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+# -- paths seen from a private cgroup namespace (a Kubernetes pod on cgroup v2) --------------------
+#: warptd's own container: its cgroup namespace root, three levels under the host's root.
+NAMESPACE_ROOT = "/kubepods.slice/kubepods-pod0a.slice/cri-containerd-" + "a" * 64 + ".scope"
+#: A Slurm job's task as a process in that pod reads it: up to the host root, then down.
+JOB_TASK = "0::/../../../system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n"
+#: A neighbour pod's container: the common ancestor is kubepods.slice, one level below the root.
+NEIGHBOUR_ID = "b" * 64
+NEIGHBOUR = f"0::/../../kubepods-pod0b.slice/cri-containerd-{NEIGHBOUR_ID}.scope\n"
+
+
+def test_paths_seen_from_the_pod_place_their_workload_and_its_host_cgroup():
+    job = place(JOB_TASK, 1000, root=NAMESPACE_ROOT)
+    assert job.key == WorkloadKey("slurm_job", "77") and job.step == "0"
+    assert job.cpu == CpuCgroup("/system.slice/slurmstepd.scope/job_77")
+    neighbour = place(NEIGHBOUR, 0, root=NAMESPACE_ROOT)
+    assert neighbour.key == WorkloadKey("container", NEIGHBOUR_ID)
+    assert neighbour.cpu == CpuCgroup(
+        f"/kubepods.slice/kubepods-pod0b.slice/cri-containerd-{NEIGHBOUR_ID}.scope"
+    )
+    # the root was not found, its depth was: a path that climbs all of it is the host's, CPU file and all
+    unknown_root = place(JOB_TASK, 1000, root="/../../..")
+    assert unknown_root.key == WorkloadKey("slurm_job", "77") and unknown_root.cpu == job.cpu
+    # one that climbs less hangs under an unknown ancestor: named, but no CPU file
+    neighbour = place(NEIGHBOUR, 0, root="/../../..")
+    assert neighbour.key == WorkloadKey("container", NEIGHBOUR_ID) and neighbour.cpu is None
+
+
+# -- each layout, as /proc/<pid>/cgroup shows it ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("cgroup", "uid", "workload", "step", "cpu"),
+    [
+        (SLURM_V1, 1000, ("slurm_job", "4242"), "0", CpuCgroup(V1_JOB, "cpu,cpuacct")),  # uid_1000 wins
+        (SLURM_V2, 1001, ("slurm_job", "4243"), "1", CpuCgroup(V2_JOB)),
+        (
+            "0::/system.slice/node7_slurmstepd.scope/job_9/step_batch\n", 5, ("slurm_job", "9"), "batch",
+            CpuCgroup("/system.slice/node7_slurmstepd.scope/job_9"),
+        ),  # several slurmd on one host
+        (
+            "4:cpuacct:/slurm_node7/uid_7/job_12/step_extern\n", 7, ("slurm_job", "12"), "extern",
+            CpuCgroup("/slurm_node7/uid_7/job_12", "cpuacct"),
+        ),
+        (SERVICE, 0, ("systemd_unit", "ollama.service"), None, CpuCgroup("/system.slice/ollama.service")),
+        (DOCKER, 0, ("container", CID), None, CpuCgroup(f"/system.slice/docker-{CID}.scope")),
+        (
+            f"0::/machine.slice/libpod-{CID}.scope/container\n", 0, ("container", CID), None,
+            CpuCgroup(f"/machine.slice/libpod-{CID}.scope"),
+        ),  # Podman
+        (f"0::/default/{CID}\n", 0, ("container", CID), None, CpuCgroup(f"/default/{CID}")),  # containerd
+        (
+            f"0::/system.slice/nerdctl-{CID}.scope\n", 0, ("container", CID), None,
+            CpuCgroup(f"/system.slice/nerdctl-{CID}.scope"),
+        ),
+        (f"0::/docker/{CID}\n", 0, ("container", CID), None, CpuCgroup(f"/docker/{CID}")),  # cgroupfs driver
+        (USER_SERVICE, 1000, JUPYTER_UNIT, None, CpuCgroup(JUPYTER)),
+        (USER, 1000, USER_1000, None, CpuCgroup("/user.slice/user-1000.slice")),
+        (
+            "0::/user.slice/user-1000.slice/user@1000.service/init.scope\n", 1000, USER_1000, None,
+            CpuCgroup("/user.slice/user-1000.slice"),
+        ),
+        ("0::/\n", 4321, ("user", user_name(4321)), None, None),
+        ("0::/system.slice/job_5/step_0\n", 3, ("user", user_name(3)), None, None),  # not Slurm's
+    ],
+)  # fmt: skip
+def test_placement_of_each_layout(cgroup, uid, workload, step, cpu):
+    given_uid = 0 if cgroup == SLURM_V1 else uid  # Slurm v1: the uid its path names, not the process's
+    assert place(cgroup, given_uid) == Placement(WorkloadKey(*workload), uid, step, cpu)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.helpers import Rig
 from warptd.backends.cpu.backend import CpuBackend
 
 
@@ -81,3 +82,27 @@ def test_each_kind_of_read_is_charged(settings, sysfs):
         "clock": 2,
     }
     assert all(cost.cpu_seconds > 0 for cost in totals.values())
+
+
+def test_a_read_serving_only_excluded_families_is_not_made(settings, monkeypatch):
+    """The CPU backend's clock (cpufreq, else /proc/cpuinfo) and temperatures are not read once their
+    families are left out; the rest of its reading is."""
+    from warptd.backends.cpu.clock import CpuClock
+
+    calls = []
+    monkeypatch.setattr(CpuClock, "read", lambda self: calls.append(1) or 2.4e9)
+    settings.metrics_exclude = ["warptd_device_clock_hertz", "warptd_device_temperature_celsius"]
+    rig = Rig(settings.model_copy(update={"backends": ["cpu"]}))
+    try:
+        rig.tick("cpu")
+        reading = rig.snapshot.get("cpu").devices[0].reading
+    finally:
+        rig.close()
+    assert calls == [] and reading.clocks_hertz == {} and reading.memory is not None
+    settings.metrics_exclude = []
+    rig = Rig(settings.model_copy(update={"backends": ["cpu"]}))
+    try:
+        rig.tick("cpu")
+    finally:
+        rig.close()
+    assert calls  # read where exported

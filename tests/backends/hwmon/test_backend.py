@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import shutil
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from tests.helpers import select, value
 from tests.sysfs_tree import drm_card
+from warptd.backends import cadence
 from warptd.backends.hwmon.backend import HwmonBackend
+from warptd.config import load_settings
 from warptd.errors import BackendUnavailableError
 
 GIB = 2**30
@@ -142,3 +145,27 @@ def test_each_kind_of_read_is_charged(settings, three_gpus):
     reads = {kind: cost.reads for kind, cost in backend.read_costs.totals().items()}
     # amdgpu: VRAM used, busy %, temperatures, clocks, power; i915: energy; xe: energy, temperature
     assert reads == {"slow": 1, "memory": 1, "sensors": 4, "power": 3}
+
+
+def test_vram_total_and_power_cap_are_read_at_the_health_cadence(sysfs, procfs, three_gpus, monkeypatch):
+    _, amd, _, _ = three_gpus
+    settings = load_settings(sysfs=sysfs.root, procfs=procfs, interval=1.0, health_interval=10.0)
+    now = [100.0]
+    monkeypatch.setattr(cadence, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    backend = HwmonBackend(settings)
+    first = backend.read_device(0)
+    assert first.power_limit_watts == pytest.approx(300.0) and first.memory.total == 24 * GIB
+    for name in ("hwmon/hwmon3/power1_cap", "mem_info_vram_total"):  # a read now would fail, counted
+        (amd / name).unlink()
+        (amd / name).mkdir()
+    (amd / "mem_info_vram_used").write_text(f"{5 * GIB}\n")
+    for _ in range(9):
+        now[0] += 1.0
+        reading = backend.read_device(0)
+        assert reading.power_limit_watts == pytest.approx(300.0) and reading.memory.total == 24 * GIB
+        assert reading.memory.used == 5 * GIB  # what changes is read every sample
+    assert not backend.take_errors()
+    now[0] += 1.0
+    reading = backend.read_device(0)  # 10 s on: read again, and now they fail
+    assert reading.power_limit_watts is None and reading.memory is None
+    assert backend.take_errors()["unexpected"] == 2

@@ -14,7 +14,7 @@ import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from warptd.backends.nvidia import checkup
-from warptd.backends.nvidia.checkup import ACTIVITY_PAIR, AVERAGE_SHARE, POWER_PAIR
+from warptd.backends.nvidia.checkup import ACTIVITY_PAIR, AVERAGE_SHARE, ENERGY_PAIR, POWER_PAIR
 from warptd.cli import main
 from warptd.doctor.report import DoctorReport
 
@@ -122,3 +122,42 @@ def test_sm_activity_on_a_gpu_idle_before_during_and_after_the_pair_still_disagr
     (activity,) = _pairs(report, ACTIVITY_PAIR)
     assert activity.status == "disagree" and code == 1
     assert activity.detail == "SM active 40.0%, utilization 0 % from the pair to a second after it"
+
+
+@pytest.fixture
+def doctor(tmp_path, capsys) -> Iterator:
+    """``doctor(gpus, driver_version, *flags)``: ``warptd doctor --quick`` over NVML doubles of these
+    GPUs (none: the host CPU alone); its exit code, and its output (``--json``: the report, validated
+    against its model)."""
+    installed = []
+
+    def run(gpus: list[FakeGpu] | None, driver_version: str = "580.159.04", *flags: str):
+        backends = ["--backend", "nvidia"] if gpus else ["--backend", "cpu"]
+        if gpus:
+            fake = FakeNvml(gpus, driver_version=driver_version)
+            installed.append((fake, fake.installed()))
+            installed[-1][1].__enter__()
+        paths = ["--sysfs", str(tmp_path), "--procfs", str(tmp_path)]
+        code = main(["doctor", "--quick", *backends, *paths, *flags])
+        out = capsys.readouterr().out
+        return code, DoctorReport.model_validate_json(out) if "--json" in flags else out
+
+    yield run
+    for fake, context in installed:
+        context.__exit__(None, None, None)
+        fake.close()
+
+
+@pytest.mark.slow
+def test_paths_that_agree_exit_0_and_an_energy_call_off_its_field_exits_1(doctor):
+    gpus = [FakeGpu.h200(0, util_gpu=0), FakeGpu.h200(1, util_gpu=0)]
+    gpus[1].energy_call_offset_mj = 500_000  # the call answers 500 J beyond field 83
+    code, report = doctor(gpus, "580.159.04", "--json")
+    assert code == 1 and report.disagreements == 1
+    energy = _pairs(report, ENERGY_PAIR)
+    assert [a.status for a in energy] == ["agree", "disagree"]
+    assert "500.000 J apart" in energy[1].detail
+    assert [a.status for a in _pairs(report, POWER_PAIR)] == ["agree", "agree"]
+    assert [a.status for a in _pairs(report, ACTIVITY_PAIR)] == ["agree", "agree"]  # both idle: ~0
+    code, table = doctor([FakeGpu.h200(0)], "580.159.04")
+    assert code == 0 and "Is warptd right here? Yes, as far as it can tell." in table

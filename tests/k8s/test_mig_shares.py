@@ -1,4 +1,4 @@
-"""MIG devices as devices of their own (backend nvidia_mig), through the real pynvml over the NVML double."""
+"""A MIG GPU's pod energy split by its slices' activity, through the real pynvml over the NVML double."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import pytest
 
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
 from tests.helpers import Rig, select
-from warptd.registry import load_backends
 
 H100_MIG = "NVIDIA H100 80GB HBM3 MIG"
 SLICES = [
@@ -17,29 +16,6 @@ SLICES = [
             memory_total=10 * GIB, memory_used=1 * GIB),
 ]  # fmt: skip
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
-
-
-@pytest.fixture
-def fake():
-    """GPU 0 with MIG on (two slices), GPU 1 with MIG off."""
-    fake = FakeNvml(gpus=2)
-    fake.gpus[0].mig_devices = SLICES
-    with fake.installed():
-        yield fake
-    fake.close()
-
-
-pytestmark = pytest.mark.rig("nvidia", "nvidia_mig", doubles=["fake"])
-
-
-def test_without_mig_on_anywhere_the_backend_does_not_load(settings, fake_nvml):
-    settings.backends = ["nvidia", "nvidia_mig"]
-    loaded = load_backends(settings)
-    try:
-        assert [b.name for b in loaded.accelerators] == ["nvidia"]
-        assert "nvidia_mig" in loaded.unavailable
-    finally:
-        loaded.shutdown()
 
 
 @pytest.mark.slow

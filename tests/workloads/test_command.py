@@ -1,7 +1,4 @@
-"""A workload's recording and its HTML report (--workloads): a Slurm job on two GPUs of the NVML double,
-its power and SM shares scripted, runs and ends; within its retention its recording carries the
-energy GET /workloads/slurm_job/ID answers, per device and CPU, beside the devices' readings, and its
-report opens in a real headless chromium. Version 2 recordings still read; the bounds hold."""
+"""``warptd workload KIND ID``: the flags it refuses before it asks a daemon anything."""
 
 from __future__ import annotations
 
