@@ -539,6 +539,7 @@ def test_the_opentelemetry_collector_config_is_well_formed_and_scrapes_as_promet
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_helm_mounts_the_runtime_bundles_read_only_with_processes_and_pods():
     bundles = "/run/containerd/io.containerd.runtime.v2.task/k8s.io"
     pod = by_kind(render({"processes.enabled": "true"}), "DaemonSet")["spec"]["template"]["spec"]

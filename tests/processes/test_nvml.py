@@ -402,6 +402,7 @@ def test_a_driver_without_the_newest_struct_falls_back_to_v2(proc):
     fake.close()
 
 
+@pytest.mark.slow
 def test_the_thread_polls_and_stops_promptly(fake_nvml, proc):
     proc.add(1001, SYSTEMD_V2)
     fake_nvml.gpus[0].processes = [(1001, GIB)]
