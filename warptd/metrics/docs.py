@@ -61,7 +61,7 @@ busy; an idle GPU shows up to 3 series fewer on these two models.
 """
 _READS = """
 **What is not read.** Where a read serves only families left out, it is not made. On the backends
-read through the common getters (CPU, hwmon, Gaudi, TPU, Tenstorrent): temperatures without
+whose devices read one value a method (CPU, hwmon, Gaudi, TPU, Tenstorrent): temperatures without
 `warptd_device_temperature_celsius`, clocks without `warptd_device_clock_hertz` (the CPU's: cpufreq
 each sample, else `/proc/cpuinfo` at the health cadence), the hardware throttle-duration counters
 without `warptd_device_throttle_seconds_total`, and the throttle reasons without it,
