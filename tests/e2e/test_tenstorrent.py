@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.backends.tenstorrent.test_backend import fake_luwen  # noqa: F401 (the rig's double)
 from tests.conftest import assert_promtool_clean
 
 pytestmark = pytest.mark.rig("tenstorrent", doubles=["fake_luwen"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.backends.tpu.test_backend import libtpu, runtime, three_chips  # noqa: F401 (the rig's doubles)
 from tests.conftest import assert_promtool_clean
 
 pytestmark = pytest.mark.rig("tpu", doubles=["three_chips", "runtime"])

@@ -10,12 +10,8 @@ from typing import ClassVar
 import pynvml
 import pytest
 
+from tests.backends.tenstorrent import test_backend as tenstorrent
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
-from tests.doubles.pyluwen import (
-    FakeChip,
-    FakeLuwen,
-    blackhole_words,
-)
 from tests.e2e.test_device_metrics import ScriptedBackend
 from tests.helpers import Rig, parse, select, value, wait_until
 from warptd.exporter.exposition import Exposition
@@ -461,35 +457,9 @@ def test_the_hand_off_executor_runs_jobs_on_the_scheduler_thread_and_survives_an
     assert "a bug in a tick" in caplog.text
 
 
-N300 = 0x0100014111712034
-
-
-P150 = 0x0000004310234567
-
-
-DEV = [{"backend": "tenstorrent", "device": str(i)} for i in range(3)]
-
-
+DEV, P150 = tenstorrent.DEV, tenstorrent.P150
+fake_luwen = tenstorrent.fake_luwen  # the rig's double, a fixture
 VALUES = ("warptd_device_power_watts", "warptd_device_temperature_celsius", "warptd_device_clock_hertz")
-
-
-def host() -> FakeLuwen:
-    """An n300 (a local and a remote Wormhole on one board) and a p150 Blackhole."""
-    return FakeLuwen(
-        [
-            FakeChip(board_id=N300, pci_interface=0),
-            FakeChip(board_id=N300, remote=True),
-            FakeChip(arch="blackhole", board_id=P150, pci_interface=1, words=blackhole_words()),
-        ]
-    )
-
-
-@pytest.fixture
-def fake_luwen(sysfs):
-    sysfs.write("module/tenstorrent/version", "2.4.1")
-    fake = host()
-    with fake.installed():
-        yield fake
 
 
 @pytest.mark.rig("tenstorrent", doubles=["fake_luwen"])
