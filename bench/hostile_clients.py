@@ -1,7 +1,7 @@
 """Issue 39's hostile clients, with scrapes measured meanwhile, this tree beside an older one (both
 over 8 GPUs of the NVML double, one after the other, on loopback):
 
-    mkdir -p /tmp/warptd-aebfaa6 && git -C /work/main archive aebfaa6 | tar -x -C /tmp/warptd-aebfaa6
+    mkdir -p /tmp/warptd-aebfaa6 && git archive aebfaa6 | tar -x -C /tmp/warptd-aebfaa6
     python bench/hostile_clients.py [--old /tmp/warptd-aebfaa6] [--quick]
 
 The attacks, each in a process of its own (as bench/slow_clients.py runs them), while 100 scrapes of
