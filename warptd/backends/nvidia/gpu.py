@@ -186,11 +186,14 @@ class Gpu:
 
     def reading(self, answers: list[Any] | None = None) -> DeviceReading:
         """The values after :meth:`begin`; ``answers``: the sample's calls by slot, made in one pass
-        where they can be when not given."""
+        where they can be when not given. Under the UUID last listed: the one the sampler publishes
+        the reading under, so that it need not copy it to set it."""
         answers = self.calls.answers() if answers is None else answers
         throttle, events = self.throttle(answers[REASONS])
+        known = self.identity.known
         return DeviceReading(
             index=self.index,
+            uuid=(known.uuid or "") if known is not None else "",
             memory=answers[MEMORY],
             utilization=answers[UTILIZATION],
             power_watts=self.power.instant(),
