@@ -10,7 +10,7 @@ hung call may hold its share for ever. Re-entrant both ways, as the ``RLock`` it
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 
@@ -22,16 +22,19 @@ class SessionLock:
     devices that answer (a reader may re-enter while it holds its share)."""
 
     def __init__(self) -> None:
-        self._condition = threading.Condition(threading.Lock())
+        #: The condition's own lock, taken directly on the readers' path (each device of each sample).
+        self._lock = threading.Lock()
+        self._condition = threading.Condition(self._lock)
         self._readers: dict[int, int] = {}  # thread id -> depth
         self._writer: int | None = None
         self._depth = 0  # the writer's
+        self._waiting = 0  # threads waiting on the condition: a reader leaving wakes only those
 
     def __enter__(self) -> SessionLock:
         me = threading.get_ident()
-        with self._condition:
-            while self._writer is not None and self._writer != me:
-                self._condition.wait()
+        with self._lock:
+            if self._writer is not None and self._writer != me:
+                self._wait_for(lambda: self._writer is None or self._writer == me, None)
             self._readers[me] = self._readers.get(me, 0) + 1
         return self
 
@@ -39,21 +42,30 @@ class SessionLock:
         self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
     ) -> None:
         me = threading.get_ident()
-        with self._condition:
+        with self._lock:
             depth = self._readers[me] - 1
             if depth:
                 self._readers[me] = depth
             else:
                 del self._readers[me]
-                self._condition.notify_all()
+                if self._waiting:
+                    self._condition.notify_all()
+
+    def _wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """``Condition.wait_for``, counted in :attr:`_waiting` meanwhile (the lock held)."""
+        self._waiting += 1
+        try:
+            return self._condition.wait_for(predicate, timeout)
+        finally:
+            self._waiting -= 1
 
     @contextmanager
     def exclusive(self, timeout: float) -> Iterator[bool]:
         """Hold the lock alone (a reader may, when it is the only one): yields False, not holding it,
         where other readers or a writer did not let go within ``timeout`` seconds."""
         me = threading.get_ident()
-        with self._condition:
-            held = self._condition.wait_for(
+        with self._lock:
+            held = self._wait_for(
                 lambda: self._writer in (None, me) and all(reader == me for reader in self._readers),
                 timeout,
             )
@@ -64,13 +76,14 @@ class SessionLock:
             yield held
         finally:
             if held:
-                with self._condition:
+                with self._lock:
                     self._depth -= 1
                     if not self._depth:
                         self._writer = None
-                        self._condition.notify_all()
+                        if self._waiting:
+                            self._condition.notify_all()
 
     def readers(self) -> int:
         """Threads holding a share now (for tests and logs)."""
-        with self._condition:
+        with self._lock:
             return len(self._readers)

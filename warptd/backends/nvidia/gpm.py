@@ -218,6 +218,7 @@ class GpmSource:
         self.gauges: dict[str, LabelledValues] = {}  # the ratios of the last period
         self.totals: dict[str, LabelledValues] = {}  # integrated bytes, as raw counters
         self.covered = False  # the throughputs of series the driver counts itself are no longer asked
+        self._counted: dict[str, LabelledValues] | None = None  # :meth:`counters`' copy of ``totals``
 
     def sample(self, guard: Guard, what: str, watched: bool = False, costs: ReadCosts | None = None) -> bool:
         """Take one sample (guarded as ``what``) and derive the metrics over the period since the
@@ -233,7 +234,7 @@ class GpmSource:
         return True
 
     def _sample(self, guard: Guard, what: str, now: float) -> None:
-        last_gauges, self.gauges = self.gauges, {}
+        last_gauges, self.gauges, self._counted = self.gauges, {}, None
         self.current = current = 0 if self.previous != 0 else 1
         if guard.call(what, self.takes[current]) is None:
             self.previous = None  # start over: the next sample has nothing to pair with
@@ -357,15 +358,18 @@ class GpmSource:
 
     def counters(self) -> dict[str, LabelledValues]:
         """Bytes integrated from the throughputs so far, as raw counters (they restart at a reset);
-        copies, as the totals go on growing in place."""
-        return {name: dict(totals) for name, totals in self.totals.items()}
+        copies, as the totals go on growing in place: the same copy until a sample (or :meth:`cover`)
+        may change them, so that a reader knows it again by identity."""
+        if self._counted is None:
+            self._counted = {name: dict(totals) for name, totals in self.totals.items()}
+        return self._counted
 
     def cover(self, counted: set[tuple[str, tuple[str, ...]]]) -> None:
         """Stop asking for the throughputs of ``counted`` series (metric, labels): the driver keeps
         byte counters of them. Once per source: a reset source asks everything again."""
         if self.covered or not counted:
             return
-        self.covered = True
+        self.covered, self._counted = True, None
         self.metrics = [m for m in self.metrics if not (m.rate and (m.metric, m.labels) in counted)]
         for name, totals in self.totals.items():
             self.totals[name] = {labels: v for labels, v in totals.items() if (name, labels) not in counted}

@@ -83,6 +83,24 @@ def _merged(parts: tuple[dict[str, LabelledValues], ...]) -> dict[str, LabelledV
     return {metric: series for part in parts for metric, series in part.items()}
 
 
+def _merged_counters(
+    raw: tuple[dict[str, LabelledValues], dict[str, LabelledValues], int | None],
+) -> dict[str, LabelledValues]:
+    """The batch's counters, with GPM's integrated bytes for the series it lacks, and the driver's time
+    on the GPU's fields (µs as of the last full batch) where known."""
+    counted, activity, published_us = raw
+    integrated = {metric: series for metric, series in activity.items() if series}
+    if published_us is not None:
+        integrated[nvidia.FIELD_LATENCY.name] = {(): published_us / 1e6}
+    if not integrated:
+        return counted  # the batch's own dict: the sampler knows it again by identity
+    counters = dict(counted)
+    for metric, series in integrated.items():
+        batched = counters.get(metric)
+        counters[metric] = {**series, **batched} if batched else series
+    return counters
+
+
 def _with_pstate(raw: tuple[dict[str, LabelledValues], int]) -> dict[str, LabelledValues]:
     gauges, pstate = raw
     return {**gauges, nvidia.PERFORMANCE_STATE.name: {(): float(pstate)}}
@@ -168,11 +186,14 @@ class Gpu:
 
     def reading(self, answers: list[Any] | None = None) -> DeviceReading:
         """The values after :meth:`begin`; ``answers``: the sample's calls by slot, made in one pass
-        where they can be when not given."""
+        where they can be when not given. Under the UUID last listed: the one the sampler publishes
+        the reading under, so that it need not copy it to set it."""
         answers = self.calls.answers() if answers is None else answers
         throttle, events = self.throttle(answers[REASONS])
+        known = self.identity.known
         return DeviceReading(
             index=self.index,
+            uuid=(known.uuid or "") if known is not None else "",
             memory=answers[MEMORY],
             utilization=answers[UTILIZATION],
             power_watts=self.power.instant(),
@@ -247,16 +268,10 @@ class Gpu:
 
     def counters(self) -> dict[str, LabelledValues]:
         """Health and traffic counters of the field batch; PCIe and NVLink bytes integrated from GPM
-        throughput stand in for each series the driver keeps no counter of."""
-        counted = self.batch.counters()
-        integrated = {metric: series for metric, series in self.activity.counters().items() if series}
+        throughput stand in for each series the driver keeps no counter of. Merged again only when
+        one of them changed (GPM integrates once a second, the batch decodes every health read)."""
         totals = self.batch.totals
-        if totals is not None:  # the driver's time on this GPU's fields, as of the last full batch
-            integrated[nvidia.FIELD_LATENCY.name] = {(): totals.published_us / 1e6}
-        if not integrated:
-            return counted  # the batch's own dict: the sampler knows it again by identity
-        counters = dict(counted)
-        for metric, series in integrated.items():
-            batched = counters.get(metric)
-            counters[metric] = {**series, **batched} if batched else series
-        return counters
+        published_us = totals.published_us if totals is not None else None
+        return self._kept["counters"].of(
+            (self.batch.counters(), self.activity.counters(), published_us), _merged_counters
+        )
