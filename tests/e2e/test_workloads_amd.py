@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import assert_promtool_clean
-from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu, FakeProcess
+from tests.doubles import test_amdsmi as doubles_amdsmi
+from tests.doubles.amdsmi import FakeAmdsmi, FakeProcess
 from tests.e2e.test_workloads import SLURM_V1, SLURM_V2, Node
 from tests.helpers import http, parse, select, serving, value, wait_until
 from warptd.daemon import Daemon
@@ -23,12 +24,7 @@ def node(tmp_path):
     return Node(tmp_path)
 
 
-@pytest.fixture
-def fake():
-    fake = FakeAmdsmi([FakeGpu(index=0)])
-    with fake.installed():
-        yield fake
-        assert fake.initialised == 0, "the amdsmi session leaked"
+fake = doubles_amdsmi.fake  # the amdsmi double with one GPU, a fixture
 
 
 def two_jobs(node: Node, fake: FakeAmdsmi, **processes: FakeProcess) -> list[FakeProcess]:

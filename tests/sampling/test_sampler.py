@@ -10,6 +10,7 @@ from typing import ClassVar
 import pynvml
 import pytest
 
+from tests.backends.nvidia import test_backend as nvidia_backend
 from tests.backends.tenstorrent import test_backend as tenstorrent
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
 from tests.e2e.test_device_metrics import ScriptedBackend
@@ -348,29 +349,14 @@ def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypat
     fake.close()
 
 
-H100_MIG = "NVIDIA H100 80GB HBM3 MIG"
-
-
-SLICES = [
-    FakeMig("MIG-aaaaaaaa-1111-5222-8333-444444444444", gpu_instance=1, name=f"{H100_MIG} 3g.40gb",
-            memory_total=40 * GIB, memory_used=3 * GIB),
-    FakeMig("MIG-bbbbbbbb-1111-5222-8333-444444444444", gpu_instance=2, name=f"{H100_MIG} 1g.10gb",
-            memory_total=10 * GIB, memory_used=1 * GIB),
-]  # fmt: skip
+SLICES = nvidia_backend.SLICES  # GPU 0's MIG slices in the double
 
 
 def mig(index: int) -> dict[str, str]:
     return {"backend": "nvidia_mig", "device": str(index)}
 
 
-@pytest.fixture
-def fake():
-    """GPU 0 with MIG on (two slices), GPU 1 with MIG off."""
-    fake = FakeNvml(gpus=2)
-    fake.gpus[0].mig_devices = SLICES
-    with fake.installed():
-        yield fake
-    fake.close()
+fake = nvidia_backend.fake  # the NVML double: GPU 0 with MIG slices, GPU 1 without, a fixture
 
 
 @pytest.mark.rig("nvidia", "nvidia_mig", doubles=["fake"])
