@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tests.backends.amd import test_backend as amd_backend
+from tests.dcgm import compat_rig
 from tests.doubles.amdsmi import FakeAmdsmi
 from tests.helpers import Rig, select
 from tests.kubelet import FakeKubelet
 from warptd.config import load_settings
-from warptd.exporter.dcgm import DcgmCompatCollector
 from warptd.k8s.attribution import PodAttribution, from_settings
 from warptd.k8s.podresources import PodResourcesClient
 
@@ -60,14 +60,6 @@ def test_partitions_are_devices_by_uuid_and_partition_id(settings):
             assert devices[1].pci_bus_id not in keys and devices[0].pci_bus_id not in device_keys(devices[0])
         finally:
             rig.close()
-
-
-def compat_rig(settings, *backends: str, **collector) -> Rig:
-    settings.backends = list(backends)
-    settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart
-    rig = Rig(settings)
-    rig.exposition.registry.register(DcgmCompatCollector(rig.snapshot, settings.node, **collector))
-    return rig
 
 
 def test_a_shared_gpu_has_one_series_per_container_and_a_free_one_none(settings, fake_nvml, tmp_path):
