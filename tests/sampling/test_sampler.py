@@ -13,8 +13,8 @@ import pytest
 from tests.backends.nvidia import test_backend as nvidia_backend
 from tests.backends.tenstorrent import test_backend as tenstorrent
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
-from tests.e2e.test_device_metrics import ScriptedBackend
 from tests.helpers import Rig, parse, select, value, wait_until
+from tests.sampling.test_snapshot import ScriptedBackend
 from warptd.exporter.exposition import Exposition
 from warptd.models import DeviceReading, GPUInfo
 from warptd.sampling.sampler import Sampler
