@@ -1,4 +1,5 @@
-"""Parsing expositions in tests, building a sampler without its schedule, running a fresh Python."""
+"""Parsing expositions in tests, building a sampler without its schedule, running a fresh Python, reading a
+setting's refusal."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from warptd.config import Settings
+from warptd.config import Settings, SettingsError
 from warptd.daemon import Daemon
 from warptd.exporter.exposition import Exposition
 from warptd.registry import load_backends
@@ -133,3 +134,12 @@ def run_python(code: str, timeout: float = 60.0) -> subprocess.CompletedProcess[
         check=False,
         cwd=Path(__file__).parents[1],
     )
+
+
+def settings_error(call: Callable[[], object]) -> str:
+    """The message of the SettingsError ``call()`` raises, or "no error"."""
+    try:
+        call()
+    except SettingsError as exc:
+        return str(exc)
+    return "no error"
