@@ -100,6 +100,18 @@ def http(
         conn.close()
 
 
+def raw(port: int, data: bytes, wait: float = 5.0) -> bytes:
+    """Send ``data`` as it is to 127.0.0.1:port and read until the server closes (bounded by ``wait``)."""
+    import socket as sockets
+
+    with sockets.create_connection(("127.0.0.1", port), timeout=wait) as conn:
+        conn.sendall(data)
+        out = b""
+        while chunk := conn.recv(65536):
+            out += chunk
+        return out
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
     """Poll ``predicate`` until it is truthy or ``timeout`` seconds pass (bounded loop)."""
     import time

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.e2e.test_workloads import monitor, node
-from tests.helpers import http, wait_until
+from tests.helpers import http, raw, wait_until
 from tests.http import recorded_job
 from tests.http.recorded_job import answer, request, run_job
 from warptd.http.app import HttpError, Request, Router
@@ -137,40 +137,26 @@ def small_server():
     server.server_close()
 
 
-def _raw(port: int, data: bytes, wait: float = 5.0) -> bytes:
-    """Send ``data`` and read until the server closes (bounded by ``wait``)."""
-    import socket as sockets
-
-    with sockets.create_connection(("127.0.0.1", port), timeout=wait) as conn:
-        conn.sendall(data)
-        out = b""
-        while chunk := conn.recv(65536):
-            out += chunk
-        return out
-
-
 @pytest.mark.slow
 def test_head_body_and_idle_timeouts_close_connections(small_server):
     import time
 
     started = time.monotonic()
-    assert _raw(small_server.port, b"GET /metr") == b""  # half a head: closed, no response
+    assert raw(small_server.port, b"GET /metr") == b""  # half a head: closed, no response
     assert 0.4 < time.monotonic() - started < 3
-    reply = _raw(small_server.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+    reply = raw(small_server.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
     assert reply.startswith(b"HTTP/1.1 408 ") and b'"error"' in reply
     started = time.monotonic()  # a full request, then idle: answered, then closed by the idle limit
-    reply = _raw(small_server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    reply = raw(small_server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"up 1\n")
     assert 0.4 < time.monotonic() - started < 3
 
 
 def test_oversized_head_is_431_and_chunked_body_is_read(small_server):
-    reply = _raw(
-        small_server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 4096 + b"\r\n\r\n"
-    )
+    reply = raw(small_server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 4096 + b"\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 431 ") and b'"error"' in reply
     chunked = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-    reply = _raw(small_server.port, chunked + b"5\r\nhello\r\n0\r\n\r\n")
+    reply = raw(small_server.port, chunked + b"5\r\nhello\r\n0\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"hello")
 
 
