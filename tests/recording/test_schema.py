@@ -12,7 +12,8 @@ from tests.http import recorded_job
 from tests.http.recorded_job import answer, run_job
 from tests.plotted import plotted, traces, with_probe
 from tests.recordings import busy_recording, sample_recording
-from warptd.models import DeviceReading, Utilization
+from tests.samples import CLOCKS, GPUS, PIPES, feed
+from warptd.models import DeviceReading
 from warptd.recording.glance import energy_source
 from warptd.recording.recorder import Recorder, Target
 from warptd.recording.report import render_html
@@ -119,39 +120,6 @@ def test_an_energy_method_this_warptd_does_not_know_is_shown_by_its_name():
     unknown = TargetRecording.model_construct(id="tpu:0", energy_source="vendor_estimate")
     assert energy_source(unknown) == "vendor estimate"
     assert energy_source(TargetRecording(id="cpu:0", kind="device", backend="cpu")) is None
-
-
-GPUS = [Target("device", "nvidia", str(i)) for i in range(8)]
-
-
-PIPES = ("tensor", "fp64", "fp32", "fp16", "int")
-
-
-CLOCKS = {"graphics": 1.41e9, "sm": 1.41e9, "memory": 2.6e9, "video": 1.2e9}
-
-
-def gpm_sample(index: int, n: int) -> DeviceSample:
-    """A sample with what NVIDIA GPM gives: 4 clocks, 8 activity ratios, throttle reasons."""
-    gauges = {f"warptd_device_{k}_ratio": {(): 0.25 + n % 3 / 10} for k in ("sm_active", "sm_occupancy")}
-    gauges["warptd_device_dram_bandwidth_ratio"] = {(): 0.125}
-    gauges["warptd_device_pipe_active_ratio"] = {(p,): 0.1 * (i + 1) for i, p in enumerate(PIPES)}
-    reading = DeviceReading(
-        index=index,
-        power_watts=100.0 + n % 7,
-        energy_counter_joules=float(n),
-        utilization=Utilization(compute=0.5),
-        temperatures_celsius={"gpu": 50.0 + n % 5},
-        clocks_hertz=CLOCKS,
-        gauges=gauges,
-        throttle_active={"sw_power_cap": n % 2 == 1, "hw_slowdown": False},
-    )
-    return DeviceSample(reading, energy_joules=float(n), throttle_seconds={"sw_power_cap": n / 20})
-
-
-def feed(recorder: Recorder, samples: int, start: int = 0) -> None:
-    for n in range(start, start + samples):
-        devices = [gpm_sample(i, n) for i in range(len(recorder.targets))]
-        recorder.on_sample("nvidia", devices, None, at=1000.0 + n / 10)
 
 
 def test_the_compact_series_gives_the_same_points():
