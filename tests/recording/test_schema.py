@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import browse
 from tests.e2e.test_workloads import monitor, node
 from tests.http import recorded_job
 from tests.http.recorded_job import answer, run_job
-from tests.plotted import plotted, traces, with_probe
+from tests.plotted import drawn, traces
 from tests.recordings import busy_recording, sample_recording
 from tests.samples import CLOCKS, GPUS, PIPES, feed
 from warptd.models import DeviceReading
@@ -37,17 +36,6 @@ def test_a_version_1_recording_still_reads():
     assert recorder.recording_now().schema_version == SCHEMA_VERSION == 3
     with pytest.raises(ValueError, match="schema_version"):
         Recording.model_validate(saved | {"schema_version": 4})
-
-
-def drawn(recording: Recording, tmp_path) -> dict:
-    """The report of ``recording`` as chromium drew it (no console error, no page error)."""
-    page = tmp_path / "report.html"
-    page.write_text(with_probe(render_html(recording)), encoding="utf-8")
-    dom, console = browse(page.as_uri())
-    assert console == [], console
-    probe = plotted(dom)
-    assert probe["errors"] == [], probe["errors"]
-    return {"dom": dom, **probe}
 
 
 def device_of(trace: dict, ids: list[str]) -> str | None:
@@ -223,7 +211,6 @@ def test_a_version_2_recording_still_reads_and_renders():
     assert recording.schema_version == 2 and recording.attribution is None
     assert all(p.attributed_energy_joules is None for t in recording.targets for p in t.points)
     pytest.importorskip("plotly")
-    from warptd.recording.report import render_html
 
     page = render_html(recording)
     assert 'id="attribution"' not in page and "plot-attributed-energy" not in page
