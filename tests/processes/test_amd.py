@@ -15,10 +15,13 @@ from tests.doubles.amdsmi import (
     amdsmi,
     wrapper,
 )
+from tests.e2e import test_workloads as e2e_workloads
 from tests.e2e.test_processes import GIB, HOST, Proc
 from tests.e2e.test_workloads import SERVICE, SLURM_V1, SLURM_V2, Node
 from warptd.processes.amd import AmdProcessMonitor
 from warptd.workloads.energy import WorkloadEnergy
+
+node = e2e_workloads.node  # a fixture node (procfs, cgroupfs), a fixture
 
 fake = amd_backend.fake  # the amdsmi double: GPU 0 and a Navi card, a fixture
 
@@ -92,11 +95,6 @@ def test_amd_a_refused_device_is_asked_once_and_the_others_listed(proc):
 # ``amd`` backend reads from the same double; both advance on the double's firmware clock ----------
 JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")
 SECONDS = 10.0
-
-
-@pytest.fixture
-def node(tmp_path):
-    return Node(tmp_path)
 
 
 #: One GPU of the default kind, alone (``fake`` above has a Navi beside it).
