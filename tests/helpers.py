@@ -112,6 +112,14 @@ def raw(port: int, data: bytes, wait: float = 5.0) -> bytes:
         return out
 
 
+def ready(port: int) -> bool:
+    """Whether the daemon on ``port`` answers /readyz with 200; False while nothing listens there yet."""
+    try:
+        return http(port, "GET", "/readyz")[0] == 200
+    except OSError:
+        return False
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
     """Poll ``predicate`` until it is truthy or ``timeout`` seconds pass (bounded loop)."""
     import time
