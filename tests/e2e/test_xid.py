@@ -6,14 +6,10 @@ import pytest
 
 from tests.conftest import assert_promtool_clean
 from tests.events import test_xid as events_xid
-from tests.events.test_xid import XID, exposition
+from tests.events.test_xid import XID, exposition, xid_count
 from tests.helpers import wait_until
 
 monitor = events_xid.monitor  # the XID event monitor over the NVML double, a fixture
-
-
-def xid_count(monitor, index: int, xid: int) -> int:
-    return next(d for d in monitor.devices() if d.index == index).counts.get(xid, 0)
 
 
 @pytest.mark.slow

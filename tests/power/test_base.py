@@ -69,7 +69,7 @@ def test_readings_handed_on_cannot_be_changed(value, field):
         setattr(value, field, None)
 
 
-def _workload(key: WorkloadKey) -> Workload:
+def workload_of(key: WorkloadKey) -> Workload:
     return Workload(key, "alice", started_at=1_780_000_000.0, seen=0.0)
 
 
@@ -78,7 +78,7 @@ def test_a_long_job_keeps_at_most_its_points_evenly_over_its_whole_run():
     over its targets, from its first sample to its last, each point's share still cumulative."""
     history = WorkloadHistory(clock=lambda: 0.0)
     key = WorkloadKey("slurm_job", "7")
-    workload = _workload(key)
+    workload = workload_of(key)
     workloads = {key: workload}
     history.after_poll(workloads)
     seconds = 8_000

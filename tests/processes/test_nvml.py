@@ -11,7 +11,8 @@ import pytest
 import structlog
 
 from tests.doubles.nvml import FakeGpu, FakeNvml, ProcessSample
-from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, UID, Proc
+from tests.e2e import test_processes as e2e_processes
+from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, UID
 from tests.e2e.test_workloads import ENERGY, SLURM_V1, SLURM_V2, Node, Rig
 from tests.helpers import select, value, wait_until
 from tests.processes.test_collector import METRIC, scrape
@@ -23,6 +24,8 @@ from warptd.sampling.snapshot import DeviceSample
 from warptd.workloads.energy import WorkloadEnergy
 from warptd.workloads.placement import CpuCgroup
 from warptd.workloads.slurm_tree import slurm_jobs
+
+proc = e2e_processes.proc  # a fixture
 
 INFO = "nvmlDeviceGetProcessesUtilizationInfo"
 #: The driver's per-process sampling window in these tests: 1/6 s, the shortest NVML documents.
@@ -56,11 +59,6 @@ class Driver:
             samples += [ProcessSample(self.windows * WINDOW_US, pid, sm) for pid, sm in self.busy.items()]
         if samples:
             self.gpu.process_samples = [*self.gpu.process_samples, *samples][-128:]
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
 
 
 def polls(monitor: ProcessMonitor, clock: Clock, driver: Driver, seconds: float, step: float = 0.1):

@@ -11,7 +11,10 @@ import pynvml
 import pytest
 
 from tests.backends.nvidia import test_backend as nvidia_backend
+from tests.backends.nvidia import test_session as nvidia_session
+from tests.backends.nvidia.test_backend import mig
 from tests.backends.tenstorrent import test_backend as tenstorrent
+from tests.backends.tenstorrent.test_backend import VALUES
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
 from tests.helpers import Rig, parse, select, value, wait_until
 from tests.sampling.test_snapshot import ScriptedBackend
@@ -19,6 +22,8 @@ from warptd.exporter.exposition import Exposition
 from warptd.models import DeviceReading, GPUInfo
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
+
+rediscover_now = nvidia_session.rediscover_now  # rediscovery due at the next tick, a fixture
 
 
 def test_an_edge_read_is_published_before_the_read_queued_behind_it(settings, fake_nvml):
@@ -150,13 +155,6 @@ DEV0 = {"backend": "nvidia", "device": "0"}
 
 
 DEV1 = {"backend": "nvidia", "device": "1"}
-
-
-@pytest.fixture
-def rediscover_now(monkeypatch):
-    from warptd.sampling import sampler
-
-    monkeypatch.setattr(sampler, "REDISCOVER_EVERY_S", 0.0)
 
 
 @pytest.mark.rig("nvidia", doubles=["fake_nvml"])
@@ -352,10 +350,6 @@ def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypat
 SLICES = nvidia_backend.SLICES  # GPU 0's MIG slices in the double
 
 
-def mig(index: int) -> dict[str, str]:
-    return {"backend": "nvidia_mig", "device": str(index)}
-
-
 fake = nvidia_backend.fake  # the NVML double: GPU 0 with MIG slices, GPU 1 without, a fixture
 
 
@@ -445,7 +439,6 @@ def test_the_hand_off_executor_runs_jobs_on_the_scheduler_thread_and_survives_an
 
 DEV, P150 = tenstorrent.DEV, tenstorrent.P150
 fake_luwen = tenstorrent.fake_luwen  # the rig's double, a fixture
-VALUES = ("warptd_device_power_watts", "warptd_device_temperature_celsius", "warptd_device_clock_hertz")
 
 
 @pytest.mark.rig("tenstorrent", doubles=["fake_luwen"])

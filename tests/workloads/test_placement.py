@@ -14,6 +14,7 @@ from tests import hostile
 from tests.e2e.test_workloads import CID, DOCKER, SERVICE, SLURM_V1, SLURM_V2, USER
 from tests.helpers import http
 from tests.hostile import READERS, bounded
+from tests.test_cli import deep_toml
 from tests.workloads.test_energy import JUPYTER, JUPYTER_UNIT, USER_1000, USER_SERVICE, V1_JOB, V2_JOB
 from warptd.config import SettingsError, load_settings
 from warptd.workloads.placement import (
@@ -326,14 +327,6 @@ def test_a_fifo_is_refused_at_once_by_every_reader(reader, node_root):
     assert bounded(lambda: read(node_root), fifo) == expected
 
 
-NESTED = 5000
-
-
-def _deep_toml(path: Path) -> Path:
-    path.write_text(f"backends = {'[' * NESTED}{']' * NESTED}\n")
-    return path
-
-
 @pytest.mark.slow
 def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_config(tmp_path):
     from tests.e2e.test_e2e import _events, start_daemon
@@ -342,7 +335,7 @@ def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_
     config.write_text("interval = 0.5\n")
     proc, port = start_daemon("--backend", "cpu", "--config", str(config), "--sysfs", str(tmp_path))
     try:
-        _deep_toml(config)
+        deep_toml(config)
         proc.send_signal(signal.SIGHUP)
         failed = _events(proc, "config_reload_failed")[-1]  # each line JSON: no traceback in between
         assert failed["error"] == f"invalid config file {config}: nested too deep"
