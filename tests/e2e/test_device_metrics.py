@@ -7,11 +7,9 @@ import pytest
 from tests.conftest import assert_promtool_clean
 from tests.helpers import parse, select, value
 from tests.sampling import test_snapshot as sampling_snapshot
+from tests.sampling.test_snapshot import DEV
 
 scripted = sampling_snapshot.scripted  # a scripted backend and a tick rendering its exposition, a fixture
-
-
-DEV = {"backend": "scripted", "device": "0", "uuid": "S-0"}
 
 
 @pytest.mark.slow

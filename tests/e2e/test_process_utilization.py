@@ -21,8 +21,8 @@ from tests.k8s.test_containers import containerd_bundle
 from tests.k8s.test_energy import ENERGY, SPLIT
 from tests.k8s.test_shares import UNATTRIBUTED, Timeline
 from tests.kubelet import replica
-from tests.processes.test_cgroup import CGROUPFS_V1, CID2, UID2
-from tests.processes.test_collector import scrape
+from tests.processes.test_collector import CGROUPFS_V1, CID2, UID2, scrape
+from tests.processes.test_utilization import METRIC
 from warptd.config import load_settings
 from warptd.daemon import Daemon
 from warptd.exporter.text import render_text
@@ -36,8 +36,6 @@ monitor = e2e_processes.monitor  # the NVML process monitor over the fixture pro
 proc = e2e_processes.proc  # an empty procfs to add processes to, a fixture
 
 kubelet = kubelet_rig.kubelet  # the kubelet double, serving, a fixture
-
-METRIC = "warptd_device_process_utilization_ratio"
 
 
 @pytest.mark.slow

@@ -13,13 +13,12 @@ from tests.conftest import assert_promtool_clean
 from tests.doubles import test_amdsmi as doubles_amdsmi
 from tests.doubles.amdsmi import FakeProcess
 from tests.e2e import test_workloads as e2e_workloads
+from tests.e2e.test_workloads import ENERGY
 from tests.helpers import http, parse, select, serving, value, wait_until
 from tests.processes.test_amd import two_jobs
 from warptd.daemon import Daemon
 
 node = e2e_workloads.node  # a fixture node (procfs, cgroupfs), a fixture
-
-ENERGY = "warptd_workload_energy_joules_total"
 
 
 fake = doubles_amdsmi.fake  # the amdsmi double with one GPU, a fixture

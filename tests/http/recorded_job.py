@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.e2e.test_processes import GIB
-from tests.e2e.test_workloads import SLURM_V1, Node, Rig
+from tests.e2e.test_workloads import CID, SLURM_V1, Node, Rig
 from tests.workloads.test_energy import TICK_US, V1_JOB
 from warptd.http.app import HttpError, Request, Router
 from warptd.http.workload_routes import WorkloadApi
@@ -17,9 +17,6 @@ from warptd.power.base import DomainPower, PowerSource
 from warptd.sampling.snapshot import DeviceSample
 from warptd.workloads.history import WorkloadHistory
 from warptd.workloads.placement import CpuCgroup
-
-CID = "c" * 64
-
 
 JOB_TASK_1 = SLURM_V1.replace("task_0", "task_1")
 

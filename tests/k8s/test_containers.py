@@ -7,7 +7,7 @@ import json
 
 from tests.e2e import test_processes as e2e_processes
 from tests.e2e.test_processes import CID, UID, Proc
-from tests.processes.test_cgroup import CID2, UID2
+from tests.processes.test_collector import CID2, UID2
 from warptd.k8s.containers import ContainerOwners, read_owner
 from warptd.k8s.podresources import Owner
 from warptd.processes.cgroup import Attribution

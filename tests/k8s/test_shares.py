@@ -14,7 +14,7 @@ from tests.k8s.kubelet_rig import GPU, PodRig
 from tests.k8s.test_containers import containerd_bundle
 from tests.k8s.test_energy import ENERGY, SPLIT
 from tests.kubelet import replica
-from tests.processes.test_cgroup import CGROUPFS_V1, CID2, UID2
+from tests.processes.test_collector import CGROUPFS_V1, CID2, UID2
 from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.podresources import Owner
 from warptd.k8s.shares import SmShares

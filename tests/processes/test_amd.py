@@ -18,6 +18,7 @@ from tests.doubles.amdsmi import (
 from tests.e2e import test_workloads as e2e_workloads
 from tests.e2e.test_processes import GIB, HOST, Proc
 from tests.e2e.test_workloads import SERVICE, SLURM_V1, SLURM_V2, Node
+from tests.processes.holders import JOB_A, JOB_B
 from warptd.processes.amd import AmdProcessMonitor
 from warptd.workloads.energy import WorkloadEnergy
 
@@ -93,7 +94,6 @@ def test_amd_a_refused_device_is_asked_once_and_the_others_listed(proc):
 
 # -- energy per workload: amdsmi's process list feeding the workload split, with the energy the real
 # ``amd`` backend reads from the same double; both advance on the double's firmware clock ----------
-JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")
 SECONDS = 10.0
 
 

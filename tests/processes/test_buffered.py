@@ -7,11 +7,11 @@ from tests.backends.nvidia.test_calls import rename_private_lookup
 from tests.doubles.nvml import ProcessSample
 from tests.e2e import test_processes as e2e_processes
 from tests.e2e.test_processes import GIB, HOST
+from tests.processes.test_nvml import INFO
 from warptd.processes.nvml import ProcessMonitor
 
 proc = e2e_processes.proc  # a fixture
 
-INFO = "nvmlDeviceGetProcessesUtilizationInfo"
 LIST = "nvmlDeviceGetComputeRunningProcesses_v3"
 
 

@@ -8,7 +8,7 @@ import pytest
 from tests.e2e import test_processes as e2e_processes
 from tests.e2e.test_processes import CID, GIB, HOST, SYSTEMD_V2, UID, Proc
 from tests.helpers import value
-from tests.processes.test_collector import METRIC
+from tests.processes.test_collector import CGROUPFS_V1, CID2, METRIC, UID2
 from tests.processes.test_collector import scrape as scrape_processes
 from warptd.processes.cgroup import (
     NONE,
@@ -95,18 +95,6 @@ def test_a_line_added_by_a_newline_in_a_name_names_no_pod(tmp_path):
     assert read_attribution(proc, 1) == NONE
     assert parse_cgroup(f"3:memory:/kubepods/pod{UID}/{CID}\n3:memory:/x\n") == NONE  # a hierarchy twice
     assert parse_cgroup(f"3:memory:/x\n4:memory:/kubepods/pod{UID}/{CID}\n") == NONE  # a controller twice
-
-
-UID2 = "11111111-2222-3333-4444-555555555555"
-
-
-CID2 = "b" * 64
-
-
-CGROUPFS_V1 = "".join(
-    f"{n}:{controller}:/kubepods/besteffort/pod{UID2}/{CID2}\n"
-    for n, controller in ((12, "memory"), (11, "cpu,cpuacct"), (1, "name=systemd"))
-)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from tests.e2e import test_processes as e2e_processes
 from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, UID
 from tests.e2e.test_workloads import ENERGY, SLURM_V1, SLURM_V2, Node, Rig
 from tests.helpers import select, value, wait_until
+from tests.processes.test_cgroup import NOT_UTF8
 from tests.processes.test_collector import METRIC, scrape
 from tests.workloads.test_energy import TICK_US
 from warptd.config import SettingsError, load_settings
@@ -321,9 +322,6 @@ def test_the_namespace_root_is_searched_at_the_first_poll_not_at_construction(po
         assert rig.tracker.lists._cgroup_root == POD
     finally:
         monitor.stop()
-
-
-NOT_UTF8 = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice/\xff\xfe.service\n"
 
 
 def test_a_cgroup_name_that_is_not_utf8_leaves_the_jobs_their_energy(fake_nvml, tmp_path):

@@ -11,6 +11,7 @@ from tests.e2e import test_processes as e2e_processes
 from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2
 from tests.helpers import select, value
 from tests.processes.test_collector import scrape
+from tests.processes.test_nvml import INFO
 from warptd.processes.nvml import ProcessMonitor
 
 monitor = e2e_processes.monitor  # a fixture
@@ -18,7 +19,6 @@ monitor = e2e_processes.monitor  # a fixture
 proc = e2e_processes.proc  # a fixture
 
 METRIC = "warptd_device_process_utilization_ratio"
-INFO = "nvmlDeviceGetProcessesUtilizationInfo"
 OLD = "nvmlDeviceGetProcessUtilization"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.backends.nvidia import test_backend as nvidia_backend
 from tests.backends.nvidia import test_session as nvidia_session
-from tests.backends.nvidia.test_backend import mig
+from tests.backends.nvidia.test_backend import ACTIVITY, mig
 from tests.backends.tenstorrent import test_backend as tenstorrent
 from tests.backends.tenstorrent.test_backend import VALUES
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
@@ -300,23 +300,6 @@ def test_mig_instances_created_after_start_are_listed(make_rig, fake_nvml, redis
     rig.tick("nvidia")
     assert rig.snapshot.get("nvidia").devices_info[0].aliases == gpu.mig_uuids
     assert fake_nvml.calls("nvmlInitWithFlags") == 1  # re-listed, never reopened
-
-
-ACTIVITY = {
-    pynvml.NVML_GPM_METRIC_SM_UTIL: 0.5,
-    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.25,
-    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 0.75,
-    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 0.4,
-    pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.05,
-    pynvml.NVML_GPM_METRIC_FP32_UTIL: 0.125,
-    pynvml.NVML_GPM_METRIC_FP16_UTIL: 0.3,
-    pynvml.NVML_GPM_METRIC_INTEGER_UTIL: 0.2,
-    pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL: 0.6,
-    pynvml.NVML_GPM_METRIC_NVDEC_3_UTIL: 0.1,
-    pynvml.NVML_GPM_METRIC_NVJPG_1_UTIL: 0.15,
-    pynvml.NVML_GPM_METRIC_NVOFA_0_UTIL: 0.35,
-    pynvml.NVML_GPM_METRIC_NVENC_2_UTIL: 0.45,
-}
 
 
 @pytest.mark.rig("nvidia", doubles=["fake_nvml"], interval=0.1, health_interval=0.1, metrics_include=["*"])

@@ -14,6 +14,7 @@ from tests import hostile
 from tests.e2e.test_workloads import CID, DOCKER, SERVICE, SLURM_V1, SLURM_V2, USER
 from tests.helpers import http
 from tests.hostile import READERS, bounded
+from tests.processes.test_nvml import JOB_TASK
 from tests.test_cli import deep_toml
 from tests.workloads.test_energy import JUPYTER, JUPYTER_UNIT, USER_1000, USER_SERVICE, V1_JOB, V2_JOB
 from warptd.config import SettingsError, load_settings
@@ -353,7 +354,6 @@ def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_
 #: warptd's own container: its cgroup namespace root, three levels under the host's root.
 NAMESPACE_ROOT = "/kubepods.slice/kubepods-pod0a.slice/cri-containerd-" + "a" * 64 + ".scope"
 #: A Slurm job's task as a process in that pod reads it: up to the host root, then down.
-JOB_TASK = "0::/../../../system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n"
 #: A neighbour pod's container: the common ancestor is kubepods.slice, one level below the root.
 NEIGHBOUR_ID = "b" * 64
 NEIGHBOUR = f"0::/../../kubepods-pod0b.slice/cri-containerd-{NEIGHBOUR_ID}.scope\n"
