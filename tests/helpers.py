@@ -1,4 +1,5 @@
-"""Parsing expositions in tests, building a sampler without its schedule, running a fresh Python."""
+"""Parsing expositions in tests, building a sampler without its schedule, running a fresh Python, reading a
+setting's refusal."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from warptd.config import Settings
+from warptd.config import Settings, SettingsError
 from warptd.daemon import Daemon
 from warptd.exporter.exposition import Exposition
 from warptd.registry import load_backends
@@ -99,6 +100,26 @@ def http(
         conn.close()
 
 
+def raw(port: int, data: bytes, wait: float = 5.0) -> bytes:
+    """Send ``data`` as it is to 127.0.0.1:port and read until the server closes (bounded by ``wait``)."""
+    import socket as sockets
+
+    with sockets.create_connection(("127.0.0.1", port), timeout=wait) as conn:
+        conn.sendall(data)
+        out = b""
+        while chunk := conn.recv(65536):
+            out += chunk
+        return out
+
+
+def ready(port: int) -> bool:
+    """Whether the daemon on ``port`` answers /readyz with 200; False while nothing listens there yet."""
+    try:
+        return http(port, "GET", "/readyz")[0] == 200
+    except OSError:
+        return False
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
     """Poll ``predicate`` until it is truthy or ``timeout`` seconds pass (bounded loop)."""
     import time
@@ -133,3 +154,12 @@ def run_python(code: str, timeout: float = 60.0) -> subprocess.CompletedProcess[
         check=False,
         cwd=Path(__file__).parents[1],
     )
+
+
+def settings_error(call: Callable[[], object]) -> str:
+    """The message of the SettingsError ``call()`` raises, or "no error"."""
+    try:
+        call()
+    except SettingsError as exc:
+        return str(exc)
+    return "no error"

@@ -6,6 +6,11 @@ from __future__ import annotations
 import html
 import json
 import re
+from pathlib import Path
+
+from tests.browser import browse
+from warptd.recording.report import render_html
+from warptd.recording.schema import Recording
 
 #: Injected into a copy of the page by the test (never shipped): after plotly drew, it writes what
 #: each plot computed for each trace (plotly's calcdata) and every page error into <pre id="plotted">.
@@ -70,3 +75,14 @@ def trace_name(trace: dict) -> str:
 
 def traces(plots: dict, plot: str) -> dict[str, list[list[float]]]:
     return {trace_name(trace): trace["points"] for trace in plots[plot]["traces"]}
+
+
+def drawn(recording: Recording, tmp_path: Path) -> dict:
+    """The report of ``recording`` as chromium drew it (no console error, no page error)."""
+    page = tmp_path / "report.html"
+    page.write_text(with_probe(render_html(recording)), encoding="utf-8")
+    dom, console = browse(page.as_uri())
+    assert console == [], console
+    probe = plotted(dom)
+    assert probe["errors"] == [], probe["errors"]
+    return {"dom": dom, **probe}

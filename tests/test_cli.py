@@ -322,7 +322,7 @@ def test_chart_copies_of_rules_and_dashboard_are_current():
 NESTED = 5000
 
 
-def _deep_toml(path: Path) -> Path:
+def deep_toml(path: Path) -> Path:
     path.write_text(f"backends = {'[' * NESTED}{']' * NESTED}\n")
     return path
 
@@ -360,9 +360,7 @@ def test_a_bad_web_config_file_is_one_line_and_exit_2(name, content, error, tmp_
 def test_a_config_file_nested_too_deep_is_one_line_and_exit_2(tmp_path, capsys):
     from warptd.cli import main
 
-    assert (
-        main(["list", "--config", str(_deep_toml(tmp_path / "warptd.toml"))]) == 2
-    )  # RecursionError, exit 1
+    assert main(["list", "--config", str(deep_toml(tmp_path / "warptd.toml"))]) == 2  # RecursionError, exit 1
     assert capsys.readouterr().err == f"warptd: invalid config file {tmp_path}/warptd.toml: nested too deep\n"
 
 

@@ -4,31 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from tests.backends.gaudi import test_backend as gaudi_backend
 from tests.doubles.hlml import (
     RC,
-    FakeHlml,
     hlml_err,
 )
 from tests.helpers import Rig, select, value, wait_until
-from warptd.backends.gaudi.backend import GaudiBackend
 from warptd.errors import ErrorKind
 
-
-@pytest.fixture
-def fake_hlml():
-    fake = FakeHlml(aips=3)
-    with fake.installed():
-        yield fake
+fake_hlml = gaudi_backend.fake_hlml  # the HLML double with three Gaudis, a fixture
+gaudi = gaudi_backend.gaudi  # the Gaudi backend over that double, a fixture
 
 
 pytestmark = pytest.mark.rig("gaudi", doubles=["fake_hlml"])  # and its companion power backend, hlml
-
-
-@pytest.fixture
-def gaudi(fake_hlml, settings):
-    backend = GaudiBackend(settings)
-    yield backend
-    backend.shutdown()
 
 
 @pytest.mark.parametrize(

@@ -9,28 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.doubles.hlml import (
-    FakeHlml,
-)
-from warptd.backends.gaudi.backend import GaudiBackend
+from tests.backends.gaudi import test_backend as gaudi_backend
 from warptd.models import CLOCK_EVENT_REASONS, GPUInfo
 
-
-@pytest.fixture
-def fake_hlml():
-    fake = FakeHlml(aips=3)
-    with fake.installed():
-        yield fake
+fake_hlml = gaudi_backend.fake_hlml  # the HLML double with three Gaudis, a fixture
+gaudi = gaudi_backend.gaudi  # the Gaudi backend over that double, a fixture
 
 
 pytestmark = pytest.mark.rig("gaudi", doubles=["fake_hlml"])  # and its companion power backend, hlml
-
-
-@pytest.fixture
-def gaudi(fake_hlml, settings):
-    backend = GaudiBackend(settings)
-    yield backend
-    backend.shutdown()
 
 
 def test_pytorch_device_and_worker_pinned_by_module_id(gaudi, fake_hlml):

@@ -10,7 +10,8 @@ import pytest
 import structlog
 import structlog.testing
 
-from tests.doubles.amdsmi import TT, U16, FakeAmdsmi, FakeGpu, wrapper
+from tests.backends.amd import test_backend as amd_backend
+from tests.doubles.amdsmi import FakeAmdsmi, wrapper
 from tests.helpers import Rig, select, value
 from tests.sysfs_tree import drm_card
 from warptd import registry
@@ -273,31 +274,7 @@ def test_a_vendor_package_of_its_own_is_on_metrics_without_any_other_file(settin
         daemon.stop()
 
 
-@pytest.fixture
-def fake() -> FakeAmdsmi:
-    navi = FakeGpu(
-        index=1,
-        market_name="AMD Radeon RX 7900 XTX",
-        vram_total_mb=24_560,
-        vram_used_mb=1_024,
-        current_socket_power=U16,  # Navi fills the average only
-        average_socket_power=212,
-        power_cap_uw=300_000_000,
-        temperatures={TT.EDGE: 55, TT.HOTSPOT: 61, TT.VRAM: 58},
-        metrics={"vcn_activity": [10, 250]},  # two VCNs, no XGMI; 250 % is out of range: "N/A"
-        fan_speed=102,  # of 255
-        pcie_replays=0,
-        has_residency=False,  # no throttle residency accumulators: violation status NOT_SUPPORTED
-    )
-    # a consumer card without ECC, so without bad pages
-    navi.unsupported = {
-        "amdsmi_get_gpu_total_ecc_count",
-        "amdsmi_get_gpu_bad_page_info",
-    }
-    fake = FakeAmdsmi([FakeGpu(index=0), navi])
-    with fake.installed():
-        yield fake
-        assert fake.initialised == 0, "a backend was not shut down: the shared amdsmi session leaked"
+fake = amd_backend.fake  # the amdsmi double: GPU 0 and a Navi card, a fixture
 
 
 @pytest.mark.rig("amd", doubles=["fake"])

@@ -5,24 +5,18 @@ from __future__ import annotations
 import threading
 import time
 
+from tests.doubles.sdk import burn_cpu
 from warptd.backends.costs import ReadCosts, thread_time
-
-
-def _burn(seconds: float) -> None:
-    """Spend ``seconds`` of this thread's CPU."""
-    until = thread_time() + seconds
-    while thread_time() < until:
-        pass
 
 
 def test_a_read_is_charged_its_own_threads_cpu_not_the_wall_clock():
     costs = ReadCosts()
     with costs.measure("energy"):
-        _burn(0.02)
+        burn_cpu(0.02)
     with costs.measure("energy"):
         time.sleep(0.05)  # a wait is not the driver's CPU
     started = thread_time()
-    _burn(0.01)
+    burn_cpu(0.01)
     costs.charge("power", started)
     totals = costs.totals()
     assert totals["energy"].reads == 2
@@ -32,7 +26,7 @@ def test_a_read_is_charged_its_own_threads_cpu_not_the_wall_clock():
 
 def test_another_threads_cpu_is_not_charged():
     costs = ReadCosts()
-    busy = threading.Thread(target=_burn, args=(0.1,))
+    busy = threading.Thread(target=burn_cpu, args=(0.1,))
     with costs.measure("calls"):
         busy.start()
         busy.join()  # this thread waits while the other burns 0.1 s

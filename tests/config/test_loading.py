@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 from structlog.testing import capture_logs
 
+from tests.backends.cpu.test_backend import unreadable_cpuinfo
 from tests.helpers import Rig
 from tests.sysfs_tree import cpuinfo
 from warptd.backends import cadence
@@ -153,12 +154,6 @@ def test_a_file_of_hundreds_of_wrong_keys_is_still_one_short_line(tmp_path):
     assert message.endswith("; and 295 more") and len(message) < 200
 
 
-def _unreadable_cpuinfo(procfs: Path) -> None:
-    """A ``cpuinfo`` any read of which fails (a directory: even root cannot read it as a file)."""
-    (procfs / "cpuinfo").unlink(missing_ok=True)
-    (procfs / "cpuinfo").mkdir()
-
-
 def test_without_cpufreq_cpuinfo_is_read_at_the_health_cadence_only(sysfs, procfs, monkeypatch):
     settings = load_settings(sysfs=sysfs.root, procfs=procfs, interval=1.0, health_interval=10.0)
     cpuinfo(procfs, "AuthenticAMD", megahertz=[2596.136, 1500.0])
@@ -166,7 +161,7 @@ def test_without_cpufreq_cpuinfo_is_read_at_the_health_cadence_only(sysfs, procf
     monkeypatch.setattr(cadence, "time", SimpleNamespace(monotonic=lambda: now[0]))
     backend = CpuBackend(settings)
     assert backend.devices[0].clocks() == {"cpu": pytest.approx(2048.068e6)}
-    _unreadable_cpuinfo(procfs)  # a read between two health reads would fail, and be counted
+    unreadable_cpuinfo(procfs)  # a read between two health reads would fail, and be counted
     for _ in range(9):
         now[0] += 1.0
         assert backend.devices[0].clocks() == {"cpu": pytest.approx(2048.068e6)}

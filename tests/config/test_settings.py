@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import settings_error
 from warptd.arguments import _flag
-from warptd.config import Settings, SettingsError, options
+from warptd.config import Settings, options
 from warptd.config.docs import row
 from warptd.config.knob import SAMPLING, Option, setting
 from warptd.config.settings import PARTS, Part
@@ -94,20 +94,11 @@ def test_reloadable_settings_are_settings_and_the_shape_of_the_process_is_not():
     assert not {"listen", "backends", "sysfs", "stress", "node", "procfs"} & RELOADABLE
 
 
-def _settings_error(call: Callable[[], object]) -> str:
-    try:
-        call()
-    except SettingsError as exc:
-        return str(exc)
-    return "no error"
-
-
 def test_a_device_as_the_token_file_is_refused_without_reading_it():
     """/dev/zero took RSS to 3.4 GiB and the daemon never started; /dev/null reads as empty."""
     settings = Settings(stress_token_file=Path("/dev/null"))
     assert (
-        _settings_error(settings.stress_token_value)
-        == "invalid setting stress_token_file: not a regular file"
+        settings_error(settings.stress_token_value) == "invalid setting stress_token_file: not a regular file"
     )
 
 

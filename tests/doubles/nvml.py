@@ -1353,3 +1353,13 @@ class FakeNvml:
     def close(self) -> None:
         """Remove the state file; the mapping stays valid for a library still attached to it."""
         self._file.close()
+
+
+@contextlib.contextmanager
+def drawing(watts: dict[int, float]) -> Iterator[FakeNvml]:
+    """GPUs (by index) drawing these watts, their energy advancing with time (``live``), installed for
+    the block and closed after it."""
+    fake = FakeNvml([FakeGpu(index=i, power_mw=int(w * 1000), live=True) for i, w in watts.items()])
+    with fake.installed():
+        yield fake
+    fake.close()

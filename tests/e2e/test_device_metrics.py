@@ -2,66 +2,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import pytest
 
 from tests.conftest import assert_promtool_clean
 from tests.helpers import parse, select, value
-from warptd.backends.base import AcceleratorBackend
-from warptd.backends.device import ValueDevice
-from warptd.exporter.exposition import Exposition
-from warptd.models import GPUInfo, LabelledValues
-from warptd.sampling.sampler import Sampler
-from warptd.sampling.snapshot import Snapshot
+from tests.sampling import test_snapshot as sampling_snapshot
+from tests.sampling.test_snapshot import DEV
 
-
-class ScriptedDevice(ValueDevice):
-    """The one device: its further gauges and counters are what the test set on the backend."""
-
-    def __init__(self, backend: ScriptedBackend) -> None:
-        super().__init__(0)
-        self._backend = backend
-
-    def gauges(self) -> dict[str, LabelledValues]:
-        return {name: dict(values) for name, values in self._backend.gauges.items()}
-
-    def counters(self) -> dict[str, LabelledValues]:
-        return {name: dict(values) for name, values in self._backend.counters.items()}
-
-
-class ScriptedBackend(AcceleratorBackend):
-    """One device whose further gauges and counters the test sets before each tick."""
-
-    name: ClassVar[str] = "scripted"
-    source: ClassVar[str] = "test"
-
-    def __init__(self, settings) -> None:
-        super().__init__(settings)
-        self.gauges: dict[str, LabelledValues] = {}
-        self.counters: dict[str, LabelledValues] = {}
-        self.devices = (ScriptedDevice(self),)
-
-    def list_devices(self) -> list[GPUInfo]:
-        return [GPUInfo(index=0, model="Scripted", uuid="S-0")]
-
-
-@pytest.fixture
-def scripted(settings):
-    backend = ScriptedBackend(settings)
-    snapshot = Snapshot(stale_after=60)
-    sampler = Sampler(settings, snapshot, [backend], [])
-    exposition = Exposition(snapshot)
-
-    def tick():
-        sampler.tick("scripted")
-        return exposition.render(None, None)[0]
-
-    yield backend, tick
-    sampler.stop()
-
-
-DEV = {"backend": "scripted", "device": "0", "uuid": "S-0"}
+scripted = sampling_snapshot.scripted  # a scripted backend and a tick rendering its exposition, a fixture
 
 
 @pytest.mark.slow

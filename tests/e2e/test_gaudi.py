@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.backends.gaudi import test_backend as gaudi_backend
 from tests.conftest import assert_promtool_clean
 from tests.doubles.hlml import (
     THROTTLE_THERMAL,
-    FakeHlml,
 )
 
-
-@pytest.fixture
-def fake_hlml():
-    fake = FakeHlml(aips=3)
-    with fake.installed():
-        yield fake
+fake_hlml = gaudi_backend.fake_hlml  # the HLML double with three Gaudis, a fixture
 
 
 pytestmark = pytest.mark.rig("gaudi", doubles=["fake_hlml"])  # and its companion power backend, hlml

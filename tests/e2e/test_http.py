@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.conftest import assert_promtool_clean
-from tests.helpers import http, parse, select, value, wait_until
+from tests.helpers import http, parse, raw, select, value, wait_until
 from tests.sysfs_tree import drm_card
 from warptd.daemon import Daemon
 
@@ -187,18 +187,6 @@ def test_unknown_methods_are_json_405_not_501(daemon):
         assert json.loads(body)["error"].startswith(f"method {method} not allowed")
 
 
-def _raw(port: int, data: bytes, wait: float = 5.0) -> bytes:
-    """Send ``data`` and read until the server closes (bounded by ``wait``)."""
-    import socket as sockets
-
-    with sockets.create_connection(("127.0.0.1", port), timeout=wait) as conn:
-        conn.sendall(data)
-        out = b""
-        while chunk := conn.recv(65536):
-            out += chunk
-        return out
-
-
 @pytest.mark.slow
 def test_status_lines_carry_the_standard_reason_phrase(daemon):
     """``HTTP/1.1 200 OK``, not ``HTTP/1.1 200 ``: over a raw socket, as curl -v or a proxy sees it."""
@@ -207,7 +195,7 @@ def test_status_lines_carry_the_standard_reason_phrase(daemon):
         (b"GET", b"/no-such-page", b"HTTP/1.1 404 Not Found\r\n"),
         (b"TRACE", b"/metrics", b"HTTP/1.1 405 Method Not Allowed\r\n"),
     ):
-        reply = _raw(daemon.port, method + b" " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = raw(daemon.port, method + b" " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert reply.startswith(line), reply[:80]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.doubles.nvml import FakeNvml, drawing
 from tests.e2e.test_windows import call
 from tests.helpers import http, serving, wait_until
 from tests.pids import alive, children
@@ -27,10 +27,8 @@ ROOT = Path(__file__).parents[2]
 
 @pytest.fixture
 def gpus():
-    fake = FakeNvml([FakeGpu(index=i, power_mw=200_000, live=True) for i in range(2)])
-    with fake.installed():
+    with drawing({0: 200.0, 1: 200.0}) as fake:
         yield fake
-    fake.close()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import http, wait_until
+from tests.helpers import http, ready, wait_until
 
 ROOT = Path(__file__).parents[2]
 SCRAPERS, SCRAPES = 32, 200
@@ -74,7 +74,7 @@ def test_32_concurrent_scrapers_no_errors():
         conn.close()
 
     try:
-        assert wait_until(lambda: _ready(port), timeout=30)
+        assert wait_until(lambda: ready(port), timeout=30)
         threads = [threading.Thread(target=scraper) for _ in range(SCRAPERS)]
         for t in threads:
             t.start()
@@ -85,10 +85,3 @@ def test_32_concurrent_scrapers_no_errors():
     finally:
         daemon.terminate()
         daemon.wait(timeout=10)
-
-
-def _ready(port: int) -> bool:
-    try:
-        return http(port, "GET", "/readyz")[0] == 200
-    except OSError:
-        return False

@@ -9,7 +9,8 @@ import pytest
 
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from tests.fleet import BUSY_ENGINES, series_by_family, series_per_gpu
-from tests.helpers import http, serving, wait_until
+from tests.helpers import serving, wait_until
+from tests.metrics.test_selection import scraped
 from warptd.exporter.text import render_text
 from warptd.metrics import catalog as m
 from warptd.metrics import nvidia
@@ -23,10 +24,6 @@ def h200s():
     with fake.installed():
         yield fake
     fake.close()
-
-
-def _scrape(port: int) -> str:
-    return http(port, "GET", "/metrics")[2].decode()
 
 
 def _rendered(daemon, selection) -> str:
@@ -45,9 +42,9 @@ def test_the_default_leaves_out_the_engines_and_the_sampled_throttle_flags(setti
     plain serve, and the series per GPU fall by exactly theirs."""
     settings.backends = ["nvidia"]
     with serving(settings) as daemon:
-        assert wait_until(lambda: _gpm_in(_scrape(daemon.port)), timeout=10)
+        assert wait_until(lambda: _gpm_in(scraped(daemon.port)), timeout=10)
         everything = _rendered(daemon, EVERYTHING)
-        served = _scrape(daemon.port)
+        served = scraped(daemon.port)
     full, plain = series_by_family(everything), series_by_family(served)
     assert set(full) - set(plain) == {name for name in DEFAULT_EXCLUDE if name in full}
     assert m.THROTTLE_ACTIVE.name in set(full) - set(plain)
@@ -62,8 +59,8 @@ def test_excluding_the_clock_globs_removes_every_clock_series_and_no_other_famil
     settings.backends = ["nvidia", "cpu"]
     settings.metrics_exclude = ["warptd_device_clock_*"]
     with serving(settings) as daemon:
-        assert wait_until(lambda: _gpm_in(_scrape(daemon.port)), timeout=10)
-        served = _scrape(daemon.port)
+        assert wait_until(lambda: _gpm_in(scraped(daemon.port)), timeout=10)
+        served = scraped(daemon.port)
         default = _rendered(daemon, select())
         cpu = daemon.snapshot.get("cpu").devices[0].reading
     assert "warptd_device_clock" not in served
@@ -103,10 +100,10 @@ def test_without_the_pod_energy_families_no_energy_split(settings, fake_nvml, tm
         for excluded, split in (([], True), (["warptd_pod_energy_*"], False)):
             settings.metrics_exclude = excluded
             with serving(settings) as daemon:
-                assert wait_until(lambda d=daemon: "warptd_device_allocation_info{" in _scrape(d.port))
+                assert wait_until(lambda d=daemon: "warptd_device_allocation_info{" in scraped(d.port))
                 listeners = [getattr(listener, "__self__", None) for listener in daemon.sampler.listeners]
                 assert any(type(owner).__name__ == "PodEnergy" for owner in listeners) is split
-                energy = wait_until(lambda d=daemon: "warptd_pod_energy_joules_total{" in _scrape(d.port), 2)
+                energy = wait_until(lambda d=daemon: "warptd_pod_energy_joules_total{" in scraped(d.port), 2)
                 assert energy is split
     finally:
         kubelet.stop()
@@ -123,16 +120,16 @@ def test_the_documented_series_per_gpu_are_what_a_daemon_over_the_double_exports
     fake = FakeNvml([make(index=i) for i in range(8)])
     settings.backends, settings.metrics_include = ["nvidia"], ["*"]
     with fake.installed(), serving(settings) as daemon:
-        assert wait_until(lambda: _gpm_in(_scrape(daemon.port)), timeout=10)
+        assert wait_until(lambda: _gpm_in(scraped(daemon.port)), timeout=10)
         for gpu in fake.gpus:
             gpu.busy_engines(BUSY_ENGINES)
 
         def busy() -> bool:  # each kind's average shows once the kind is busy
-            return len(series_by_family(_scrape(daemon.port)).get(nvidia.OFA_UTILIZATION.name, {})) == 8
+            return len(series_by_family(scraped(daemon.port)).get(nvidia.OFA_UTILIZATION.name, {})) == 8
 
         assert wait_until(busy, timeout=10)
         time.sleep(1.5)  # a GPM period past the busy one, and a health read
-        found = series_by_family(_scrape(daemon.port))
+        found = series_by_family(scraped(daemon.port))
     fake.close()
     measured = {family: max(per_gpu.values()) for family, per_gpu in found.items()}
     documented = {family: counts[model] for family, counts in SERIES_PER_GPU.items() if counts[model]}

@@ -5,26 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests import test_cli as cli
 from tests.conftest import assert_promtool_clean
-from tests.doubles.amdsmi import FakeAmdsmi
-from tests.doubles.nvml import FakeNvml
 from tests.helpers import http, parse, select, wait_until
-from tests.sysfs_tree import drm_card
 from warptd.daemon import Daemon
 
-BACKENDS = ["nvidia", "amd", "hwmon", "cpu"]
-
-
-@pytest.fixture
-def node(settings, sysfs):
-    """2 NVIDIA GPUs, 2 AMD GPUs (the first also seen by amdgpu's hwmon), an Intel iGPU, the CPU."""
-    nvml, amd = FakeNvml(gpus=2), FakeAmdsmi(gpus=2)
-    amd_bdf = amd.gpus[0].pci_bus_id
-    drm_card(sysfs, 0, "amdgpu", amd_bdf, {"gpu_busy_percent": 50}, {"power1_input": 90_000_000})
-    drm_card(sysfs, 1, "i915", "0000:00:02.0", {"device": "0xa780"}, {"energy1_input": 5_000_000})
-    settings.backends = BACKENDS
-    with nvml.installed(), amd.installed():
-        yield settings, nvml, amd
+node = cli.node  # two NVIDIA, two AMD and an Intel GPU and the CPU, a fixture
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import time
 import pynvml
 import pytest
 
+from tests.backends.nvidia.test_backend import by_reason
 from tests.conftest import assert_promtool_clean
 from tests.helpers import select, value
 
@@ -27,10 +28,6 @@ THROTTLING = (
     "hw_thermal_slowdown",
     "hw_power_brake_slowdown",
 )
-
-
-def by_reason(samples, name: str, device: dict[str, str]) -> dict[str, float]:
-    return {s.labels["reason"]: s.value for s in select(samples, name, **device)}
 
 
 @pytest.mark.slow

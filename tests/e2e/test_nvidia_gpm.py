@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-import pynvml
 import pytest
 
+from tests.backends.nvidia.test_backend import ACTIVITY
 from tests.conftest import assert_promtool_clean
 
 MIB = 2**20
-
-
-ACTIVITY = {
-    pynvml.NVML_GPM_METRIC_SM_UTIL: 0.5,
-    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.25,
-    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 0.75,
-    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 0.4,
-    pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.05,
-    pynvml.NVML_GPM_METRIC_FP32_UTIL: 0.125,
-    pynvml.NVML_GPM_METRIC_FP16_UTIL: 0.3,
-    pynvml.NVML_GPM_METRIC_INTEGER_UTIL: 0.2,
-    pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL: 0.6,
-    pynvml.NVML_GPM_METRIC_NVDEC_3_UTIL: 0.1,
-    pynvml.NVML_GPM_METRIC_NVJPG_1_UTIL: 0.15,
-    pynvml.NVML_GPM_METRIC_NVOFA_0_UTIL: 0.35,
-    pynvml.NVML_GPM_METRIC_NVENC_2_UTIL: 0.45,
-}
 
 
 pytestmark = pytest.mark.rig(

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -12,76 +11,31 @@ from prometheus_client import CollectorRegistry
 
 from tests.conftest import assert_promtool_clean
 from tests.doubles.nvml import ProcessSample
-from tests.e2e.test_k8s import GPU, PodRig
-from tests.e2e.test_processes import CID, GIB, HOST, SYSTEMD_V2, UID, Proc
+from tests.e2e import test_processes as e2e_processes
+from tests.e2e.test_processes import CID, GIB, HOST, SYSTEMD_V2, UID
 from tests.helpers import http, parse, select, value
-from tests.kubelet import FakeKubelet, replica
-from tests.processes.test_cgroup import CGROUPFS_V1, CID2, UID2
-from tests.processes.test_collector import scrape
+from tests.k8s import kubelet_rig
+from tests.k8s import test_shares as k8s_shares
+from tests.k8s.kubelet_rig import GPU
+from tests.k8s.test_containers import containerd_bundle
+from tests.k8s.test_energy import ENERGY, SPLIT
+from tests.k8s.test_shares import UNATTRIBUTED, Timeline
+from tests.kubelet import replica
+from tests.processes.test_collector import CGROUPFS_V1, CID2, UID2, scrape
+from tests.processes.test_utilization import METRIC
 from warptd.config import load_settings
 from warptd.daemon import Daemon
 from warptd.exporter.text import render_text
-from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.podresources import Owner
-from warptd.k8s.shares import SmShares
 from warptd.processes.cgroup import Attribution
 from warptd.processes.collector import ProcessesCollector
-from warptd.processes.nvml import ProcessMonitor
 
-METRIC = "warptd_device_process_utilization_ratio"
+shared = k8s_shares.shared  # GPU 0 time-sliced between pods a and b, split by SM use, a fixture
 
+monitor = e2e_processes.monitor  # the NVML process monitor over the fixture procfs, a fixture
+proc = e2e_processes.proc  # an empty procfs to add processes to, a fixture
 
-ENERGY = "warptd_pod_energy_joules_total"
-
-
-SPLIT = "warptd_pod_energy_split_joules_total"
-
-
-UNATTRIBUTED = "warptd_pod_energy_unattributed_joules_total"
-
-
-CONTAINERD = "run/containerd/io.containerd.runtime.v2.task/k8s.io/{id}/config.json"
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    fake = FakeKubelet(tmp_path / "kubelet.sock").start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def monitor(fake_nvml, proc):
-    monitor = ProcessMonitor(proc.root)
-    yield monitor
-    monitor.stop()
-
-
-def bundle(proc: Proc, layout: str, container_id: str, annotations: dict[str, str]) -> None:
-    """A runtime bundle's config.json under the host root (``<procfs>/1/root``)."""
-    path = proc.root / "1" / "root" / layout.format(id=container_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"ociVersion": "1.1.0", "annotations": annotations}))
-
-
-def containerd_bundle(proc: Proc, where: Attribution, owner: Owner) -> None:
-    bundle(
-        proc,
-        CONTAINERD,
-        where.container_id,
-        {
-            "io.kubernetes.cri.container-type": "container",
-            "io.kubernetes.cri.sandbox-namespace": owner.namespace,
-            "io.kubernetes.cri.sandbox-name": owner.pod,
-            "io.kubernetes.cri.container-name": owner.container,
-            "io.kubernetes.cri.sandbox-uid": where.pod_uid,
-        },
-    )
+kubelet = kubelet_rig.kubelet  # the kubelet double, serving, a fixture
 
 
 @pytest.mark.slow
@@ -120,44 +74,6 @@ def test_processes_have_their_utilization_by_engine_with_pod_labels(monitor, fak
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ProcessesCollector(monitor))
     assert_promtool_clean(render_text(registry.collect()))
-
-
-@pytest.fixture
-def shared(settings, kubelet, fake_nvml, proc):
-    """GPU 0 time-sliced between pods a (pid 1001) and b (pid 1002), energy split by SM use."""
-    rig = PodRig(settings, kubelet)
-    monitor = ProcessMonitor(proc.root)
-    rig.energy.sm_use = SmShares(monitor, ContainerOwners((proc.root / "1" / "root",))).by_owner
-    gpu0 = fake_nvml.gpus[0]
-    kubelet.pods = {
-        ("ml", "a", "main"): {GPU: [replica(gpu0.uuid, 0)]},
-        ("ml", "b", "main"): {GPU: [replica(gpu0.uuid, 1)]},
-    }
-    proc.add(1001, SYSTEMD_V2)
-    proc.add(1002, CGROUPFS_V1)
-    gpu0.processes = [(1001, GIB), (1002, GIB)]
-    rig.poll_and_tick()
-    yield rig, monitor, gpu0
-    monitor.stop()
-    rig.close()
-
-
-class Timeline:
-    """Driver samples and energy for one interval at a time, then the poll and sample that read them."""
-
-    def __init__(self, rig: PodRig, monitor: ProcessMonitor, gpu) -> None:
-        self.rig, self.monitor, self.gpu = rig, monitor, gpu
-        self.t_us = 1_000_000
-
-    def interval(self, joules: float, sm: dict[int, list[int]]):
-        samples = []
-        for window in range(max((len(v) for v in sm.values()), default=0)):
-            self.t_us += 166_667  # the driver samples every 1/6 s
-            samples += [ProcessSample(self.t_us, pid, s[window]) for pid, s in sm.items() if window < len(s)]
-        self.gpu.process_samples = samples
-        self.gpu.energy_mj += int(joules * 1000)
-        self.monitor.poll()
-        return self.rig.rig.tick()
 
 
 @pytest.mark.slow

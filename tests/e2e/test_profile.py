@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.doubles.nvml import FakeNvml, drawing
 from tests.helpers import http, serving, wait_until
 from warptd.daemon import Daemon
 
@@ -28,10 +28,8 @@ BLOCK_PLOTLY = (  # the real CLI, as a host without the report extra runs it
 
 @pytest.fixture
 def gpus():
-    fake = FakeNvml([FakeGpu(index=i, power_mw=int(w * 1000), live=True) for i, w in WATTS.items()])
-    with fake.installed():
+    with drawing(WATTS) as fake:
         yield fake
-    fake.close()
 
 
 def profile_args(*args: str) -> list[str]:

@@ -25,44 +25,10 @@ from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu
 from tests.helpers import http, wait_until
 from tests.kubelet import FakeKubelet
 from tests.sysfs_tree import drm_card
+from tests.test_models import ALERTS, dashboard_queries, rule_queries
 from warptd.daemon import Daemon
 
-ROOT = Path(__file__).parents[2]
-
-
-DASHBOARD = ROOT / "deploy" / "grafana" / "warptd.json"
-
-
-ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
-
-
-VARIABLES = {"$__rate_interval": "30s", "$__range": "5m", "$__interval": "5s"}
-
-
 NAME = re.compile(r"\b(warptd_[a-z_]+|up)\b(?!\s*\()")
-
-
-def substitute(expr: str) -> str:
-    for var, value in VARIABLES.items():
-        expr = expr.replace(var, value)
-    return re.sub(r"\$\w+", ".*", expr)
-
-
-def dashboard_queries() -> list[tuple[str, str]]:
-    dash = json.loads(DASHBOARD.read_text())
-    queries = [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])]
-    queries += [(f"annotation {a['name']}", a["expr"]) for a in dash["annotations"]["list"]]
-    for var in dash["templating"]["list"]:
-        if var["type"] == "query":
-            selector = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["query"]["query"])
-            assert selector, var["query"]
-            queries.append((f"variable {var['name']}", selector.group(1)))
-    return [(title, substitute(expr)) for title, expr in queries]
-
-
-def rule_queries() -> list[tuple[str, str]]:
-    groups = yaml.safe_load(ALERTS.read_text())["groups"]
-    return [(rule["alert"], rule["expr"]) for group in groups for rule in group["rules"]]
 
 
 def free_port() -> int:

@@ -5,19 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import assert_promtool_clean
-from tests.e2e.test_device_metrics import ScriptedBackend
+from tests.doubles.sdk import burn_cpu
 from tests.helpers import parse, value
-from warptd.backends.costs import thread_time
+from tests.sampling.test_snapshot import ScriptedBackend
 from warptd.exporter.exposition import Exposition
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
-
-
-def _burn(seconds: float) -> None:
-    """Spend ``seconds`` of this thread's CPU."""
-    until = thread_time() + seconds
-    while thread_time() < until:
-        pass
 
 
 class _PricedBackend(ScriptedBackend):
@@ -25,7 +18,7 @@ class _PricedBackend(ScriptedBackend):
 
     def begin_sample(self) -> None:
         with self.read_costs.measure("energy"):
-            _burn(0.003)
+            burn_cpu(0.003)
 
 
 @pytest.mark.slow

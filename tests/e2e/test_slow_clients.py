@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import http, wait_until
+from tests.helpers import ready, wait_until
 from warptd.http.limits import raise_nofile_limit
 
 ROOT = Path(__file__).parents[2]
@@ -29,13 +29,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _ready(port: int) -> bool:
-    try:
-        return http(port, "GET", "/readyz")[0] == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +49,7 @@ def daemon() -> Iterator[tuple[int, int]]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert wait_until(lambda: _ready(port), timeout=30)
+        assert wait_until(lambda: ready(port), timeout=30)
         yield port, daemon.pid
     finally:
         daemon.terminate()

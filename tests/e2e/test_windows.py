@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from tests.conftest import assert_promtool_clean
-from tests.doubles.nvml import FakeGpu, FakeNvml
+from tests.doubles.nvml import drawing
 from tests.helpers import http, parse, select, value, wait_until
 from warptd.daemon import Daemon
 
@@ -23,10 +23,8 @@ WATTS = {0: 300.0, 1: 150.0}
 
 @pytest.fixture
 def gpus():
-    fake = FakeNvml([FakeGpu(index=i, power_mw=int(w * 1000), live=True) for i, w in WATTS.items()])
-    with fake.installed():
+    with drawing(WATTS) as fake:
         yield fake
-    fake.close()
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import pytest
 from tests.e2e.test_processes import GIB
 from tests.e2e.test_workloads import ENERGY, Node, workloads_daemon
 from tests.helpers import http, parse, select, wait_until
+from tests.processes.test_cgroup import MANAGER
 from warptd.workloads.placement import user_name
 
 ROOTS = "a" * 64
-MANAGER = "/user.slice/user-1000.slice/user@1000.service"
 ALICES = f"user@1000.service/{ROOTS}"
 
 

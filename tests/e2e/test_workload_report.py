@@ -14,29 +14,13 @@ from tests.browser import browse
 from tests.e2e.test_processes import GIB
 from tests.e2e.test_workloads import SLURM_V1, node, run_epilog
 from tests.helpers import http, wait_until
+from tests.http.recorded_job import JOB_TASK_1, answer
 from tests.plotted import plotted, traces, with_probe
 from warptd.cli import main
-from warptd.http.app import HttpError, Request, Router
 from warptd.recording.glance import energy_text
 from warptd.recording.schema import Recording
 
 __all__ = ["node"]
-
-
-JOB_TASK_1 = SLURM_V1.replace("task_0", "task_1")
-
-
-def request(path: str, **headers: str) -> Request:
-    return Request("GET", path, {}, {"host": "localhost", **headers}, b"", "127.0.0.1")
-
-
-def answer(router: Router, path: str) -> tuple[int, dict]:
-    """The route's status and JSON body (an error's too), as the server would send them."""
-    try:
-        response = router.dispatch(request(path))
-    except HttpError as exc:
-        response = exc.response()
-    return response.status, json.loads(response.body)
 
 
 @pytest.mark.slow

@@ -10,34 +10,18 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import assert_promtool_clean
-from tests.doubles.amdsmi import FakeAmdsmi, FakeGpu, FakeProcess
-from tests.e2e.test_workloads import SLURM_V1, SLURM_V2, Node
+from tests.doubles import test_amdsmi as doubles_amdsmi
+from tests.doubles.amdsmi import FakeProcess
+from tests.e2e import test_workloads as e2e_workloads
+from tests.e2e.test_workloads import ENERGY
 from tests.helpers import http, parse, select, serving, value, wait_until
+from tests.processes.test_amd import two_jobs
 from warptd.daemon import Daemon
 
-ENERGY = "warptd_workload_energy_joules_total"
+node = e2e_workloads.node  # a fixture node (procfs, cgroupfs), a fixture
 
 
-@pytest.fixture
-def node(tmp_path):
-    return Node(tmp_path)
-
-
-@pytest.fixture
-def fake():
-    fake = FakeAmdsmi([FakeGpu(index=0)])
-    with fake.installed():
-        yield fake
-        assert fake.initialised == 0, "the amdsmi session leaked"
-
-
-def two_jobs(node: Node, fake: FakeAmdsmi, **processes: FakeProcess) -> list[FakeProcess]:
-    """Job 4242 (cgroup v1) as pid 1001 and job 4243 (cgroup v2) as pid 1002 on GPU 0."""
-    node.add(1001, SLURM_V1, uid=0)
-    node.add(1002, SLURM_V2, uid=1001)
-    listed = [processes.get("a", FakeProcess(1001)), processes.get("b", FakeProcess(1002))]
-    fake.gpus[0].processes = listed
-    return listed
+fake = doubles_amdsmi.fake  # the amdsmi double with one GPU, a fixture
 
 
 @pytest.mark.slow

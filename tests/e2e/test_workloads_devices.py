@@ -6,152 +6,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.conftest import assert_promtool_clean
-from tests.doubles.pyluwen import FakeChip, FakeLuwen, blackhole_words
-from tests.e2e.test_workloads import SLURM_V1, SLURM_V2, Clock, Node
 from tests.helpers import parse, value
+from tests.processes import holders
+from tests.processes.holders import JOB_A, JOB_B, Holders, Rig, class_device
 from tests.sysfs_tree import SysfsTree, drm_card
-from warptd.backends.tenstorrent.backend import TenstorrentBackend
 from warptd.exporter.text import render_text
-from warptd.models import DeviceReading, GPUInfo
 from warptd.processes import device_files
 from warptd.processes.collector import DeviceFilesCollector
-from warptd.processes.device_files import DeviceFiles
 from warptd.processes.device_nodes import device_key
-from warptd.registry import node_rules
-from warptd.sampling.snapshot import DeviceSample
-from warptd.workloads.energy import WorkloadEnergy
 
-RULES = node_rules()  # each vendor package declares its backends' device nodes
-
-
-JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")  # SLURM_V1's and SLURM_V2's jobs
-
-
-N300, P150 = 0x0100014111712034, 0x0000004310234567
-
-
-def class_device(sysfs: SysfsTree, kind: str, name: str, devname: str, pci: Path) -> None:
-    """``class/<kind>/<name>`` as the kernel lays it out: a ``device`` link to its PCI device and a
-    ``uevent`` naming its node (``DEVNAME``)."""
-    entry = sysfs.root / "class" / kind / name
-    entry.mkdir(parents=True, exist_ok=True)
-    (entry / "device").symlink_to(pci)
-    (entry / "uevent").write_text(f"MAJOR=1\nMINOR=1\nDEVNAME={devname}\n")
-
-
-def pci_device(sysfs: SysfsTree, address: str) -> Path:
-    """``devices/pci0000:00/<address>`` and its ``bus/pci/devices`` link."""
-    path = sysfs.root / "devices" / "pci0000:00" / address
-    path.mkdir(parents=True, exist_ok=True)
-    link = sysfs.root / "bus" / "pci" / "devices" / address
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(path)
-    return path
-
-
-class Holders:
-    """The fixture /proc's open files: ``/proc/PID/fd/N`` links and ``/proc/PID/fdinfo/N``."""
-
-    def __init__(self, node: Node) -> None:
-        self.root = node.proc.root
-
-    def open(self, pid: int, fd: int, target: str, fdinfo: str | None = None) -> None:
-        (self.root / str(pid) / "fd").mkdir(parents=True, exist_ok=True)
-        link = self.root / str(pid) / "fd" / str(fd)
-        if link.is_symlink():
-            link.unlink()
-        link.symlink_to(target)
-        if fdinfo is not None:
-            self.fdinfo(pid, fd, fdinfo)
-
-    def fdinfo(self, pid: int, fd: int, text: str) -> None:
-        (self.root / str(pid) / "fdinfo").mkdir(parents=True, exist_ok=True)
-        (self.root / str(pid) / "fdinfo" / str(fd)).write_text(f"pos:\t0\nflags:\t02100002\n{text}")
-
-    def gone(self, pid: int) -> None:
-        """The process exits: its open files go with it."""
-        for kind in ("fd", "fdinfo"):
-            shutil.rmtree(self.root / str(pid) / kind, ignore_errors=True)
-
-
-class Rig:
-    """The kernel scanner and the workload tracker, polled by hand; energy handed over as the sampler
-    does, keyed as its tracks key it (the uuid the backend listed, else the index)."""
-
-    def __init__(self, node: Node, sysfs: SysfsTree, infos: dict[str, list[GPUInfo]], **options) -> None:
-        self.node, self.infos = node, infos
-        rules = {backend: RULES[backend] for backend in infos}
-        self.files = DeviceFiles(node.proc.root, sysfs.root, lambda b: infos.get(b, []), rules, **options)
-        self.clock = Clock()
-        self.tracker = WorkloadEnergy(self.files.sources(), node.proc.root, node.cgroupfs, clock=self.clock)
-        self.energy: dict[tuple[str, int], float] = {}
-        for backend, listed in infos.items():  # the counters' baselines
-            self.joules(backend, dict.fromkeys(range(len(listed)), 0.0))
-
-    def poll(self) -> None:
-        self.clock.now += 1.0
-        self.files.poll()
-        self.tracker.poll()
-
-    def joules(self, backend: str, added: dict[int, float]) -> None:
-        samples = []
-        for info in self.infos[backend]:
-            if info.index in added:
-                key = (backend, info.index)
-                self.energy[key] = self.energy.get(key, 0.0) + added[info.index]
-                reading = DeviceReading(index=info.index, uuid=info.uuid or "")
-                samples.append(DeviceSample(reading, energy_joules=self.energy[key]))
-        self.tracker.on_sample(backend, samples, None, self.clock.now)
-
-    def joules_of(self, kind_id: tuple[str, str]) -> float:
-        view = self.tracker.view(*kind_id)
-        return 0.0 if view is None else view.accelerator_joules
-
-    def holders(self, backend: str, key: str) -> set[int]:
-        return set(self.files.devices(backend)[key].memory_by_pid)
-
-    def attributed(self) -> float:
-        return sum(view.accelerator_joules for view in self.tracker.views())
-
-
-@pytest.fixture
-def node(tmp_path):
-    node = Node(tmp_path)
-    node.add(1001, SLURM_V1, uid=0)
-    node.add(1002, SLURM_V2, uid=1001)
-    return node
-
-
-@pytest.fixture
-def files(node):
-    return Holders(node)
-
-
-@pytest.fixture
-def tenstorrent(settings, sysfs):
-    sysfs.write("module/tenstorrent/version", "2.4.1")
-    luwen = FakeLuwen(
-        [
-            FakeChip(board_id=N300, pci_interface=0),
-            FakeChip(board_id=N300, remote=True),
-            FakeChip(arch="blackhole", board_id=P150, pci_interface=1, words=blackhole_words()),
-        ]
-    )
-    with luwen.installed():
-        backend = TenstorrentBackend(settings)
-        infos = backend.list_devices()
-        backend.shutdown()
-    for n, address in enumerate(("0000:3b:00.0", "0000:3c:00.0")):  # tt-kmd: class tenstorrent
-        class_device(sysfs, "tenstorrent", f"tenstorrent!{n}", f"tenstorrent/{n}", pci_device(sysfs, address))
-    return infos
+files = holders.files  # the processes' open files, a fixture
+node = holders.node  # a node running jobs A and B (processes 1001, 1002), a fixture
+tenstorrent = holders.tenstorrent  # an n300 and a p150 listed by their backend, a fixture
 
 
 @pytest.mark.slow

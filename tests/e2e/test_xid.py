@@ -2,42 +2,14 @@
 
 from __future__ import annotations
 
-import pynvml
 import pytest
-from prometheus_client import CollectorRegistry
 
 from tests.conftest import assert_promtool_clean
+from tests.events import test_xid as events_xid
+from tests.events.test_xid import XID, exposition, xid_count
 from tests.helpers import wait_until
-from warptd.events.collector import XidCollector
-from warptd.events.xid import open_xid_monitor
-from warptd.exporter.text import render_text
-from warptd.processes.collector import ProcessesCollector
 
-XID = pynvml.nvmlEventTypeXidCriticalError
-
-
-def exposition(xid=None, processes=None) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    if xid is not None:
-        registry.register(XidCollector(xid))
-    if processes is not None:
-        registry.register(ProcessesCollector(processes))
-    return render_text(registry.collect())
-
-
-@pytest.fixture
-def monitor(fake_nvml):
-    changes = []
-    monitor = open_xid_monitor(on_change=lambda: changes.append(1), timeout_ms=100)
-    assert monitor is not None
-    monitor.start()
-    monitor.changes = changes
-    yield monitor
-    monitor.stop()
-
-
-def xid_count(monitor, index: int, xid: int) -> int:
-    return next(d for d in monitor.devices() if d.index == index).counts.get(xid, 0)
+monitor = events_xid.monitor  # the XID event monitor over the NVML double, a fixture
 
 
 @pytest.mark.slow

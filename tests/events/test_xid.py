@@ -13,21 +13,13 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from tests.dcgm import compat_rig
 from tests.doubles.nvml import FakeGpu, FakeNvml
-from tests.helpers import Rig, parse, select, value, wait_until
+from tests.helpers import parse, select, value, wait_until
 from warptd.events.collector import XidCollector
 from warptd.events.xid import ALERTED_XIDS, open_xid_monitor
-from warptd.exporter.dcgm import DcgmCompatCollector
 from warptd.exporter.text import render_text
 from warptd.processes.collector import ProcessesCollector
-
-
-def compat_rig(settings, *backends: str, **collector) -> Rig:
-    settings.backends = list(backends)
-    settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart
-    rig = Rig(settings)
-    rig.exposition.registry.register(DcgmCompatCollector(rig.snapshot, settings.node, **collector))
-    return rig
 
 
 def test_xid_errors_is_the_code_of_the_last_xid(settings, fake_nvml):

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from tests.dcgm import compat_rig, scrape
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
-from tests.helpers import Rig, Sample, http, parse, select, serving, value
+from tests.helpers import Rig, http, parse, select, serving, value
 from warptd.exporter.dcgm import DcgmCompatCollector
 
 
@@ -26,26 +27,6 @@ def test_the_daemon_serves_the_release_s_node_label(settings, fake_nvml, release
     assert len(temperatures) == 2
     for sample in temperatures:
         assert sample.labels[label] == "gpu-node-7" and other not in sample.labels
-
-
-def compat_rig(settings, *backends: str, **collector) -> Rig:
-    settings.backends = list(backends)
-    settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart
-    rig = Rig(settings)
-    rig.exposition.registry.register(DcgmCompatCollector(rig.snapshot, settings.node, **collector))
-    return rig
-
-
-def scrape(rig: Rig) -> list[Sample]:
-    """The exposition's samples under the names Prometheus stores. prometheus_client's parser names a
-    counter's samples ``_total`` whatever the text says; dcgm-exporter's counters have no ``_total``,
-    which the raw text shows."""
-    body = rig.exposition.render(None, None)[0].decode()
-    assert "_total{" not in "".join(line for line in body.splitlines() if line.startswith("DCGM_"))
-    return [
-        Sample(s.name.removesuffix("_total"), s.labels, s.value) if s.name.startswith("DCGM_") else s
-        for s in parse(body)
-    ]
 
 
 @pytest.mark.slow

@@ -2,44 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
+from tests.helpers import parse, select
+from tests.k8s import kubelet_rig
+from tests.k8s.kubelet_rig import GPU, PodRig
 
-from tests.helpers import Rig, parse, select
-from tests.kubelet import FakeKubelet
-from warptd.k8s.attribution import PodAttribution
-from warptd.k8s.collector import KubernetesCollector
-from warptd.k8s.energy import PodEnergy
-from warptd.k8s.podresources import PodResourcesClient
-
-GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    fake = FakeKubelet(tmp_path / "kubelet.sock").start()
-    yield fake
-    fake.stop()
-
-
-class PodRig:
-    """The NVML double's GPUs sampled by hand, with attribution polled by hand (no threads)."""
-
-    def __init__(self, settings, kubelet: FakeKubelet) -> None:
-        settings.backends = ["nvidia"]
-        self.rig = Rig(settings)
-        self.pods = PodAttribution(PodResourcesClient(kubelet.socket, timeout=1.0), interval=10)
-        self.energy = PodEnergy(self.pods, self.rig.snapshot)
-        self.rig.sampler.listeners.append(self.energy.on_sample)
-        self.rig.exposition.registry.register(KubernetesCollector(self.pods, self.energy, self.rig.snapshot))
-        self.pods.on_change = self.rig.snapshot.touch
-
-    def poll_and_tick(self):
-        self.pods.poll_once()
-        return self.rig.tick()
-
-    def close(self) -> None:
-        self.pods.stop()
-        self.rig.close()
+kubelet = kubelet_rig.kubelet  # the kubelet double, serving, a fixture
 
 
 def test_pod_labels_put_the_owners_on_device_series(settings, kubelet, fake_nvml):

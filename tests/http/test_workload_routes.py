@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.http.recorded_job import request
 from warptd.http.app import HttpError, Request
 from warptd.http.workload_routes import WorkloadPath
-
-
-def request(path: str, **headers: str) -> Request:
-    return Request("GET", path, {}, {"host": "localhost", **headers}, b"", "127.0.0.1")
 
 
 def test_an_empty_workload_id_is_no_such_workload_not_a_too_long_one():

@@ -4,40 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.doubles.amdsmi import TT, U16, FakeAmdsmi, FakeGpu
+from tests.backends.amd import test_backend as amd_backend
+from tests.dcgm import compat_rig
+from tests.doubles.amdsmi import FakeAmdsmi
 from tests.helpers import Rig, select
 from tests.kubelet import FakeKubelet
 from warptd.config import load_settings
-from warptd.exporter.dcgm import DcgmCompatCollector
 from warptd.k8s.attribution import PodAttribution, from_settings
 from warptd.k8s.podresources import PodResourcesClient
 
-
-@pytest.fixture
-def fake() -> FakeAmdsmi:
-    navi = FakeGpu(
-        index=1,
-        market_name="AMD Radeon RX 7900 XTX",
-        vram_total_mb=24_560,
-        vram_used_mb=1_024,
-        current_socket_power=U16,  # Navi fills the average only
-        average_socket_power=212,
-        power_cap_uw=300_000_000,
-        temperatures={TT.EDGE: 55, TT.HOTSPOT: 61, TT.VRAM: 58},
-        metrics={"vcn_activity": [10, 250]},  # two VCNs, no XGMI; 250 % is out of range: "N/A"
-        fan_speed=102,  # of 255
-        pcie_replays=0,
-        has_residency=False,  # no throttle residency accumulators: violation status NOT_SUPPORTED
-    )
-    # a consumer card without ECC, so without bad pages
-    navi.unsupported = {
-        "amdsmi_get_gpu_total_ecc_count",
-        "amdsmi_get_gpu_bad_page_info",
-    }
-    fake = FakeAmdsmi([FakeGpu(index=0), navi])
-    with fake.installed():
-        yield fake
-        assert fake.initialised == 0, "a backend was not shut down: the shared amdsmi session leaked"
+fake = amd_backend.fake  # the amdsmi double: GPU 0 and a Navi card, a fixture
 
 
 pytestmark = pytest.mark.rig("amd", doubles=["fake"])
@@ -84,14 +60,6 @@ def test_partitions_are_devices_by_uuid_and_partition_id(settings):
             assert devices[1].pci_bus_id not in keys and devices[0].pci_bus_id not in device_keys(devices[0])
         finally:
             rig.close()
-
-
-def compat_rig(settings, *backends: str, **collector) -> Rig:
-    settings.backends = list(backends)
-    settings.interval = settings.health_interval = 0.1  # GPM samples 0.11 s apart
-    rig = Rig(settings)
-    rig.exposition.registry.register(DcgmCompatCollector(rig.snapshot, settings.node, **collector))
-    return rig
 
 
 def test_a_shared_gpu_has_one_series_per_container_and_a_free_one_none(settings, fake_nvml, tmp_path):

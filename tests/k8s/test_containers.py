@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
+from tests.e2e import test_processes as e2e_processes
 from tests.e2e.test_processes import CID, UID, Proc
-from tests.processes.test_cgroup import CID2, UID2
+from tests.processes.test_collector import CID2, UID2
 from warptd.k8s.containers import ContainerOwners, read_owner
 from warptd.k8s.podresources import Owner
 from warptd.processes.cgroup import Attribution
 
+proc = e2e_processes.proc  # an empty procfs to add processes to, a fixture
+
 CONTAINERD = "run/containerd/io.containerd.runtime.v2.task/k8s.io/{id}/config.json"
 CRIO = "run/containers/storage/overlay-containers/{id}/userdata/config.json"
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
 
 
 def bundle(proc: Proc, layout: str, container_id: str, annotations: dict[str, str]) -> None:

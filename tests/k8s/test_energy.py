@@ -5,51 +5,18 @@ from __future__ import annotations
 import pytest
 
 from tests.doubles.nvml import FakeNvml
-from tests.helpers import Rig, select, value
-from tests.kubelet import FakeKubelet, legacy_mig_device, mig_device, replica
-from warptd.k8s.attribution import PodAttribution
-from warptd.k8s.collector import KubernetesCollector
+from tests.helpers import select, value
+from tests.k8s import kubelet_rig
+from tests.k8s.kubelet_rig import GPU, PodRig, allocations
+from tests.kubelet import legacy_mig_device, mig_device, replica
 from warptd.k8s.energy import PodEnergy, split
-from warptd.k8s.podresources import Owner, PodResourcesClient
+from warptd.k8s.podresources import Owner
 
-GPU = "nvidia.com/gpu"
+kubelet = kubelet_rig.kubelet  # the kubelet double, serving, a fixture
+pod_rig = kubelet_rig.pod_rig  # a PodRig, closed after the test, a fixture
+
 ENERGY = "warptd_pod_energy_joules_total"
 SPLIT = "warptd_pod_energy_split_joules_total"
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    fake = FakeKubelet(tmp_path / "kubelet.sock").start()
-    yield fake
-    fake.stop()
-
-
-class PodRig:
-    """The NVML double's GPUs sampled by hand, with attribution polled by hand (no threads)."""
-
-    def __init__(self, settings, kubelet: FakeKubelet) -> None:
-        settings.backends = ["nvidia"]
-        self.rig = Rig(settings)
-        self.pods = PodAttribution(PodResourcesClient(kubelet.socket, timeout=1.0), interval=10)
-        self.energy = PodEnergy(self.pods, self.rig.snapshot)
-        self.rig.sampler.listeners.append(self.energy.on_sample)
-        self.rig.exposition.registry.register(KubernetesCollector(self.pods, self.energy, self.rig.snapshot))
-        self.pods.on_change = self.rig.snapshot.touch
-
-    def poll_and_tick(self):
-        self.pods.poll_once()
-        return self.rig.tick()
-
-    def close(self) -> None:
-        self.pods.stop()
-        self.rig.close()
-
-
-@pytest.fixture
-def pod_rig(settings, kubelet, fake_nvml):
-    rig = PodRig(settings, kubelet)
-    yield rig
-    rig.close()
 
 
 def test_an_older_read_published_late_is_not_counted_twice(pod_rig, kubelet, fake_nvml):
@@ -66,13 +33,6 @@ def test_an_older_read_published_late_is_not_counted_twice(pod_rig, kubelet, fak
         sample = DeviceSample(DeviceReading(index=0, uuid=gpu0.uuid), energy_joules=joules)
         energy.on_sample("nvidia", [sample], None)
     assert energy.totals() == {("ml", "a", "main", "nvidia"): pytest.approx(30.0)}
-
-
-def allocations(samples):
-    return sorted(
-        (s.labels["device"], s.labels["namespace"], s.labels["pod"], s.labels["container"])
-        for s in select(samples, "warptd_device_allocation_info")
-    )
 
 
 def test_time_sliced_and_mig_devices_match_their_gpu(settings, kubelet):

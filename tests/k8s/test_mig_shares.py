@@ -5,16 +5,10 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from tests.doubles.nvml import GIB, FakeMig, FakeNvml
+from tests.backends.nvidia.test_backend import SLICES
+from tests.doubles.nvml import FakeNvml
 from tests.helpers import Rig, select
 
-H100_MIG = "NVIDIA H100 80GB HBM3 MIG"
-SLICES = [
-    FakeMig("MIG-aaaaaaaa-1111-5222-8333-444444444444", gpu_instance=1, name=f"{H100_MIG} 3g.40gb",
-            memory_total=40 * GIB, memory_used=3 * GIB),
-    FakeMig("MIG-bbbbbbbb-1111-5222-8333-444444444444", gpu_instance=2, name=f"{H100_MIG} 1g.10gb",
-            memory_total=10 * GIB, memory_used=1 * GIB),
-]  # fmt: skip
 SM = pynvml.NVML_GPM_METRIC_SM_UTIL
 
 

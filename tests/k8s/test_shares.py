@@ -6,33 +6,26 @@ from __future__ import annotations
 import pytest
 
 from tests.doubles.nvml import ProcessSample
-from tests.e2e.test_processes import CID, GIB, HOST, SYSTEMD_V2, UID, Proc
+from tests.e2e import test_processes as e2e_processes
+from tests.e2e.test_processes import CID, GIB, HOST, SYSTEMD_V2, UID
 from tests.helpers import value
+from tests.k8s import kubelet_rig
+from tests.k8s.kubelet_rig import GPU, PodRig
 from tests.k8s.test_containers import containerd_bundle
-from tests.k8s.test_energy import GPU, PodRig
-from tests.kubelet import FakeKubelet, replica
-from tests.processes.test_cgroup import CGROUPFS_V1, CID2, UID2
+from tests.k8s.test_energy import ENERGY, SPLIT
+from tests.kubelet import replica
+from tests.processes.test_collector import CGROUPFS_V1, CID2, UID2
 from warptd.k8s.containers import ContainerOwners
 from warptd.k8s.podresources import Owner
 from warptd.k8s.shares import SmShares
 from warptd.processes.cgroup import Attribution
 from warptd.processes.nvml import ProcessMonitor
 
-ENERGY = "warptd_pod_energy_joules_total"
-SPLIT = "warptd_pod_energy_split_joules_total"
+proc = e2e_processes.proc  # an empty procfs to add processes to, a fixture
+
+kubelet = kubelet_rig.kubelet  # the kubelet double, serving, a fixture
+
 UNATTRIBUTED = "warptd_pod_energy_unattributed_joules_total"
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    fake = FakeKubelet(tmp_path / "kubelet.sock").start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture

@@ -40,7 +40,8 @@ NVIDIA = {
 }
 
 
-def _scrape(port: int) -> str:
+def scraped(port: int) -> str:
+    """The /metrics text the daemon on ``port`` serves."""
     return http(port, "GET", "/metrics")[2].decode()
 
 
@@ -57,12 +58,12 @@ def test_every_nvidia_model_of_the_double_costs_at_most_60_series_per_gpu(settin
     with fake.installed(), serving(settings) as daemon:
 
         def settled() -> bool:  # GPM needs two samples; the averages come with the slow values
-            found = series_by_family(_scrape(daemon.port))
+            found = series_by_family(scraped(daemon.port))
             ready = len(found.get(nvidia.SM_ACTIVE.name, {})) >= 1
             return ready and (not busy or len(found.get(nvidia.OFA_UTILIZATION.name, {})) >= 1)
 
         assert wait_until(settled, timeout=15)
-        body = _scrape(daemon.port)
+        body = scraped(daemon.port)
     fake.close()
     per_gpu, per_mig = series_per_gpu(body), series_per_gpu(body, "nvidia_mig")
     assert set(per_gpu) == {gpu.uuid for gpu in gpus}
@@ -85,8 +86,8 @@ def test_the_amd_double_s_mi300x_costs_at_most_60_series_per_gpu_with_its_xgmi_l
     fake = FakeAmdsmi([AmdGpu(index=0), AmdGpu(index=1)])
     settings.backends = ["amd"]
     with fake.installed(), serving(settings) as daemon:
-        assert wait_until(lambda: series_per_gpu(_scrape(daemon.port), "amd"), timeout=10)
-        body = _scrape(daemon.port)
+        assert wait_until(lambda: series_per_gpu(scraped(daemon.port), "amd"), timeout=10)
+        body = scraped(daemon.port)
     per_gpu, families = series_per_gpu(body, "amd"), series_by_family(body, "amd")
     assert len(per_gpu) == 2 and max(per_gpu.values()) <= MAX_SERIES_PER_GPU, per_gpu
     assert max(families[nvidia.NVLINK_BYTES.name].values()) == 2  # the 7 XGMI links summed, by direction

@@ -6,10 +6,10 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
+from tests.samples import gpu_samples, sample, telemetry_sample
 from warptd.models import DeviceReading, MemoryUsage, Utilization
 from warptd.power.base import DomainPower, DomainReading, PowerSource
 from warptd.recording.recorder import Recorder, Target
-from warptd.sampling.snapshot import DeviceSample
 from warptd.stress.telemetry import TelemetryRecorder
 from warptd.workloads.history import WorkloadHistory
 from warptd.workloads.placement import WorkloadKey
@@ -19,25 +19,6 @@ GPU = Target("device", "nvidia", "0", model="H100", uuid="GPU-0")
 
 
 PACKAGE = Target("domain", "rapl", "package-0", source="rapl")
-
-
-def sample(
-    watts: float | None, energy: float | None, *, counter: bool = True, util: float = 0.5
-) -> DeviceSample:
-    reading = DeviceReading(
-        index=0,
-        power_watts=watts,
-        energy_counter_joules=energy if counter else None,
-        utilization=Utilization(compute=util),
-        temperatures_celsius={"gpu": 40 + (watts or 0) / 10, "memory": 30},
-        throttle_active={"sw_power_cap": (watts or 0) > 250},
-    )
-    return DeviceSample(
-        reading,
-        energy_joules=energy,
-        throttle_seconds={"sw_power_cap": (watts or 0) / 100},
-        energy_counted_joules=energy if counter else None,
-    )
 
 
 def test_domains_and_the_total():
@@ -55,29 +36,9 @@ def test_domains_and_the_total():
     assert recording.energy_joules == 75
 
 
-def _sample(  # noqa: PLR0917 - a compact fixture builder
-    t_power: float | None,
-    energy: float | None,
-    counter: float | None,
-    util: float,
-    temp: float,
-    throttle: dict[str, float] | None = None,
-    active: dict[str, bool] | None = None,
-) -> DeviceSample:
-    reading = DeviceReading(
-        index=0,
-        power_watts=t_power,
-        energy_counter_joules=counter,
-        utilization=Utilization(compute=util),
-        temperatures_celsius={"gpu": temp},
-        throttle_active=active or {},
-    )
-    return DeviceSample(reading=reading, energy_joules=energy, throttle_seconds=throttle or {})
-
-
 def test_summary_from_rapl_packages_for_the_cpu():
     rec = TelemetryRecorder(recording=True)
-    rec.add_device(_sample(None, None, None, 0.9, 50))
+    rec.add_device(telemetry_sample(None, None, None, 0.9, 50))
     for energy, power in ((100.0, 50.0), (160.0, 60.0)):
         rec.add_domains(
             [
@@ -108,18 +69,8 @@ def test_readings_handed_on_cannot_be_changed(value, field):
         setattr(value, field, None)
 
 
-def _workload(key: WorkloadKey) -> Workload:
+def workload_of(key: WorkloadKey) -> Workload:
     return Workload(key, "alice", started_at=1_780_000_000.0, seen=0.0)
-
-
-def _gpu_samples(count: int, energy: float) -> list[DeviceSample]:
-    return [
-        DeviceSample(
-            DeviceReading(index=i, uuid=f"GPU-{i}", power_watts=300.0, utilization=Utilization(compute=0.9)),
-            energy_joules=energy,
-        )
-        for i in range(count)
-    ]
 
 
 def test_a_long_job_keeps_at_most_its_points_evenly_over_its_whole_run():
@@ -127,7 +78,7 @@ def test_a_long_job_keeps_at_most_its_points_evenly_over_its_whole_run():
     over its targets, from its first sample to its last, each point's share still cumulative."""
     history = WorkloadHistory(clock=lambda: 0.0)
     key = WorkloadKey("slurm_job", "7")
-    workload = _workload(key)
+    workload = workload_of(key)
     workloads = {key: workload}
     history.after_poll(workloads)
     seconds = 8_000
@@ -136,7 +87,7 @@ def test_a_long_job_keeps_at_most_its_points_evenly_over_its_whole_run():
             workload.add_device(f"nvidia:{i}", f"GPU-{i}", 150.0)
         workload.add_cpu(10.0)
         domain = DomainPower("package-0", PowerSource.RAPL, 90.0, 90.0 * second)
-        history.after_sample("nvidia", _gpu_samples(8, 300.0 * second), None, float(second), workloads)
+        history.after_sample("nvidia", gpu_samples(8, 300.0 * second), None, float(second), workloads)
         history.after_sample("rapl", None, [domain], float(second), workloads)
     recording = history.recording(workload.view())
     points = [len(t.points) for t in recording.targets]

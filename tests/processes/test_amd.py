@@ -7,46 +7,24 @@ import time
 import pytest
 import structlog.testing
 
+from tests.backends.amd import test_backend as amd_backend
 from tests.doubles.amdsmi import (
-    TT,
-    U16,
     FakeAmdsmi,
     FakeGpu,
     FakeProcess,
     amdsmi,
     wrapper,
 )
+from tests.e2e import test_workloads as e2e_workloads
 from tests.e2e.test_processes import GIB, HOST, Proc
 from tests.e2e.test_workloads import SERVICE, SLURM_V1, SLURM_V2, Node
+from tests.processes.holders import JOB_A, JOB_B
 from warptd.processes.amd import AmdProcessMonitor
 from warptd.workloads.energy import WorkloadEnergy
 
+node = e2e_workloads.node  # a fixture node (procfs, cgroupfs), a fixture
 
-@pytest.fixture
-def fake() -> FakeAmdsmi:
-    navi = FakeGpu(
-        index=1,
-        market_name="AMD Radeon RX 7900 XTX",
-        vram_total_mb=24_560,
-        vram_used_mb=1_024,
-        current_socket_power=U16,  # Navi fills the average only
-        average_socket_power=212,
-        power_cap_uw=300_000_000,
-        temperatures={TT.EDGE: 55, TT.HOTSPOT: 61, TT.VRAM: 58},
-        metrics={"vcn_activity": [10, 250]},  # two VCNs, no XGMI; 250 % is out of range: "N/A"
-        fan_speed=102,  # of 255
-        pcie_replays=0,
-        has_residency=False,  # no throttle residency accumulators: violation status NOT_SUPPORTED
-    )
-    # a consumer card without ECC, so without bad pages
-    navi.unsupported = {
-        "amdsmi_get_gpu_total_ecc_count",
-        "amdsmi_get_gpu_bad_page_info",
-    }
-    fake = FakeAmdsmi([FakeGpu(index=0), navi])
-    with fake.installed():
-        yield fake
-        assert fake.initialised == 0, "a backend was not shut down: the shared amdsmi session leaked"
+fake = amd_backend.fake  # the amdsmi double: GPU 0 and a Navi card, a fixture
 
 
 pytestmark = pytest.mark.rig("amd", doubles=["fake"])
@@ -116,13 +94,7 @@ def test_amd_a_refused_device_is_asked_once_and_the_others_listed(proc):
 
 # -- energy per workload: amdsmi's process list feeding the workload split, with the energy the real
 # ``amd`` backend reads from the same double; both advance on the double's firmware clock ----------
-JOB_A, JOB_B = ("slurm_job", "4242"), ("slurm_job", "4243")
 SECONDS = 10.0
-
-
-@pytest.fixture
-def node(tmp_path):
-    return Node(tmp_path)
 
 
 #: One GPU of the default kind, alone (``fake`` above has a Navi beside it).

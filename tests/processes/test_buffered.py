@@ -3,20 +3,16 @@ through nvidia-ml-py's public wrappers where its private lookup is gone."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.backends.nvidia.test_calls import rename_private_lookup
 from tests.doubles.nvml import ProcessSample
-from tests.e2e.test_processes import GIB, HOST, Proc
+from tests.e2e import test_processes as e2e_processes
+from tests.e2e.test_processes import GIB, HOST
+from tests.processes.test_nvml import INFO
 from warptd.processes.nvml import ProcessMonitor
 
-INFO = "nvmlDeviceGetProcessesUtilizationInfo"
+proc = e2e_processes.proc  # a fixture
+
 LIST = "nvmlDeviceGetComputeRunningProcesses_v3"
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
 
 
 def _answers(fake_nvml, proc) -> tuple[list, dict[str, int]]:

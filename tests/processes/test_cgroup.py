@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_processes import GIB
+from tests.e2e import test_processes as e2e_processes
+from tests.e2e.test_processes import CID, GIB, HOST, SYSTEMD_V2, UID, Proc
 from tests.helpers import value
-from tests.processes.test_collector import METRIC
+from tests.processes.test_collector import CGROUPFS_V1, CID2, METRIC, UID2
 from tests.processes.test_collector import scrape as scrape_processes
 from warptd.processes.cgroup import (
     NONE,
@@ -23,9 +24,9 @@ from warptd.processes.cgroup import (
 )
 from warptd.processes.nvml import ProcessMonitor
 
-UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
+proc = e2e_processes.proc  # an empty procfs to add processes to, a fixture
+
 SLICE_UID = UID.replace("-", "_")
-CID = "a" * 64
 MANAGER = "/user.slice/user-1000.slice/user@1000.service"
 POD_SLICE = f"kubepods-burstable-pod{SLICE_UID}.slice"
 KUBELET_SYSTEMD = f"kubepods.slice/kubepods-burstable.slice/{POD_SLICE}/cri-containerd-{CID}.scope"
@@ -94,51 +95,6 @@ def test_a_line_added_by_a_newline_in_a_name_names_no_pod(tmp_path):
     assert read_attribution(proc, 1) == NONE
     assert parse_cgroup(f"3:memory:/kubepods/pod{UID}/{CID}\n3:memory:/x\n") == NONE  # a hierarchy twice
     assert parse_cgroup(f"3:memory:/x\n4:memory:/kubepods/pod{UID}/{CID}\n") == NONE  # a controller twice
-
-
-UID2 = "11111111-2222-3333-4444-555555555555"
-
-
-CID2 = "b" * 64
-
-
-SYSTEMD_V2 = (
-    "0::/kubepods.slice/kubepods-burstable.slice/"
-    f"kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
-)
-
-
-CGROUPFS_V1 = "".join(
-    f"{n}:{controller}:/kubepods/besteffort/pod{UID2}/{CID2}\n"
-    for n, controller in ((12, "memory"), (11, "cpu,cpuacct"), (1, "name=systemd"))
-)
-
-
-HOST = "0::/user.slice/user-1000.slice/session-3.scope\n"
-
-
-class Proc:
-    """A fixture procfs: /proc/<pid>/stat (with its start time, field 22) and /proc/<pid>/cgroup."""
-
-    def __init__(self, root):
-        self.root = root
-
-    def add(self, pid: int, cgroup: str, started: int = 4242, comm: str = "python3 (worker) x") -> None:
-        directory = self.root / str(pid)
-        directory.mkdir(parents=True, exist_ok=True)
-        fields = ["S", *["0"] * 18, str(started), *["0"] * 30]  # fields 3..52; field 22 is starttime
-        (directory / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
-        (directory / "cgroup").write_text(cgroup)
-
-    def remove(self, pid: int) -> None:
-        for name in ("stat", "cgroup"):
-            (self.root / str(pid) / name).unlink()
-        (self.root / str(pid)).rmdir()
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
 
 
 @pytest.mark.parametrize(

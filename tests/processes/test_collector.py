@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.e2e import test_processes as e2e_processes
+from tests.e2e.test_processes import CID, GIB, HOST, SYSTEMD_V2, UID
 from tests.helpers import parse, select, value
 from warptd.exporter.text import render_text
 from warptd.processes.collector import ProcessesCollector
-from warptd.processes.nvml import ProcessMonitor
 
-GIB = 2**30
-
-
-UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
+monitor = e2e_processes.monitor  # the NVML process monitor over the fixture procfs, a fixture
+proc = e2e_processes.proc  # an empty procfs to add processes to, a fixture
 
 
 UID2 = "11111111-2222-3333-4444-555555555555"
 
 
-CID = "a" * 64
-
-
 CID2 = "b" * 64
-
-
-SYSTEMD_V2 = (
-    "0::/kubepods.slice/kubepods-burstable.slice/"
-    f"kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
-)
 
 
 CGROUPFS_V1 = "".join(
@@ -37,41 +26,7 @@ CGROUPFS_V1 = "".join(
 )
 
 
-HOST = "0::/user.slice/user-1000.slice/session-3.scope\n"
-
-
 METRIC = "warptd_device_process_memory_bytes"
-
-
-class Proc:
-    """A fixture procfs: /proc/<pid>/stat (with its start time, field 22) and /proc/<pid>/cgroup."""
-
-    def __init__(self, root):
-        self.root = root
-
-    def add(self, pid: int, cgroup: str, started: int = 4242, comm: str = "python3 (worker) x") -> None:
-        directory = self.root / str(pid)
-        directory.mkdir(parents=True, exist_ok=True)
-        fields = ["S", *["0"] * 18, str(started), *["0"] * 30]  # fields 3..52; field 22 is starttime
-        (directory / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
-        (directory / "cgroup").write_text(cgroup)
-
-    def remove(self, pid: int) -> None:
-        for name in ("stat", "cgroup"):
-            (self.root / str(pid) / name).unlink()
-        (self.root / str(pid)).rmdir()
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
-
-
-@pytest.fixture
-def monitor(fake_nvml, proc):
-    monitor = ProcessMonitor(proc.root)
-    yield monitor
-    monitor.stop()
 
 
 def scrape(monitor) -> list:

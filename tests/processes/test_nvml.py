@@ -11,9 +11,11 @@ import pytest
 import structlog
 
 from tests.doubles.nvml import FakeGpu, FakeNvml, ProcessSample
-from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, UID, Proc
+from tests.e2e import test_processes as e2e_processes
+from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, UID
 from tests.e2e.test_workloads import ENERGY, SLURM_V1, SLURM_V2, Node, Rig
 from tests.helpers import select, value, wait_until
+from tests.processes.test_cgroup import NOT_UTF8
 from tests.processes.test_collector import METRIC, scrape
 from tests.workloads.test_energy import TICK_US
 from warptd.config import SettingsError, load_settings
@@ -23,6 +25,8 @@ from warptd.sampling.snapshot import DeviceSample
 from warptd.workloads.energy import WorkloadEnergy
 from warptd.workloads.placement import CpuCgroup
 from warptd.workloads.slurm_tree import slurm_jobs
+
+proc = e2e_processes.proc  # a fixture
 
 INFO = "nvmlDeviceGetProcessesUtilizationInfo"
 #: The driver's per-process sampling window in these tests: 1/6 s, the shortest NVML documents.
@@ -56,11 +60,6 @@ class Driver:
             samples += [ProcessSample(self.windows * WINDOW_US, pid, sm) for pid, sm in self.busy.items()]
         if samples:
             self.gpu.process_samples = [*self.gpu.process_samples, *samples][-128:]
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
 
 
 def polls(monitor: ProcessMonitor, clock: Clock, driver: Driver, seconds: float, step: float = 0.1):
@@ -323,9 +322,6 @@ def test_the_namespace_root_is_searched_at_the_first_poll_not_at_construction(po
         assert rig.tracker.lists._cgroup_root == POD
     finally:
         monitor.stop()
-
-
-NOT_UTF8 = b"0::/user.slice/user-1000.slice/user@1000.service/app.slice/\xff\xfe.service\n"
 
 
 def test_a_cgroup_name_that_is_not_utf8_leaves_the_jobs_their_energy(fake_nvml, tmp_path):

@@ -4,19 +4,13 @@ are read without calling the SDK; stopping gives the session back."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.e2e.test_processes import GIB, HOST, Proc
+from tests.e2e.test_processes import GIB
+from tests.processes import test_amd as processes_amd
 from warptd.processes.nvml import ProcessMonitor
 
+proc = processes_amd.proc  # a fixture
+
 NVML_LIST = "nvmlDeviceGetComputeRunningProcesses_v3"
-
-
-@pytest.fixture
-def proc(tmp_path):
-    proc = Proc(tmp_path / "proc")
-    proc.add(1003, HOST)
-    return proc
 
 
 def test_nvml_a_refused_device_is_asked_again_after_nvml_reopened(fake_nvml, proc):

@@ -7,26 +7,19 @@ import pynvml
 import pytest
 
 from tests.doubles.nvml import FakeNvml, ProcessSample
-from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2, Proc
+from tests.e2e import test_processes as e2e_processes
+from tests.e2e.test_processes import GIB, HOST, SYSTEMD_V2
 from tests.helpers import select, value
 from tests.processes.test_collector import scrape
+from tests.processes.test_nvml import INFO
 from warptd.processes.nvml import ProcessMonitor
 
+monitor = e2e_processes.monitor  # a fixture
+
+proc = e2e_processes.proc  # a fixture
+
 METRIC = "warptd_device_process_utilization_ratio"
-INFO = "nvmlDeviceGetProcessesUtilizationInfo"
 OLD = "nvmlDeviceGetProcessUtilization"
-
-
-@pytest.fixture
-def proc(tmp_path):
-    return Proc(tmp_path / "proc")
-
-
-@pytest.fixture
-def monitor(fake_nvml, proc):
-    monitor = ProcessMonitor(proc.root)
-    yield monitor
-    monitor.stop()
 
 
 def test_each_poll_reads_only_the_samples_since_the_last(monitor, fake_nvml, proc):

@@ -8,23 +8,9 @@ import re
 
 import pytest
 
-from tests.browser import browse
-from tests.plotted import plotted, with_probe
+from tests.plotted import drawn
 from tests.recordings import sample_recording
 from warptd.recording.palette import COLORS, assign, style
-from warptd.recording.report import render_html
-from warptd.recording.schema import Recording
-
-
-def drawn(recording: Recording, tmp_path) -> dict:
-    """The report of ``recording`` as chromium drew it (no console error, no page error)."""
-    page = tmp_path / "report.html"
-    page.write_text(with_probe(render_html(recording)), encoding="utf-8")
-    dom, console = browse(page.as_uri())
-    assert console == [], console
-    probe = plotted(dom)
-    assert probe["errors"] == [], probe["errors"]
-    return {"dom": dom, **probe}
 
 
 @pytest.mark.slow

@@ -7,30 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from warptd.models import DeviceReading, Utilization
+from tests.samples import sample
+from warptd.models import DeviceReading
 from warptd.recording.recorder import Recorder, Target, with_carbon_and_cost
 from warptd.sampling.snapshot import DeviceSample
 
 GPU = Target("device", "nvidia", "0", model="H100", uuid="GPU-0")
-
-
-def sample(
-    watts: float | None, energy: float | None, *, counter: bool = True, util: float = 0.5
-) -> DeviceSample:
-    reading = DeviceReading(
-        index=0,
-        power_watts=watts,
-        energy_counter_joules=energy if counter else None,
-        utilization=Utilization(compute=util),
-        temperatures_celsius={"gpu": 40 + (watts or 0) / 10, "memory": 30},
-        throttle_active={"sw_power_cap": (watts or 0) > 250},
-    )
-    return DeviceSample(
-        reading,
-        energy_joules=energy,
-        throttle_seconds={"sw_power_cap": (watts or 0) / 100},
-        energy_counted_joules=energy if counter else None,
-    )
 
 
 def test_counter_and_integrated_energy_and_their_disagreement():

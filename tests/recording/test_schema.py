@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.browser import browse
-from tests.e2e.test_processes import GIB
-from tests.e2e.test_workloads import SLURM_V1, Node, Rig, monitor, node
-from tests.plotted import plotted, traces, with_probe
+from tests.e2e.test_workloads import monitor, node
+from tests.http import recorded_job
+from tests.http.recorded_job import answer, run_job
+from tests.plotted import drawn, traces
 from tests.recordings import busy_recording, sample_recording
-from tests.workloads.test_energy import TICK_US, V1_JOB
-from warptd.http.app import HttpError, Request, Router
-from warptd.http.workload_routes import WorkloadApi
-from warptd.models import DeviceReading, Utilization
-from warptd.power.base import DomainPower, PowerSource
+from tests.samples import CLOCKS, GPUS, PIPES, feed
+from warptd.models import DeviceReading
 from warptd.recording.glance import energy_source
 from warptd.recording.recorder import Recorder, Target
 from warptd.recording.report import render_html
 from warptd.recording.schema import Point, Recording, TargetRecording
 from warptd.sampling.snapshot import DeviceSample
-from warptd.workloads.history import WorkloadHistory
-from warptd.workloads.placement import CpuCgroup, user_name
+from warptd.workloads.placement import user_name
+
+recorded = recorded_job.recorded  # the workload API's router over a rig with history, a fixture
 
 GPU = Target("device", "nvidia", "0", model="H100", uuid="GPU-0")
 
@@ -39,17 +36,6 @@ def test_a_version_1_recording_still_reads():
     assert recorder.recording_now().schema_version == SCHEMA_VERSION == 3
     with pytest.raises(ValueError, match="schema_version"):
         Recording.model_validate(saved | {"schema_version": 4})
-
-
-def drawn(recording: Recording, tmp_path) -> dict:
-    """The report of ``recording`` as chromium drew it (no console error, no page error)."""
-    page = tmp_path / "report.html"
-    page.write_text(with_probe(render_html(recording)), encoding="utf-8")
-    dom, console = browse(page.as_uri())
-    assert console == [], console
-    probe = plotted(dom)
-    assert probe["errors"] == [], probe["errors"]
-    return {"dom": dom, **probe}
 
 
 def device_of(trace: dict, ids: list[str]) -> str | None:
@@ -124,39 +110,6 @@ def test_an_energy_method_this_warptd_does_not_know_is_shown_by_its_name():
     assert energy_source(TargetRecording(id="cpu:0", kind="device", backend="cpu")) is None
 
 
-GPUS = [Target("device", "nvidia", str(i)) for i in range(8)]
-
-
-PIPES = ("tensor", "fp64", "fp32", "fp16", "int")
-
-
-CLOCKS = {"graphics": 1.41e9, "sm": 1.41e9, "memory": 2.6e9, "video": 1.2e9}
-
-
-def gpm_sample(index: int, n: int) -> DeviceSample:
-    """A sample with what NVIDIA GPM gives: 4 clocks, 8 activity ratios, throttle reasons."""
-    gauges = {f"warptd_device_{k}_ratio": {(): 0.25 + n % 3 / 10} for k in ("sm_active", "sm_occupancy")}
-    gauges["warptd_device_dram_bandwidth_ratio"] = {(): 0.125}
-    gauges["warptd_device_pipe_active_ratio"] = {(p,): 0.1 * (i + 1) for i, p in enumerate(PIPES)}
-    reading = DeviceReading(
-        index=index,
-        power_watts=100.0 + n % 7,
-        energy_counter_joules=float(n),
-        utilization=Utilization(compute=0.5),
-        temperatures_celsius={"gpu": 50.0 + n % 5},
-        clocks_hertz=CLOCKS,
-        gauges=gauges,
-        throttle_active={"sw_power_cap": n % 2 == 1, "hw_slowdown": False},
-    )
-    return DeviceSample(reading, energy_joules=float(n), throttle_seconds={"sw_power_cap": n / 20})
-
-
-def feed(recorder: Recorder, samples: int, start: int = 0) -> None:
-    for n in range(start, start + samples):
-        devices = [gpm_sample(i, n) for i in range(len(recorder.targets))]
-        recorder.on_sample("nvidia", devices, None, at=1000.0 + n / 10)
-
-
 def test_the_compact_series_gives_the_same_points():
     recorder = Recorder(GPUS[:1], kind="window", name="w", edges=True)
     recorder.start()
@@ -186,106 +139,7 @@ def test_the_compact_series_gives_the_same_points():
 __all__ = ["monitor", "node"]
 
 
-CID = "c" * 64
-
-
-JOB_TASK_1 = SLURM_V1.replace("task_0", "task_1")
-
-
-CONTAINER = f"0::/system.slice/docker-{CID}.scope\n"
-
-
 V2_RECORDING = Path(__file__).parents[1] / "data" / "recording-v2.json"
-
-
-def request(path: str, **headers: str) -> Request:
-    return Request("GET", path, {}, {"host": "localhost", **headers}, b"", "127.0.0.1")
-
-
-def answer(router: Router, path: str) -> tuple[int, dict]:
-    """The route's status and JSON body (an error's too), as the server would send them."""
-    try:
-        response = router.dispatch(request(path))
-    except HttpError as exc:
-        response = exc.response()
-    return response.status, json.loads(response.body)
-
-
-class Job:
-    """Job 4242 (pids 1001 on GPU 0, 1002 on GPU 1) beside a container (pid 1004) on GPU 0, stepped
-    a second at a time with scripted power, SM samples and CPU time, as the sampler hands them over."""
-
-    def __init__(self, node: Node, rig: Rig, history: WorkloadHistory) -> None:
-        self.node, self.rig, self.history = node, rig, history
-        self.cgroup = CpuCgroup(V1_JOB, "cpu,cpuacct")
-        self.cpu_us = 0.0
-        self.step_count = 0
-        node.add(1001, SLURM_V1, uid=0)
-        node.add(1002, JOB_TASK_1, uid=0)
-        node.add(1004, CONTAINER, uid=0)
-        node.cpu(self.cgroup, 0)
-        gpu0, gpu1 = rig.gpus
-        gpu0.processes = [(1001, 2 * GIB), (1004, GIB)]
-        gpu1.processes = [(1002, GIB)]
-
-    def step(self, watts: tuple[float, float], sm: dict[int, dict[int, int]], package_watts: float) -> None:
-        """One second: both polls (the job's CPU time 0.5 s of 4 s of node time), then a sample of
-        each GPU at ``watts`` and of the CPU package."""
-        self.step_count += 1
-        self.rig.clock.now += 1.0
-        self.cpu_us += 0.5e6
-        self.node.cpu(self.cgroup, self.cpu_us)
-        self.node.tick(round(4e6 / TICK_US))
-        self.rig.poll(sm)
-        samples = []
-        for index, power in enumerate(watts):
-            self.rig.energy[index] += power
-            reading = DeviceReading(
-                index=index,
-                uuid=self.rig.gpus[index].uuid,
-                power_watts=power,
-                energy_counter_joules=self.rig.energy[index],
-                utilization=Utilization(compute=min(1.0, power / 400)),
-                temperatures_celsius={"gpu": 40 + power / 20 + self.step_count / 10},
-                clocks_hertz={"sm": 1.4e9 + 1e6 * self.step_count},
-            )
-            samples.append(DeviceSample(reading, energy_joules=self.rig.energy[index]))
-        self.rig.tracker.on_sample("nvidia", samples, None, self.rig.clock.now)
-        self.rig.package += package_watts
-        domain = DomainPower("package-0", PowerSource.RAPL, package_watts, self.rig.package)
-        self.rig.tracker.on_sample("rapl", None, [domain], self.rig.clock.now)
-
-    def end(self) -> None:
-        """The job's processes and cgroup go; the container stays on GPU 0."""
-        self.node.remove(1001)
-        self.node.remove(1002)
-        self.node.gone(self.cgroup)
-        gpu0, gpu1 = self.rig.gpus
-        gpu0.processes, gpu1.processes = [(1004, GIB)], []
-        self.rig.clock.now += 1.0
-        self.rig.poll({0: {1004: 30}})
-
-
-def run_job(rig: Rig, node: Node, history: WorkloadHistory) -> Job:
-    job = Job(node, rig, history)
-    rig.poll({0: {1001: 60, 1004: 20}, 1: {1002: 50}})  # found; the counters' baselines follow
-    for second in range(40):
-        ramp = min(1.0, second / 10)
-        job.step((100 + 200 * ramp, 80 + 150 * ramp), {0: {1001: 60, 1004: 20}, 1: {1002: 50}}, 50.0)
-    job.end()
-    return job
-
-
-@pytest.fixture
-def recorded(node, monitor, fake_nvml):
-    rig = Rig(node, monitor, fake_nvml.gpus)
-    history = WorkloadHistory(clock=rig.clock, wall=lambda: 1_780_000_000.0 + rig.clock.now)
-    rig.tracker.listeners.append(history)
-    rig.device_joules(0.0, 0.0)
-    rig.package_joules(0.0)
-    router = Router()
-    WorkloadApi.add(router, rig.tracker, lambda: None, history)
-    return rig, history, router
 
 
 def test_an_ended_jobs_recording_has_the_energy_get_workloads_answers_and_monotone_points(recorded, node):
@@ -357,7 +211,6 @@ def test_a_version_2_recording_still_reads_and_renders():
     assert recording.schema_version == 2 and recording.attribution is None
     assert all(p.attributed_energy_joules is None for t in recording.targets for p in t.points)
     pytest.importorskip("plotly")
-    from warptd.recording.report import render_html
 
     page = render_html(recording)
     assert 'id="attribution"' not in page and "plot-attributed-energy" not in page

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from warptd.models import DeviceReading, Utilization
-from warptd.recording.recorder import Recorder, Target
+from tests.samples import GPUS, feed
+from warptd.recording.recorder import Recorder
 from warptd.recording.series import ARRAY_HEADER_BYTES, SeriesStore, layout_of
-from warptd.sampling.snapshot import DeviceSample
 
 LAYOUT = layout_of(("sm", "memory"), ("sm_active", "pipe_active_tensor"))
 
@@ -54,39 +53,6 @@ def test_a_segments_points_share_one_set_of_given_fields():
         "throttle_active",
     }
     assert points[3].throttle_active == ["sw_power_cap"] and points[4].throttle_active == []
-
-
-GPUS = [Target("device", "nvidia", str(i)) for i in range(8)]
-
-
-PIPES = ("tensor", "fp64", "fp32", "fp16", "int")
-
-
-CLOCKS = {"graphics": 1.41e9, "sm": 1.41e9, "memory": 2.6e9, "video": 1.2e9}
-
-
-def gpm_sample(index: int, n: int) -> DeviceSample:
-    """A sample with what NVIDIA GPM gives: 4 clocks, 8 activity ratios, throttle reasons."""
-    gauges = {f"warptd_device_{k}_ratio": {(): 0.25 + n % 3 / 10} for k in ("sm_active", "sm_occupancy")}
-    gauges["warptd_device_dram_bandwidth_ratio"] = {(): 0.125}
-    gauges["warptd_device_pipe_active_ratio"] = {(p,): 0.1 * (i + 1) for i, p in enumerate(PIPES)}
-    reading = DeviceReading(
-        index=index,
-        power_watts=100.0 + n % 7,
-        energy_counter_joules=float(n),
-        utilization=Utilization(compute=0.5),
-        temperatures_celsius={"gpu": 50.0 + n % 5},
-        clocks_hertz=CLOCKS,
-        gauges=gauges,
-        throttle_active={"sw_power_cap": n % 2 == 1, "hw_slowdown": False},
-    )
-    return DeviceSample(reading, energy_joules=float(n), throttle_seconds={"sw_power_cap": n / 20})
-
-
-def feed(recorder: Recorder, samples: int, start: int = 0) -> None:
-    for n in range(start, start + samples):
-        devices = [gpm_sample(i, n) for i in range(len(recorder.targets))]
-        recorder.on_sample("nvidia", devices, None, at=1000.0 + n / 10)
 
 
 def test_a_point_costs_8_bytes_a_value_not_an_object():

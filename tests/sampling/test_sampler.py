@@ -10,14 +10,20 @@ from typing import ClassVar
 import pynvml
 import pytest
 
+from tests.backends.nvidia import test_backend as nvidia_backend
+from tests.backends.nvidia import test_session as nvidia_session
+from tests.backends.nvidia.test_backend import ACTIVITY, mig
 from tests.backends.tenstorrent import test_backend as tenstorrent
+from tests.backends.tenstorrent.test_backend import VALUES
 from tests.doubles.nvml import GIB, FakeMig, FakeNvml
-from tests.e2e.test_device_metrics import ScriptedBackend
 from tests.helpers import Rig, parse, select, value, wait_until
+from tests.sampling.test_snapshot import ScriptedBackend
 from warptd.exporter.exposition import Exposition
 from warptd.models import DeviceReading, GPUInfo
 from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import Snapshot
+
+rediscover_now = nvidia_session.rediscover_now  # rediscovery due at the next tick, a fixture
 
 
 def test_an_edge_read_is_published_before_the_read_queued_behind_it(settings, fake_nvml):
@@ -149,13 +155,6 @@ DEV0 = {"backend": "nvidia", "device": "0"}
 
 
 DEV1 = {"backend": "nvidia", "device": "1"}
-
-
-@pytest.fixture
-def rediscover_now(monkeypatch):
-    from warptd.sampling import sampler
-
-    monkeypatch.setattr(sampler, "REDISCOVER_EVERY_S", 0.0)
 
 
 @pytest.mark.rig("nvidia", doubles=["fake_nvml"])
@@ -303,23 +302,6 @@ def test_mig_instances_created_after_start_are_listed(make_rig, fake_nvml, redis
     assert fake_nvml.calls("nvmlInitWithFlags") == 1  # re-listed, never reopened
 
 
-ACTIVITY = {
-    pynvml.NVML_GPM_METRIC_SM_UTIL: 0.5,
-    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.25,
-    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 0.75,
-    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 0.4,
-    pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.05,
-    pynvml.NVML_GPM_METRIC_FP32_UTIL: 0.125,
-    pynvml.NVML_GPM_METRIC_FP16_UTIL: 0.3,
-    pynvml.NVML_GPM_METRIC_INTEGER_UTIL: 0.2,
-    pynvml.NVML_GPM_METRIC_NVDEC_0_UTIL: 0.6,
-    pynvml.NVML_GPM_METRIC_NVDEC_3_UTIL: 0.1,
-    pynvml.NVML_GPM_METRIC_NVJPG_1_UTIL: 0.15,
-    pynvml.NVML_GPM_METRIC_NVOFA_0_UTIL: 0.35,
-    pynvml.NVML_GPM_METRIC_NVENC_2_UTIL: 0.45,
-}
-
-
 @pytest.mark.rig("nvidia", doubles=["fake_nvml"], interval=0.1, health_interval=0.1, metrics_include=["*"])
 @pytest.mark.slow
 def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypatch):
@@ -348,29 +330,10 @@ def test_samples_are_freed_at_shutdown_and_at_an_nvml_reopen(settings, monkeypat
     fake.close()
 
 
-H100_MIG = "NVIDIA H100 80GB HBM3 MIG"
+SLICES = nvidia_backend.SLICES  # GPU 0's MIG slices in the double
 
 
-SLICES = [
-    FakeMig("MIG-aaaaaaaa-1111-5222-8333-444444444444", gpu_instance=1, name=f"{H100_MIG} 3g.40gb",
-            memory_total=40 * GIB, memory_used=3 * GIB),
-    FakeMig("MIG-bbbbbbbb-1111-5222-8333-444444444444", gpu_instance=2, name=f"{H100_MIG} 1g.10gb",
-            memory_total=10 * GIB, memory_used=1 * GIB),
-]  # fmt: skip
-
-
-def mig(index: int) -> dict[str, str]:
-    return {"backend": "nvidia_mig", "device": str(index)}
-
-
-@pytest.fixture
-def fake():
-    """GPU 0 with MIG on (two slices), GPU 1 with MIG off."""
-    fake = FakeNvml(gpus=2)
-    fake.gpus[0].mig_devices = SLICES
-    with fake.installed():
-        yield fake
-    fake.close()
+fake = nvidia_backend.fake  # the NVML double: GPU 0 with MIG slices, GPU 1 without, a fixture
 
 
 @pytest.mark.rig("nvidia", "nvidia_mig", doubles=["fake"])
@@ -459,7 +422,6 @@ def test_the_hand_off_executor_runs_jobs_on_the_scheduler_thread_and_survives_an
 
 DEV, P150 = tenstorrent.DEV, tenstorrent.P150
 fake_luwen = tenstorrent.fake_luwen  # the rig's double, a fixture
-VALUES = ("warptd_device_power_watts", "warptd_device_temperature_celsius", "warptd_device_clock_hertz")
 
 
 @pytest.mark.rig("tenstorrent", doubles=["fake_luwen"])

@@ -7,6 +7,7 @@ from typing import ClassVar
 import pytest
 
 from tests.helpers import parse, select, value
+from tests.power.test_base import workload_of
 from warptd.backends.base import AcceleratorBackend
 from warptd.backends.device import ValueDevice
 from warptd.exporter.exposition import Exposition
@@ -15,7 +16,6 @@ from warptd.sampling.sampler import Sampler
 from warptd.sampling.snapshot import DeviceSample, Snapshot
 from warptd.workloads.history import WorkloadHistory
 from warptd.workloads.placement import WorkloadKey
-from warptd.workloads.tracked import Workload
 
 
 class ScriptedDevice(ValueDevice):
@@ -125,7 +125,7 @@ def test_a_workload_split_before_its_poll_ended_records_that_share_and_its_energ
     the device's energy both count from the sample before it."""
     history = WorkloadHistory(clock=lambda: 0.0)
     key = WorkloadKey("slurm_job", "9")
-    workload = _workload(key)
+    workload = workload_of(key)
 
     def sample(joules: float) -> list[DeviceSample]:  # 100 W, read from the energy counter
         reading = DeviceReading(index=0, uuid="GPU-0", power_watts=100.0, energy_counter_joules=joules)
@@ -143,7 +143,3 @@ def test_a_workload_split_before_its_poll_ended_records_that_share_and_its_energ
     assert target.energy_integrated_joules == pytest.approx(200.0)  # from the same baseline
     assert [p.attributed_energy_joules for p in target.points] == pytest.approx([100.0, 200.0])
     assert [p.energy_joules for p in target.points] == pytest.approx([100.0, 200.0])
-
-
-def _workload(key: WorkloadKey) -> Workload:
-    return Workload(key, "alice", started_at=1_780_000_000.0, seen=0.0)

@@ -6,35 +6,16 @@ import time
 
 import pytest
 
-from warptd.models import DeviceReading, Utilization
-from warptd.sampling.snapshot import DeviceSample
+from tests.samples import telemetry_sample
 from warptd.stress.telemetry import TelemetryRecorder
-
-
-def _sample(  # noqa: PLR0917 - a compact fixture builder
-    t_power: float | None,
-    energy: float | None,
-    counter: float | None,
-    util: float,
-    temp: float,
-    throttle: dict[str, float] | None = None,
-    active: dict[str, bool] | None = None,
-) -> DeviceSample:
-    reading = DeviceReading(
-        index=0,
-        power_watts=t_power,
-        energy_counter_joules=counter,
-        utilization=Utilization(compute=util),
-        temperatures_celsius={"gpu": temp},
-        throttle_active=active or {},
-    )
-    return DeviceSample(reading=reading, energy_joules=energy, throttle_seconds=throttle or {})
 
 
 def test_summary_from_device_counter():
     rec = TelemetryRecorder(recording=True)
-    rec.add_device(_sample(300, 1000.0, 1000.0, 0.9, 60, {"sw_power_cap": 1.0}))
-    rec.add_device(_sample(500, 1400.0, 1400.0, 1.0, 71, {"sw_power_cap": 2.5}, {"sw_power_cap": True}))
+    rec.add_device(telemetry_sample(300, 1000.0, 1000.0, 0.9, 60, {"sw_power_cap": 1.0}))
+    rec.add_device(
+        telemetry_sample(500, 1400.0, 1400.0, 1.0, 71, {"sw_power_cap": 2.5}, {"sw_power_cap": True})
+    )
     s = rec.summary()
     assert s.samples == 2 and s.power_mean_watts == 400 and s.power_peak_watts == 500
     assert s.energy_joules == 400 and s.energy_source == "counter"
@@ -45,8 +26,8 @@ def test_summary_from_device_counter():
 def test_idle_and_clock_settings_are_not_throttling_in_the_summary():
     rec = TelemetryRecorder(recording=True)
     idle = {"gpu_idle": True, "applications_clocks_setting": True, "display_clock_setting": True}
-    rec.add_device(_sample(100, 10.0, 10.0, 0.0, 40, active=idle))
-    rec.add_device(_sample(100, 20.0, 20.0, 0.0, 40, active={**idle, "sw_power_cap": False}))
+    rec.add_device(telemetry_sample(100, 10.0, 10.0, 0.0, 40, active=idle))
+    rec.add_device(telemetry_sample(100, 20.0, 20.0, 0.0, 40, active={**idle, "sw_power_cap": False}))
     assert rec.summary().throttle_seconds == {}
 
 
@@ -94,5 +75,5 @@ def test_peak_power_is_the_peak_of_instant_readings_not_of_one_second_averages(m
 
 def test_recorder_ignores_samples_outside_the_run():
     rec = TelemetryRecorder()
-    rec.add_device(_sample(100, 1.0, 1.0, 0.1, 40))
+    rec.add_device(telemetry_sample(100, 1.0, 1.0, 0.1, 40))
     assert rec.summary().samples == 0 and rec.summary().energy_joules is None

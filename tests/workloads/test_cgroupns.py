@@ -4,25 +4,9 @@ once the namespace root is known. Fixture trees as the kernel shows them from in
 
 from __future__ import annotations
 
-import os
-
 from tests.e2e.test_workloads import Node
+from tests.processes.test_nvml import POD, in_a_pod
 from warptd.workloads.cgroupns import absolute, climb, namespace_root
-
-POD = "/kubepods.slice/kubepods-pod0a.slice/cri-containerd-" + "a" * 64 + ".scope"
-
-
-def in_a_pod(node: Node, pid: int = os.getpid()) -> None:
-    """The fixture node seen from inside warptd's pod: host init climbs three levels, and the pod's
-    cgroup (one of several at that depth) lists warptd's host pid."""
-    init = node.proc.root / "1"
-    init.mkdir(parents=True, exist_ok=True)
-    (init / "cgroup").write_text("0::/../../..\n")
-    for name in (POD, POD.replace("0a", "0c").replace("a" * 64, "c" * 64)):
-        (node.cgroupfs / name.lstrip("/")).mkdir(parents=True)
-        (node.cgroupfs / name.lstrip("/") / "cgroup.procs").write_text("1\n12\n")
-    (node.cgroupfs / POD.lstrip("/") / "cgroup.procs").write_text(f"1\n{pid}\n")
-    (node.cgroupfs / "system.slice/cron.service").mkdir(parents=True)
 
 
 def test_climb_and_absolute():

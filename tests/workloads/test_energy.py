@@ -13,14 +13,19 @@ from collections.abc import Mapping
 
 import pytest
 
+from tests.e2e import test_workloads as e2e_workloads
 from tests.e2e.test_processes import GIB
-from tests.e2e.test_workloads import CID, ENERGY, SLURM_V1, USER, Node, Rig, layouts
+from tests.e2e.test_workloads import CID, ENERGY, SLURM_V1, USER, Rig, layouts
 from tests.helpers import select, value
 from warptd.models import DeviceReading
-from warptd.processes.nvml import ProcessMonitor
 from warptd.sampling.snapshot import DeviceSample
 from warptd.sampling.tracks import DeviceTrack
 from warptd.workloads.placement import CpuCgroup, WorkloadKey, user_name
+
+monitor = e2e_workloads.monitor  # the NVML process monitor on the fixture node, a fixture
+node = e2e_workloads.node  # a fixture node (procfs, cgroupfs), a fixture
+
+rig = e2e_workloads.rig  # the workload tracker on the fixture node, counters at their baselines, a fixture
 
 ROOTS = "a" * 64  # root's container: its id is in /proc/PID/cgroup, which every user can read
 MANAGER = "/user.slice/user-{uid}.slice/user@{uid}.service"
@@ -34,26 +39,6 @@ JUPYTER = "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.servi
 USER_1000 = ("user", user_name(1000))
 #: A user's own unit: named under its manager, so that it merges with no other user's or the system's.
 JUPYTER_UNIT = ("systemd_unit", "user@1000.service/jupyter.service")
-
-
-@pytest.fixture
-def node(tmp_path):
-    return Node(tmp_path)
-
-
-@pytest.fixture
-def monitor(fake_nvml, node):
-    monitor = ProcessMonitor(node.proc.root)
-    yield monitor
-    monitor.stop()
-
-
-@pytest.fixture
-def rig(node, monitor, fake_nvml):
-    rig = Rig(node, monitor, fake_nvml.gpus)
-    rig.device_joules(0.0, 0.0)  # the counters' baselines
-    rig.package_joules(0.0)
-    return rig
 
 
 def test_a_user_naming_their_cgroup_after_root_s_container_is_charged_as_themselves(rig, fake_nvml):

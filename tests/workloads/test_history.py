@@ -6,22 +6,11 @@ report opens in a real headless chromium. Version 2 recordings still read; the b
 from __future__ import annotations
 
 from tests.e2e.test_workloads import node
-from warptd.models import DeviceReading, Utilization
-from warptd.sampling.snapshot import DeviceSample
+from tests.samples import gpu_samples
 from warptd.workloads.energy import WorkloadEnergy
 from warptd.workloads.history import WorkloadHistory
 
 __all__ = ["node"]
-
-
-def _gpu_samples(count: int, energy: float) -> list[DeviceSample]:
-    return [
-        DeviceSample(
-            DeviceReading(index=i, uuid=f"GPU-{i}", power_watts=300.0, utilization=Utilization(compute=0.9)),
-            energy_joules=energy,
-        )
-        for i in range(count)
-    ]
 
 
 def test_the_workload_cap_bounds_the_recordings_and_the_memory_bound_holds(node, tmp_path):
@@ -38,7 +27,7 @@ def test_the_workload_cap_bounds_the_recordings_and_the_memory_bound_holds(node,
     for second in range(1, 40):
         for workload in workloads.values():
             workload.add_device("nvidia:0", "GPU-0", 1.0)
-        history.after_sample("nvidia", _gpu_samples(1, 1000.0 * second), None, float(second), workloads)
+        history.after_sample("nvidia", gpu_samples(1, 1000.0 * second), None, float(second), workloads)
     assert history.budget.used <= 2**20
     kept = [len(history.recording(w.view()).targets[0].points) for w in list(workloads.values())[:50]]
     assert min(kept) >= 2  # thinned, never emptied, while running

@@ -4,27 +4,20 @@ owning everything below it. Every name a local user can give their own delegated
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_processes import SYSTEMD_V2, UID, Proc
+from tests import hostile
 from tests.e2e.test_workloads import CID, DOCKER, SERVICE, SLURM_V1, SLURM_V2, USER
 from tests.helpers import http
+from tests.hostile import READERS, bounded
+from tests.processes.test_nvml import JOB_TASK
+from tests.test_cli import deep_toml
 from tests.workloads.test_energy import JUPYTER, JUPYTER_UNIT, USER_1000, USER_SERVICE, V1_JOB, V2_JOB
-from warptd.config import Settings, SettingsError, load_settings
-from warptd.http.webconfig import load_web_config
-from warptd.k8s.containers import read_owner
-from warptd.processes.cgroup import UNRESOLVED, Attribution, CgroupResolver, read_attribution
-from warptd.processes.device_nodes import _devname
-from warptd.sampling.state import CounterState, _boot_id
-from warptd.workloads.cgroupns import namespace_root
-from warptd.workloads.cpu import cgroup_usage_us, node_cpu_us
+from warptd.config import SettingsError, load_settings
 from warptd.workloads.placement import (
     MAX_ID_CHARS,
     CpuCgroup,
@@ -35,6 +28,8 @@ from warptd.workloads.placement import (
     slurm_roots,
     user_name,
 )
+
+node_root = hostile.node_root  # a node's files with a process 7, a fixture
 
 ROOTS = "a" * 64  # root's container, whose id every user can read in /proc/PID/cgroup
 OTHER = "b" * 64
@@ -257,9 +252,6 @@ def test_each_hierarchy_and_controller_once_even_where_init_s_file_is_unread():
     assert place(twice, 1000) == Placement(WorkloadKey(*ALICE), 1000)
 
 
-PROMPT_S = 5.0
-
-
 @pytest.mark.parametrize(
     ("cgroup", "uid", "expected"),
     [
@@ -326,96 +318,6 @@ def _fifo_at(path: Path) -> Path:
     return path
 
 
-def _unblock(fifo: Path) -> None:
-    """End a read still waiting on ``fifo`` (the check failed): a writer opens it and closes."""
-    with contextlib.suppress(OSError):
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-
-
-def _settings_error(call: Callable[[], object]) -> str:
-    try:
-        call()
-    except SettingsError as exc:
-        return str(exc)
-    return "no error"
-
-
-READERS: dict[str, tuple[str, Callable[[Path], object], object]] = {
-    "process cgroup": ("proc/7/cgroup", lambda root: read_attribution(root / "proc", 7), None),
-    "process stat": ("proc/7/stat", lambda root: CgroupResolver(root / "proc").resolve(7), UNRESOLVED),
-    "workload placement": ("proc/7/cgroup", lambda root: read_placement(root / "proc", 7), None),
-    "cgroup cpu.stat": (
-        "cgroup/a.service/cpu.stat",
-        lambda root: cgroup_usage_us(root / "cgroup", CpuCgroup("/a.service")),
-        None,
-    ),
-    "node /proc/stat": ("proc/stat", lambda root: node_cpu_us(root / "proc"), None),
-    "namespace root": ("proc/1/cgroup", lambda root: namespace_root(root / "proc", root / "cgroup"), "/"),
-    "token file": (
-        "token",
-        lambda root: _settings_error(lambda: Settings(stress_token_file=root / "token").stress_token_value()),
-        "invalid setting stress_token_file: not a regular file",
-    ),
-    "config file": (
-        "warptd.toml",
-        lambda root: _settings_error(lambda: load_settings(config=root / "warptd.toml")),
-        "invalid setting config: not a regular file {root}/warptd.toml",
-    ),
-    "web config file": (
-        "web.yml",
-        lambda root: _settings_error(lambda: load_web_config(root / "web.yml")),
-        "invalid setting web_config_file: not a regular file: {root}/web.yml",
-    ),
-    "TLS certificate": (
-        "tls.crt",
-        lambda root: _settings_error(lambda: load_web_config(_tls_config(root))),
-        "invalid setting web_config_file: TLS: [Errno 22] not a regular file: '{root}/tls.crt'",
-    ),
-    "state file": ("state/counters.json", lambda root: CounterState(root / "state").saved, {}),
-    "boot id": ("proc/sys/kernel/random/boot_id", lambda root: _boot_id(root / "proc"), ""),
-    "container bundle": (
-        f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{'c' * 64}/config.json",
-        lambda root: read_owner((root,), Attribution(UID, "c" * 64)),
-        None,
-    ),
-    "device uevent": (
-        "sys/class/accel/accel0/uevent",
-        lambda root: _devname(root / "sys/class/accel/accel0/uevent"),
-        None,
-    ),
-}
-
-
-def _tls_config(root: Path) -> Path:
-    """A web config naming ``root``'s tls.crt and tls.key (a key that is there)."""
-    (root / "tls.key").write_text("not a key\n")
-    web = root / "tls.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: {root}/tls.crt\n  key_file: {root}/tls.key\n")
-    return web
-
-
-def _bounded(call: Callable[[], object], fifo: Path | None = None) -> object:
-    """``call()``'s result, which must come within PROMPT_S (a read blocked on a FIFO never does)."""
-    result: list[object] = []
-    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
-    thread.start()
-    thread.join(PROMPT_S)
-    if thread.is_alive() and fifo is not None:
-        _unblock(fifo)
-        thread.join(PROMPT_S)
-        pytest.fail(f"blocked on the FIFO {fifo.name} for {PROMPT_S} s")
-    assert result, "the read raised (see the thread's traceback above)"
-    return result[0]
-
-
-@pytest.fixture
-def node_root(tmp_path) -> Iterator[Path]:
-    """A node's files: a process 7 whose /proc entries are readable until a case replaces one."""
-    proc = Proc(tmp_path / "proc")
-    proc.add(7, SYSTEMD_V2)
-    yield tmp_path
-
-
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_a_fifo_is_refused_at_once_by_every_reader(reader, node_root):
     where, read, unreadable = READERS[reader]
@@ -423,15 +325,7 @@ def test_a_fifo_is_refused_at_once_by_every_reader(reader, node_root):
     target.unlink(missing_ok=True)
     fifo = _fifo_at(target)
     expected = unreadable.format(root=node_root) if isinstance(unreadable, str) else unreadable
-    assert _bounded(lambda: read(node_root), fifo) == expected
-
-
-NESTED = 5000
-
-
-def _deep_toml(path: Path) -> Path:
-    path.write_text(f"backends = {'[' * NESTED}{']' * NESTED}\n")
-    return path
+    assert bounded(lambda: read(node_root), fifo) == expected
 
 
 @pytest.mark.slow
@@ -442,7 +336,7 @@ def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_
     config.write_text("interval = 0.5\n")
     proc, port = start_daemon("--backend", "cpu", "--config", str(config), "--sysfs", str(tmp_path))
     try:
-        _deep_toml(config)
+        deep_toml(config)
         proc.send_signal(signal.SIGHUP)
         failed = _events(proc, "config_reload_failed")[-1]  # each line JSON: no traceback in between
         assert failed["error"] == f"invalid config file {config}: nested too deep"
@@ -460,7 +354,6 @@ def test_a_reload_of_a_file_nested_too_deep_fails_in_one_log_line_and_keeps_the_
 #: warptd's own container: its cgroup namespace root, three levels under the host's root.
 NAMESPACE_ROOT = "/kubepods.slice/kubepods-pod0a.slice/cri-containerd-" + "a" * 64 + ".scope"
 #: A Slurm job's task as a process in that pod reads it: up to the host root, then down.
-JOB_TASK = "0::/../../../system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n"
 #: A neighbour pod's container: the common ancestor is kubepods.slice, one level below the root.
 NEIGHBOUR_ID = "b" * 64
 NEIGHBOUR = f"0::/../../kubepods-pod0b.slice/cri-containerd-{NEIGHBOUR_ID}.scope\n"

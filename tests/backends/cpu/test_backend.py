@@ -49,7 +49,7 @@ def test_no_cpufreq_and_no_cpuinfo_no_clock(settings):
     assert not backend.take_errors()  # no such file: not supported, asked once
 
 
-def _unreadable_cpuinfo(procfs: Path) -> None:
+def unreadable_cpuinfo(procfs: Path) -> None:
     """A ``cpuinfo`` any read of which fails (a directory: even root cannot read it as a file)."""
     (procfs / "cpuinfo").unlink(missing_ok=True)
     (procfs / "cpuinfo").mkdir()
@@ -59,7 +59,7 @@ def test_the_clock_comes_from_cpufreq_every_sample_never_from_cpuinfo(settings, 
     """Two policies (one of 3 CPUs, one of 1): the mean over CPUs, each sample, in Hz."""
     first = sysfs.cpufreq_policy(0, 2_000_000, [0, 1, 2])
     sysfs.cpufreq_policy(3, 3_000_000, [3])
-    _unreadable_cpuinfo(procfs)
+    unreadable_cpuinfo(procfs)
     backend = CpuBackend(settings)
     assert backend.devices[0].clocks() == {"cpu": 2.25e9}
     first.write_text("1000000\n")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
+from tests.doctor import test_report as doctor_report
 from tests.doubles.nvml import FakeGpu, FakeNvml
 from warptd.backends.nvidia import checkup
 from warptd.backends.nvidia.checkup import ACTIVITY_PAIR, AVERAGE_SHARE, ENERGY_PAIR, POWER_PAIR
@@ -124,28 +125,7 @@ def test_sm_activity_on_a_gpu_idle_before_during_and_after_the_pair_still_disagr
     assert activity.detail == "SM active 40.0%, utilization 0 % from the pair to a second after it"
 
 
-@pytest.fixture
-def doctor(tmp_path, capsys) -> Iterator:
-    """``doctor(gpus, driver_version, *flags)``: ``warptd doctor --quick`` over NVML doubles of these
-    GPUs (none: the host CPU alone); its exit code, and its output (``--json``: the report, validated
-    against its model)."""
-    installed = []
-
-    def run(gpus: list[FakeGpu] | None, driver_version: str = "580.159.04", *flags: str):
-        backends = ["--backend", "nvidia"] if gpus else ["--backend", "cpu"]
-        if gpus:
-            fake = FakeNvml(gpus, driver_version=driver_version)
-            installed.append((fake, fake.installed()))
-            installed[-1][1].__enter__()
-        paths = ["--sysfs", str(tmp_path), "--procfs", str(tmp_path)]
-        code = main(["doctor", "--quick", *backends, *paths, *flags])
-        out = capsys.readouterr().out
-        return code, DoctorReport.model_validate_json(out) if "--json" in flags else out
-
-    yield run
-    for fake, context in installed:
-        context.__exit__(None, None, None)
-        fake.close()
+doctor = doctor_report.doctor  # `warptd doctor --quick` over NVML doubles, a fixture
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import time
 import pynvml
 import pytest
 
+from tests.backends.nvidia.test_backend import without_traffic_fields
 from tests.doubles.nvml import FakeNvml
 from tests.helpers import Rig, value
 from warptd.backends.nvidia.gpm import sample_gap
@@ -16,15 +17,6 @@ DEV0 = {"backend": "nvidia", "device": "0"}
 
 
 MIB = 2**20
-
-
-TRAFFIC_FIELDS = {197, 198, 138, 139}
-
-
-def without_traffic_fields(fake) -> None:
-    """A driver without the byte counter fields (before R550): GPM's throughputs are the traffic."""
-    for gpu in fake.gpus:
-        gpu.unsupported_fields = TRAFFIC_FIELDS
 
 
 pytestmark = pytest.mark.rig(
