@@ -91,7 +91,8 @@ def test_no_total_goes_back_through_sigkill_driver_reload_and_restart(tmp_path):
             time.sleep(0.2)
         samples = second.scrape()
         overcount = value(samples, "warptd_energy_restart_overcount_joules_total", backend="nvidia")
-        assert 0 < overcount <= len(GPUS) * LIMIT_W * SAVE_EVERY_S
+        # at most the promise, the whole limit for a save interval: a sum of floats may land an ulp over it
+        assert 0 < overcount <= len(GPUS) * LIMIT_W * SAVE_EVERY_S * (1 + 1e-12)
         assert value(samples, "warptd_state_save_errors_total") == 0
     finally:
         second.kill()
