@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.backends.nvidia import test_gpm
 from tests.backends.nvidia.test_backend import ACTIVITY
 from tests.conftest import assert_promtool_clean
 
-MIB = 2**20
-
-
-pytestmark = pytest.mark.rig(
-    "nvidia",
-    doubles=["fake_nvml"],
-    interval=0.1,  # GPM samples 0.11 s apart (the driver's rule)
-    health_interval=0.1,
-    metrics_include=["*"],  # the media engines and SM occupancy too (opt-in by default)
-)
+MIB = test_gpm.MIB
+pytestmark = test_gpm.pytestmark  # the GPM unit tests' rig: GPM samples 0.11 s apart, every family
 
 
 @pytest.mark.slow
