@@ -88,18 +88,13 @@ def dashboard() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 
 @pytest.fixture
 def dcgm_stack(settings, fake_nvml, tmp_path):
-    from tests.e2e.test_prometheus_integration import Prometheus
-    from warptd.daemon import Daemon
+    from tests.e2e.test_prometheus_integration import scraped
 
     script(fake_nvml)
     settings.compat = "dcgm-exporter"
     settings.interval = 2.0  # a GPM period's ratios hold 2 s: a 1 s scrape sees them
-    daemon = Daemon(settings)
-    daemon.start()
-    prom = Prometheus(tmp_path, daemon.port)
-    yield daemon, prom
-    prom.stop()
-    daemon.stop()
+    with scraped(settings, tmp_path) as stack:
+        yield stack
 
 
 def _busy_at(prom, gpu: int) -> float | None:
@@ -158,15 +153,11 @@ def test_the_recording_rules_derive_dcgm_exporter_s_series_from_warptd_s(
 ):
     """Without --compat, the shipped rules give the same series, labels and values in Prometheus."""
     from tests.e2e import test_prometheus_integration as integration
-    from warptd.daemon import Daemon
 
     monkeypatch.setattr(integration, "ALERTS", RULES)  # the rule file the test Prometheus loads
     script(fake_nvml)
     settings.interval = 0.5
-    daemon = Daemon(settings)
-    daemon.start()
-    prom = integration.Prometheus(tmp_path, daemon.port)
-    try:
+    with integration.scraped(settings, tmp_path) as (daemon, prom):
         assert wait_until(lambda: prom.has("DCGM_FI_PROF_PCIE_TX_BYTES"), timeout=60, interval=0.5)
         for index in (0, 1):
             labels = {**identity(fake_nvml, index, settings.node), "instance": f"127.0.0.1:{daemon.port}"}
@@ -180,6 +171,3 @@ def test_the_recording_rules_derive_dcgm_exporter_s_series_from_warptd_s(
                 assert got == {**labels, "job": "warptd"}, name
                 assert float(result[0]["value"][1]) == pytest.approx(want, rel=1e-6), (name, index)
         assert not prom.has("DCGM_FI_DEV_XID_ERRORS")  # no warptd series holds the last XID's code
-    finally:
-        prom.stop()
-        daemon.stop()

@@ -15,6 +15,8 @@ import socket
 import subprocess
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from tests.helpers import http, wait_until
 from tests.kubelet import FakeKubelet
 from tests.sysfs_tree import drm_card
 from tests.test_models import ALERTS, dashboard_queries, rule_queries
+from warptd.config import Settings
 from warptd.daemon import Daemon
 
 NAME = re.compile(r"\b(warptd_[a-z_]+|up)\b(?!\s*\()")
@@ -94,6 +97,21 @@ class Prometheus:
         self.proc.wait(timeout=20)
 
 
+@contextmanager
+def scraped(settings: Settings, tmp_path: Path) -> Iterator[tuple[Daemon, Prometheus]]:
+    """A daemon of ``settings`` and a real Prometheus scraping it, both stopped after."""
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        prom = Prometheus(tmp_path, daemon.port)
+        try:
+            yield daemon, prom
+        finally:
+            prom.stop()
+    finally:
+        daemon.stop()
+
+
 def _wait_for_data(prom: Prometheus) -> None:
     # rate()/increase() need a few scrapes; bounded wait (first data ~6 s after start).
     assert wait_until(
@@ -133,13 +151,8 @@ def nvml_stack(settings, fake_nvml, sysfs, tmp_path):
     fake_nvml.gpus[1].retires_pages = 1  # a pre-Ampere GPU: retired pages instead of remapped rows
     # An MI300X beside the sysfs card: ECC, PCIe replay, XGMI and media-engine series from amdsmi.
     amd = FakeAmdsmi([FakeGpu(index=0, bdf=(0, 0xC3, 0, 0))])
-    with amd.installed():
-        daemon = Daemon(settings)
-        daemon.start()
-        prom = Prometheus(tmp_path, daemon.port)
-        yield daemon, prom
-        prom.stop()
-        daemon.stop()
+    with amd.installed(), scraped(settings, tmp_path) as stack:
+        yield stack
     kubelet.stop()
 
 
@@ -178,10 +191,7 @@ def test_every_dashboard_and_alert_query_with_the_nvml_double(nvml_stack):
 def test_every_query_runs_with_the_cpu_backend(settings, tmp_path):
     settings.backends = ["cpu"]
     settings.interval = 0.5
-    daemon = Daemon(settings)
-    daemon.start()
-    prom = Prometheus(tmp_path, daemon.port)
-    try:
+    with scraped(settings, tmp_path) as (daemon, prom):
         _wait_for_data(prom)
         exported = set(NAME.findall(http(daemon.port, "GET", "/metrics")[2].decode())) | {"up"}
         expected_data = 0
@@ -194,9 +204,6 @@ def test_every_query_runs_with_the_cpu_backend(settings, tmp_path):
                 assert reply["data"]["result"], f"{title}: no data for {expr}"
         assert expected_data >= 10  # utilization, memory, temperature-less CPU panels, health
         _check_rules_healthy(prom)
-    finally:
-        prom.stop()
-        daemon.stop()
 
 
 @pytest.mark.slow
